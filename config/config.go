@@ -1,0 +1,221 @@
+// Package config loads bot.yaml: environment expansion, strict decoding,
+// defaults, validation, and the effective per-channel policies with the place
+// each value came from.
+//
+// Only cmd/gateway reads this package; it hands plain values to the rest.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	_ "time/tzdata" // reset timezones must resolve on hosts without zoneinfo
+)
+
+// Config is a whole bot.yaml.
+type Config struct {
+	Gateway  Gateway  `yaml:"gateway"`
+	Storage  Storage  `yaml:"storage"`
+	Agent    Agent    `yaml:"agent"`
+	Session  Session  `yaml:"session"`
+	Locks    Locks    `yaml:"locks"`
+	Channels Channels `yaml:"channels"`
+	Shutdown Shutdown `yaml:"shutdown"`
+	Recovery Recovery `yaml:"recovery"`
+	Log      Log      `yaml:"log"`
+
+	// File is where the configuration came from, for messages.
+	File string `yaml:"-"`
+	// Warnings are problems that do not stop the gateway, as "file:line: text".
+	Warnings []string `yaml:"-"`
+
+	lines map[string]int // key path → line of its value
+}
+
+// Gateway is the HTTP listener shared by the WebSocket channel, the web page,
+// health, metrics and the Telegram webhook.
+type Gateway struct {
+	Listen string `yaml:"listen"`
+}
+
+// Storage selects the database.
+type Storage struct {
+	Driver        string `yaml:"driver"`
+	DSN           string `yaml:"dsn"`
+	RetentionDays int    `yaml:"retention_days"`
+}
+
+// Agent selects the backend that writes replies.
+type Agent struct {
+	Backend      string `yaml:"backend"`
+	Name         string `yaml:"name"`
+	Instructions string `yaml:"instructions"`
+	OpenAI       OpenAI `yaml:"openai"`
+}
+
+// OpenAI configures the backend for any OpenAI-compatible chat-completions
+// server.
+type OpenAI struct {
+	BaseURL              string   `yaml:"base_url"`
+	APIKey               string   `yaml:"api_key"`
+	Model                string   `yaml:"model"`
+	Timeout              Duration `yaml:"timeout"`
+	MaxRetries           *int     `yaml:"max_retries"`
+	Stream               *bool    `yaml:"stream"`
+	PricePer1KPrompt     float64  `yaml:"price_per_1k_prompt"`
+	PricePer1KCompletion float64  `yaml:"price_per_1k_completion"`
+}
+
+// Session is a conversation policy: at the top level it applies to every
+// channel, under channels.<name>.session it overrides the top level.
+type Session struct {
+	MaxHistory *int  `yaml:"max_history"`
+	Reset      Reset `yaml:"reset"`
+}
+
+// Reset is a reset policy; every field is optional so that a channel can
+// override the top-level policy field by field.
+type Reset struct {
+	Mode        *string `yaml:"mode"`
+	IdleMinutes *int    `yaml:"idle_minutes"`
+	AtHour      *int    `yaml:"at_hour"`
+	Timezone    *string `yaml:"timezone"`
+}
+
+// Locks sizes the per-user lock cache.
+type Locks struct {
+	MaxEntries int      `yaml:"max_entries"`
+	TTL        Duration `yaml:"ttl"`
+}
+
+// Channels holds each channel's settings.
+type Channels struct {
+	WebSocket WebSocket `yaml:"websocket"`
+	Telegram  Telegram  `yaml:"telegram"`
+}
+
+// WebSocket configures GET /ws and the web chat page.
+type WebSocket struct {
+	Enabled        *bool             `yaml:"enabled"`
+	WebPage        *bool             `yaml:"web_page"`
+	AuthTokens     map[string]string `yaml:"auth_tokens"`
+	AllowedOrigins []string          `yaml:"allowed_origins"`
+	MaxFrameBytes  int               `yaml:"max_frame_bytes"`
+	RateLimit      RateLimit         `yaml:"rate_limit"`
+	MaxHistory     *int              `yaml:"max_history"`
+	Session        Session           `yaml:"session"`
+}
+
+// RateLimit is a token bucket per connection.
+type RateLimit struct {
+	PerSecond float64 `yaml:"per_second"`
+	Burst     int     `yaml:"burst"`
+}
+
+// Telegram configures the Telegram bot.
+type Telegram struct {
+	Token        string   `yaml:"token"`
+	APIURL       string   `yaml:"api_url"`
+	Mode         string   `yaml:"mode"`
+	PollTimeout  Duration `yaml:"poll_timeout"`
+	Webhook      Webhook  `yaml:"webhook"`
+	AllowedUsers []int64  `yaml:"allowed_users"`
+	GroupPolicy  string   `yaml:"group_policy"`
+	GroupScope   string   `yaml:"group_scope"`
+	MaxHistory   *int     `yaml:"max_history"`
+	Session      Session  `yaml:"session"`
+}
+
+// Webhook configures Telegram's webhook mode.
+type Webhook struct {
+	URL    string `yaml:"url"`
+	Path   string `yaml:"path"`
+	Secret string `yaml:"secret"`
+}
+
+// Shutdown configures the drain on SIGTERM.
+type Shutdown struct {
+	DrainTimeout Duration `yaml:"drain_timeout"`
+}
+
+// Recovery configures what happens on start to turns a stop interrupted.
+type Recovery struct {
+	RerunInterrupted *bool    `yaml:"rerun_interrupted"`
+	MaxAge           Duration `yaml:"max_age"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("10s", "1h").
+// A bare number is refused: "10" would silently mean ten nanoseconds.
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as \"10s\"", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (write it as \"10s\", \"5m\" or \"1h\")", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// WebSocketEnabled reports whether GET /ws is served.
+func (c *Config) WebSocketEnabled() bool { return boolOr(c.Channels.WebSocket.Enabled, true) }
+
+// WebPageEnabled reports whether the web chat page is served at /.
+func (c *Config) WebPageEnabled() bool {
+	return c.WebSocketEnabled() && boolOr(c.Channels.WebSocket.WebPage, true)
+}
+
+// TelegramEnabled reports whether the Telegram channel runs: it does when a
+// token is set.
+func (c *Config) TelegramEnabled() bool { return c.Channels.Telegram.Token != "" }
+
+// RerunInterrupted reports whether interrupted turns are run again on start.
+func (c *Config) RerunInterrupted() bool { return boolOr(c.Recovery.RerunInterrupted, true) }
+
+// OpenAIMaxRetries is the retry count for the OpenAI backend.
+func (c *Config) OpenAIMaxRetries() int {
+	if c.Agent.OpenAI.MaxRetries == nil {
+		return 2
+	}
+	return *c.Agent.OpenAI.MaxRetries
+}
+
+// OpenAIStream reports whether the OpenAI backend streams replies.
+func (c *Config) OpenAIStream() bool { return boolOr(c.Agent.OpenAI.Stream, true) }
+
+func boolOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// where returns "file:line" for a key path, or the file alone.
+func (c *Config) where(path string) string {
+	if l := c.lines[path]; l > 0 {
+		return fmt.Sprintf("%s:%d", c.File, l)
+	}
+	return c.File
+}
+
+func (c *Config) errAt(path, format string, args ...any) *Error {
+	return &Error{File: c.File, Line: c.lines[path], Key: path, Msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,345 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) LookupEnv {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func parse(t *testing.T, yaml string) (*Config, error) {
+	t.Helper()
+	return Parse([]byte(strings.TrimLeft(yaml, "\n")), "bot.yaml", env(nil))
+}
+
+func mustParse(t *testing.T, yaml string) *Config {
+	t.Helper()
+	c, err := parse(t, yaml)
+	if err != nil {
+		t.Fatalf("unexpected error:\n%v", err)
+	}
+	return c
+}
+
+func TestEmbeddedDefaults(t *testing.T) {
+	c, err := Embedded(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gateway.Listen != "127.0.0.1:8765" || c.Storage.Driver != "sqlite" || c.Storage.DSN != "gateway.db" || c.Agent.Backend != "echo" {
+		t.Fatalf("embedded defaults = %+v", c)
+	}
+	if c.TelegramEnabled() {
+		t.Fatal("telegram enabled without TELEGRAM_TOKEN")
+	}
+	c, err = Embedded(env(map[string]string{"TELEGRAM_TOKEN": "123456:ABC"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.TelegramEnabled() || c.Channels.Telegram.Token != "123456:ABC" {
+		t.Fatalf("TELEGRAM_TOKEN not picked up: %q", c.Channels.Telegram.Token)
+	}
+}
+
+func TestMaxHistoryLadder(t *testing.T) {
+	tests := []struct {
+		name     string
+		yaml     string
+		want     int
+		wantFrom string
+		warning  string
+	}{
+		{"default", ``, 100, "default", ""},
+		{"top-level", `
+session:
+  max_history: 30
+`, 30, "session.max_history (bot.yaml:2)", ""},
+		{"channel session beats top-level", `
+session:
+  max_history: 30
+channels:
+  telegram:
+    session:
+      max_history: 20
+`, 20, "channels.telegram.session.max_history (bot.yaml:6)", ""},
+		{"legacy beats everything", `
+session:
+  max_history: 30
+channels:
+  telegram:
+    max_history: 10
+    session:
+      max_history: 20
+`, 10, "channels.telegram.max_history (bot.yaml:5)", "channels.telegram.max_history (10) and channels.telegram.session.max_history (20, bot.yaml:7) are both set"},
+		{"legacy and session agree: no warning", `
+channels:
+  telegram:
+    max_history: 10
+    session:
+      max_history: 10
+`, 10, "channels.telegram.max_history (bot.yaml:3)", ""},
+		{"zero is a value, not unset", `
+session:
+  max_history: 50
+channels:
+  telegram:
+    session:
+      max_history: 0
+`, 0, "channels.telegram.session.max_history (bot.yaml:6)", ""},
+		{"env expansion is typed", `
+channels:
+  telegram:
+    max_history: ${MAXH:-7}
+`, 7, "channels.telegram.max_history (bot.yaml:3)", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, tt.yaml)
+			p := c.Policy(ChannelTelegram)
+			if p.MaxHistory.V != tt.want || p.MaxHistory.From != tt.wantFrom {
+				t.Fatalf("max_history = %d from %q, want %d from %q", p.MaxHistory.V, p.MaxHistory.From, tt.want, tt.wantFrom)
+			}
+			warnings := strings.Join(c.Warnings, "\n")
+			if tt.warning == "" && strings.Contains(warnings, "max_history") {
+				t.Fatalf("unexpected warning: %s", warnings)
+			}
+			if tt.warning != "" && !strings.Contains(warnings, tt.warning) {
+				t.Fatalf("warnings %q lack %q", warnings, tt.warning)
+			}
+			// The other channel is untouched by telegram's keys.
+			if ws := c.Policy(ChannelWebSocket); strings.HasPrefix(ws.MaxHistory.From, "channels.telegram") {
+				t.Fatalf("websocket took telegram's value: %+v", ws.MaxHistory)
+			}
+		})
+	}
+}
+
+func TestResetMergedFieldByField(t *testing.T) {
+	c := mustParse(t, `
+session:
+  reset:
+    mode: daily
+    at_hour: 4
+    timezone: Europe/Berlin
+    idle_minutes: 30
+channels:
+  websocket:
+    session:
+      reset:
+        mode: both
+        idle_minutes: 15
+`)
+	ws := c.Policy(ChannelWebSocket)
+	if ws.ResetMode.V != "both" || ws.IdleMinutes.V != 15 || ws.AtHour.V != 4 || ws.Timezone.V != "Europe/Berlin" {
+		t.Fatalf("websocket policy = %+v", ws)
+	}
+	if ws.AtHour.From != "session.reset.at_hour (bot.yaml:4)" || ws.IdleMinutes.From != "channels.websocket.session.reset.idle_minutes (bot.yaml:12)" {
+		t.Fatalf("provenance = %q, %q", ws.AtHour.From, ws.IdleMinutes.From)
+	}
+	tg := c.Policy(ChannelTelegram)
+	if tg.ResetMode.V != "daily" || tg.IdleMinutes.V != 30 {
+		t.Fatalf("telegram policy = %+v", tg)
+	}
+	var out strings.Builder
+	c.Describe(&out)
+	for _, want := range []string{"channel websocket (enabled)", "reset.mode", "both", "channels.websocket.session.reset.mode (bot.yaml:11)", "channel telegram (disabled: no token)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("Describe output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each must appear in the error text
+	}{
+		{"invalid yaml", "session:\n  max_history: [1,\n", []string{"bot.yaml:", "invalid YAML"}},
+		{"unknown key with suggestion", `
+session:
+  max_histroy: 5
+`, []string{`bot.yaml:2: session.max_histroy: unknown key "max_histroy" in session (did you mean "max_history"?)`}},
+		{"unknown top-level key", `
+chanels: {}
+`, []string{`bot.yaml:1: chanels: unknown key "chanels" at the top level (did you mean "channels"?)`}},
+		{"at_hour out of range", `
+session:
+  reset:
+    mode: daily
+    at_hour: 24
+`, []string{"bot.yaml:4: session.reset.at_hour: must be an hour from 0 to 23, got 24"}},
+		{"daily without at_hour", `
+channels:
+  telegram:
+    session:
+      reset:
+        mode: both
+`, []string{`bot.yaml:5: channels.telegram.session.reset.mode: reset mode "both" for channel telegram needs reset.at_hour`}},
+		{"idle_minutes below 1", `
+session:
+  reset:
+    mode: idle
+    idle_minutes: 0
+`, []string{"bot.yaml:4: session.reset.idle_minutes: must be at least 1, got 0"}},
+		{"unknown timezone", `
+session:
+  reset:
+    timezone: Mars/Olympus
+`, []string{`bot.yaml:3: session.reset.timezone: "Mars/Olympus" is not an IANA time zone`}},
+		{"unknown backend", `
+agent:
+  backend: gpt
+`, []string{`bot.yaml:2: agent.backend: "gpt" is not one of [echo openai]`}},
+		{"unset variable", `
+agent:
+  backend: openai
+  openai:
+    model: gpt-4o-mini
+    api_key: ${OPENAI_API_KEY}
+`, []string{"bot.yaml:5: agent.openai.api_key: environment variable OPENAI_API_KEY is not set"}},
+		{"wrong type", `
+session:
+  max_history: lots
+`, []string{"bot.yaml:2: session.max_history: cannot use !!str `lots` into int"}},
+		{"bare number duration", `
+shutdown:
+  drain_timeout: 10
+`, []string{"bot.yaml:2: shutdown.drain_timeout:", `"10" is not a duration`}},
+		{"every problem at once", `
+storage:
+  driver: mysql
+session:
+  reset:
+    mode: weekly
+    at_hour: -1
+`, []string{`storage.driver: "mysql" is not one of`, `session.reset.mode: "weekly"`, "session.reset.at_hour: must be an hour"}},
+		{"webhook without secret", `
+channels:
+  telegram:
+    token: "1:x"
+    mode: webhook
+    webhook:
+      url: https://bot.example.com/telegram/webhook
+`, []string{"channels.telegram.webhook.secret: webhook mode needs a secret"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, tt.yaml)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error is %T, want Errors", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error\n%v\nlacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	c, err := Parse([]byte(`
+agent:
+  instructions: "Hello ${NAME}, price $$5"
+  openai:
+    base_url: ${BASE:-http://127.0.0.1:9/v1}
+channels:
+  websocket:
+    auth_tokens:
+      alice: ${ALICE_TOKEN}
+`), "bot.yaml", env(map[string]string{"NAME": "Ann", "ALICE_TOKEN": "0123456789abcdef0123"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.Instructions != "Hello Ann, price $5" {
+		t.Fatalf("instructions = %q", c.Agent.Instructions)
+	}
+	if c.Agent.OpenAI.BaseURL != "http://127.0.0.1:9/v1" {
+		t.Fatalf("base_url = %q", c.Agent.OpenAI.BaseURL)
+	}
+	if c.Channels.WebSocket.AuthTokens["alice"] != "0123456789abcdef0123" {
+		t.Fatalf("auth_tokens = %v", c.Channels.WebSocket.AuthTokens)
+	}
+}
+
+func TestNumericTokenStaysString(t *testing.T) {
+	c, err := Parse([]byte("channels:\n  telegram:\n    token: ${T}\n"), "bot.yaml", env(map[string]string{"T": "123456"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Channels.Telegram.Token != "123456" {
+		t.Fatalf("token = %q", c.Channels.Telegram.Token)
+	}
+}
+
+func TestDrainTimeoutWarning(t *testing.T) {
+	c := mustParse(t, "shutdown:\n  drain_timeout: 28s\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "bot.yaml:2: shutdown.drain_timeout") {
+		t.Fatalf("warnings = %q", c.Warnings)
+	}
+	if c.Shutdown.DrainTimeout.D() != 28*time.Second {
+		t.Fatalf("drain_timeout = %v", c.Shutdown.DrainTimeout.D())
+	}
+}
+
+func TestExampleFileIsValidAndComplete(t *testing.T) {
+	path := filepath.Join("..", "bot.yaml.example")
+	c, err := Load(path, env(map[string]string{}))
+	if err != nil {
+		t.Fatalf("bot.yaml.example does not load:\n%v", err)
+	}
+	// Every key of the schema must appear in the example, so that the
+	// example documents all of them.
+	data, _ := os.ReadFile(path)
+	var missing []string
+	for _, key := range schemaKeys(t) {
+		if c.lines[key] == 0 && !documented(data, key) {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("bot.yaml.example does not document: %v", missing)
+	}
+}
+
+// schemaKeys lists the dotted path of every leaf key of Config.
+func schemaKeys(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	var walk func(reflect.Type, string)
+	walk = func(rt reflect.Type, path string) {
+		for rt.Kind() == reflect.Pointer {
+			rt = rt.Elem()
+		}
+		if rt.Kind() != reflect.Struct || reflect.PointerTo(rt).Implements(unmarshalerType) {
+			out = append(out, path)
+			return
+		}
+		for name, ft := range yamlFields(rt) {
+			walk(ft, join(path, name))
+		}
+	}
+	walk(reflect.TypeFor[Config](), "")
+	sort.Strings(out)
+	return out
+}
+
+func documented(data []byte, key string) bool {
+	leaf := key[strings.LastIndex(key, ".")+1:]
+	re := regexp.MustCompile(`(?m)^\s*#\s*` + regexp.QuoteMeta(leaf) + `:`)
+	return re.Match(data)
+}

@@ -1,0 +1,257 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"time"
+)
+
+// Defaults. bot.yaml.example documents each of them.
+const (
+	DefaultListen        = "127.0.0.1:8765"
+	DefaultSQLiteDSN     = "gateway.db"
+	DefaultMaxHistory    = 100
+	DefaultIdleMinutes   = 60
+	DefaultTimezone      = "UTC"
+	DefaultMaxFrameBytes = 64 << 10
+	DefaultDrainTimeout  = 10 * time.Second
+	DefaultRecoveryAge   = time.Hour
+	DefaultOpenAIBaseURL = "https://api.openai.com/v1"
+	DefaultOpenAITimeout = 60 * time.Second
+	DefaultTelegramAPI   = "https://api.telegram.org"
+	DefaultWebhookPath   = "/telegram/webhook"
+	DefaultPollTimeout   = 30 * time.Second
+	DefaultRatePerSecond = 5
+	DefaultRateBurst     = 10
+	DefaultLocksTTL      = time.Hour
+	DefaultLocksEntries  = 10_000
+
+	// supervisorStopTimeout is the stop timeout of common supervisors
+	// (systemd's DefaultTimeoutStopSec, Kubernetes' grace period).
+	supervisorStopTimeout = 30 * time.Second
+)
+
+// Reset modes.
+const (
+	ResetNone  = "none"
+	ResetIdle  = "idle"
+	ResetDaily = "daily"
+	ResetBoth  = "both"
+)
+
+func (c *Config) applyDefaults() {
+	setStr := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	setDur := func(p *Duration, v time.Duration) {
+		if *p == 0 {
+			*p = Duration(v)
+		}
+	}
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setStr(&c.Gateway.Listen, DefaultListen)
+	setStr(&c.Storage.Driver, "sqlite")
+	if c.Storage.Driver == "sqlite" {
+		setStr(&c.Storage.DSN, DefaultSQLiteDSN)
+	}
+	setStr(&c.Agent.Backend, "echo")
+	setStr(&c.Agent.Name, c.Agent.Backend)
+	setStr(&c.Agent.OpenAI.BaseURL, DefaultOpenAIBaseURL)
+	setDur(&c.Agent.OpenAI.Timeout, DefaultOpenAITimeout)
+	setInt(&c.Locks.MaxEntries, DefaultLocksEntries)
+	setDur(&c.Locks.TTL, DefaultLocksTTL)
+	ws := &c.Channels.WebSocket
+	setInt(&ws.MaxFrameBytes, DefaultMaxFrameBytes)
+	if ws.RateLimit.PerSecond == 0 {
+		ws.RateLimit.PerSecond = DefaultRatePerSecond
+	}
+	setInt(&ws.RateLimit.Burst, DefaultRateBurst)
+	tg := &c.Channels.Telegram
+	setStr(&tg.APIURL, DefaultTelegramAPI)
+	setStr(&tg.Mode, "polling")
+	setDur(&tg.PollTimeout, DefaultPollTimeout)
+	setStr(&tg.Webhook.Path, DefaultWebhookPath)
+	setStr(&tg.GroupPolicy, "mention")
+	setStr(&tg.GroupScope, "user")
+	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
+	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
+	setStr(&c.Log.Level, "info")
+	setStr(&c.Log.Format, "text")
+}
+
+var webhookSecretRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+// Validate returns every problem in the configuration, not just the first.
+// It also fills c.Warnings.
+func (c *Config) Validate() Errors {
+	var errs Errors
+	bad := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+	oneOf := func(path, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		bad(path, "%q is not one of %v", v, allowed)
+	}
+	c.Warnings = nil
+
+	if _, _, err := net.SplitHostPort(c.Gateway.Listen); err != nil {
+		bad("gateway.listen", "%q is not host:port", c.Gateway.Listen)
+	}
+
+	oneOf("storage.driver", c.Storage.Driver, "sqlite", "postgres")
+	if c.Storage.Driver == "postgres" && c.Storage.DSN == "" {
+		bad("storage.dsn", "required with driver postgres (for example postgres://user@127.0.0.1:5432/chatgate)")
+	}
+	if c.Storage.RetentionDays < 0 {
+		bad("storage.retention_days", "must be 0 (keep forever) or more, got %d", c.Storage.RetentionDays)
+	}
+
+	oneOf("agent.backend", c.Agent.Backend, "echo", "openai")
+	if c.Agent.Backend == "openai" {
+		o := c.Agent.OpenAI
+		if o.Model == "" {
+			bad("agent.openai.model", "required with backend openai")
+		}
+		if u, err := url.Parse(o.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("agent.openai.base_url", "%q is not an http(s) URL", o.BaseURL)
+		}
+		if o.Timeout < 0 {
+			bad("agent.openai.timeout", "must not be negative")
+		}
+		if o.MaxRetries != nil && *o.MaxRetries < 0 {
+			bad("agent.openai.max_retries", "must not be negative")
+		}
+		if o.PricePer1KPrompt < 0 || o.PricePer1KCompletion < 0 {
+			bad("agent.openai", "prices must not be negative")
+		}
+	}
+
+	errs = append(errs, c.validateSession("session", c.Session)...)
+	if c.Locks.MaxEntries < 0 {
+		bad("locks.max_entries", "must not be negative")
+	}
+	if c.Locks.TTL < 0 {
+		bad("locks.ttl", "must not be negative")
+	}
+
+	ws := c.Channels.WebSocket
+	errs = append(errs, c.validateSession("channels.websocket.session", ws.Session)...)
+	if ws.MaxHistory != nil && *ws.MaxHistory < 0 {
+		bad("channels.websocket.max_history", "must be 0 or more, got %d", *ws.MaxHistory)
+	}
+	if ws.MaxFrameBytes < 256 {
+		bad("channels.websocket.max_frame_bytes", "must be at least 256, got %d", ws.MaxFrameBytes)
+	}
+	if ws.RateLimit.PerSecond < 0 || ws.RateLimit.Burst < 0 {
+		bad("channels.websocket.rate_limit", "must not be negative")
+	}
+	seen := map[string]string{}
+	for name, tok := range ws.AuthTokens {
+		p := "channels.websocket.auth_tokens." + name
+		switch {
+		case tok == "":
+			bad(p, "token is empty")
+		case len(tok) < 16:
+			bad(p, "token is shorter than 16 characters")
+		case seen[tok] != "":
+			bad(p, "same token as %s", seen[tok])
+		}
+		seen[tok] = name
+	}
+	for i, o := range ws.AllowedOrigins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "") {
+			bad(fmt.Sprintf("channels.websocket.allowed_origins[%d]", i), "%q is not an origin such as https://chat.example.com", o)
+		}
+	}
+
+	tg := c.Channels.Telegram
+	errs = append(errs, c.validateSession("channels.telegram.session", tg.Session)...)
+	if tg.MaxHistory != nil && *tg.MaxHistory < 0 {
+		bad("channels.telegram.max_history", "must be 0 or more, got %d", *tg.MaxHistory)
+	}
+	oneOf("channels.telegram.mode", tg.Mode, "polling", "webhook")
+	oneOf("channels.telegram.group_policy", tg.GroupPolicy, "mention", "all")
+	oneOf("channels.telegram.group_scope", tg.GroupScope, "user", "chat")
+	if u, err := url.Parse(tg.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("channels.telegram.api_url", "%q is not an http(s) URL", tg.APIURL)
+	}
+	if tg.PollTimeout < 0 {
+		bad("channels.telegram.poll_timeout", "must not be negative")
+	}
+	if c.TelegramEnabled() && tg.Mode == "webhook" {
+		if u, err := url.Parse(tg.Webhook.URL); err != nil || u.Scheme != "https" || u.Host == "" {
+			bad("channels.telegram.webhook.url", "webhook mode needs the public https URL Telegram posts to, got %q", tg.Webhook.URL)
+		}
+		if !webhookSecretRE.MatchString(tg.Webhook.Secret) {
+			bad("channels.telegram.webhook.secret", "webhook mode needs a secret of 1–256 characters A–Z, a–z, 0–9, _ and -")
+		}
+	}
+	if tg.Webhook.Path == "" || tg.Webhook.Path[0] != '/' {
+		bad("channels.telegram.webhook.path", "must start with /, got %q", tg.Webhook.Path)
+	}
+
+	if c.Shutdown.DrainTimeout < 0 {
+		bad("shutdown.drain_timeout", "must not be negative")
+	} else if c.Shutdown.DrainTimeout.D() > supervisorStopTimeout-5*time.Second {
+		c.warn("shutdown.drain_timeout", "%s leaves little time before a supervisor's usual %s stop timeout kills the process; raise the supervisor's timeout (systemd TimeoutStopSec, Kubernetes terminationGracePeriodSeconds) to at least drain_timeout + 10s",
+			c.Shutdown.DrainTimeout.D(), supervisorStopTimeout)
+	}
+	if c.Recovery.MaxAge < 0 {
+		bad("recovery.max_age", "must not be negative")
+	}
+	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	oneOf("log.format", c.Log.Format, "text", "json")
+
+	// Effective policies: a channel can combine top-level and channel fields
+	// into something invalid (mode daily here, no at_hour anywhere).
+	if len(errs) == 0 {
+		for _, p := range c.Policies() {
+			errs = append(errs, p.problems(c)...)
+		}
+	}
+	return errs
+}
+
+func (c *Config) validateSession(path string, s Session) Errors {
+	var errs Errors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, c.errAt(path+"."+key, format, args...))
+	}
+	if s.MaxHistory != nil && *s.MaxHistory < 0 {
+		bad("max_history", "must be 0 or more, got %d", *s.MaxHistory)
+	}
+	r := s.Reset
+	if r.Mode != nil {
+		switch *r.Mode {
+		case ResetNone, ResetIdle, ResetDaily, ResetBoth:
+		default:
+			bad("reset.mode", "%q is not one of none, idle, daily, both", *r.Mode)
+		}
+	}
+	if r.IdleMinutes != nil && *r.IdleMinutes < 1 {
+		bad("reset.idle_minutes", "must be at least 1, got %d", *r.IdleMinutes)
+	}
+	if r.AtHour != nil && (*r.AtHour < 0 || *r.AtHour > 23) {
+		bad("reset.at_hour", "must be an hour from 0 to 23, got %d", *r.AtHour)
+	}
+	if r.Timezone != nil {
+		if _, err := time.LoadLocation(*r.Timezone); err != nil || *r.Timezone == "" {
+			bad("reset.timezone", "%q is not an IANA time zone such as Europe/Berlin", *r.Timezone)
+		}
+	}
+	return errs
+}
+
+func (c *Config) warn(path, format string, args ...any) {
+	c.Warnings = append(c.Warnings, fmt.Sprintf("%s: %s: %s", c.where(path), path, fmt.Sprintf(format, args...)))
+}
