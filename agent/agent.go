@@ -1,0 +1,99 @@
+// Package agent defines what the gateway asks of an LLM agent, and its
+// backends: echo (no model, for running without a key) and openai (any
+// OpenAI-compatible chat-completions server).
+package agent
+
+import (
+	"context"
+	"fmt"
+)
+
+// Roles of a message.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// ToolCall is a function call an assistant message asks for.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Message is one message of a transcript.
+type Message struct {
+	Role       string
+	Content    string
+	ToolCalls  []ToolCall // assistant messages only
+	ToolCallID string     // tool messages only: the call this answers
+}
+
+// Request is everything an agent is given for one turn. The gateway sends the
+// whole history every time and never relies on state kept upstream.
+type Request struct {
+	SessionKey   string
+	Instructions string    // system prompt, rebuilt for every call
+	History      []Message // prior messages, already trimmed to max_history
+	Input        string    // the new user message
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	TotalTokens      int64
+}
+
+// Reply is what a turn produced: every message in order (assistant tool
+// calls and tool results, if any, then the final assistant message).
+type Reply struct {
+	Messages []Message
+	Usage    Usage
+	Cost     float64
+	Model    string
+}
+
+// Text is the final assistant message's content.
+func (r Reply) Text() string {
+	if len(r.Messages) == 0 {
+		return ""
+	}
+	return r.Messages[len(r.Messages)-1].Content
+}
+
+// Agent writes replies. Reply calls onDelta (which may be nil) with each
+// streamed piece of the final reply as it arrives; it must return promptly
+// when ctx ends.
+type Agent interface {
+	Name() string
+	Model() string
+	Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error)
+}
+
+// Echo is the default backend: it answers "echo: <text> (history: N)" where N
+// is the number of prior messages it was given, so that resets, trimming and
+// resume are visible in a demo.
+type Echo struct{}
+
+// Name implements Agent.
+func (Echo) Name() string { return "echo" }
+
+// Model implements Agent.
+func (Echo) Model() string { return "echo" }
+
+// Reply implements Agent.
+func (Echo) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error) {
+	if err := ctx.Err(); err != nil {
+		return Reply{}, err
+	}
+	text := fmt.Sprintf("echo: %s (history: %d)", req.Input, len(req.History))
+	if onDelta != nil {
+		onDelta(text)
+	}
+	return Reply{
+		Messages: []Message{{Role: RoleAssistant, Content: text}},
+		Model:    "echo", // no model, no tokens: Usage stays zero
+	}, nil
+}

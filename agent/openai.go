@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// OpenAIConfig configures the OpenAI backend.
+type OpenAIConfig struct {
+	Name                 string // recorded on conversations; default "openai"
+	BaseURL              string // e.g. https://api.openai.com/v1, or a local server's /v1
+	APIKey               string
+	Model                string
+	Timeout              time.Duration // per request, including a streamed body
+	MaxRetries           int           // on 429/5xx and connection errors, with backoff
+	Stream               bool
+	PricePer1KPrompt     float64
+	PricePer1KCompletion float64
+	HTTPClient           *http.Client // nil: the library's default
+}
+
+// OpenAI talks to any server that speaks the chat-completions API.
+type OpenAI struct {
+	cfg    OpenAIConfig
+	client openai.Client
+}
+
+// NewOpenAI returns the backend. It makes no request.
+func NewOpenAI(cfg OpenAIConfig) *OpenAI {
+	if cfg.Name == "" {
+		cfg.Name = "openai"
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithMaxRetries(cfg.MaxRetries),
+	}
+	if cfg.Timeout > 0 {
+		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	return &OpenAI{cfg: cfg, client: openai.NewClient(opts...)}
+}
+
+// Name implements Agent.
+func (o *OpenAI) Name() string { return o.cfg.Name }
+
+// Model implements Agent.
+func (o *OpenAI) Model() string { return o.cfg.Model }
+
+// Reply implements Agent.
+func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:    o.cfg.Model,
+		Messages: toParams(req),
+	}
+	var (
+		text  string
+		usage openai.CompletionUsage
+		model string
+		calls []ToolCall
+	)
+	if o.cfg.Stream {
+		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		stream := o.client.Chat.Completions.NewStreaming(ctx, params)
+		defer stream.Close()
+		var acc openai.ChatCompletionAccumulator
+		var partial strings.Builder
+		for stream.Next() {
+			chunk := stream.Current()
+			acc.AddChunk(chunk)
+			if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+				partial.WriteString(chunk.Choices[0].Delta.Content)
+				if onDelta != nil {
+					onDelta(chunk.Choices[0].Delta.Content)
+				}
+			}
+		}
+		if err := stream.Err(); err != nil {
+			return Reply{Messages: partialMessages(partial.String()), Model: o.cfg.Model}, o.wrap(err)
+		}
+		if len(acc.Choices) == 0 {
+			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
+		}
+		text, usage, model = acc.Choices[0].Message.Content, acc.Usage, acc.Model
+		calls = toolCalls(acc.Choices[0].Message)
+	} else {
+		resp, err := o.client.Chat.Completions.New(ctx, params)
+		if err != nil {
+			return Reply{}, o.wrap(err)
+		}
+		if len(resp.Choices) == 0 {
+			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
+		}
+		text, usage, model = resp.Choices[0].Message.Content, resp.Usage, resp.Model
+		calls = toolCalls(resp.Choices[0].Message)
+		if onDelta != nil && text != "" {
+			onDelta(text)
+		}
+	}
+	if model == "" {
+		model = o.cfg.Model
+	}
+	total := usage.TotalTokens
+	if total == 0 {
+		total = usage.PromptTokens + usage.CompletionTokens
+	}
+	return Reply{
+		Messages: []Message{{Role: RoleAssistant, Content: text, ToolCalls: calls}},
+		Usage:    Usage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, TotalTokens: total},
+		Cost:     float64(usage.PromptTokens)/1000*o.cfg.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*o.cfg.PricePer1KCompletion,
+		Model:    model,
+	}, nil
+}
+
+func partialMessages(text string) []Message {
+	if text == "" {
+		return nil
+	}
+	return []Message{{Role: RoleAssistant, Content: text}}
+}
+
+func toolCalls(m openai.ChatCompletionMessage) []ToolCall {
+	var out []ToolCall
+	for _, tc := range m.ToolCalls {
+		if tc.Function.Name != "" {
+			out = append(out, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+	}
+	return out
+}
+
+// Error is a failed call to the model server, with the HTTP status when
+// there was an answer. Its message never contains the API key.
+type Error struct {
+	Status int // 0 when no answer came (connection refused, timeout)
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("model server answered %d: %v", e.Status, e.Err)
+	}
+	return fmt.Sprintf("model server unreachable: %v", e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func (o *OpenAI) wrap(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		msg := apiErr.Message
+		if msg == "" {
+			msg = http.StatusText(apiErr.StatusCode)
+		}
+		return &Error{Status: apiErr.StatusCode, Err: errors.New(msg)}
+	}
+	return &Error{Err: err}
+}
+
+func toParams(req Request) []openai.ChatCompletionMessageParamUnion {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.History)+2)
+	if req.Instructions != "" {
+		out = append(out, openai.SystemMessage(req.Instructions))
+	}
+	for _, m := range req.History {
+		switch m.Role {
+		case RoleUser:
+			out = append(out, openai.UserMessage(m.Content))
+		case RoleTool:
+			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+		case RoleAssistant:
+			if len(m.ToolCalls) == 0 {
+				out = append(out, openai.AssistantMessage(m.Content))
+				continue
+			}
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		}
+	}
+	return append(out, openai.UserMessage(req.Input))
+}
