@@ -1,0 +1,186 @@
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// clock is a fake clock tests move by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{now: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// drivers runs fn once per database: SQLite always, PostgreSQL when
+// CHATGATE_TEST_POSTGRES_DSN is set.
+func drivers(t *testing.T, fn func(t *testing.T, open func() *DB)) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "gateway.db")
+		fn(t, func() *DB { return openStore(t, DriverSQLite, path) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := postgresDSN(t)
+		fn(t, func() *DB { return openStore(t, DriverPostgres, dsn) })
+	})
+}
+
+func openStore(t testing.TB, driver, dsn string) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), driver, dsn, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// postgresDSN returns a DSN on a fresh schema of the test server, dropped
+// when the test ends, or skips the test when no server is configured.
+func postgresDSN(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv("CHATGATE_TEST_POSTGRES_DSN")
+	if base == "" {
+		t.Skip("PostgreSQL tests skipped: set CHATGATE_TEST_POSTGRES_DSN (for example postgres://postgres@127.0.0.1:5432/chatgate_test?sslmode=disable)")
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "t_" + hex.EncodeToString(b[:])
+	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("connect to CHATGATE_TEST_POSTGRES_DSN: %v", err)
+	}
+	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		if db, err := admin.DB(); err == nil {
+			db.Close()
+		}
+	})
+	if strings.Contains(base, "://") {
+		sep := "?"
+		if strings.Contains(base, "?") {
+			sep = "&"
+		}
+		return base + sep + "search_path=" + schema
+	}
+	return base + " search_path=" + schema
+}
+
+// recorder is an agent that echoes like agent.Echo and records requests.
+// block, when set, makes Reply stream "partial " and wait until its ctx ends
+// or the channel is closed.
+type recorder struct {
+	mu       sync.Mutex
+	requests []agent.Request
+	calls    atomic.Int32
+	block    chan struct{}
+	started  chan struct{}
+}
+
+func (r *recorder) Name() string  { return "recorder" }
+func (r *recorder) Model() string { return "echo" }
+func (r *recorder) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	r.calls.Add(1)
+	r.mu.Lock()
+	r.requests = append(r.requests, req)
+	r.mu.Unlock()
+	if r.block != nil {
+		onDelta("partial ")
+		if r.started != nil {
+			r.started <- struct{}{}
+		}
+		select {
+		case <-ctx.Done():
+			return agent.Reply{}, ctx.Err()
+		case <-r.block:
+		}
+	}
+	return agent.Echo{}.Reply(ctx, req, onDelta)
+}
+
+func (r *recorder) last() agent.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests[len(r.requests)-1]
+}
+
+func newManager(t testing.TB, db Store, ag agent.Agent, c *clock, policies map[string]Policy) *Manager {
+	t.Helper()
+	m := New(db, ag, Options{Policies: policies, Now: c.Now, Logger: quiet})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m
+}
+
+func msg(key, text string) Inbound {
+	return Inbound{Channel: "websocket", SessionKey: key, UserID: strings.TrimPrefix(key, "websocket:"), Text: text}
+}
+
+func handle(t testing.TB, m *Manager, in Inbound) Outcome {
+	t.Helper()
+	out, err := m.Handle(context.Background(), in, Hooks{})
+	if err != nil {
+		t.Fatalf("Handle(%q): %v", in.Text, err)
+	}
+	return out
+}
+
+// transcript returns every message row of a conversation, by seq.
+func transcript(t testing.TB, db *DB, convID string) []Message {
+	t.Helper()
+	var msgs []Message
+	if err := db.Gorm().Where("conversation_id = ?", convID).Order("seq").Find(&msgs).Error; err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func conversations(t testing.TB, db *DB, key string) []Conversation {
+	t.Helper()
+	var convs []Conversation
+	if err := db.Gorm().Where("session_key = ?", key).Order("started_at, id").Find(&convs).Error; err != nil {
+		t.Fatal(err)
+	}
+	return convs
+}
+
+var quiet = slog.New(slog.DiscardHandler)

@@ -1,0 +1,109 @@
+package sessions
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// Conversation statuses.
+const (
+	StatusActive   = "active"
+	StatusArchived = "archived"
+)
+
+// Reset reasons.
+const (
+	ReasonManual = "manual"
+	ReasonIdle   = "idle"
+	ReasonDaily  = "daily"
+)
+
+// Message statuses.
+const (
+	MsgOK          = "ok"
+	MsgFailed      = "failed"
+	MsgInterrupted = "interrupted"
+)
+
+// Why a reply is interrupted; recovery runs shutdown-interrupted turns again,
+// never ones the user stopped.
+const (
+	InterruptedByShutdown = "shutdown"
+	InterruptedByUser     = "stopped"
+)
+
+// Conversation is one conversation of a session key. At most one per key is
+// active; resets archive it and never delete it.
+type Conversation struct {
+	ID             string     `gorm:"primaryKey;size:36"`
+	SessionKey     string     `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active'"`
+	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:2;index:ix_conversations_daily,priority:2"`
+	Status         string     `gorm:"size:16;not null;index:ix_conversations_idle,priority:1;index:ix_conversations_daily,priority:1"`
+	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:3"`
+	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:3"`
+	ArchivedAt     *time.Time `gorm:"index"`
+	ResetReason    string     `gorm:"size:16"`
+	AgentName      string     `gorm:"size:64"`
+	Model          string     `gorm:"size:128"`
+	TotalTokens    int64      `gorm:"not null;default:0"`
+	Cost           float64    `gorm:"not null;default:0"`
+	// LastSeq is the seq of the newest message. Every append checks it, so
+	// two writers can never both append the same seq.
+	LastSeq int64 `gorm:"not null;default:0"`
+	// Key history: archived conversations keep their session key, so that
+	// `gateway sessions show KEY` lists them.
+	UserID string `gorm:"size:128"`
+	ChatID string `gorm:"size:128"`
+}
+
+// Message is one append-only row of a conversation. Replaying rows by Seq
+// reproduces the transcript exactly.
+type Message struct {
+	ID             uint64  `gorm:"primaryKey;autoIncrement"`
+	ConversationID string  `gorm:"size:36;not null;uniqueIndex:uq_messages_seq,priority:1;uniqueIndex:uq_messages_client,priority:1"`
+	Seq            int64   `gorm:"not null;uniqueIndex:uq_messages_seq,priority:2"`
+	Role           string  `gorm:"size:16;not null"`
+	Content        string  `gorm:"type:text;not null"`
+	ToolCalls      string  `gorm:"type:text"` // JSON array of agent.ToolCall
+	ToolCallID     string  `gorm:"size:128"`
+	ClientMsgID    *string `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2"`
+	ReplyTo        int64   `gorm:"not null;default:0"` // the user message's seq, for agent output
+	Status         string  `gorm:"size:16;not null"`
+	Error          string  `gorm:"type:text"`
+	PromptTokens   int64   `gorm:"not null;default:0"`
+	CompletionTkns int64   `gorm:"column:completion_tokens;not null;default:0"`
+	Cost           float64 `gorm:"not null;default:0"`
+	CreatedAt      time.Time
+}
+
+// ChannelState is a small key/value row a channel keeps through the store,
+// such as Telegram's update offset.
+type ChannelState struct {
+	Key       string `gorm:"column:name;primaryKey;size:255"`
+	Value     string `gorm:"type:text;not null"`
+	UpdatedAt time.Time
+}
+
+func (m *Message) agentMessage() agent.Message {
+	am := agent.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+	if m.ToolCalls != "" {
+		_ = json.Unmarshal([]byte(m.ToolCalls), &am.ToolCalls)
+	}
+	return am
+}
+
+func encodeToolCalls(calls []agent.ToolCall) string {
+	if len(calls) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(calls)
+	return string(b)
+}
+
+// isFinalReply reports whether m is the message a user sees as the answer to
+// their message: an assistant message without tool calls.
+func (m *Message) isFinalReply() bool {
+	return m.Role == agent.RoleAssistant && m.ToolCalls == "" && m.ReplyTo > 0
+}

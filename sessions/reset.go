@@ -1,0 +1,118 @@
+package sessions
+
+import (
+	"fmt"
+	"time"
+)
+
+// ResetMode selects when conversations reset on their own.
+type ResetMode string
+
+// Reset modes.
+const (
+	ResetNone  ResetMode = "none"
+	ResetIdle  ResetMode = "idle"
+	ResetDaily ResetMode = "daily"
+	ResetBoth  ResetMode = "both"
+)
+
+// ResetPolicy decides from stored timestamps whether a conversation has
+// expired.
+type ResetPolicy struct {
+	Mode     ResetMode
+	IdleFor  time.Duration  // idle: expired when now − last activity ≥ IdleFor
+	AtHour   int            // daily: expired when started before the latest AtHour boundary
+	Location *time.Location // of AtHour; nil means UTC
+}
+
+func (p ResetPolicy) idle() bool  { return p.Mode == ResetIdle || p.Mode == ResetBoth }
+func (p ResetPolicy) daily() bool { return p.Mode == ResetDaily || p.Mode == ResetBoth }
+
+// Validate reports a policy that cannot be evaluated.
+func (p ResetPolicy) Validate() error {
+	switch p.Mode {
+	case ResetNone, "":
+	case ResetIdle, ResetDaily, ResetBoth:
+	default:
+		return fmt.Errorf("unknown reset mode %q", p.Mode)
+	}
+	if p.idle() && p.IdleFor < time.Minute {
+		return fmt.Errorf("idle reset needs at least one minute, got %s", p.IdleFor)
+	}
+	if p.daily() && (p.AtHour < 0 || p.AtHour > 23) {
+		return fmt.Errorf("daily reset hour %d is not 0–23", p.AtHour)
+	}
+	return nil
+}
+
+// Expired reports whether c has expired at now, and why. With mode both the
+// reason is the condition that came true first.
+func (p ResetPolicy) Expired(c *Conversation, now time.Time) (reason string, expired bool) {
+	var idleAt, dailyAt time.Time
+	if p.idle() {
+		if t := c.LastActivityAt.Add(p.IdleFor); !now.Before(t) {
+			idleAt = t
+		}
+	}
+	if p.daily() {
+		if b := p.Boundary(now); c.StartedAt.Before(b) {
+			dailyAt = b
+		}
+	}
+	switch {
+	case idleAt.IsZero() && dailyAt.IsZero():
+		return "", false
+	case dailyAt.IsZero():
+		return ReasonIdle, true
+	case idleAt.IsZero():
+		return ReasonDaily, true
+	case idleAt.Before(dailyAt):
+		return ReasonIdle, true
+	default:
+		return ReasonDaily, true
+	}
+}
+
+// Boundary is the most recent daily reset instant at or before now.
+//
+// On a day when AtHour does not exist (a DST gap) the boundary is the first
+// instant after the gap; on a day when it occurs twice (DST ends) it is the
+// first occurrence. Either way there is exactly one boundary per local day.
+func (p ResetPolicy) Boundary(now time.Time) time.Time {
+	loc := p.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	local := now.In(loc)
+	b := dayBoundary(local.Year(), local.Month(), local.Day(), p.AtHour, loc)
+	if b.After(now) {
+		// Step back from noon, safely away from any DST change.
+		prev := time.Date(local.Year(), local.Month(), local.Day()-1, 12, 0, 0, 0, loc)
+		b = dayBoundary(prev.Year(), prev.Month(), prev.Day(), p.AtHour, loc)
+	}
+	return b
+}
+
+// dayBoundary returns the first instant of hour:00 on the given local day.
+func dayBoundary(y int, m time.Month, d, hour int, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, hour, 0, 0, 0, loc)
+	if t.Hour() != hour {
+		// The hour does not exist (DST gap): time.Date normalised it forward
+		// or backward by the gap; the reset happens when the day reaches
+		// the hour, which is the end of the gap.
+		for probe := time.Date(y, m, d, 0, 0, 0, 0, loc); probe.Day() == d; probe = probe.Add(15 * time.Minute) {
+			if probe.Hour() > hour {
+				return probe
+			}
+		}
+		return t
+	}
+	// The hour may exist twice (DST ends): take the earlier instant.
+	for _, back := range []time.Duration{2 * time.Hour, time.Hour, 30 * time.Minute} {
+		e := t.Add(-back)
+		if el := e.In(loc); el.Year() == y && el.Month() == m && el.Day() == d && el.Hour() == hour && el.Minute() == 0 {
+			return e
+		}
+	}
+	return t
+}

@@ -1,0 +1,465 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/logger"
+)
+
+// Errors of the store.
+var (
+	// ErrStale means a conditional write found the conversation changed:
+	// archived, or appended to by someone else. The caller reloads.
+	ErrStale = errors.New("conversation changed underneath")
+	// ErrDuplicate means the client message id is already stored.
+	ErrDuplicate = errors.New("client message id already stored")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Store is what the session manager needs from a database. DB implements it
+// on GORM for SQLite and PostgreSQL.
+type Store interface {
+	ActiveConversation(ctx context.Context, key string) (*Conversation, error)
+	Conversation(ctx context.Context, id string) (*Conversation, error)
+	CreateConversation(ctx context.Context, c *Conversation) error
+	RecentMessages(ctx context.Context, convID string, limit int) ([]Message, error)
+	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]Message, error)
+	MessageByClientID(ctx context.Context, convID, clientID string) (*Message, error)
+	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
+	Append(ctx context.Context, a Append) error
+	Archive(ctx context.Context, convID, reason string, at time.Time) (bool, error)
+	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error)
+	SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error)
+	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
+	Close() error
+}
+
+// Append is one conditional append of messages to a conversation.
+type Append struct {
+	Conv *Conversation
+	// ExpectSeq is the conversation's LastSeq the caller saw; the append
+	// fails with ErrStale when it moved.
+	ExpectSeq int64
+	// RequireActive refuses the append to an archived conversation (a user
+	// message must open a new conversation instead).
+	RequireActive bool
+	Messages      []Message
+	At            time.Time
+	Tokens        int64
+	Cost          float64
+	Model         string
+}
+
+// Driver names.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// DB is the GORM store. Writes go through a group committer: concurrent
+// writes share one transaction, and each caller returns when its write is
+// committed.
+type DB struct {
+	driver string
+	write  *gorm.DB
+	read   *gorm.DB
+	commit *committer
+}
+
+// OpenOptions tunes Open.
+type OpenOptions struct {
+	Logger   *slog.Logger
+	MaxBatch int // writes per group commit (default 128)
+}
+
+// Open opens (and migrates) the database. For sqlite, dsn is a file path.
+func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	gcfg := &gorm.Config{
+		TranslateError: true,
+		Logger:         logger.Discard,
+		NowFunc:        func() time.Time { return time.Now().UTC() },
+	}
+	s := &DB{driver: driver}
+	workers := 1
+	switch driver {
+	case DriverSQLite:
+		w, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, false)), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
+		}
+		s.write = w
+		// One writer connection: SQLite allows one writer at a time, and
+		// immediate transactions make a second process wait (busy_timeout)
+		// instead of failing mid-transaction.
+		sqlDB, _ := w.DB()
+		sqlDB.SetMaxOpenConns(1)
+		r, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, true)), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
+		}
+		rdb, _ := r.DB()
+		rdb.SetMaxOpenConns(4)
+		s.read = r
+	case DriverPostgres:
+		db, err := gorm.Open(postgres.Open(dsn), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetMaxIdleConns(16)
+		s.write, s.read = db, db
+		workers = 4
+	default:
+		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
+	}
+	if err := s.ping(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
+	}
+	s.commit = newCommitter(s.write, workers, opts.MaxBatch)
+	return s, nil
+}
+
+func (s *DB) ping(ctx context.Context) error {
+	sqlDB, err := s.write.DB()
+	if err == nil {
+		err = sqlDB.PingContext(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot reach %s database: %w", s.driver, err)
+	}
+	return nil
+}
+
+// sqliteDSN adds the pragmas chatgate relies on: WAL so readers never block
+// the writer, a busy timeout, synchronous=FULL so an acknowledged message
+// survives power loss, and immediate write transactions (a deferred
+// read-then-write transaction fails with SQLITE_BUSY despite busy_timeout).
+func sqliteDSN(path string, readOnly bool) string {
+	base, query, _ := strings.Cut(path, "?")
+	if !strings.HasPrefix(base, "file:") {
+		base = "file:" + base
+	}
+	q, _ := url.ParseQuery(query)
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return base + "?" + q.Encode()
+}
+
+func redactErr(err error, dsn string) error {
+	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+		}
+	}
+	return err
+}
+
+func (s *DB) migrate(ctx context.Context) error {
+	models := []any{&Conversation{}, &Message{}, &ChannelState{}}
+	if s.driver != DriverPostgres {
+		return s.write.WithContext(ctx).AutoMigrate(models...)
+	}
+	// Replicas starting together must not migrate concurrently: hold a
+	// session advisory lock on one pinned connection while migrating.
+	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
+		if err := tx.Exec("SELECT pg_advisory_lock(hashtext('chatgate:migrate'))").Error; err != nil {
+			return err
+		}
+		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
+		return tx.AutoMigrate(models...)
+	})
+}
+
+// Driver names the database driver.
+func (s *DB) Driver() string { return s.driver }
+
+// Gorm is the writer handle, for the store's own commands and tests.
+func (s *DB) Gorm() *gorm.DB { return s.write }
+
+// Close flushes pending writes and closes the database.
+func (s *DB) Close() error {
+	if s.commit != nil {
+		s.commit.close()
+	}
+	return s.closeDBs()
+}
+
+func (s *DB) closeDBs() error {
+	var errs []error
+	for _, g := range []*gorm.DB{s.write, s.read} {
+		if g == nil {
+			continue
+		}
+		if sqlDB, err := g.DB(); err == nil {
+			errs = append(errs, sqlDB.Close())
+		}
+		if s.read == s.write {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func notFound(err error) bool { return errors.Is(err, gorm.ErrRecordNotFound) }
+
+// ActiveConversation returns the key's active conversation, or nil.
+func (s *DB) ActiveConversation(ctx context.Context, key string) (*Conversation, error) {
+	var c Conversation
+	err := s.read.WithContext(ctx).Where("session_key = ? AND status = ?", key, StatusActive).Take(&c).Error
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load active conversation of %s: %w", key, err)
+	}
+	return &c, nil
+}
+
+// Conversation returns a conversation by id, or nil.
+func (s *DB) Conversation(ctx context.Context, id string) (*Conversation, error) {
+	var c Conversation
+	err := s.read.WithContext(ctx).Where("id = ?", id).Take(&c).Error
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load conversation %s: %w", id, err)
+	}
+	return &c, nil
+}
+
+// CreateConversation inserts c. It fails with ErrStale when the key already
+// has an active conversation.
+func (s *DB) CreateConversation(ctx context.Context, c *Conversation) error {
+	err := s.commit.do(ctx, func(tx *gorm.DB) error { return tx.Create(c).Error })
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return ErrStale
+	}
+	if err != nil {
+		return fmt.Errorf("create conversation for %s: %w", c.SessionKey, err)
+	}
+	return nil
+}
+
+// RecentMessages returns the newest limit messages, oldest first.
+func (s *DB) RecentMessages(ctx context.Context, convID string, limit int) ([]Message, error) {
+	var msgs []Message
+	err := s.read.WithContext(ctx).Where("conversation_id = ?", convID).
+		Order("seq DESC").Limit(limit).Find(&msgs).Error
+	if err != nil {
+		return nil, fmt.Errorf("load messages of %s: %w", convID, err)
+	}
+	for i, j := 0, len(msgs)-1; i < j; i, j = i+1, j-1 {
+		msgs[i], msgs[j] = msgs[j], msgs[i]
+	}
+	return msgs, nil
+}
+
+// MessagesAfter returns messages with seq > afterSeq, oldest first, at most
+// limit (0: no limit).
+func (s *DB) MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]Message, error) {
+	var msgs []Message
+	q := s.read.WithContext(ctx).Where("conversation_id = ? AND seq > ?", convID, afterSeq).Order("seq")
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	if err := q.Find(&msgs).Error; err != nil {
+		return nil, fmt.Errorf("load messages of %s: %w", convID, err)
+	}
+	return msgs, nil
+}
+
+// MessageByClientID returns the user message with that client id, or nil.
+func (s *DB) MessageByClientID(ctx context.Context, convID, clientID string) (*Message, error) {
+	var m Message
+	err := s.read.WithContext(ctx).Where("conversation_id = ? AND client_msg_id = ?", convID, clientID).Take(&m).Error
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up client message %s: %w", clientID, err)
+	}
+	return &m, nil
+}
+
+// FinalReply returns the reply the user saw to their message userSeq, or nil.
+func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error) {
+	var m Message
+	err := s.read.WithContext(ctx).
+		Where("conversation_id = ? AND reply_to = ? AND role = ? AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq, "assistant").
+		Order("seq DESC").Take(&m).Error
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load reply to %d in %s: %w", userSeq, convID, err)
+	}
+	return &m, nil
+}
+
+// Append stores messages and advances the conversation, in one group commit.
+func (s *DB) Append(ctx context.Context, a Append) error {
+	n := int64(len(a.Messages))
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		q := tx.Model(&Conversation{}).Where("id = ? AND last_seq = ?", a.Conv.ID, a.ExpectSeq)
+		if a.RequireActive {
+			q = q.Where("status = ?", StatusActive)
+		}
+		updates := map[string]any{
+			"last_seq":         gorm.Expr("last_seq + ?", n),
+			"last_activity_at": a.At,
+			"total_tokens":     gorm.Expr("total_tokens + ?", a.Tokens),
+			"cost":             gorm.Expr("cost + ?", a.Cost),
+		}
+		if a.Model != "" {
+			updates["model"] = a.Model
+		}
+		res := q.Updates(updates)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrStale
+		}
+		return tx.Create(&a.Messages).Error
+	})
+	switch {
+	case errors.Is(err, ErrStale):
+		return ErrStale
+	case errors.Is(err, gorm.ErrDuplicatedKey):
+		for _, m := range a.Messages {
+			if m.ClientMsgID != nil {
+				return ErrDuplicate
+			}
+		}
+		return ErrStale // a seq someone else took
+	case err != nil:
+		return fmt.Errorf("append to conversation %s: %w", a.Conv.ID, err)
+	}
+	a.Conv.LastSeq += n
+	a.Conv.LastActivityAt = a.At
+	a.Conv.TotalTokens += a.Tokens
+	a.Conv.Cost += a.Cost
+	if a.Model != "" {
+		a.Conv.Model = a.Model
+	}
+	return nil
+}
+
+// Archive archives one active conversation. It reports false when it was not
+// active (already archived by a sweep or another replica).
+func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time) (bool, error) {
+	var archived bool
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		res := tx.Model(&Conversation{}).Where("id = ? AND status = ?", convID, StatusActive).
+			Updates(map[string]any{"status": StatusArchived, "archived_at": at, "reset_reason": reason})
+		archived = res.RowsAffected == 1
+		return res.Error
+	})
+	if err != nil {
+		return false, fmt.Errorf("archive conversation %s: %w", convID, err)
+	}
+	return archived, nil
+}
+
+// SweepIdle archives the channel's active conversations idle since cutoff or
+// longer. Set-based and idempotent: a repeated or concurrent run archives
+// nothing twice. It returns what it archived.
+func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error) {
+	return s.sweep(ctx, ReasonIdle, at, "status = ? AND channel = ? AND last_activity_at <= ?", StatusActive, channel, cutoff)
+}
+
+// SweepDaily archives the channel's active conversations started before
+// boundary. Idempotent like SweepIdle.
+func (s *DB) SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error) {
+	return s.sweep(ctx, ReasonDaily, at, "status = ? AND channel = ? AND started_at < ?", StatusActive, channel, boundary)
+}
+
+func (s *DB) sweep(ctx context.Context, reason string, at time.Time, where string, args ...any) ([]Conversation, error) {
+	var out []Conversation
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		var got []Conversation
+		err := tx.Model(&got).Clauses(clause.Returning{Columns: []clause.Column{{Name: "id"}, {Name: "session_key"}, {Name: "channel"}}}).
+			Where(where, args...).
+			Updates(map[string]any{"status": StatusArchived, "archived_at": at, "reset_reason": reason}).Error
+		out = got
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s sweep: %w", reason, err)
+	}
+	return out, nil
+}
+
+// Purge deletes archived conversations (and their messages) archived before
+// the given time. It is the only deletion chatgate does.
+func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error) {
+	var n int64
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		old := tx.Model(&Conversation{}).Select("id").Where("status = ? AND archived_at < ?", StatusArchived, archivedBefore)
+		if err := tx.Where("conversation_id IN (?)", old).Delete(&Message{}).Error; err != nil {
+			return err
+		}
+		res := tx.Where("status = ? AND archived_at < ?", StatusArchived, archivedBefore).Delete(&Conversation{})
+		n = res.RowsAffected
+		return res.Error
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge archived conversations: %w", err)
+	}
+	return n, nil
+}
+
+// GetState reads a channel state value ("" when unset).
+func (s *DB) GetState(ctx context.Context, key string) (string, error) {
+	var st ChannelState
+	err := s.read.WithContext(ctx).Where("name = ?", key).Take(&st).Error
+	if notFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read state %s: %w", key, err)
+	}
+	return st.Value, nil
+}
+
+// SetState writes a channel state value durably.
+func (s *DB) SetState(ctx context.Context, key, value string) error {
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		return tx.Clauses(clause.OnConflict{
+			Columns:   []clause.Column{{Name: "name"}},
+			DoUpdates: clause.AssignmentColumns([]string{"value", "updated_at"}),
+		}).Create(&ChannelState{Key: key, Value: value, UpdatedAt: time.Now().UTC()}).Error
+	})
+	if err != nil {
+		return fmt.Errorf("write state %s: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Schedule is one cron job the manager runs.
+type Schedule struct {
+	Name string // "idle", "daily:<channel>", "purge"
+	Spec string // robfig/cron spec, with CRON_TZ for daily sweeps
+}
+
+// Schedules lists the sweeps the channels' policies need: an idle sweep
+// every minute when any channel resets on idleness, a daily sweep per daily
+// channel at its hour in its time zone, and an hourly purge when a retention
+// period is set.
+func (m *Manager) Schedules() []Schedule {
+	var out []Schedule
+	channels := make([]string, 0, len(m.opts.Policies))
+	for ch := range m.opts.Policies {
+		channels = append(channels, ch)
+	}
+	sort.Strings(channels)
+	idle := false
+	for _, ch := range channels {
+		p := m.opts.Policies[ch].Reset
+		idle = idle || p.idle()
+		if p.daily() {
+			loc := p.Location
+			if loc == nil {
+				loc = time.UTC
+			}
+			out = append(out, Schedule{Name: "daily:" + ch, Spec: fmt.Sprintf("CRON_TZ=%s 0 %d * * *", loc.String(), p.AtHour)})
+		}
+	}
+	if idle {
+		out = append([]Schedule{{Name: "idle", Spec: "* * * * *"}}, out...)
+	}
+	if m.opts.RetentionDays > 0 {
+		out = append(out, Schedule{Name: "purge", Spec: "@hourly"})
+	}
+	return out
+}
+
+// Start runs the sweeps on their schedules. The sweeps are set-based and
+// idempotent, so a run that is late, repeated, or concurrent with another
+// replica's archives nothing twice; the lazy check on every message keeps
+// resets exact even if a run is missed.
+func (m *Manager) Start() error {
+	c := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
+	m.cronIDs = map[string]cron.EntryID{}
+	for _, s := range m.Schedules() {
+		name := s.Name
+		id, err := c.AddFunc(s.Spec, func() { m.runSchedule(name) })
+		if err != nil {
+			return fmt.Errorf("schedule %s sweep %q: %w", name, s.Spec, err)
+		}
+		m.cronIDs[name] = id
+	}
+	m.cron = c
+	c.Start()
+	return nil
+}
+
+func (m *Manager) runSchedule(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var n int
+	var err error
+	switch {
+	case name == "idle":
+		n, err = m.SweepIdle(ctx)
+		m.locks.Sweep()
+	case name == "purge":
+		var p int64
+		p, err = m.Purge(ctx)
+		n = int(p)
+	case len(name) > 6 && name[:6] == "daily:":
+		n, err = m.SweepDaily(ctx, name[6:])
+	}
+	if err != nil {
+		m.log.Error("sweep failed", slog.String("sweep", name), slog.String("error", err.Error()))
+		return
+	}
+	if n > 0 {
+		m.log.Info("sweep archived conversations", slog.String("sweep", name), slog.Int("conversations", n))
+	}
+}
+
+// SweepIdle archives, in every idle-resetting channel, the conversations
+// idle for the channel's idle period. It returns how many it archived.
+func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
+	now := m.now()
+	total := 0
+	for ch, p := range m.opts.Policies {
+		if !p.Reset.idle() {
+			continue
+		}
+		archived, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now)
+		if err != nil {
+			return total, err
+		}
+		m.afterSweep(archived, ReasonIdle)
+		total += len(archived)
+	}
+	return total, nil
+}
+
+// SweepDaily archives the channel's conversations started before its latest
+// daily boundary.
+func (m *Manager) SweepDaily(ctx context.Context, channel string) (int, error) {
+	p, ok := m.opts.Policies[channel]
+	if !ok || !p.Reset.daily() {
+		return 0, nil
+	}
+	now := m.now()
+	archived, err := m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now)
+	if err != nil {
+		return 0, err
+	}
+	m.afterSweep(archived, ReasonDaily)
+	return len(archived), nil
+}
+
+func (m *Manager) afterSweep(archived []Conversation, reason string) {
+	for _, c := range archived {
+		m.hot.Remove(c.SessionKey)
+		m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason})
+	}
+}
+
+// Purge deletes archived conversations older than the retention period.
+func (m *Manager) Purge(ctx context.Context) (int64, error) {
+	if m.opts.RetentionDays <= 0 {
+		return 0, nil
+	}
+	return m.store.Purge(ctx, m.now().AddDate(0, 0, -m.opts.RetentionDays))
+}
