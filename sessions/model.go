@@ -37,25 +37,25 @@ const (
 // Conversation is one conversation of a session key. At most one per key is
 // active; resets archive it and never delete it.
 type Conversation struct {
-	ID             string     `gorm:"primaryKey;size:36"`
-	SessionKey     string     `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active'"`
-	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:2;index:ix_conversations_daily,priority:2"`
-	Status         string     `gorm:"size:16;not null;index:ix_conversations_idle,priority:1;index:ix_conversations_daily,priority:1"`
-	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:3"`
-	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:3"`
-	ArchivedAt     *time.Time `gorm:"index"`
-	ResetReason    string     `gorm:"size:16"`
-	AgentName      string     `gorm:"size:64"`
-	Model          string     `gorm:"size:128"`
-	TotalTokens    int64      `gorm:"not null;default:0"`
-	Cost           float64    `gorm:"not null;default:0"`
+	ID             string     `gorm:"primaryKey;size:36" json:"id"`
+	SessionKey     string     `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active'" json:"session_key"`
+	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:2;index:ix_conversations_daily,priority:2" json:"channel"`
+	Status         string     `gorm:"size:16;not null;index:ix_conversations_idle,priority:1;index:ix_conversations_daily,priority:1" json:"status"`
+	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:3" json:"started_at"`
+	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:3" json:"last_activity_at"`
+	ArchivedAt     *time.Time `gorm:"index" json:"archived_at,omitempty"`
+	ResetReason    string     `gorm:"size:16" json:"reset_reason,omitempty"`
+	AgentName      string     `gorm:"size:64" json:"agent_name"`
+	Model          string     `gorm:"size:128" json:"model"`
+	TotalTokens    int64      `gorm:"not null;default:0" json:"total_tokens"`
+	Cost           float64    `gorm:"not null;default:0" json:"cost"`
 	// LastSeq is the seq of the newest message. Every append checks it, so
 	// two writers can never both append the same seq.
-	LastSeq int64 `gorm:"not null;default:0"`
+	LastSeq int64 `gorm:"not null;default:0" json:"last_seq"`
 	// Key history: archived conversations keep their session key, so that
 	// `gateway sessions show KEY` lists them.
-	UserID string `gorm:"size:128"`
-	ChatID string `gorm:"size:128"`
+	UserID string `gorm:"size:128" json:"user_id,omitempty"`
+	ChatID string `gorm:"size:128" json:"chat_id,omitempty"`
 }
 
 // Message is one append-only row of a conversation. Replaying rows by Seq

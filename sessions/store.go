@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -71,10 +72,12 @@ const (
 // writes share one transaction, and each caller returns when its write is
 // committed.
 type DB struct {
-	driver string
-	write  *gorm.DB
-	read   *gorm.DB
-	commit *committer
+	closeOnce sync.Once
+	closeErr  error
+	driver    string
+	write     *gorm.DB
+	read      *gorm.DB
+	commit    *committer
 }
 
 // OpenOptions tunes Open.
@@ -205,10 +208,13 @@ func (s *DB) Gorm() *gorm.DB { return s.write }
 
 // Close flushes pending writes and closes the database.
 func (s *DB) Close() error {
-	if s.commit != nil {
-		s.commit.close()
-	}
-	return s.closeDBs()
+	s.closeOnce.Do(func() {
+		if s.commit != nil {
+			s.commit.close()
+		}
+		s.closeErr = s.closeDBs()
+	})
+	return s.closeErr
 }
 
 func (s *DB) closeDBs() error {

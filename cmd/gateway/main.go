@@ -1,0 +1,81 @@
+// Command gateway runs chatgate: an LLM agent behind Telegram, a WebSocket
+// API and a web chat page, with the conversation state kept in SQLite or
+// PostgreSQL.
+//
+//	gateway [serve] [-c FILE]      run the gateway (./bot.yaml, else embedded defaults)
+//	gateway check [-c FILE]        validate and print effective policies
+//	gateway sessions list|show|export|reset
+//	gateway version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+const usage = `usage: gateway [command] [flags]
+
+commands:
+  serve [-c FILE]                 run the gateway (default command)
+  check [-c FILE]                 validate bot.yaml and print each channel's effective policy
+  sessions list [-c FILE] [-key KEY] [-status active|archived] [-limit N]
+  sessions show [-c FILE] ID|KEY  a conversation (or a key's conversations) with its messages
+  sessions export [-c FILE] [-format json|text] ID
+  sessions reset [-c FILE] KEY    archive the key's active conversation
+  version                         print the version
+
+Without -c, ./bot.yaml is used when it exists, else the embedded defaults
+(echo agent, SQLite gateway.db, http://127.0.0.1:8765, Telegram when
+TELEGRAM_TOKEN is set).
+`
+
+// run is main without the process: tests call it directly. Cancelling ctx
+// stops a running gateway as SIGTERM does.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "check":
+		return check(args, stdout, stderr)
+	case "sessions":
+		return sessionsCmd(ctx, args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "chatgate", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "gateway: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+}
+
+func versionString() string {
+	v := version
+	info, ok := debug.ReadBuildInfo()
+	if v == "" && ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		v = info.Main.Version
+	}
+	if v == "" {
+		v = "dev"
+	}
+	if ok {
+		v += " (" + info.GoVersion + ")"
+	}
+	return v
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bot.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckExample(t *testing.T) {
+	code, out, errOut := runCmd(t, "check", "-c", "../../bot.yaml.example")
+	if code != 0 {
+		t.Fatalf("check bot.yaml.example = %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"bot.yaml.example: ok", "channel websocket (enabled)", "max_history", "session.max_history (../../bot.yaml.example:"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckReportsEveryErrorWithFileAndLine(t *testing.T) {
+	path := writeConfig(t, "session:\n  reset:\n    mode: daily\n    at_hour: 25\nagent:\n  backend: gpt\n")
+	code, _, errOut := runCmd(t, "check", "-c", path)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], path+":6: agent.backend:") || !strings.HasPrefix(lines[1], path+":4: session.reset.at_hour:") {
+		// Validate reports in a fixed order: agent before session.
+		t.Fatalf("stderr:\n%s", errOut)
+	}
+}
+
+func TestCheckPrintsProvenanceAndConflictWarning(t *testing.T) {
+	path := writeConfig(t, `
+session:
+  max_history: 40
+  reset: {mode: idle, idle_minutes: 30}
+channels:
+  telegram:
+    max_history: 10
+    session:
+      max_history: 20
+`)
+	code, out, errOut := runCmd(t, "check", "-c", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"channels.telegram.max_history (" + path + ":7)",
+		"reset.idle_minutes  30",
+		"warning: " + path + ":7: channels.telegram.max_history: channels.telegram.max_history (10) and channels.telegram.session.max_history (20",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestServeRunsAndStopsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n", addr, filepath.Join(dir, "g.db")))
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
+	waitHealthy(t, "http://"+addr)
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz = %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "g.db")); err != nil {
+		t.Fatalf("database not created: %v", err)
+	}
+}
+
+func waitHealthy(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/healthz never answered: %v", base, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a starting process, not waiting on a policy
+	}
+}
+
+func TestUnreachableDatabaseFailsCleanly(t *testing.T) {
+	path := writeConfig(t, "storage:\n  driver: postgres\n  dsn: postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable&connect_timeout=2\n")
+	code, _, errOut := runCmd(t, "serve", "-c", path)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errOut, path+": storage: ") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("want one line naming the file and storage, got:\n%s", errOut)
+	}
+	if strings.Contains(errOut, "secretpw") {
+		t.Fatalf("error leaks the password: %s", errOut)
+	}
+}
+
+func TestInvalidConfigWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\nsession:\n  max_histroy: 3\n", filepath.Join(dir, "g.db")))
+	code, _, errOut := runCmd(t, "serve", "-c", path)
+	if code != 1 || !strings.Contains(errOut, path+":4: session.max_histroy: unknown key") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "g.db")); !os.IsNotExist(err) {
+		t.Fatal("a database was created for an invalid configuration")
+	}
+}
+
+func TestSessionsCommands(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "g.db")
+	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
+	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sessions.New(db, agent.Echo{}, sessions.Options{})
+	out, err := m.Handle(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"}, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(context.Background())
+	db.Close()
+
+	code, list, _ := runCmd(t, "sessions", "list", "-c", path)
+	if code != 0 || !strings.Contains(list, out.ConversationID) || !strings.Contains(list, "websocket:ann") {
+		t.Fatalf("list (%d):\n%s", code, list)
+	}
+	code, shown, _ := runCmd(t, "sessions", "show", "-c", path, "websocket:ann")
+	if code != 0 || !strings.Contains(shown, "echo: hello (history: 0)") {
+		t.Fatalf("show (%d):\n%s", code, shown)
+	}
+	code, exported, _ := runCmd(t, "sessions", "export", "-c", path, out.ConversationID)
+	var doc struct {
+		Conversation struct{ ID, Status string }
+		Messages     []struct {
+			Seq     int64
+			Role    string
+			Content string
+		}
+	}
+	if err := json.Unmarshal([]byte(exported), &doc); code != 0 || err != nil {
+		t.Fatalf("export (%d, %v):\n%s", code, err, exported)
+	}
+	if doc.Conversation.ID != out.ConversationID || len(doc.Messages) != 2 || doc.Messages[1].Role != "assistant" {
+		t.Fatalf("export = %+v", doc)
+	}
+	code, reset, _ := runCmd(t, "sessions", "reset", "-c", path, "websocket:ann")
+	if code != 0 || !strings.Contains(reset, "archived "+out.ConversationID) {
+		t.Fatalf("reset (%d): %s", code, reset)
+	}
+	_, list, _ = runCmd(t, "sessions", "list", "-c", path, "-status", "archived")
+	if !strings.Contains(list, out.ConversationID) || !strings.Contains(list, "manual") {
+		t.Fatalf("archived list:\n%s", list)
+	}
+}
+
+// TestSIGTERMExitsZero builds the real binary, starts it on its embedded
+// defaults in an empty directory, and stops it with SIGTERM.
+func TestSIGTERMExitsZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary: skipped in -short")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	cfg := filepath.Join(dir, "bot.yaml")
+	os.WriteFile(cfg, []byte("gateway:\n  listen: "+addr+"\n"), 0o600)
+	cmd := exec.Command(bin)
+	cmd.Dir = dir // ./bot.yaml is picked up without -c
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, "http://"+addr)
+	cmd.Process.Signal(syscall.SIGTERM)
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gateway.db")); err != nil {
+		t.Fatalf("gateway.db not created in the working directory: %v", err)
+	}
+}
