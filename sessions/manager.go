@@ -28,6 +28,8 @@ var (
 	ErrShuttingDown = errors.New("gateway is shutting down")
 	ErrEmptyMessage = errors.New("message text is empty")
 	ErrBadInbound   = errors.New("inbound message lacks a channel or session key")
+	ErrTooLong      = errors.New("message text is over the size limit")
+	ErrBadText      = errors.New("message text is not valid UTF-8")
 )
 
 var (
@@ -270,10 +272,10 @@ func (m *Manager) Handle(ctx context.Context, in Inbound, h Hooks) (Outcome, err
 		return Outcome{}, ErrEmptyMessage
 	}
 	if len(in.Text) > m.opts.MaxInputBytes {
-		return Outcome{}, fmt.Errorf("message is %d bytes, over the %d byte limit", len(in.Text), m.opts.MaxInputBytes)
+		return Outcome{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(in.Text), m.opts.MaxInputBytes)
 	}
 	if !utf8.ValidString(in.Text) {
-		return Outcome{}, errors.New("message text is not valid UTF-8")
+		return Outcome{}, ErrBadText
 	}
 	if !m.enter() {
 		return Outcome{}, ErrShuttingDown
@@ -599,22 +601,6 @@ func (m *Manager) Stop(key string) bool {
 		cancel(errStoppedByUser)
 	}
 	return ok
-}
-
-// Active returns the session key's active conversation (nil if none) and
-// its messages after afterSeq, or the last limit messages when afterSeq < 0.
-func (m *Manager) Active(ctx context.Context, key string, afterSeq int64, limit int) (*Conversation, []Message, error) {
-	conv, err := m.store.ActiveConversation(ctx, key)
-	if err != nil || conv == nil {
-		return nil, nil, err
-	}
-	var msgs []Message
-	if afterSeq >= 0 {
-		msgs, err = m.store.MessagesAfter(ctx, conv.ID, afterSeq, 0)
-	} else {
-		msgs, err = m.store.RecentMessages(ctx, conv.ID, limit)
-	}
-	return conv, msgs, err
 }
 
 // Shutdown stops taking turns and sweeps, lets running turns finish until

@@ -43,6 +43,8 @@ type Store interface {
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
+	GetState(ctx context.Context, key string) (string, error)
+	SetState(ctx context.Context, key, value string) error
 	Close() error
 }
 

@@ -145,6 +145,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	srv := gateway.New(log)
+	wsPolicy := cfg.Policy(config.ChannelWebSocket)
+	wsCfg := cfg.Channels.WebSocket
+	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{
+		AuthTokens:     wsCfg.AuthTokens,
+		AllowedOrigins: wsCfg.AllowedOrigins,
+		MaxFrameBytes:  int64(wsCfg.MaxFrameBytes),
+		RatePerSecond:  wsCfg.RateLimit.PerSecond,
+		RateBurst:      wsCfg.RateLimit.Burst,
+		HistoryLimit:   max(wsPolicy.MaxHistory.V, 1),
+		Logger:         log,
+	})
+	if cfg.WebSocketEnabled() {
+		srv.Handle("GET /ws", ws)
+		if ws.DevMode() {
+			log.Warn("websocket: no channels.websocket.auth_tokens: development mode, any client may name itself any user")
+		}
+	}
+	if cfg.WebPageEnabled() {
+		srv.Handle("GET /", gateway.WebPage())
+	}
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: gateway.listen: %v\n", cfg.File, err)
@@ -172,6 +192,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Shutdown: readiness off and no new connections, then drain turns for
 	// drain_timeout (or until a second signal), then interrupt the rest.
 	srv.SetReady(false)
+	ws.StopAccepting()
 	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelHTTP()
 	if err := srv.Shutdown(httpCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -183,6 +204,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("drain", slog.String("error", err.Error()))
 		code = 1
 	}
+	// Every reply that finished or was interrupted is stored and queued to
+	// its connection; now close them all with 1001.
+	wsCtx, cancelWS := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWS()
+	ws.Shutdown(wsCtx)
 	if err := store.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))
 		code = 1
