@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Protocol v1 frames. Names and fields are a public contract
+// (docs/protocol.md): fields may be added, never renamed.
+
+// clientFrame is any frame a client sends; Type selects which fields count.
+type clientFrame struct {
+	Type string `json:"type"`
+	// hello
+	User         string `json:"user,omitempty"`
+	Session      string `json:"session,omitempty"`
+	LastSeq      *int64 `json:"last_seq,omitempty"`
+	Conversation string `json:"conversation,omitempty"`
+	Token        string `json:"token,omitempty"`
+	// message
+	ID   string  `json:"id,omitempty"`
+	Text *string `json:"text,omitempty"`
+}
+
+// Error codes of error frames, declared once with their default text.
+type wsError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *wsError) Error() string { return e.Code + ": " + e.Message }
+
+func (e *wsError) with(format string, args ...any) *wsError {
+	return &wsError{Code: e.Code, Message: fmt.Sprintf(format, args...)}
+}
+
+var (
+	errBadFrame     = &wsError{"bad_frame", "frame is not valid protocol v1 JSON"}
+	errTooLarge     = &wsError{"too_large", "frame is over the size limit"}
+	errRateLimited  = &wsError{"rate_limited", "too many frames; slow down and resend"}
+	errUnauthorized = &wsError{"unauthorized", "a valid token is required"}
+	errNotFound     = &wsError{"not_found", "nothing to act on"}
+	errUnavailable  = &wsError{"unavailable", "the gateway is shutting down; reconnect and resend"}
+	errInternal     = &wsError{"internal", "the message could not be stored; resend it"}
+)
+
+const maxClientMsgID = 128
+
+// decodeFrame parses and checks one client frame. It never panics, whatever
+// the input (see FuzzDecodeFrame).
+func decodeFrame(data []byte) (*clientFrame, *wsError) {
+	if !utf8.Valid(data) {
+		return nil, errBadFrame.with("frame is not UTF-8 text")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f clientFrame
+	if err := dec.Decode(&f); err != nil {
+		return nil, errBadFrame.with("frame is not a valid JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, errBadFrame.with("one JSON object per frame")
+	}
+	switch f.Type {
+	case "hello":
+		if len(f.User) > 128 || len(f.Session) > 128 || len(f.Conversation) > 64 || len(f.Token) > 256 {
+			return nil, errBadFrame.with("hello field too long")
+		}
+		if f.LastSeq != nil && *f.LastSeq < 0 {
+			return nil, errBadFrame.with("last_seq must not be negative")
+		}
+	case "message":
+		if f.Text == nil {
+			return nil, errBadFrame.with("message needs a text")
+		}
+		if len(f.ID) > maxClientMsgID {
+			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
+		}
+	case "reset", "stop":
+	case "":
+		return nil, errBadFrame.with("frame has no type")
+	default:
+		return nil, errBadFrame.with("unknown frame type %q", f.Type)
+	}
+	return &f, nil
+}
+
+// Server frames.
+
+type historyItem struct {
+	Seq     int64  `json:"seq"`
+	Role    string `json:"role"`
+	Text    string `json:"text"`
+	Status  string `json:"status"`
+	ID      string `json:"id,omitempty"`       // the client message id of a user message
+	ReplyTo int64  `json:"reply_to,omitempty"` // the user message's seq, for replies
+}
+
+type readyFrame struct {
+	Type         string        `json:"type"`
+	Session      string        `json:"session"`
+	Conversation string        `json:"conversation"`
+	Resumed      bool          `json:"resumed"`
+	User         string        `json:"user"`
+	History      []historyItem `json:"history"`
+}
+
+type ackFrame struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Seq  int64  `json:"seq"`
+}
+
+type deltaFrame struct {
+	Type    string `json:"type"`
+	ReplyTo string `json:"reply_to"`
+	Text    string `json:"text"`
+}
+
+type replyFrame struct {
+	Type    string `json:"type"`
+	ReplyTo string `json:"reply_to"`
+	Seq     int64  `json:"seq"`
+	Text    string `json:"text"`
+	Status  string `json:"status"`
+}
+
+type resetFrame struct {
+	Type         string `json:"type"`
+	Conversation string `json:"conversation"`
+	Reason       string `json:"reason"`
+}
+
+type errorFrame struct {
+	Type string `json:"type"`
+	wsError
+}
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("gateway: encoding %T: %v", v, err)) // only fixed frame types reach here
+	}
+	return b
+}

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestDecodeFrame(t *testing.T) {
+	tests := []struct {
+		in   string
+		ok   bool
+		typ  string
+		code string
+	}{
+		{`{"type":"hello","user":"ann","session":"s","last_seq":12}`, true, "hello", ""},
+		{`{"type":"message","id":"c-1","text":"hi"}`, true, "message", ""},
+		{`{"type":"message","text":""}`, true, "message", ""}, // empty text is refused by the manager, with its own message
+		{`{"type":"reset"}`, true, "reset", ""},
+		{`{"type":"stop"}`, true, "stop", ""},
+		{`{"type":"message"}`, false, "", "bad_frame"},
+		{`{"type":"hello","last_seq":-1}`, false, "", "bad_frame"},
+		{`{"type":"nope"}`, false, "", "bad_frame"},
+		{`{}`, false, "", "bad_frame"},
+		{`{"type":"stop","x":1}`, false, "", "bad_frame"},
+		{"\xff\xfe", false, "", "bad_frame"},
+		{`{"type":"stop"} {"type":"stop"}`, false, "", "bad_frame"},
+		{`null`, false, "", "bad_frame"},
+	}
+	for _, tt := range tests {
+		f, err := decodeFrame([]byte(tt.in))
+		if tt.ok != (err == nil) {
+			t.Fatalf("decodeFrame(%q) error = %v, want ok=%v", tt.in, err, tt.ok)
+		}
+		if err != nil && err.Code != tt.code {
+			t.Fatalf("decodeFrame(%q) code = %s, want %s", tt.in, err.Code, tt.code)
+		}
+		if err == nil && f.Type != tt.typ {
+			t.Fatalf("decodeFrame(%q) type = %s", tt.in, f.Type)
+		}
+	}
+}
+
+// FuzzDecodeFrame: any input gives a frame or an error frame, never a
+// panic; an accepted frame re-encodes to JSON that decodes to the same
+// frame.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"hello","user":"ann","session":"tok","last_seq":3,"conversation":"c"}`,
+		`{"type":"message","id":"c-1","text":"hi 👋"}`,
+		`{"type":"reset"}`, `{"type":"stop"}`, `{"type":"message"}`, `not json`, `{"type":1}`, "",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		frame, werr := decodeFrame(data)
+		if (frame == nil) == (werr == nil) {
+			t.Fatalf("decodeFrame(%q) = %v, %v: want exactly one", data, frame, werr)
+		}
+		if werr != nil {
+			if werr.Code != "bad_frame" || werr.Message == "" {
+				t.Fatalf("error frame %+v", werr)
+			}
+			return
+		}
+		again, werr := decodeFrame(mustJSON(t, frame))
+		if werr != nil || again.Type != frame.Type || again.ID != frame.ID {
+			t.Fatalf("re-decoding %+v: %+v, %v", frame, again, werr)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

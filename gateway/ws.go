@@ -1,0 +1,672 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
+
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// Channel is the WebSocket channel's name in session keys and policies.
+const Channel = "websocket"
+
+// Sessions is what the WebSocket channel needs from the session manager.
+type Sessions interface {
+	Handle(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (sessions.Outcome, error)
+	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
+	Stop(key string) bool
+	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (*sessions.Conversation, []sessions.Message, error)
+	OnReset(fn func(sessions.ResetEvent))
+	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
+	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
+}
+
+// WSOptions configures the WebSocket channel.
+type WSOptions struct {
+	// AuthTokens maps a principal's name to its token. Empty: development
+	// mode, where a client names itself in hello.
+	AuthTokens     map[string]string
+	AllowedOrigins []string
+	MaxFrameBytes  int64
+	RatePerSecond  float64
+	RateBurst      int
+	// HistoryLimit is how many messages ready carries without last_seq
+	// (the channel's max_history).
+	HistoryLimit int
+	HelloTimeout time.Duration // first frame deadline (10s)
+	PingInterval time.Duration // keepalive ping period (25s); a peer silent for 2.5× this is dropped
+	WriteTimeout time.Duration // per frame (10s)
+	QueueSize    int           // messages waiting per connection (32)
+	Logger       *slog.Logger
+}
+
+// WebSocket is the channel serving GET /ws.
+type WebSocket struct {
+	opts     WSOptions
+	sess     Sessions
+	upgrader websocket.Upgrader
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	closing bool
+	conns   map[*wsConn]struct{}
+	byKey   map[string]map[*wsConn]struct{}
+	wg      sync.WaitGroup // connection goroutines
+}
+
+// NewWebSocket returns the channel and subscribes it to reset notices.
+func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = 64 << 10
+	}
+	if opts.RatePerSecond <= 0 {
+		opts.RatePerSecond = 5
+	}
+	if opts.RateBurst <= 0 {
+		opts.RateBurst = 10
+	}
+	if opts.HistoryLimit <= 0 {
+		opts.HistoryLimit = 100
+	}
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = 10 * time.Second
+	}
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 25 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 10 * time.Second
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 32
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ws := &WebSocket{
+		opts: opts, sess: sess, log: opts.Logger,
+		conns: map[*wsConn]struct{}{}, byKey: map[string]map[*wsConn]struct{}{},
+	}
+	ws.upgrader = websocket.Upgrader{
+		ReadBufferSize:  1024,
+		WriteBufferSize: 1024,
+		// Pooled write buffers: an idle connection holds no write buffer.
+		WriteBufferPool: &sync.Pool{},
+		CheckOrigin:     ws.checkOrigin,
+	}
+	sess.OnReset(ws.onReset)
+	return ws
+}
+
+// DevMode reports whether clients may name themselves (no auth tokens).
+func (ws *WebSocket) DevMode() bool { return len(ws.opts.AuthTokens) == 0 }
+
+func (ws *WebSocket) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true // not a browser
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, allowed := range ws.opts.AllowedOrigins {
+		if allowed == "*" || strings.EqualFold(strings.TrimRight(allowed, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// principalFor returns the name whose token this is, comparing every token
+// in constant time.
+func (ws *WebSocket) principalFor(token string) string {
+	found := ""
+	for name, t := range ws.opts.AuthTokens {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
+			found = name
+		}
+	}
+	return found
+}
+
+func requestToken(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		return strings.TrimSpace(h[len("Bearer "):])
+	}
+	return r.URL.Query().Get("token")
+}
+
+// ServeHTTP upgrades GET /ws.
+func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws.mu.Lock()
+	closing := ws.closing
+	ws.mu.Unlock()
+	if closing {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	token := requestToken(r)
+	principal := ""
+	authFailed := false
+	if !ws.DevMode() && token != "" {
+		if principal = ws.principalFor(token); principal == "" {
+			authFailed = true
+		}
+	}
+	conn, err := ws.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered the client
+	}
+	c := &wsConn{
+		ws: ws, conn: conn, principal: principal,
+		send:    make(chan []byte, 256),
+		done:    make(chan struct{}),
+		queue:   make(chan *clientFrame, ws.opts.QueueSize),
+		limiter: rate.NewLimiter(rate.Limit(ws.opts.RatePerSecond), ws.opts.RateBurst),
+	}
+	ws.mu.Lock()
+	if ws.closing {
+		ws.mu.Unlock()
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(time.Second))
+		conn.Close()
+		return
+	}
+	ws.conns[c] = struct{}{}
+	ws.wg.Add(2)
+	ws.mu.Unlock()
+	go c.writeLoop()
+	if authFailed {
+		c.fail(errUnauthorized.with("unknown token"), websocket.ClosePolicyViolation)
+	}
+	c.readLoop()
+}
+
+// StopAccepting refuses new connections (503) while existing ones keep
+// receiving the replies of turns that are draining.
+func (ws *WebSocket) StopAccepting() {
+	ws.mu.Lock()
+	ws.closing = true
+	ws.mu.Unlock()
+}
+
+// Shutdown closes every connection with 1001 (going away), through the same
+// path as a client disconnect, and waits for their goroutines until ctx
+// ends. Turns already started go on in the session manager.
+func (ws *WebSocket) Shutdown(ctx context.Context) {
+	ws.mu.Lock()
+	ws.closing = true
+	conns := make([]*wsConn, 0, len(ws.conns))
+	for c := range ws.conns {
+		conns = append(conns, c)
+	}
+	ws.mu.Unlock()
+	for _, c := range conns {
+		c.close(websocket.CloseGoingAway, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		ws.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Connections is the number of open connections.
+func (ws *WebSocket) Connections() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.conns)
+}
+
+func (ws *WebSocket) register(c *wsConn) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	set := ws.byKey[c.key]
+	if set == nil {
+		set = map[*wsConn]struct{}{}
+		ws.byKey[c.key] = set
+	}
+	set[c] = struct{}{}
+}
+
+func (ws *WebSocket) unregister(c *wsConn) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	delete(ws.conns, c)
+	if set := ws.byKey[c.key]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(ws.byKey, c.key)
+		}
+	}
+}
+
+// onReset tells every connection of the session key that its conversation
+// was archived. Sweeps do not open the next conversation; the notice then
+// opens it so that the client learns its id.
+func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
+	if ev.Channel != Channel {
+		return
+	}
+	ws.mu.Lock()
+	var targets []*wsConn
+	for c := range ws.byKey[ev.SessionKey] {
+		targets = append(targets, c)
+	}
+	ws.mu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	if ev.NewConversation != "" {
+		frame := encode(resetFrame{Type: "reset", Conversation: ev.NewConversation, Reason: ev.Reason})
+		for _, c := range targets {
+			c.enqueue(frame)
+		}
+		return
+	}
+	go func() {
+		// Not on the sweep's goroutine: opening takes the key's lock.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conv, _, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
+		if err != nil {
+			return
+		}
+		frame := encode(resetFrame{Type: "reset", Conversation: conv.ID, Reason: ev.Reason})
+		for _, c := range targets {
+			c.enqueue(frame)
+		}
+	}()
+}
+
+// wsConn is one connection. Three goroutines serve it: the reader (the HTTP
+// handler's), the writer (the only one writing frames), and the worker that
+// runs its messages in arrival order. done is closed once, by close; send
+// and queue are never closed.
+type wsConn struct {
+	ws        *WebSocket
+	conn      *websocket.Conn
+	send      chan []byte
+	done      chan struct{}
+	closeOnce sync.Once
+	closeCode int
+	closeText string
+	queue     chan *clientFrame
+	limiter   *rate.Limiter
+
+	// Set by the reader before the worker starts; read-only afterwards.
+	principal string
+	key       string
+	hello     bool
+}
+
+// close ends the connection: the writer sends a close frame with code and
+// closes the socket, which ends the reader.
+func (c *wsConn) close(code int, text string) {
+	c.closeOnce.Do(func() {
+		c.closeCode, c.closeText = code, text
+		close(c.done)
+	})
+}
+
+// enqueue hands a frame to the writer. A client too slow to take its frames
+// is disconnected; it resumes and gets its replies from storage.
+func (c *wsConn) enqueue(frame []byte) {
+	select {
+	case c.send <- frame:
+	case <-c.done:
+	default:
+		c.close(websocket.CloseTryAgainLater, "client too slow")
+	}
+}
+
+// deliver sends a turn's frame to the connection that sent the message or,
+// if that one has gone, to the key's live connections: a client that
+// resumed while its turn was running gets the rest of the stream and the
+// reply there.
+func (c *wsConn) deliver(frame []byte) {
+	select {
+	case <-c.done:
+	default:
+		c.enqueue(frame)
+		return
+	}
+	c.ws.mu.Lock()
+	targets := make([]*wsConn, 0, len(c.ws.byKey[c.key]))
+	for other := range c.ws.byKey[c.key] {
+		targets = append(targets, other)
+	}
+	c.ws.mu.Unlock()
+	for _, other := range targets {
+		other.enqueue(frame)
+	}
+}
+
+func (c *wsConn) sendError(e *wsError) {
+	c.enqueue(encode(errorFrame{Type: "error", wsError: *e}))
+}
+
+// fail sends an error frame, then closes with code.
+func (c *wsConn) fail(e *wsError, code int) {
+	c.sendError(e)
+	c.close(code, e.Message)
+}
+
+func (c *wsConn) writeLoop() {
+	defer c.ws.wg.Done()
+	ping := time.NewTicker(c.ws.opts.PingInterval)
+	defer ping.Stop()
+	defer c.conn.Close()
+	write := func(frame []byte) error {
+		c.conn.SetWriteDeadline(time.Now().Add(c.ws.opts.WriteTimeout))
+		return c.conn.WriteMessage(websocket.TextMessage, frame)
+	}
+	for {
+		select {
+		case frame := <-c.send:
+			if err := write(frame); err != nil {
+				c.close(websocket.CloseAbnormalClosure, "write failed")
+				return
+			}
+		case <-ping.C:
+			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.ws.opts.WriteTimeout)); err != nil {
+				c.close(websocket.CloseAbnormalClosure, "ping failed")
+				return
+			}
+		case <-c.done:
+			// Frames queued before the close (an error frame explaining
+			// it) still go out, then the close frame.
+			for {
+				select {
+				case frame := <-c.send:
+					if write(frame) != nil {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(c.closeCode, c.closeText), time.Now().Add(time.Second))
+			return
+		}
+	}
+}
+
+func (c *wsConn) readLoop() {
+	defer c.ws.wg.Done()
+	defer c.ws.unregister(c)
+	defer c.close(websocket.CloseNormalClosure, "")
+	opts := c.ws.opts
+	pongWait := opts.PingInterval * 5 / 2
+	c.conn.SetReadLimit(opts.MaxFrameBytes)
+	c.conn.SetReadDeadline(time.Now().Add(opts.HelloTimeout))
+	c.conn.SetPongHandler(func(string) error {
+		if c.hello {
+			c.conn.SetReadDeadline(time.Now().Add(pongWait))
+		}
+		return nil
+	})
+	for {
+		mt, data, err := c.conn.ReadMessage()
+		if err != nil {
+			switch {
+			case errors.Is(err, websocket.ErrReadLimit):
+				c.close(websocket.CloseMessageTooBig, errTooLarge.Message)
+			case !c.hello && isTimeout(err):
+				c.fail(errBadFrame.with("no hello within %s", opts.HelloTimeout), websocket.ClosePolicyViolation)
+			}
+			return
+		}
+		if c.hello {
+			c.conn.SetReadDeadline(time.Now().Add(pongWait))
+		}
+		if !c.limiter.Allow() {
+			c.sendError(errRateLimited)
+			continue
+		}
+		if mt != websocket.TextMessage {
+			c.sendError(errBadFrame.with("binary frames are not part of the protocol"))
+			continue
+		}
+		f, perr := decodeFrame(data)
+		if perr != nil {
+			if !c.hello && !c.ws.DevMode() && c.principal == "" {
+				c.fail(errUnauthorized.with("send hello with a token first"), websocket.ClosePolicyViolation)
+				return
+			}
+			c.sendError(perr)
+			continue
+		}
+		if f.Type == "hello" {
+			if c.hello {
+				c.sendError(errBadFrame.with("hello was already sent"))
+				continue
+			}
+			if !c.doHello(f) {
+				return
+			}
+			c.hello = true
+			c.conn.SetReadDeadline(time.Now().Add(pongWait))
+			c.ws.wg.Add(1)
+			go c.workLoop()
+			continue
+		}
+		if !c.hello {
+			if !c.ws.DevMode() && c.principal == "" {
+				c.fail(errUnauthorized.with("send hello with a token first"), websocket.ClosePolicyViolation)
+				return
+			}
+			c.sendError(errBadFrame.with("the first frame must be hello"))
+			continue
+		}
+		switch f.Type {
+		case "stop":
+			if !c.ws.sess.Stop(c.key) {
+				c.sendError(errNotFound.with("no turn is running"))
+			}
+		default: // message, reset: in arrival order, on the worker
+			select {
+			case c.queue <- f:
+			default:
+				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
+			}
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+var userRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
+
+// doHello authenticates, resumes or opens the session, and sends ready. It
+// returns false when the connection was closed.
+func (c *wsConn) doHello(f *clientFrame) bool {
+	ws := c.ws
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !ws.DevMode() && c.principal == "" {
+		if f.Token == "" {
+			c.fail(errUnauthorized, websocket.ClosePolicyViolation)
+			return false
+		}
+		if c.principal = ws.principalFor(f.Token); c.principal == "" {
+			c.fail(errUnauthorized.with("unknown token"), websocket.ClosePolicyViolation)
+			return false
+		}
+	}
+	if ws.DevMode() && f.User != "" && !userRE.MatchString(f.User) {
+		c.sendError(errBadFrame.with("user must be 1–64 of A–Z a–z 0–9 _ . @ + -"))
+		c.close(websocket.ClosePolicyViolation, "bad user")
+		return false
+	}
+	resumed := false
+	if f.Session != "" {
+		owner, err := ws.sess.ResumePrincipal(ctx, Channel, f.Session)
+		if err != nil {
+			c.fail(errInternal.with("could not check the session token"), websocket.CloseInternalServerErr)
+			return false
+		}
+		switch {
+		case owner == "":
+		case !ws.DevMode():
+			resumed = owner == c.principal
+		case f.User == "" || f.User == owner:
+			c.principal, resumed = owner, true
+		}
+	}
+	if c.principal == "" {
+		c.principal = f.User
+	}
+	if c.principal == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		c.principal = "guest-" + hex.EncodeToString(b[:])
+	}
+	token := f.Session
+	if !resumed {
+		var err error
+		if token, err = ws.sess.NewResumeToken(ctx, Channel, c.principal); err != nil {
+			c.fail(errInternal.with("could not issue a session token"), websocket.CloseInternalServerErr)
+			return false
+		}
+	}
+	c.key = sessions.WebSocketKey(c.principal)
+	ws.register(c)
+	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal}
+	afterSeq := int64(-1)
+	if resumed && f.LastSeq != nil {
+		afterSeq = *f.LastSeq
+	}
+	conv, msgs, err := ws.sess.Open(ctx, in, afterSeq, 1000)
+	if err == nil && afterSeq >= 0 && f.Conversation != "" && f.Conversation != conv.ID {
+		// The client's last_seq counts in a conversation that has since
+		// been archived: send the new one's tail instead.
+		_, msgs, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
+	} else if err == nil && afterSeq < 0 {
+		_, msgs, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
+	}
+	if err != nil {
+		if errors.Is(err, sessions.ErrShuttingDown) {
+			c.fail(errUnavailable, websocket.CloseGoingAway)
+		} else {
+			c.fail(errInternal.with("could not load the conversation"), websocket.CloseInternalServerErr)
+		}
+		return false
+	}
+	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: conv.ID, Resumed: resumed, User: c.principal, History: historyItems(msgs)}))
+	return true
+}
+
+// historyItems keeps what a chat client shows: user messages and final
+// replies (not tool calls or tool results).
+func historyItems(msgs []sessions.Message) []historyItem {
+	out := make([]historyItem, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Role != "user" && (m.Role != "assistant" || m.ToolCalls != "") {
+			continue
+		}
+		item := historyItem{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo}
+		if m.ClientMsgID != nil {
+			item.ID = *m.ClientMsgID
+		}
+		out = append(out, item)
+	}
+	return out
+}
+
+// workLoop runs the connection's messages and resets in arrival order. A
+// message already received is run even if the client has gone: its reply
+// is stored and delivered on resume.
+func (c *wsConn) workLoop() {
+	defer c.ws.wg.Done()
+	for {
+		select {
+		case f := <-c.queue:
+			c.run(f)
+		case <-c.done:
+			for {
+				select {
+				case f := <-c.queue:
+					c.run(f)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (c *wsConn) run(f *clientFrame) {
+	ctx := context.Background()
+	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal, ClientMsgID: f.ID}
+	if f.Type == "reset" {
+		if _, err := c.ws.sess.Reset(ctx, in); err != nil {
+			c.sendError(handleError(err))
+		}
+		// The reset frame comes through onReset, to every connection of
+		// the key.
+		return
+	}
+	in.Text = *f.Text
+	acked := false
+	out, err := c.ws.sess.Handle(ctx, in, sessions.Hooks{
+		OnAck: func(a sessions.Ack) {
+			acked = true
+			c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: a.Seq}))
+		},
+		OnDelta: func(d string) {
+			c.deliver(encode(deltaFrame{Type: "delta", ReplyTo: f.ID, Text: d}))
+		},
+	})
+	if err != nil {
+		we := handleError(err)
+		if f.ID != "" {
+			we = we.with("%s (message %s)", we.Message, f.ID)
+		}
+		c.sendError(we)
+		return
+	}
+	if !acked {
+		c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: out.UserSeq}))
+	}
+	c.deliver(encode(replyFrame{Type: "reply", ReplyTo: f.ID, Seq: out.Reply.Seq, Text: out.Reply.Text, Status: out.Reply.Status}))
+}
+
+func handleError(err error) *wsError {
+	switch {
+	case errors.Is(err, sessions.ErrShuttingDown):
+		return errUnavailable
+	case errors.Is(err, sessions.ErrEmptyMessage):
+		return errBadFrame.with("message text is empty")
+	case errors.Is(err, sessions.ErrTooLong):
+		return errTooLarge.with("%v", err)
+	case errors.Is(err, sessions.ErrBadText):
+		return errBadFrame.with("%v", err)
+	default:
+		return errInternal
+	}
+}
