@@ -231,6 +231,20 @@ func (ws *WebSocket) Shutdown(ctx context.Context) {
 	}
 }
 
+// dropAll closes every connection with code while still accepting new
+// ones, as a network drop or a restart behind a load balancer would.
+func (ws *WebSocket) dropAll(code int) {
+	ws.mu.Lock()
+	conns := make([]*wsConn, 0, len(ws.conns))
+	for c := range ws.conns {
+		conns = append(conns, c)
+	}
+	ws.mu.Unlock()
+	for _, c := range conns {
+		c.close(code, "dropped")
+	}
+}
+
 // Connections is the number of open connections.
 func (ws *WebSocket) Connections() int {
 	ws.mu.Lock()

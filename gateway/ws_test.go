@@ -616,3 +616,38 @@ func TestWebPageIsServed(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenAIStreamsDeltaFrames(t *testing.T) {
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, part := range []string{"Hel", "lo ", "there"} {
+			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", part)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer llm.Close()
+	ag := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: llm.URL, APIKey: "k", Model: "m", Stream: true})
+	e := newEnv(t, ag, WSOptions{}, nil, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "q", "text": "hi"})
+	c.expect("ack")
+	var streamed []string
+	for {
+		f, err := c.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f["type"] == "delta" {
+			streamed = append(streamed, f["text"].(string))
+			continue
+		}
+		if f["type"] != "reply" || f["text"] != "Hello there" || f["reply_to"] != "q" {
+			t.Fatalf("final frame = %v", f)
+		}
+		break
+	}
+	if strings.Join(streamed, "|") != "Hel|lo |there" {
+		t.Fatalf("deltas = %q", streamed)
+	}
+}

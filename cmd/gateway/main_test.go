@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
@@ -253,5 +256,62 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "gateway.db")); err != nil {
 		t.Fatalf("gateway.db not created in the working directory: %v", err)
+	}
+}
+
+// TestServeChatsOverWebSocket drives the whole wiring: configuration, store,
+// manager and the WebSocket channel of a running gateway.
+func TestServeChatsOverWebSocket(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf(`
+gateway:
+  listen: %s
+storage:
+  dsn: %s
+session:
+  max_history: 1
+log:
+  level: error
+`, addr, filepath.Join(dir, "g.db")))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-c", path}, &bytes.Buffer{}, &bytes.Buffer{}) }()
+	waitHealthy(t, "http://"+addr)
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WriteJSON(map[string]any{"type": "hello", "user": "ann"})
+	for i, text := range []string{"one", "two", "three"} {
+		c.WriteJSON(map[string]any{"type": "message", "id": text, "text": text})
+		want := fmt.Sprintf("echo: %s (history: %d)", text, min(i*2, 1))
+		for {
+			var f map[string]any
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if err := c.ReadJSON(&f); err != nil {
+				t.Fatal(err)
+			}
+			if f["type"] == "reply" {
+				if f["text"] != want {
+					t.Fatalf("reply = %v, want %q (max_history 1 from bot.yaml)", f["text"], want)
+				}
+				break
+			}
+		}
+	}
+	cancel()
+	var ce *websocket.CloseError
+	for {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); err != nil {
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+				t.Fatalf("on shutdown the client got %v, want close 1001", err)
+			}
+			break
+		}
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }

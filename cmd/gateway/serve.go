@@ -165,6 +165,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
+	if cfg.TelegramEnabled() {
+		log.Warn("telegram: a token is configured, but this version has no Telegram channel yet; Telegram updates are not processed")
+	}
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: gateway.listen: %v\n", cfg.File, err)
