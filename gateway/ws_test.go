@@ -651,3 +651,21 @@ func TestOpenAIStreamsDeltaFrames(t *testing.T) {
 		t.Fatalf("deltas = %q", streamed)
 	}
 }
+
+func TestDeadPeerIsDropped(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{PingInterval: 20 * time.Millisecond}, nil, nil)
+	live, _ := e.connect(map[string]any{"user": "live"})
+	dead, _ := e.connect(map[string]any{"user": "dead"})
+	// dead never reads again, so it never answers a ping; live keeps
+	// reading, and gorilla answers pings as it reads.
+	_ = dead
+	go func() {
+		live.c.SetReadDeadline(time.Time{})
+		for {
+			if _, _, err := live.c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, func() bool { return e.ws.Connections() == 1 })
+}
