@@ -98,6 +98,19 @@ type Outcome struct {
 	Reset     *ResetEvent
 }
 
+// Observer is told about finished turns and resets, for metrics.
+type Observer interface {
+	// TurnDone: status is ok, failed, interrupted, duplicate or error (no
+	// reply: refused, shutting down, storage failure).
+	TurnDone(channel, status string, d time.Duration)
+	ResetDone(channel, reason string, n int)
+}
+
+type noObserver struct{}
+
+func (noObserver) TurnDone(string, string, time.Duration) {}
+func (noObserver) ResetDone(string, string, int)          {}
+
 // Options configures a Manager.
 type Options struct {
 	// Policies by channel name; a channel without one gets DefaultPolicy.
@@ -116,6 +129,7 @@ type Options struct {
 	FailureText   string
 	// RetentionDays purges archived conversations older than this (0 keeps).
 	RetentionDays int
+	Observer      Observer
 }
 
 // Manager is the BotSessionManager.
@@ -186,6 +200,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.FailureText == "" {
 		opts.FailureText = DefaultFailureText
 	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
 	if opts.DefaultPolicy.MaxHistory == 0 && opts.DefaultPolicy.Reset.Mode == "" {
 		opts.DefaultPolicy = Policy{MaxHistory: 100, Reset: ResetPolicy{Mode: ResetNone}}
 	}
@@ -218,6 +235,7 @@ func (m *Manager) OnReset(fn func(ResetEvent)) {
 }
 
 func (m *Manager) publish(ev ResetEvent) {
+	m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
 	m.mu.Lock()
 	ls := m.listeners
 	m.mu.Unlock()
@@ -265,6 +283,20 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 // interrupted. An agent failure is not an error: the outcome's reply has
 // status failed and a plain text for the user, and the user message stays.
 func (m *Manager) Handle(ctx context.Context, in Inbound, h Hooks) (Outcome, error) {
+	start := time.Now()
+	out, err := m.handle(ctx, in, h)
+	status := out.Reply.Status
+	switch {
+	case err != nil:
+		status = "error"
+	case out.Duplicate && out.Reply.Seq != 0:
+		status = "duplicate"
+	}
+	m.opts.Observer.TurnDone(in.Channel, status, time.Since(start))
+	return out, err
+}
+
+func (m *Manager) handle(ctx context.Context, in Inbound, h Hooks) (Outcome, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return Outcome{}, ErrBadInbound
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -298,6 +299,17 @@ log:
 				}
 				break
 			}
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`chatgate_turns_total{channel="websocket",status="ok"} 3`, `chatgate_websocket_connections 1`, `chatgate_turn_duration_seconds_count{channel="websocket"} 3`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %s", want)
 		}
 	}
 	cancel()

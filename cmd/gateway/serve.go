@@ -132,7 +132,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer store.Close()
 
+	metrics := gateway.NewMetrics()
 	mgr := sessions.New(store, newAgent(cfg), sessions.Options{
+		Observer:      metrics,
 		Policies:      policies(cfg),
 		Instructions:  cfg.Agent.Instructions,
 		Locks:         locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
@@ -156,7 +158,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		HistoryLimit:   max(wsPolicy.MaxHistory.V, 1),
 		Logger:         log,
 	})
+	srv.Handle("GET /metrics", metrics.Handler())
 	if cfg.WebSocketEnabled() {
+		metrics.WatchWebSocket(ws)
 		srv.Handle("GET /ws", ws)
 		if ws.DevMode() {
 			log.Warn("websocket: no channels.websocket.auth_tokens: development mode, any client may name itself any user")

@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is the Prometheus registry behind GET /metrics. It implements
+// sessions.Observer.
+type Metrics struct {
+	reg         *prometheus.Registry
+	turns       *prometheus.CounterVec
+	turnSeconds *prometheus.HistogramVec
+	resets      *prometheus.CounterVec
+}
+
+// NewMetrics returns a registry with the Go runtime and process collectors
+// and chatgate's own metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatgate_turns_total",
+			Help: "Turns handled, by channel and outcome (ok, failed, interrupted, duplicate, error).",
+		}, []string{"channel", "status"}),
+		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "chatgate_turn_duration_seconds",
+			Help:    "Time from a message's arrival to its stored reply.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"channel"}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatgate_resets_total",
+			Help: "Conversations archived, by channel and reason (manual, idle, daily).",
+		}, []string{"channel", "reason"}),
+	}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.turns, m.turnSeconds, m.resets)
+	return m
+}
+
+// TurnDone implements sessions.Observer.
+func (m *Metrics) TurnDone(channel, status string, d time.Duration) {
+	m.turns.WithLabelValues(channel, status).Inc()
+	if status != "error" && status != "duplicate" {
+		m.turnSeconds.WithLabelValues(channel).Observe(d.Seconds())
+	}
+}
+
+// ResetDone implements sessions.Observer.
+func (m *Metrics) ResetDone(channel, reason string, n int) {
+	m.resets.WithLabelValues(channel, reason).Add(float64(n))
+}
+
+// WatchWebSocket exports the WebSocket channel's open connections.
+func (m *Metrics) WatchWebSocket(ws *WebSocket) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatgate_websocket_connections",
+		Help: "Open WebSocket connections.",
+	}, func() float64 { return float64(ws.Connections()) }))
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
