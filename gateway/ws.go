@@ -30,6 +30,7 @@ type Sessions interface {
 	Stop(key string) bool
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (*sessions.Conversation, []sessions.Message, error)
 	OnReset(fn func(sessions.ResetEvent))
+	OnRecovered(fn func(sessions.Recovered))
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
 }
@@ -108,7 +109,31 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		CheckOrigin:     ws.checkOrigin,
 	}
 	sess.OnReset(ws.onReset)
+	sess.OnRecovered(ws.onRecovered)
 	return ws
+}
+
+// onRecovered delivers a reply that the recovery pass produced after a
+// restart to the principal's open connections; others get it on resume.
+func (ws *WebSocket) onRecovered(r sessions.Recovered) {
+	if r.Channel != Channel {
+		return
+	}
+	frame := encode(replyFrame{Type: "reply", ReplyTo: r.ClientMsgID, Seq: r.Reply.Seq, Text: r.Reply.Text, Status: r.Reply.Status})
+	for _, c := range ws.connsOf(r.SessionKey) {
+		c.enqueue(frame)
+	}
+}
+
+// connsOf returns the open connections of a session key.
+func (ws *WebSocket) connsOf(key string) []*wsConn {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]*wsConn, 0, len(ws.byKey[key]))
+	for c := range ws.byKey[key] {
+		out = append(out, c)
+	}
+	return out
 }
 
 // DevMode reports whether clients may name themselves (no auth tokens).
@@ -282,12 +307,7 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 	if ev.Channel != Channel {
 		return
 	}
-	ws.mu.Lock()
-	var targets []*wsConn
-	for c := range ws.byKey[ev.SessionKey] {
-		targets = append(targets, c)
-	}
-	ws.mu.Unlock()
+	targets := ws.connsOf(ev.SessionKey)
 	if len(targets) == 0 {
 		return
 	}
@@ -365,13 +385,7 @@ func (c *wsConn) deliver(frame []byte) {
 		c.enqueue(frame)
 		return
 	}
-	c.ws.mu.Lock()
-	targets := make([]*wsConn, 0, len(c.ws.byKey[c.key]))
-	for other := range c.ws.byKey[c.key] {
-		targets = append(targets, other)
-	}
-	c.ws.mu.Unlock()
-	for _, other := range targets {
+	for _, other := range c.ws.connsOf(c.key) {
 		other.enqueue(frame)
 	}
 }

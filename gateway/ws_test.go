@@ -669,3 +669,26 @@ func TestDeadPeerIsDropped(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return e.ws.Connections() == 1 })
 }
+
+func TestRecoveredReplyReachesConnectedClient(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
+	c, ready := e.connect(map[string]any{"user": "ann"})
+	conv, err := e.db.Conversation(context.Background(), ready["conversation"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A message stored by an earlier process that died before answering.
+	id := "lost-1"
+	now := time.Now().UTC()
+	if err := e.db.Append(context.Background(), sessions.Append{Conv: conv, RequireActive: true, At: now,
+		Messages: []sessions.Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id, Status: "ok", CreatedAt: now}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := e.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+		t.Fatalf("Recover = %d, %v", ran, err)
+	}
+	r := c.expect("reply")
+	if r["reply_to"] != "lost-1" || r["text"] != "echo: are you back? (history: 0)" || num(r["seq"]) != 2 {
+		t.Fatalf("recovered reply = %v", r)
+	}
+}

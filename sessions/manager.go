@@ -153,6 +153,7 @@ type Manager struct {
 	turns     sync.WaitGroup
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
+	recovered []func(Recovered)
 }
 
 // hotConv is an active conversation with the tail of its messages. It is

@@ -61,21 +61,21 @@ type Conversation struct {
 // Message is one append-only row of a conversation. Replaying rows by Seq
 // reproduces the transcript exactly.
 type Message struct {
-	ID             uint64  `gorm:"primaryKey;autoIncrement"`
-	ConversationID string  `gorm:"size:36;not null;uniqueIndex:uq_messages_seq,priority:1;uniqueIndex:uq_messages_client,priority:1"`
-	Seq            int64   `gorm:"not null;uniqueIndex:uq_messages_seq,priority:2"`
-	Role           string  `gorm:"size:16;not null"`
-	Content        string  `gorm:"type:text;not null"`
-	ToolCalls      string  `gorm:"type:text"` // JSON array of agent.ToolCall
-	ToolCallID     string  `gorm:"size:128"`
-	ClientMsgID    *string `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2"`
-	ReplyTo        int64   `gorm:"not null;default:0"` // the user message's seq, for agent output
-	Status         string  `gorm:"size:16;not null"`
-	Error          string  `gorm:"type:text"`
-	PromptTokens   int64   `gorm:"not null;default:0"`
-	CompletionTkns int64   `gorm:"column:completion_tokens;not null;default:0"`
-	Cost           float64 `gorm:"not null;default:0"`
-	CreatedAt      time.Time
+	ID             uint64    `gorm:"primaryKey;autoIncrement"`
+	ConversationID string    `gorm:"size:36;not null;uniqueIndex:uq_messages_seq,priority:1;uniqueIndex:uq_messages_client,priority:1;index:ix_messages_reply,priority:1"`
+	Seq            int64     `gorm:"not null;uniqueIndex:uq_messages_seq,priority:2"`
+	Role           string    `gorm:"size:16;not null"`
+	Content        string    `gorm:"type:text;not null"`
+	ToolCalls      string    `gorm:"type:text"` // JSON array of agent.ToolCall
+	ToolCallID     string    `gorm:"size:128"`
+	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2"`
+	ReplyTo        int64     `gorm:"not null;default:0;index:ix_messages_reply,priority:2"` // the user message's seq, for agent output
+	Status         string    `gorm:"size:16;not null"`
+	Error          string    `gorm:"type:text"`
+	PromptTokens   int64     `gorm:"not null;default:0"`
+	CompletionTkns int64     `gorm:"column:completion_tokens;not null;default:0"`
+	Cost           float64   `gorm:"not null;default:0"`
+	CreatedAt      time.Time `gorm:"index"`
 }
 
 // ChannelState is a small key/value row a channel keeps through the store,

@@ -43,6 +43,8 @@ type Store interface {
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
+	Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error)
+	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
 	Close() error
@@ -443,6 +445,58 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 		return 0, fmt.Errorf("purge archived conversations: %w", err)
 	}
 	return n, nil
+}
+
+// Unanswered is a user message whose turn never finished.
+type Unanswered struct {
+	Message
+	SessionKey string
+	Channel    string
+	UserID     string
+	ChatID     string
+}
+
+// Unanswered returns the user messages stored since the given time that
+// have no reply, or only a reply a shutdown interrupted, oldest first.
+func (s *DB) Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error) {
+	var out []Unanswered
+	err := s.read.WithContext(ctx).Table("messages AS u").
+		Select("u.*, c.session_key, c.channel, c.user_id, c.chat_id").
+		Joins("JOIN conversations AS c ON c.id = u.conversation_id").
+		Where("u.role = ? AND u.created_at >= ?", "user", since).
+		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.reply_to = u.seq
+			AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
+			AND NOT (r.status = ? AND r.error = ?))`, MsgInterrupted, InterruptedByShutdown).
+		Order("u.created_at, u.conversation_id, u.seq").
+		Scan(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("find unanswered messages: %w", err)
+	}
+	return out, nil
+}
+
+// Exclusive runs fn unless another process sharing the database is running
+// the same name: on PostgreSQL it holds pg_try_advisory_xact_lock inside a
+// transaction for fn's duration (the lock ends with the transaction, also
+// when a replica dies); SQLite has one gateway per file and just runs fn.
+// It reports whether fn ran.
+func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool, error) {
+	if s.driver != DriverPostgres {
+		return true, fn()
+	}
+	ran := false
+	err := s.write.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var got bool
+		if err := tx.Raw("SELECT pg_try_advisory_xact_lock(hashtext(?))", "chatgate:"+name).Scan(&got).Error; err != nil {
+			return err
+		}
+		if !got {
+			return nil
+		}
+		ran = true
+		return fn()
+	})
+	return ran, err
 }
 
 // GetState reads a channel state value ("" when unset).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -71,19 +72,25 @@ func (m *Manager) Start() error {
 func (m *Manager) runSchedule(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var n int
-	var err error
-	switch {
-	case name == "idle":
-		n, err = m.SweepIdle(ctx)
+	if name == "idle" {
 		m.locks.Sweep()
-	case name == "purge":
-		var p int64
-		p, err = m.Purge(ctx)
-		n = int(p)
-	case len(name) > 6 && name[:6] == "daily:":
-		n, err = m.SweepDaily(ctx, name[6:])
 	}
+	var n int
+	// With several replicas on one PostgreSQL database, one runs each sweep;
+	// the sweeps are idempotent anyway, this only saves the work.
+	_, err := m.store.Exclusive(ctx, "sweep:"+name, func() (err error) {
+		switch {
+		case name == "idle":
+			n, err = m.SweepIdle(ctx)
+		case name == "purge":
+			var p int64
+			p, err = m.Purge(ctx)
+			n = int(p)
+		case strings.HasPrefix(name, "daily:"):
+			n, err = m.SweepDaily(ctx, strings.TrimPrefix(name, "daily:"))
+		}
+		return err
+	})
 	if err != nil {
 		m.log.Error("sweep failed", slog.String("sweep", name), slog.String("error", err.Error()))
 		return

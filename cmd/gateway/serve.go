@@ -188,6 +188,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slog.String("storage", cfg.Storage.Driver),
 		slog.String("agent", cfg.Agent.Backend))
 
+	if cfg.RerunInterrupted() {
+		go func() {
+			if _, _, err := mgr.Recover(stopCtx, cfg.Recovery.MaxAge.D()); err != nil && stopCtx.Err() == nil {
+				log.Error("recovery", slog.String("error", err.Error()))
+			}
+		}()
+	}
+
 	code := 0
 	select {
 	case <-stopCtx.Done():
