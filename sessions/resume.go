@@ -78,3 +78,14 @@ func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit in
 	}
 	return conv, msgs, err
 }
+
+// ChannelState reads a value a channel keeps through the store (such as
+// Telegram's update offset); "" when unset.
+func (m *Manager) ChannelState(ctx context.Context, key string) (string, error) {
+	return m.store.GetState(ctx, key)
+}
+
+// SetChannelState durably stores a channel's value.
+func (m *Manager) SetChannelState(ctx context.Context, key, value string) error {
+	return m.store.SetState(ctx, key, value)
+}

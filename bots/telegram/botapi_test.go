@@ -1,0 +1,208 @@
+package telegram
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	testToken = "123456:TEST-token_abc"
+	botID     = 999
+	botName   = "gate_bot"
+)
+
+// botAPI speaks the Bot API wire format: form-encoded POSTs to
+// /bot<token>/<method>, {"ok":…,"result":…} answers, and getUpdates with
+// long polling and Telegram's confirmation rule (asking for offset N drops
+// every update below N).
+type botAPI struct {
+	t *testing.T
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	updates  []map[string]any
+	nextID   int
+	nextMsg  int
+	sent     []sentMessage
+	actions  int
+	commands string
+	webhook  map[string]string
+	fail429  int // sendMessage answers 429 this many times first
+	polls    int
+}
+
+type sentMessage struct {
+	ChatID  int64
+	Text    string
+	ReplyTo int
+}
+
+func newBotAPI(t *testing.T) *botAPI {
+	a := &botAPI{t: t, nextID: 1, nextMsg: 1}
+	a.cond = sync.NewCond(&a.mu)
+	return a
+}
+
+func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	prefix := "/bot" + testToken + "/"
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, prefix) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		a.t.Errorf("bad form: %v", err)
+	}
+	method := strings.TrimPrefix(r.URL.Path, prefix)
+	ok := func(result any) {
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result})
+	}
+	switch method {
+	case "getMe":
+		ok(map[string]any{"id": botID, "is_bot": true, "first_name": "Gate", "username": botName})
+	case "getUpdates":
+		offset, _ := strconv.Atoi(r.FormValue("offset"))
+		timeout, _ := strconv.Atoi(r.FormValue("timeout"))
+		ok(a.poll(r, offset, time.Duration(timeout)*time.Second))
+	case "sendMessage":
+		a.mu.Lock()
+		if a.fail429 > 0 {
+			a.fail429--
+			a.mu.Unlock()
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}`)
+			return
+		}
+		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
+		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
+		a.sent = append(a.sent, sentMessage{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		id := a.nextMsg
+		a.nextMsg++
+		a.cond.Broadcast()
+		a.mu.Unlock()
+		ok(map[string]any{"message_id": id, "date": 1, "chat": map[string]any{"id": chat, "type": "private"},
+			"from": map[string]any{"id": botID, "is_bot": true, "first_name": "Gate"}, "text": r.FormValue("text")})
+	case "sendChatAction":
+		a.mu.Lock()
+		a.actions++
+		a.mu.Unlock()
+		ok(true)
+	case "setMyCommands":
+		a.mu.Lock()
+		a.commands = r.FormValue("commands")
+		a.mu.Unlock()
+		ok(true)
+	case "setWebhook":
+		a.mu.Lock()
+		a.webhook = map[string]string{"url": r.FormValue("url"), "secret_token": r.FormValue("secret_token")}
+		a.mu.Unlock()
+		ok(true)
+	case "deleteWebhook":
+		ok(true)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"ok":false,"error_code":404,"description":"Not Found: method %s"}`, method)
+	}
+}
+
+// poll answers getUpdates: confirm below offset, then wait (up to timeout,
+// or until the client goes away) for an update at or above it.
+func (a *botAPI) poll(r *http.Request, offset int, timeout time.Duration) []map[string]any {
+	deadline := time.Now().Add(timeout)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		case <-time.After(timeout):
+		}
+		a.mu.Lock()
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	}()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.polls++
+	for {
+		kept := a.updates[:0]
+		for _, u := range a.updates {
+			if u["update_id"].(int) >= offset {
+				kept = append(kept, u)
+			}
+		}
+		a.updates = kept
+		if len(a.updates) > 0 || time.Now().After(deadline) || r.Context().Err() != nil {
+			out := make([]map[string]any, len(a.updates))
+			copy(out, a.updates)
+			return out
+		}
+		a.cond.Wait()
+	}
+}
+
+// push queues an update carrying message and returns the message id.
+func (a *botAPI) push(message map[string]any) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id := a.nextMsg
+	a.nextMsg++
+	message["message_id"] = id
+	message["date"] = 1
+	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, "message": message})
+	a.nextID++
+	a.cond.Broadcast()
+	return id
+}
+
+func dm(user int64, text string) map[string]any {
+	m := map[string]any{
+		"from": map[string]any{"id": user, "is_bot": false, "first_name": "U"},
+		"chat": map[string]any{"id": user, "type": "private"},
+		"text": text,
+	}
+	if strings.HasPrefix(text, "/") {
+		cmd, _, _ := strings.Cut(text, " ")
+		m["entities"] = []map[string]any{{"type": "bot_command", "offset": 0, "length": len(cmd)}}
+	}
+	return m
+}
+
+func group(chat, user int64, text string) map[string]any {
+	m := dm(user, text)
+	m["chat"] = map[string]any{"id": chat, "type": "supergroup", "title": "G"}
+	if i := strings.Index(text, "@"+botName); i >= 0 && !strings.HasPrefix(text, "/") {
+		m["entities"] = []map[string]any{{"type": "mention", "offset": len([]rune(text[:i])), "length": len(botName) + 1}}
+	}
+	return m
+}
+
+func (a *botAPI) sentMessages() []sentMessage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]sentMessage(nil), a.sent...)
+}
+
+// waitSent waits until n messages have been sent, bounded.
+func (a *botAPI) waitSent(t *testing.T, n int) []sentMessage {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.sent) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages sent, want %d: %+v", len(a.sent), n, a.sent)
+		}
+		a.mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // polling for another goroutine's send
+		a.mu.Lock()
+	}
+	return append([]sentMessage(nil), a.sent...)
+}
