@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -327,3 +329,40 @@ log:
 		t.Fatalf("exit %d", code)
 	}
 }
+
+func TestRejectedTelegramTokenLeavesTheRestServing(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
+	}))
+	defer api.Close()
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nchannels:\n  telegram:\n    token: \"42:SECRET-token\"\n    api_url: %s\n",
+		addr, filepath.Join(t.TempDir(), "g.db"), api.URL))
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-c", path}, &bytes.Buffer{}, &stderr) }()
+	waitHealthy(t, "http://"+addr)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	logs := stderr.String()
+	if !strings.Contains(logs, "telegram: cannot start the bot: Unauthorized") || strings.Contains(logs, "SECRET") {
+		t.Fatalf("logs:\n%s", logs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

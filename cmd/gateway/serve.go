@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/locks"
@@ -169,8 +170,38 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
+	// Telegram: a bot that cannot start (a rejected token, an unreachable
+	// Bot API server) is logged, and the rest of the gateway serves on.
+	pollCtx, stopPolling := context.WithCancel(context.Background())
+	defer stopPolling()
+	pollDone := make(chan struct{})
+	var bot *telegram.Bot
 	if cfg.TelegramEnabled() {
-		log.Warn("telegram: a token is configured, but this version has no Telegram channel yet; Telegram updates are not processed")
+		tg := cfg.Channels.Telegram
+		b, err := telegram.New(pollCtx, mgr, telegram.Options{
+			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
+			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
+			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
+			Logger: log,
+		})
+		if err != nil {
+			log.Error(err.Error())
+		} else {
+			bot = b
+			if tg.Mode == "webhook" {
+				srv.Handle("POST "+tg.Webhook.Path, bot.WebhookHandler())
+			}
+		}
+	}
+	if bot != nil {
+		go func() {
+			defer close(pollDone)
+			if err := bot.Start(pollCtx); err != nil {
+				log.Error(err.Error())
+			}
+		}()
+	} else {
+		close(pollDone)
 	}
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
 	if err != nil {
@@ -208,6 +239,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// drain_timeout (or until a second signal), then interrupt the rest.
 	srv.SetReady(false)
 	ws.StopAccepting()
+	if bot != nil {
+		bot.StopTaking()
+	}
+	stopPolling()
+	<-pollDone
 	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelHTTP()
 	if err := srv.Shutdown(httpCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -218,6 +254,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := mgr.Shutdown(drainCtx); err != nil {
 		log.Error("drain", slog.String("error", err.Error()))
 		code = 1
+	}
+	if bot != nil {
+		// Updates still queued end quickly (the manager refuses them); their
+		// offsets stay, and Telegram sends them again after the restart.
+		botCtx, cancelBot := context.WithTimeout(context.Background(), 5*time.Second)
+		bot.Wait(botCtx)
+		cancelBot()
 	}
 	// Every reply that finished or was interrupted is stored and queued to
 	// its connection; now close them all with 1001.
