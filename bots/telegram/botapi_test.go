@@ -34,6 +34,7 @@ type botAPI struct {
 	commands string
 	webhook  map[string]string
 	fail429  int // sendMessage answers 429 this many times first
+	conflict int // getUpdates answers 409 this many times first
 	polls    int
 }
 
@@ -68,6 +69,15 @@ func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "getMe":
 		ok(map[string]any{"id": botID, "is_bot": true, "first_name": "Gate", "username": botName})
 	case "getUpdates":
+		a.mu.Lock()
+		if a.conflict > 0 {
+			a.conflict--
+			a.mu.Unlock()
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"ok":false,"error_code":409,"description":"Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}`)
+			return
+		}
+		a.mu.Unlock()
 		offset, _ := strconv.Atoi(r.FormValue("offset"))
 		timeout, _ := strconv.Atoi(r.FormValue("timeout"))
 		ok(a.poll(r, offset, time.Duration(timeout)*time.Second))
@@ -160,6 +170,18 @@ func (a *botAPI) push(message map[string]any) int {
 	a.nextID++
 	a.cond.Broadcast()
 	return id
+}
+
+// pushUpdate queues an update of another kind (edited_message, …).
+func (a *botAPI) pushUpdate(kind string, body map[string]any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	body["message_id"] = a.nextMsg
+	a.nextMsg++
+	body["date"] = 1
+	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, kind: body})
+	a.nextID++
+	a.cond.Broadcast()
 }
 
 func dm(user int64, text string) map[string]any {

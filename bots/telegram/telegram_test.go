@@ -449,3 +449,27 @@ func TestRestartMidBatch(t *testing.T) {
 		t.Fatalf("%d messages sent, want 6: %q", len(sent), texts(sent))
 	}
 }
+
+func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
+	api := newBotAPI(t)
+	api.conflict = 2
+	h := start(t, api, t.TempDir(), setup{})
+	api.pushUpdate("edited_message", dm(7, "edited text"))
+	api.pushUpdate("channel_post", map[string]any{"chat": map[string]any{"id": -9, "type": "channel"}, "text": "post"})
+	api.push(dm(7, "hi"))
+	sent := api.waitSent(t, 1)
+	time.Sleep(50 * time.Millisecond)
+	if sent = api.sentMessages(); len(sent) != 1 || sent[0].Text != "echo: hi (history: 0)" {
+		t.Fatalf("sent = %+v", sent)
+	}
+	h.mu.Lock()
+	waits := append([]time.Duration(nil), h.waits...)
+	h.mu.Unlock()
+	if len(waits) < 2 || waits[0] != 5*time.Second || waits[1] != 10*time.Second {
+		t.Fatalf("backoff after two conflicts = %v, want 5s then 10s", waits)
+	}
+	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{})
+	if len(convs) != 1 || convs[0].LastSeq != 2 {
+		t.Fatalf("conversations = %+v: edits or channel posts were stored", convs)
+	}
+}
