@@ -223,6 +223,35 @@ func TestSessionsCommands(t *testing.T) {
 	}
 }
 
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// buildBinary builds the gateway once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary: skipped in -short")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "chatgate-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gateway")
+		if out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
 // TestSIGTERMExitsZero builds the real binary, starts it on its embedded
 // defaults in an empty directory, and stops it with SIGTERM.
 func TestSIGTERMExitsZero(t *testing.T) {
@@ -230,10 +259,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 		t.Skip("builds the binary: skipped in -short")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	addr := freeAddr(t)
 	cfg := filepath.Join(dir, "bot.yaml")
 	os.WriteFile(cfg, []byte("gateway:\n  listen: "+addr+"\n"), 0o600)

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/chatgate/chatgate/sessions"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// slowLLM speaks the chat-completions streaming format. Messages containing
+// "slow" stream one piece and then hang until released (or the request is
+// cancelled); the others answer at once.
+type slowLLM struct {
+	released atomic.Bool
+	release  chan struct{}
+	once     sync.Once
+}
+
+func newSlowLLM() *slowLLM { return &slowLLM{release: make(chan struct{})} }
+
+func (l *slowLLM) open() {
+	l.released.Store(true)
+	l.once.Do(func() { close(l.release) })
+}
+
+func (l *slowLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Messages []struct{ Role, Content string }
+	}
+	data, _ := io.ReadAll(r.Body)
+	json.Unmarshal(data, &body)
+	input := body.Messages[len(body.Messages)-1].Content
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(s string) {
+		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", s)
+		w.(http.Flusher).Flush()
+	}
+	chunk("thinking about " + input + "... ")
+	if strings.Contains(input, "slow") && !l.released.Load() {
+		select {
+		case <-l.release:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	chunk("done")
+	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+}
+
+type process struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan error
+}
+
+func startGateway(t *testing.T, dir, config string) *process {
+	t.Helper()
+	bin := buildBinary(t)
+	path := filepath.Join(dir, "bot.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: exec.Command(bin, "serve", "-c", path), stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd.Dir = dir
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.cmd.Process.Kill() })
+	return p
+}
+
+type wsClient struct {
+	c       *websocket.Conn
+	session string
+	conv    string
+	ackSeq  int64
+	frames  chan map[string]any
+	closeCh chan int
+}
+
+func dialClient(t *testing.T, addr string, hello map[string]any) (*wsClient, map[string]any) {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello["type"] = "hello"
+	c.WriteJSON(hello)
+	cl := &wsClient{c: c, frames: make(chan map[string]any, 64), closeCh: make(chan int, 1)}
+	go func() {
+		for {
+			var f map[string]any
+			if err := c.ReadJSON(&f); err != nil {
+				var ce *websocket.CloseError
+				code := 0
+				if errors.As(err, &ce) {
+					code = ce.Code
+				}
+				cl.closeCh <- code
+				close(cl.frames)
+				return
+			}
+			cl.frames <- f
+		}
+	}()
+	ready := cl.next(t, "ready")
+	cl.session, cl.conv = ready["session"].(string), ready["conversation"].(string)
+	return cl, ready
+}
+
+func (cl *wsClient) next(t *testing.T, typ string) map[string]any {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case f, ok := <-cl.frames:
+			if !ok {
+				t.Fatalf("connection closed while waiting for %s", typ)
+			}
+			if f["type"] == typ {
+				return f
+			}
+		case <-timeout:
+			t.Fatalf("no %s frame", typ)
+		}
+	}
+}
+
+// TestSIGTERMDrainsFiftyTurns stops a gateway with 50 WebSocket turns in
+// flight against a slow model server, then starts it again.
+func TestSIGTERMDrainsFiftyTurns(t *testing.T) {
+	llm := newSlowLLM()
+	llmSrv := httptest.NewServer(llm)
+	defer llmSrv.Close()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	config := fmt.Sprintf(`
+gateway:
+  listen: %s
+agent:
+  backend: openai
+  openai:
+    base_url: %s/v1
+    model: m
+    max_retries: 0
+shutdown:
+  drain_timeout: 1s
+log:
+  level: warn
+`, addr, llmSrv.URL)
+	p := startGateway(t, dir, config)
+	waitHealthy(t, "http://"+addr)
+
+	const n = 50
+	clients := make([]*wsClient, n)
+	for i := range clients {
+		clients[i], _ = dialClient(t, addr, map[string]any{"user": fmt.Sprint("u", i)})
+	}
+	// Even users ask something slow, odd users something fast.
+	for i, cl := range clients {
+		kind := "fast"
+		if i%2 == 0 {
+			kind = "slow"
+		}
+		cl.c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": fmt.Sprintf("%s %d", kind, i)})
+	}
+	for i, cl := range clients {
+		cl.ackSeq = int64(cl.next(t, "ack")["seq"].(float64))
+		if i%2 == 1 {
+			if r := cl.next(t, "reply"); r["status"] != "ok" {
+				t.Fatalf("fast reply = %v", r)
+			}
+		}
+	}
+
+	start := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("exit took %s, want within drain_timeout (1s) + 2s", took)
+	}
+	for i, cl := range clients {
+		if i%2 == 0 {
+			if r := cl.next(t, "reply"); r["status"] != "interrupted" || !strings.HasPrefix(r["text"].(string), "thinking about slow") {
+				t.Fatalf("slow client %d got %v, want its interrupted partial reply", i, r)
+			}
+		}
+		if code := <-cl.closeCh; code != websocket.CloseGoingAway {
+			t.Fatalf("client %d closed with %d, want 1001", i, code)
+		}
+	}
+
+	// Everything is on disk: 50 user messages, 25 replies, 25 interrupted.
+	db, err := sessions.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users, ok, interrupted int64
+	db.Gorm().Model(&sessions.Message{}).Where("role = 'user'").Count(&users)
+	db.Gorm().Model(&sessions.Message{}).Where("role = 'assistant' AND status = 'ok'").Count(&ok)
+	db.Gorm().Model(&sessions.Message{}).Where("role = 'assistant' AND status = 'interrupted' AND error = 'shutdown'").Count(&interrupted)
+	db.Close()
+	if users != n || ok != n/2 || interrupted != n/2 {
+		t.Fatalf("stored %d user messages, %d replies, %d interrupted; want %d, %d, %d", users, ok, interrupted, n, n/2, n/2)
+	}
+
+	// Restart: the interrupted turns run again and reach their clients on
+	// resume (in ready.history, or as a reply frame if the rerun ends after
+	// the client is back).
+	llm.open()
+	startGateway(t, dir, config)
+	waitHealthy(t, "http://"+addr)
+	for i := 0; i < n; i += 2 {
+		cl, ready := dialClient(t, addr, map[string]any{"session": clients[i].session, "last_seq": clients[i].ackSeq + 1, "conversation": clients[i].conv})
+		if ready["resumed"] != true {
+			t.Fatalf("client %d not resumed: %v", i, ready)
+		}
+		want := fmt.Sprintf("thinking about slow %d... done", i)
+		found := false
+		for _, h := range ready["history"].([]any) {
+			item := h.(map[string]any)
+			found = found || (item["text"] == want && item["status"] == "ok")
+		}
+		if !found {
+			if r := cl.next(t, "reply"); r["text"] != want || r["status"] != "ok" {
+				t.Fatalf("client %d after restart got %v, want %q", i, r, want)
+			}
+		}
+		cl.c.Close()
+	}
+}
+
+// TestKill9LosesNothingAcknowledged kills the gateway with SIGKILL in the
+// middle of a bounded load: every acknowledged message must be stored after
+// a restart, exactly once, in a database that opens cleanly.
+func TestKill9LosesNothingAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	config := fmt.Sprintf("gateway:\n  listen: %s\nchannels:\n  websocket:\n    rate_limit: {per_second: 1000, burst: 1000}\nlog:\n  level: error\n", addr)
+	p := startGateway(t, dir, config)
+	waitHealthy(t, "http://"+addr)
+
+	const users, perUser = 20, 50
+	var mu sync.Mutex
+	acked := map[string]bool{} // "user/id"
+	var total atomic.Int32
+	killed := make(chan struct{})
+	var wg sync.WaitGroup
+	for u := 0; u < users; u++ {
+		wg.Add(1)
+		go func(u int) {
+			defer wg.Done()
+			c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.WriteJSON(map[string]any{"type": "hello", "user": fmt.Sprint("k", u)})
+			// Two messages in flight per user: the next goes out on each ack.
+			sent := 0
+			send := func() {
+				if sent < perUser {
+					c.WriteJSON(map[string]any{"type": "message", "id": fmt.Sprint("m", sent), "text": fmt.Sprint("msg ", sent)})
+					sent++
+				}
+			}
+			send()
+			send()
+			for {
+				var f map[string]any
+				if c.ReadJSON(&f) != nil {
+					return
+				}
+				if f["type"] == "ack" {
+					mu.Lock()
+					acked[fmt.Sprintf("websocket:k%d/%s", u, f["id"])] = true
+					mu.Unlock()
+					if total.Add(1) == users*perUser/3 {
+						close(killed)
+					}
+					send()
+				}
+			}
+		}(u)
+	}
+	select {
+	case <-killed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("load never reached a third of its messages")
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	wg.Wait()
+
+	// The restarted gateway opens the database and serves.
+	startGateway(t, dir, config)
+	waitHealthy(t, "http://"+addr)
+	db, err := sessions.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var check string
+	db.Gorm().Raw("PRAGMA integrity_check").Scan(&check)
+	if check != "ok" {
+		t.Fatalf("integrity_check = %q", check)
+	}
+	type row struct {
+		SessionKey  string
+		ClientMsgID string
+		N           int
+	}
+	var rows []row
+	db.Gorm().Raw(`SELECT c.session_key, m.client_msg_id, COUNT(*) AS n FROM messages m JOIN conversations c ON c.id = m.conversation_id
+		WHERE m.role = 'user' GROUP BY c.session_key, m.client_msg_id`).Scan(&rows)
+	stored := map[string]int{}
+	for _, r := range rows {
+		stored[r.SessionKey+"/"+r.ClientMsgID] = r.N
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) < users*perUser/3 {
+		t.Fatalf("only %d acks", len(acked))
+	}
+	for k := range acked {
+		if stored[k] != 1 {
+			t.Fatalf("acknowledged message %s stored %d times, want exactly once", k, stored[k])
+		}
+	}
+	t.Logf("%d acknowledged messages, all stored once; %d stored in all", len(acked), len(rows))
+}
