@@ -270,7 +270,17 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 		}
 		return nil, err
 	}
-	return release, nil
+	// Then the replicas' lease, so that one user's turns never overlap
+	// across gateways sharing a database.
+	releaseLease, err := m.store.Lease(waitCtx, key)
+	if err != nil {
+		release()
+		if ctx.Err() == nil && m.draining.Err() != nil {
+			return nil, ErrShuttingDown
+		}
+		return nil, err
+	}
+	return func() { releaseLease(); release() }, nil
 }
 
 // Handle runs one turn: lock the session key, load the conversation, apply

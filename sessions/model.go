@@ -78,6 +78,15 @@ type Message struct {
 	CreatedAt      time.Time `gorm:"index"`
 }
 
+// SessionLease makes one replica at a time the runner of a session key's
+// turns when several gateways share a PostgreSQL database. A lease expires
+// unless renewed, so a replica that dies does not block a user for long.
+type SessionLease struct {
+	SessionKey string    `gorm:"primaryKey;size:255"`
+	Holder     string    `gorm:"size:64;not null"`
+	ExpiresAt  time.Time `gorm:"not null"`
+}
+
 // ChannelState is a small key/value row a channel keeps through the store,
 // such as Telegram's update offset.
 type ChannelState struct {

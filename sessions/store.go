@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/google/uuid"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -45,6 +46,7 @@ type Store interface {
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
+	Lease(ctx context.Context, key string) (release func(), err error)
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
 	Close() error
@@ -189,7 +191,7 @@ func redactErr(err error, dsn string) error {
 }
 
 func (s *DB) migrate(ctx context.Context) error {
-	models := []any{&Conversation{}, &Message{}, &ChannelState{}}
+	models := []any{&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}}
 	if s.driver != DriverPostgres {
 		return s.write.WithContext(ctx).AutoMigrate(models...)
 	}
@@ -497,6 +499,66 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 		return fn()
 	})
 	return ran, err
+}
+
+// LeaseTTL is how long a session lease lasts without renewal; a running
+// turn renews it every third of that.
+const LeaseTTL = 30 * time.Second
+
+// Lease takes the cross-replica lease of a session key, waiting while
+// another replica holds it (until ctx ends). SQLite serves one gateway per
+// file, where the in-process lock suffices: the lease is then free. Time is
+// the database's, so replicas' clocks need not agree.
+func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
+	if s.driver != DriverPostgres {
+		return func() {}, nil
+	}
+	holder := uuid.NewString()
+	wait := 5 * time.Millisecond
+	for {
+		res := s.write.WithContext(ctx).Exec(`INSERT INTO session_leases (session_key, holder, expires_at)
+			VALUES (?, ?, now() + make_interval(secs => ?))
+			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+			WHERE session_leases.expires_at < now()`, key, holder, LeaseTTL.Seconds())
+		if res.Error != nil {
+			return nil, fmt.Errorf("lease %s: %w", key, res.Error)
+		}
+		if res.RowsAffected == 1 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // renew while the turn runs
+		defer close(done)
+		tick := time.NewTicker(LeaseTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				s.write.Exec(`UPDATE session_leases SET expires_at = now() + make_interval(secs => ?) WHERE session_key = ? AND holder = ?`,
+					LeaseTTL.Seconds(), key, holder)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			s.write.Exec(`DELETE FROM session_leases WHERE session_key = ? AND holder = ?`, key, holder)
+		})
+	}, nil
 }
 
 // GetState reads a channel state value ("" when unset).

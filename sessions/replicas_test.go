@@ -1,0 +1,116 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// slowEcho answers like agent.Echo after a pause, so that two replicas'
+// turns would overlap if nothing kept them apart.
+type slowEcho struct{}
+
+func (slowEcho) Name() string  { return "echo" }
+func (slowEcho) Model() string { return "echo" }
+func (slowEcho) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	time.Sleep(3 * time.Millisecond)
+	return agent.Echo{}.Reply(ctx, req, onDelta)
+}
+
+func TestTwoReplicasNeverInterleaveOneUser(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	replicas := []*Manager{
+		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, nil),
+		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, nil),
+	}
+	var wg sync.WaitGroup
+	for r, m := range replicas {
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in := msg("websocket:ann", fmt.Sprintf("r%d-%d", r, i))
+				in.ClientMsgID = in.Text
+				if _, err := m.Handle(context.Background(), in, Hooks{}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	db := openStore(t, DriverPostgres, dsn)
+	convs := conversations(t, db, "websocket:ann")
+	if len(convs) != 1 {
+		t.Fatalf("%d conversations, want 1", len(convs))
+	}
+	rows := transcript(t, db, convs[0].ID)
+	if len(rows) != 40 {
+		t.Fatalf("%d rows, want 40", len(rows))
+	}
+	for i, r := range rows {
+		if r.Seq != int64(i+1) {
+			t.Fatalf("seq %d at %d: gap or duplicate", r.Seq, i)
+		}
+		if i%2 == 1 && (r.Role != "assistant" || r.ReplyTo != rows[i-1].Seq || r.Content != fmt.Sprintf("echo: %s (history: %d)", rows[i-1].Content, i-1)) {
+			t.Fatalf("row %d (%s %q) does not answer row %d (%q): turns interleaved", i, r.Role, r.Content, i-1, rows[i-1].Content)
+		}
+	}
+}
+
+func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	policies := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
+	a := newManager(t, openStore(t, DriverPostgres, dsn), agent.Echo{}, c, policies)
+	b := newManager(t, openStore(t, DriverPostgres, dsn), agent.Echo{}, c, policies)
+	for i := 0; i < 5; i++ {
+		handle(t, a, msg(fmt.Sprint("websocket:u", i), "hi"))
+	}
+	c.Advance(2 * time.Hour)
+	var mu sync.Mutex
+	events := 0
+	count := func(ResetEvent) { mu.Lock(); events++; mu.Unlock() }
+	a.OnReset(count)
+	b.OnReset(count)
+	var wg sync.WaitGroup
+	for _, m := range []*Manager{a, b} {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.runSchedule("idle") }()
+	}
+	wg.Wait()
+	if events != 5 {
+		t.Fatalf("%d reset events from two replicas sweeping, want 5 (each conversation once)", events)
+	}
+}
+
+func TestLeaseOfADeadReplicaExpires(t *testing.T) {
+	dsn := postgresDSN(t)
+	db := openStore(t, DriverPostgres, dsn)
+	// A replica died holding the lease: its row stays, already expired.
+	if err := db.Gorm().Exec(`INSERT INTO session_leases (session_key, holder, expires_at) VALUES ('websocket:ann', 'dead', now() - interval '1 second')`).Error; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	release, err := db.Lease(ctx, "websocket:ann")
+	if err != nil {
+		t.Fatalf("an expired lease blocked the key: %v", err)
+	}
+	// While held, another replica waits.
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann"); err == nil {
+		t.Fatal("a held lease was taken by another replica")
+	}
+	release()
+	if r2, err := db.Lease(ctx, "websocket:ann"); err != nil {
+		t.Fatalf("after release: %v", err)
+	} else {
+		r2()
+	}
+}
