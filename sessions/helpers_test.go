@@ -2,10 +2,7 @@ package sessions
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,9 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
+	"github.com/chatgate/chatgate/internal/pgtest"
 )
 
 // clock is a fake clock tests move by hand.
@@ -68,39 +63,8 @@ func openStore(t testing.TB, driver, dsn string) *DB {
 	return db
 }
 
-// postgresDSN returns a DSN on a fresh schema of the test server, dropped
-// when the test ends, or skips the test when no server is configured.
-func postgresDSN(t testing.TB) string {
-	t.Helper()
-	base := os.Getenv("CHATGATE_TEST_POSTGRES_DSN")
-	if base == "" {
-		t.Skip("PostgreSQL tests skipped: set CHATGATE_TEST_POSTGRES_DSN (for example postgres://postgres@127.0.0.1:5432/chatgate_test?sslmode=disable)")
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("connect to CHATGATE_TEST_POSTGRES_DSN: %v", err)
-	}
-	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-		if db, err := admin.DB(); err == nil {
-			db.Close()
-		}
-	})
-	if strings.Contains(base, "://") {
-		sep := "?"
-		if strings.Contains(base, "?") {
-			sep = "&"
-		}
-		return base + sep + "search_path=" + schema
-	}
-	return base + " search_path=" + schema
-}
+// postgresDSN returns a DSN on a fresh schema of the test server, or skips.
+func postgresDSN(t testing.TB) string { return pgtest.DSN(t) }
 
 // recorder is an agent that echoes like agent.Echo and records requests.
 // block, when set, makes Reply stream "partial " and wait until its ctx ends
