@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -20,7 +21,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 type harness struct {
 	t     *testing.T
-	api   *botAPI
+	api   *telegramtest.Server
 	srv   *httptest.Server
 	db    *sessions.DB
 	dbDir string
@@ -39,7 +40,7 @@ type setup struct {
 	now      func() time.Time
 }
 
-func start(t *testing.T, api *botAPI, dir string, s setup) *harness {
+func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness {
 	t.Helper()
 	h := &harness{t: t, api: api, dbDir: dir}
 	if h.srv = httptest.NewServer(api); true {
@@ -55,7 +56,7 @@ func start(t *testing.T, api *botAPI, dir string, s setup) *harness {
 	}
 	h.mgr = sessions.New(db, s.agent, sessions.Options{Logger: quiet, Policies: s.policies, Now: s.now})
 	opts := s.opts
-	opts.Token = testToken
+	opts.Token = telegramtest.Token
 	opts.APIURL = h.srv.URL
 	opts.Logger = quiet
 	opts.PollTimeout = time.Second
@@ -102,7 +103,7 @@ func (h *harness) shutdown(drain time.Duration) {
 	h.db.Close()
 }
 
-func texts(msgs []sentMessage) []string {
+func texts(msgs []telegramtest.Sent) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.Text
@@ -111,20 +112,18 @@ func texts(msgs []sentMessage) []string {
 }
 
 func TestDMConversation(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), setup{})
-	id := api.push(dm(7, "hi"))
-	sent := api.waitSent(t, 1)
-	if sent[0] != (sentMessage{ChatID: 7, Text: "echo: hi (history: 0)", ReplyTo: id}) {
+	id := api.Push(telegramtest.DM(7, "hi"))
+	sent := api.WaitSent(t, 1)
+	if sent[0] != (telegramtest.Sent{ChatID: 7, Text: "echo: hi (history: 0)", ReplyTo: id}) {
 		t.Fatalf("sent = %+v", sent[0])
 	}
-	api.push(dm(7, "again"))
-	if got := api.waitSent(t, 2)[1].Text; got != "echo: again (history: 2)" {
+	api.Push(telegramtest.DM(7, "again"))
+	if got := api.WaitSent(t, 2)[1].Text; got != "echo: again (history: 2)" {
 		t.Fatalf("second reply = %q", got)
 	}
-	api.mu.Lock()
-	commands, actions := api.commands, api.actions
-	api.mu.Unlock()
+	commands, actions := api.Commands(), api.Actions()
 	for _, c := range []string{"new", "reset", "stop", "help", "start"} {
 		if !strings.Contains(commands, `"command":"`+c+`"`) {
 			t.Fatalf("setMyCommands lacks /%s: %s", c, commands)
@@ -134,11 +133,11 @@ func TestDMConversation(t *testing.T) {
 		t.Fatalf("%d typing actions, want one per turn", actions)
 	}
 	// Edits, stickers and other non-text updates: no crash, nothing stored.
-	sticker := dm(7, "")
+	sticker := telegramtest.DM(7, "")
 	delete(sticker, "text")
 	sticker["sticker"] = map[string]any{"file_id": "x", "file_unique_id": "y", "width": 1, "height": 1, "is_animated": false}
-	api.push(sticker)
-	if got := api.waitSent(t, 3)[2].Text; got != nonTextText {
+	api.Push(sticker)
+	if got := api.WaitSent(t, 3)[2].Text; got != nonTextText {
 		t.Fatalf("sticker answer = %q", got)
 	}
 	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "telegram:dm:7"})
@@ -148,24 +147,24 @@ func TestDMConversation(t *testing.T) {
 }
 
 func TestNewCommandAndHelp(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{})
-	api.push(dm(7, "one"))
-	api.waitSent(t, 1)
-	api.push(dm(7, "/new"))
-	if got := api.waitSent(t, 2)[1].Text; got != resetText {
+	api.Push(telegramtest.DM(7, "one"))
+	api.WaitSent(t, 1)
+	api.Push(telegramtest.DM(7, "/new"))
+	if got := api.WaitSent(t, 2)[1].Text; got != resetText {
 		t.Fatalf("/new answer = %q", got)
 	}
-	api.push(dm(7, "two"))
-	if got := api.waitSent(t, 3)[2].Text; got != "echo: two (history: 0)" {
+	api.Push(telegramtest.DM(7, "two"))
+	if got := api.WaitSent(t, 3)[2].Text; got != "echo: two (history: 0)" {
 		t.Fatalf("after /new = %q", got)
 	}
-	api.push(dm(7, "/frobnicate"))
-	if got := api.waitSent(t, 4)[3].Text; got != helpText {
+	api.Push(telegramtest.DM(7, "/frobnicate"))
+	if got := api.WaitSent(t, 4)[3].Text; got != helpText {
 		t.Fatalf("unknown command answer = %q", got)
 	}
-	api.push(dm(7, "/start"))
-	if got := api.waitSent(t, 5)[4].Text; !strings.HasPrefix(got, "Hello!") {
+	api.Push(telegramtest.DM(7, "/start"))
+	if got := api.WaitSent(t, 5)[4].Text; !strings.HasPrefix(got, "Hello!") {
 		t.Fatalf("/start answer = %q", got)
 	}
 }
@@ -174,17 +173,17 @@ func TestIdleResetWithFakeClock(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{now: clock, policies: map[string]sessions.Policy{
 		Channel: {MaxHistory: 100, Reset: sessions.ResetPolicy{Mode: sessions.ResetIdle, IdleFor: 30 * time.Minute}},
 	}})
-	api.push(dm(7, "before"))
-	api.waitSent(t, 1)
+	api.Push(telegramtest.DM(7, "before"))
+	api.WaitSent(t, 1)
 	mu.Lock()
 	now = now.Add(31 * time.Minute)
 	mu.Unlock()
-	api.push(dm(7, "after"))
-	sent := api.waitSent(t, 3)
+	api.Push(telegramtest.DM(7, "after"))
+	sent := api.WaitSent(t, 3)
 	if sent[1].Text != "(A new conversation started: the last one was idle.)" || sent[2].Text != "echo: after (history: 0)" {
 		t.Fatalf("after idle period: %q", texts(sent))
 	}
@@ -210,12 +209,12 @@ func TestLongReplyIsSplit(t *testing.T) {
 		}
 	}
 	long := strings.TrimSpace(b.String())
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{agent: longAgent{text: long}})
-	api.push(dm(7, "tell me everything"))
-	sent := api.waitSent(t, 3)
+	api.Push(telegramtest.DM(7, "tell me everything"))
+	sent := api.WaitSent(t, 3)
 	time.Sleep(50 * time.Millisecond) // let a wrongly extra part arrive before counting
-	sent = api.sentMessages()
+	sent = api.Messages()
 	if len(sent) != 3 {
 		t.Fatalf("%d parts for %d UTF-16 units, want 3", len(sent), utf16Len(long))
 	}
@@ -236,11 +235,11 @@ func TestLongReplyIsSplit(t *testing.T) {
 }
 
 func TestTooManyRequestsIsWaitedOut(t *testing.T) {
-	api := newBotAPI(t)
-	api.fail429 = 1
+	api := telegramtest.New(t)
+	api.Fail429(1)
 	h := start(t, api, t.TempDir(), setup{})
-	api.push(dm(7, "hi"))
-	if got := api.waitSent(t, 1); len(got) != 1 || got[0].Text != "echo: hi (history: 0)" {
+	api.Push(telegramtest.DM(7, "hi"))
+	if got := api.WaitSent(t, 1); len(got) != 1 || got[0].Text != "echo: hi (history: 0)" {
 		t.Fatalf("sent = %+v", got)
 	}
 	h.mu.Lock()
@@ -255,14 +254,14 @@ func TestTooManyRequestsIsWaitedOut(t *testing.T) {
 }
 
 func TestAllowlist(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), setup{opts: Options{AllowedUsers: []int64{7}}})
-	api.push(dm(8, "let me in"))
-	api.push(dm(8, "please"))
-	api.push(dm(7, "hi"))
-	sent := api.waitSent(t, 2)
+	api.Push(telegramtest.DM(8, "let me in"))
+	api.Push(telegramtest.DM(8, "please"))
+	api.Push(telegramtest.DM(7, "hi"))
+	sent := api.WaitSent(t, 2)
 	time.Sleep(50 * time.Millisecond)
-	sent = api.sentMessages()
+	sent = api.Messages()
 	var refusals int
 	for _, m := range sent {
 		if m.ChatID == 8 {
@@ -282,56 +281,54 @@ func TestAllowlist(t *testing.T) {
 }
 
 func TestGroupRules(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{})
 	const chat = -1001
-	api.push(group(chat, 7, "just chatting"))
-	api.push(group(chat, 7, "/help@other_bot"))
-	m := api.push(group(chat, 7, "@"+botName+" what time is it"))
-	sent := api.waitSent(t, 1)
+	api.Push(telegramtest.Group(chat, 7, "just chatting"))
+	api.Push(telegramtest.Group(chat, 7, "/help@other_bot"))
+	m := api.Push(telegramtest.Group(chat, 7, "@"+telegramtest.BotName+" what time is it"))
+	sent := api.WaitSent(t, 1)
 	if sent[0].Text != "echo: what time is it (history: 0)" || sent[0].ReplyTo != m || sent[0].ChatID != chat {
 		t.Fatalf("mention answer = %+v", sent[0])
 	}
-	reply := group(chat, 7, "and tomorrow?")
+	reply := telegramtest.Group(chat, 7, "and tomorrow?")
 	reply["reply_to_message"] = map[string]any{"message_id": 1, "date": 1, "chat": map[string]any{"id": chat, "type": "supergroup"},
-		"from": map[string]any{"id": botID, "is_bot": true, "first_name": "Gate"}, "text": "earlier"}
-	api.push(reply)
-	if got := api.waitSent(t, 2)[1].Text; got != "echo: and tomorrow? (history: 2)" {
+		"from": map[string]any{"id": telegramtest.BotID, "is_bot": true, "first_name": "Gate"}, "text": "earlier"}
+	api.Push(reply)
+	if got := api.WaitSent(t, 2)[1].Text; got != "echo: and tomorrow? (history: 2)" {
 		t.Fatalf("reply-to-bot answer = %q", got)
 	}
-	api.push(group(chat, 7, "/help@"+botName))
-	if got := api.waitSent(t, 3)[2].Text; got != helpText {
+	api.Push(telegramtest.Group(chat, 7, "/help@"+telegramtest.BotName))
+	if got := api.WaitSent(t, 3)[2].Text; got != helpText {
 		t.Fatalf("/help@bot answer = %q", got)
 	}
 	// Per-user scope: another member has a conversation of their own.
-	api.push(group(chat, 8, "@"+botName+" hello"))
-	if got := api.waitSent(t, 4)[3].Text; got != "echo: hello (history: 0)" {
+	api.Push(telegramtest.Group(chat, 8, "@"+telegramtest.BotName+" hello"))
+	if got := api.WaitSent(t, 4)[3].Text; got != "echo: hello (history: 0)" {
 		t.Fatalf("second member = %q", got)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := len(api.sentMessages()); n != 4 {
+	if n := len(api.Messages()); n != 4 {
 		t.Fatalf("%d messages sent; unaddressed group messages were answered", n)
 	}
 }
 
 func TestGroupPolicyAllAndChatScope(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{opts: Options{GroupPolicy: "all", GroupScope: "chat"}})
-	api.push(group(-5, 7, "first"))
-	api.waitSent(t, 1)
-	api.push(group(-5, 8, "second"))
-	if got := api.waitSent(t, 2)[1].Text; got != "echo: second (history: 2)" {
+	api.Push(telegramtest.Group(-5, 7, "first"))
+	api.WaitSent(t, 1)
+	api.Push(telegramtest.Group(-5, 8, "second"))
+	if got := api.WaitSent(t, 2)[1].Text; got != "echo: second (history: 2)" {
 		t.Fatalf("shared group conversation = %q", got)
 	}
 }
 
 func TestWebhook(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), setup{opts: Options{Mode: "webhook", WebhookURL: "https://bot.example.com/telegram/webhook", WebhookSecret: "s3cret-Value_1"}})
 	<-h.done // Start returns after registering the webhook
-	api.mu.Lock()
-	hook := api.webhook
-	api.mu.Unlock()
+	hook := api.Webhook()
 	if hook["url"] != "https://bot.example.com/telegram/webhook" || hook["secret_token"] != "s3cret-Value_1" {
 		t.Fatalf("setWebhook = %v", hook)
 	}
@@ -362,7 +359,7 @@ func TestWebhook(t *testing.T) {
 	if code := post("s3cret-Value_1", update); code != http.StatusOK {
 		t.Fatalf("valid update: %d", code)
 	}
-	if got := api.waitSent(t, 1)[0]; got.Text != "echo: via webhook (history: 0)" || got.ReplyTo != 5 {
+	if got := api.WaitSent(t, 1)[0]; got.Text != "echo: via webhook (history: 0)" || got.ReplyTo != 5 {
 		t.Fatalf("webhook reply = %+v", got)
 	}
 	h.bot.StopTaking()
@@ -372,7 +369,7 @@ func TestWebhook(t *testing.T) {
 }
 
 func TestBadTokenIsOneClearLine(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	db, _ := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
@@ -412,28 +409,28 @@ func (g gated) Reply(ctx context.Context, req agent.Request, onDelta func(string
 // processed — one turn running, one waiting behind it, others done — and
 // starts it again: every message is answered exactly once.
 func TestRestartMidBatch(t *testing.T) {
-	api := newBotAPI(t)
+	api := telegramtest.New(t)
 	dir := t.TempDir()
 	var ids []int
 	for _, u := range []struct {
 		user int64
 		text string
 	}{{1, "a1"}, {2, "b1"}, {1, "a2"}, {2, "b2"}, {1, "a3"}, {2, "b3"}} {
-		ids = append(ids, api.push(dm(u.user, u.text)))
+		ids = append(ids, api.Push(telegramtest.DM(u.user, u.text)))
 	}
 	g := gated{block: map[string]bool{"a2": true}, started: make(chan string, 1)}
 	h1 := start(t, api, dir, setup{agent: g})
 	<-g.started
-	api.waitSent(t, 4) // a1, b1, b2, b3 answered; a2 running; a3 queued
+	api.WaitSent(t, 4) // a1, b1, b2, b3 answered; a2 running; a3 queued
 	h1.shutdown(0)     // drain_timeout 0: a2 is interrupted at once
 
 	h2 := start(t, api, dir, setup{})
 	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("recovery ran %d (%v), want the interrupted a2", ran, err)
 	}
-	api.waitSent(t, 6)
+	api.WaitSent(t, 6)
 	time.Sleep(100 * time.Millisecond) // a duplicate would arrive now
-	sent := api.sentMessages()
+	sent := api.Messages()
 	replies := map[int][]string{}
 	for _, m := range sent {
 		replies[m.ReplyTo] = append(replies[m.ReplyTo], m.Text)
@@ -451,15 +448,15 @@ func TestRestartMidBatch(t *testing.T) {
 }
 
 func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
-	api := newBotAPI(t)
-	api.conflict = 2
+	api := telegramtest.New(t)
+	api.Conflict(2)
 	h := start(t, api, t.TempDir(), setup{})
-	api.pushUpdate("edited_message", dm(7, "edited text"))
-	api.pushUpdate("channel_post", map[string]any{"chat": map[string]any{"id": -9, "type": "channel"}, "text": "post"})
-	api.push(dm(7, "hi"))
-	sent := api.waitSent(t, 1)
+	api.PushUpdate("edited_message", telegramtest.DM(7, "edited text"))
+	api.PushUpdate("channel_post", map[string]any{"chat": map[string]any{"id": -9, "type": "channel"}, "text": "post"})
+	api.Push(telegramtest.DM(7, "hi"))
+	sent := api.WaitSent(t, 1)
 	time.Sleep(50 * time.Millisecond)
-	if sent = api.sentMessages(); len(sent) != 1 || sent[0].Text != "echo: hi (history: 0)" {
+	if sent = api.Messages(); len(sent) != 1 || sent[0].Text != "echo: hi (history: 0)" {
 		t.Fatalf("sent = %+v", sent)
 	}
 	h.mu.Lock()

@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/chatgate/chatgate/internal/pgtest"
+	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -443,5 +444,69 @@ log:
 	_, ready := dialClient(t, addrs[1], map[string]any{"session": a.session, "last_seq": 0, "conversation": a.conv})
 	if h := ready["history"].([]any); ready["resumed"] != true || len(h) != 4*each {
 		t.Fatalf("resume on B: resumed=%v with %d history items", ready["resumed"], len(h))
+	}
+}
+
+// TestSIGTERMWithTelegramPolling stops a polling gateway while updates are
+// in flight; after the restart every message is answered exactly once.
+func TestSIGTERMWithTelegramPolling(t *testing.T) {
+	api := telegramtest.New(t)
+	apiSrv := httptest.NewServer(api)
+	defer apiSrv.Close()
+	llm := newSlowLLM()
+	llmSrv := httptest.NewServer(llm)
+	defer llmSrv.Close()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	config := fmt.Sprintf(`
+gateway:
+  listen: %s
+agent:
+  backend: openai
+  openai: {base_url: %s/v1, model: m, max_retries: 0}
+channels:
+  telegram:
+    token: %q
+    api_url: %s
+    poll_timeout: 1s
+shutdown:
+  drain_timeout: 1s
+log:
+  level: warn
+`, addr, llmSrv.URL, telegramtest.Token, apiSrv.URL)
+	ids := []int{
+		api.Push(telegramtest.DM(1, "fast 1")),
+		api.Push(telegramtest.DM(2, "slow 2")),  // running at SIGTERM: interrupted
+		api.Push(telegramtest.DM(2, "fast 2b")), // queued behind it: not taken
+		api.Push(telegramtest.DM(3, "fast 3")),
+	}
+	p := startGateway(t, dir, config)
+	api.WaitSent(t, 2) // fast 1 and fast 3 answered; slow 2 hangs
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
+	}
+	if n := len(api.Messages()); n != 2 {
+		t.Fatalf("%d messages sent before the restart, want 2 (the interrupted turn is not sent half-done)", n)
+	}
+
+	llm.open()
+	startGateway(t, dir, config)
+	api.WaitSent(t, 4)
+	time.Sleep(200 * time.Millisecond) // a duplicate would arrive now
+	answers := map[int][]string{}
+	for _, m := range api.Messages() {
+		answers[m.ReplyTo] = append(answers[m.ReplyTo], m.Text)
+	}
+	for i, text := range []string{"fast 1", "slow 2", "fast 2b", "fast 3"} {
+		want := "thinking about " + text + "... done"
+		if got := answers[ids[i]]; len(got) != 1 || got[0] != want {
+			t.Errorf("%q answered %q, want exactly [%q]", text, got, want)
+		}
 	}
 }

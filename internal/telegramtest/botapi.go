@@ -1,4 +1,9 @@
-package telegram
+// Package telegramtest is a local Bot API server for tests: it speaks the
+// wire format the real client library uses (form-encoded POSTs to
+// /bot<token>/<method>, {"ok":…,"result":…} answers, long polling, and
+// Telegram's rule that asking getUpdates for offset N confirms — drops —
+// every update below N).
+package telegramtest
 
 import (
 	"encoding/json"
@@ -11,25 +16,23 @@ import (
 	"time"
 )
 
+// The bot the server pretends to be.
 const (
-	testToken = "123456:TEST-token_abc"
-	botID     = 999
-	botName   = "gate_bot"
+	Token   = "123456:TEST-token_abc"
+	BotID   = 999
+	BotName = "gate_bot"
 )
 
-// botAPI speaks the Bot API wire format: form-encoded POSTs to
-// /bot<token>/<method>, {"ok":…,"result":…} answers, and getUpdates with
-// long polling and Telegram's confirmation rule (asking for offset N drops
-// every update below N).
-type botAPI struct {
-	t *testing.T
+// Server is the fake Bot API; mount it on an httptest.Server.
+type Server struct {
+	t testing.TB
 
 	mu       sync.Mutex
 	cond     *sync.Cond
 	updates  []map[string]any
 	nextID   int
 	nextMsg  int
-	sent     []sentMessage
+	sent     []Sent
 	actions  int
 	commands string
 	webhook  map[string]string
@@ -38,21 +41,23 @@ type botAPI struct {
 	polls    int
 }
 
-type sentMessage struct {
+// Sent is a message the bot sent.
+type Sent struct {
 	ChatID  int64
 	Text    string
 	ReplyTo int
 }
 
-func newBotAPI(t *testing.T) *botAPI {
-	a := &botAPI{t: t, nextID: 1, nextMsg: 1}
+// New returns an empty server.
+func New(t testing.TB) *Server {
+	a := &Server{t: t, nextID: 1, nextMsg: 1}
 	a.cond = sync.NewCond(&a.mu)
 	return a
 }
 
-func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	prefix := "/bot" + testToken + "/"
+	prefix := "/bot" + Token + "/"
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, prefix) {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
@@ -67,7 +72,7 @@ func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch method {
 	case "getMe":
-		ok(map[string]any{"id": botID, "is_bot": true, "first_name": "Gate", "username": botName})
+		ok(map[string]any{"id": BotID, "is_bot": true, "first_name": "Gate", "username": BotName})
 	case "getUpdates":
 		a.mu.Lock()
 		if a.conflict > 0 {
@@ -92,13 +97,13 @@ func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
-		a.sent = append(a.sent, sentMessage{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
 		id := a.nextMsg
 		a.nextMsg++
 		a.cond.Broadcast()
 		a.mu.Unlock()
 		ok(map[string]any{"message_id": id, "date": 1, "chat": map[string]any{"id": chat, "type": "private"},
-			"from": map[string]any{"id": botID, "is_bot": true, "first_name": "Gate"}, "text": r.FormValue("text")})
+			"from": map[string]any{"id": BotID, "is_bot": true, "first_name": "Gate"}, "text": r.FormValue("text")})
 	case "sendChatAction":
 		a.mu.Lock()
 		a.actions++
@@ -124,7 +129,7 @@ func (a *botAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // poll answers getUpdates: confirm below offset, then wait (up to timeout,
 // or until the client goes away) for an update at or above it.
-func (a *botAPI) poll(r *http.Request, offset int, timeout time.Duration) []map[string]any {
+func (a *Server) poll(r *http.Request, offset int, timeout time.Duration) []map[string]any {
 	deadline := time.Now().Add(timeout)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -158,8 +163,8 @@ func (a *botAPI) poll(r *http.Request, offset int, timeout time.Duration) []map[
 	}
 }
 
-// push queues an update carrying message and returns the message id.
-func (a *botAPI) push(message map[string]any) int {
+// Push queues an update carrying message and returns the message id.
+func (a *Server) Push(message map[string]any) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	id := a.nextMsg
@@ -172,8 +177,8 @@ func (a *botAPI) push(message map[string]any) int {
 	return id
 }
 
-// pushUpdate queues an update of another kind (edited_message, …).
-func (a *botAPI) pushUpdate(kind string, body map[string]any) {
+// PushUpdate queues an update of another kind (edited_message, …).
+func (a *Server) PushUpdate(kind string, body map[string]any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	body["message_id"] = a.nextMsg
@@ -184,7 +189,8 @@ func (a *botAPI) pushUpdate(kind string, body map[string]any) {
 	a.cond.Broadcast()
 }
 
-func dm(user int64, text string) map[string]any {
+// DM is a private-chat message from user.
+func DM(user int64, text string) map[string]any {
 	m := map[string]any{
 		"from": map[string]any{"id": user, "is_bot": false, "first_name": "U"},
 		"chat": map[string]any{"id": user, "type": "private"},
@@ -197,23 +203,40 @@ func dm(user int64, text string) map[string]any {
 	return m
 }
 
-func group(chat, user int64, text string) map[string]any {
-	m := dm(user, text)
+// Group is a group message; a mention of the bot gets its entity.
+func Group(chat, user int64, text string) map[string]any {
+	m := DM(user, text)
 	m["chat"] = map[string]any{"id": chat, "type": "supergroup", "title": "G"}
-	if i := strings.Index(text, "@"+botName); i >= 0 && !strings.HasPrefix(text, "/") {
-		m["entities"] = []map[string]any{{"type": "mention", "offset": len([]rune(text[:i])), "length": len(botName) + 1}}
+	if i := strings.Index(text, "@"+BotName); i >= 0 && !strings.HasPrefix(text, "/") {
+		m["entities"] = []map[string]any{{"type": "mention", "offset": len([]rune(text[:i])), "length": len(BotName) + 1}}
 	}
 	return m
 }
 
-func (a *botAPI) sentMessages() []sentMessage {
+// Messages returns what the bot sent so far.
+func (a *Server) Messages() []Sent {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]sentMessage(nil), a.sent...)
+	return append([]Sent(nil), a.sent...)
 }
 
-// waitSent waits until n messages have been sent, bounded.
-func (a *botAPI) waitSent(t *testing.T, n int) []sentMessage {
+// Commands is the JSON the bot gave setMyCommands.
+func (a *Server) Commands() string { a.mu.Lock(); defer a.mu.Unlock(); return a.commands }
+
+// Actions counts sendChatAction calls.
+func (a *Server) Actions() int { a.mu.Lock(); defer a.mu.Unlock(); return a.actions }
+
+// Webhook is what setWebhook was given.
+func (a *Server) Webhook() map[string]string { a.mu.Lock(); defer a.mu.Unlock(); return a.webhook }
+
+// Fail429 makes the next n sendMessage calls answer 429 retry_after 3.
+func (a *Server) Fail429(n int) { a.mu.Lock(); a.fail429 = n; a.mu.Unlock() }
+
+// Conflict makes the next n getUpdates calls answer 409.
+func (a *Server) Conflict(n int) { a.mu.Lock(); a.conflict = n; a.mu.Unlock() }
+
+// WaitSent waits until n messages have been sent, bounded.
+func (a *Server) WaitSent(t testing.TB, n int) []Sent {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	a.mu.Lock()
@@ -226,5 +249,5 @@ func (a *botAPI) waitSent(t *testing.T, n int) []sentMessage {
 		time.Sleep(5 * time.Millisecond) // polling for another goroutine's send
 		a.mu.Lock()
 	}
-	return append([]sentMessage(nil), a.sent...)
+	return append([]Sent(nil), a.sent...)
 }
