@@ -510,3 +510,57 @@ log:
 		}
 	}
 }
+
+// TestSecondSignalCutsTheDrainShort: with a long drain_timeout, a second
+// SIGTERM interrupts the running turn at once, stores it and exits 0.
+func TestSecondSignalCutsTheDrainShort(t *testing.T) {
+	llm := newSlowLLM()
+	llmSrv := httptest.NewServer(llm)
+	defer llmSrv.Close()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	p := startGateway(t, dir, fmt.Sprintf(`
+gateway:
+  listen: %s
+agent:
+  backend: openai
+  openai: {base_url: %s/v1, model: m, max_retries: 0}
+shutdown:
+  drain_timeout: 25s
+log:
+  level: warn
+`, addr, llmSrv.URL))
+	waitHealthy(t, "http://"+addr)
+	cl, _ := dialClient(t, addr, map[string]any{"user": "ann"})
+	cl.c.WriteJSON(map[string]any{"type": "message", "id": "m", "text": "slow one"})
+	cl.next(t, "ack")
+	cl.next(t, "delta")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil || resp.StatusCode == http.StatusServiceUnavailable {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			break // draining
+		}
+		resp.Body.Close()
+		if time.Now().After(waitFor) {
+			t.Fatal("readyz never turned 503")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a second SIGTERM did not cut the 25s drain short")
+	}
+	if r := cl.next(t, "reply"); r["status"] != "interrupted" {
+		t.Fatalf("reply = %v", r)
+	}
+}
