@@ -1,0 +1,205 @@
+// Command chatgate-bench measures the gateway against the physical limits
+// of the machine it runs on, in one run, side by side:
+//
+//	A. a bare gorilla/websocket echo server driven by the same client code;
+//	B. raw storage: message rows inserted with the best batching the driver allows;
+//	the gateway (echo agent, real storage, WebSocket) at 1, 50 and 500 clients;
+//	memory per idle WebSocket connection (a child process holding 10,000);
+//	the daily reset sweep over 1,000,000 conversations;
+//	the lock cache's memory at 10,000 and 1,000,000 keys.
+//
+// Load goes only to loopback; every loop is bounded in count and time.
+//
+//	go run ./cmd/chatgate-bench            # full run, a few minutes
+//	go run ./cmd/chatgate-bench -quick     # seconds; CI runs it
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	clients   []int
+	messages  int
+	duration  time.Duration
+	store     string
+	dsn       string
+	idleConns int
+	sweepRows int
+	rawRows   int
+	quick     bool
+	jsonPath  string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chatgate-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	clients := fs.String("clients", "1,50,500", "concurrent clients, comma-separated")
+	messages := fs.Int("messages", 200, "messages per client at most")
+	duration := fs.Duration("duration", 8*time.Second, "time per measurement at most")
+	store := fs.String("store", "sqlite", "storage for the gateway runs: sqlite or postgres")
+	idle := fs.Int("idle-conns", 10000, "idle WebSocket connections for the memory measurement")
+	sweep := fs.Int("sweep-conversations", 1_000_000, "conversations for the daily sweep")
+	raw := fs.Int("raw-rows", 200_000, "rows for the raw storage baseline")
+	quick := fs.Bool("quick", false, "small sizes, for CI: seconds instead of minutes")
+	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
+	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *serveIdle {
+		return serveIdleChild(ctx, stdout, stderr)
+	}
+	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
+		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN")}
+	for _, c := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "chatgate-bench: bad -clients %q\n", *clients)
+			return 2
+		}
+		o.clients = append(o.clients, n)
+	}
+	if o.quick {
+		o.clients = []int{1, 20, 100}
+		o.messages, o.duration = 30, 2*time.Second
+		o.idleConns, o.sweepRows, o.rawRows = 500, 20_000, 20_000
+	}
+	if o.store == "postgres" && o.dsn == "" {
+		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
+		return 2
+	}
+	rep, err := measure(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+		return 1
+	}
+	rep.print(stdout)
+	data, _ := json.MarshalIndent(rep, "", "  ")
+	fmt.Fprintf(stdout, "\n%s\n", data)
+	if o.jsonPath != "" {
+		if err := os.WriteFile(o.jsonPath, data, 0o644); err != nil {
+			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// report is the JSON summary.
+type report struct {
+	Machine  string        `json:"machine"`
+	Quick    bool          `json:"quick"`
+	Store    string        `json:"store"`
+	Echo     []loadResult  `json:"baseline_a_echo"`
+	RawRows  []rawResult   `json:"baseline_b_storage"`
+	Gateway  []loadResult  `json:"gateway"`
+	Postgres []loadResult  `json:"gateway_postgres,omitempty"`
+	Idle     *idleResult   `json:"idle_connections,omitempty"`
+	Sweeps   []sweepResult `json:"daily_sweep"`
+	Locks    locksResult   `json:"lock_cache"`
+	Goals    []goal        `json:"goals"`
+}
+
+type loadResult struct {
+	Clients    int     `json:"clients"`
+	Turns      int     `json:"turns"`
+	PerSecond  float64 `json:"per_second"`
+	P50Millis  float64 `json:"p50_ms"`
+	P99Millis  float64 `json:"p99_ms"`
+	ErrorCount int     `json:"errors"`
+}
+
+type rawResult struct {
+	Driver    string  `json:"driver"`
+	Rows      int     `json:"rows"`
+	PerSecond float64 `json:"rows_per_second"`
+}
+
+type idleResult struct {
+	Connections   int     `json:"connections"`
+	RSSPerConnKiB float64 `json:"rss_kib_per_connection"`
+	HeapPerConnKB float64 `json:"heap_kib_per_connection"`
+}
+
+type sweepResult struct {
+	Driver        string  `json:"driver"`
+	Conversations int     `json:"conversations"`
+	Seconds       float64 `json:"seconds"`
+}
+
+type locksResult struct {
+	HeapMiB10k float64 `json:"heap_mib_10k_keys"`
+	HeapMiB1M  float64 `json:"heap_mib_1m_keys"`
+}
+
+type goal struct {
+	Name   string  `json:"name"`
+	Target string  `json:"target"`
+	Value  float64 `json:"value"`
+	Met    bool    `json:"met"`
+}
+
+func (r *report) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick])
+	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\t")
+	row := func(name string, l loadResult) {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t\n", name, l.Clients, l.PerSecond, l.P50Millis, l.P99Millis, l.ErrorCount)
+	}
+	for _, l := range r.Echo {
+		row("A: bare WebSocket echo (round trips)", l)
+	}
+	for _, l := range r.Gateway {
+		row("gateway turns ("+r.Store+")", l)
+	}
+	for _, l := range r.Postgres {
+		row("gateway turns (postgres)", l)
+	}
+	for _, b := range r.RawRows {
+		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\n", b.Driver, b.PerSecond)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if r.Idle != nil {
+		fmt.Fprintf(w, "idle WebSocket connections: %d, %.1f KiB RSS and %.1f KiB heap each\n", r.Idle.Connections, r.Idle.RSSPerConnKiB, r.Idle.HeapPerConnKB)
+	}
+	for _, s := range r.Sweeps {
+		fmt.Fprintf(w, "daily sweep over %d conversations (%s): %.2f s\n", s.Conversations, s.Driver, s.Seconds)
+	}
+	fmt.Fprintf(w, "lock cache heap: %.2f MiB after 10,000 keys, %.2f MiB after 1,000,000 keys\n\n", r.Locks.HeapMiB10k, r.Locks.HeapMiB1M)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "goal\ttarget\tvalue\tmet")
+	for _, g := range r.Goals {
+		fmt.Fprintf(tw, "%s\t%s\t%.3g\t%v\n", g.Name, g.Target, g.Value, g.Met)
+	}
+	tw.Flush()
+}
+
+func machine() string {
+	model := ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				_, model, _ = strings.Cut(line, ":")
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s, %s", runtime.NumCPU(), strings.TrimSpace(model), runtime.Version())
+}

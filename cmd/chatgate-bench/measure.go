@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/gateway"
+	"github.com/chatgate/chatgate/locks"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+var discard = slog.New(slog.DiscardHandler)
+
+func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
+	rep := &report{Machine: machine(), Quick: o.quick, Store: o.store}
+	step := func(s string) { fmt.Fprintf(progress, "… %s\n", s) }
+
+	step("baseline A: bare WebSocket echo")
+	echoURL, stopEcho := echoServer()
+	for _, n := range o.clients {
+		rep.Echo = append(rep.Echo, drive(ctx, echoURL, n, o, false))
+	}
+	stopEcho()
+
+	drivers := []string{sessions.DriverSQLite}
+	if o.dsn != "" {
+		drivers = append(drivers, sessions.DriverPostgres)
+	}
+	for _, driver := range drivers {
+		step("baseline B: raw storage on " + driver)
+		r, err := rawInserts(ctx, driver, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.RawRows = append(rep.RawRows, r)
+	}
+
+	gatewayRuns := func(driver string) ([]loadResult, error) {
+		url, stop, err := gatewayServer(ctx, driver, o)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		var out []loadResult
+		for _, n := range o.clients {
+			out = append(out, drive(ctx, url, n, o, true))
+		}
+		return out, nil
+	}
+	step("gateway on " + o.store)
+	var err error
+	if rep.Gateway, err = gatewayRuns(o.store); err != nil {
+		return nil, err
+	}
+	if o.dsn != "" && o.store != sessions.DriverPostgres {
+		step("gateway on postgres")
+		if rep.Postgres, err = gatewayRuns(sessions.DriverPostgres); err != nil {
+			return nil, err
+		}
+	}
+
+	step(fmt.Sprintf("memory of %d idle connections (child process)", o.idleConns))
+	if rep.Idle, err = idleMemory(ctx, o); err != nil {
+		fmt.Fprintf(progress, "  skipped: %v\n", err)
+		rep.Idle = nil
+	}
+	for _, driver := range drivers {
+		step(fmt.Sprintf("daily sweep over %d conversations on %s", o.sweepRows, driver))
+		s, err := sweep(ctx, driver, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.Sweeps = append(rep.Sweeps, s)
+	}
+	step("lock cache memory")
+	rep.Locks = locksResult{HeapMiB10k: lockHeap(10_000), HeapMiB1M: lockHeap(1_000_000)}
+	rep.Goals = goals(rep)
+	return rep, nil
+}
+
+// drive runs n WebSocket clients against url, each sending messages one at
+// a time and timing each until its answer: for the gateway the reply frame,
+// for the echo server the echoed frame. Bounded by o.messages and
+// o.duration.
+func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bool) loadResult {
+	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(o.duration)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errors := 0
+	var wg sync.WaitGroup
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, _, err := dialer.DialContext(ctx, url, nil)
+			if err != nil {
+				mu.Lock()
+				errors++
+				mu.Unlock()
+				return
+			}
+			defer c.Close()
+			user := fmt.Sprintf("bench-%d-%s", i, shortID())
+			if gatewayProtocol {
+				c.WriteJSON(map[string]any{"type": "hello", "user": user})
+				var ready map[string]any
+				if c.ReadJSON(&ready) != nil {
+					mu.Lock()
+					errors++
+					mu.Unlock()
+					return
+				}
+			}
+			mine := make([]time.Duration, 0, o.messages)
+			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+				t0 := time.Now()
+				frame := map[string]any{"type": "message", "id": fmt.Sprint("m", m), "text": "hello gateway"}
+				if err := c.WriteJSON(frame); err != nil {
+					break
+				}
+				ok := false
+				for {
+					c.SetReadDeadline(time.Now().Add(30 * time.Second))
+					var f map[string]any
+					if c.ReadJSON(&f) != nil {
+						break
+					}
+					if !gatewayProtocol || f["type"] == "reply" {
+						ok = true
+						break
+					}
+					if f["type"] == "error" {
+						break
+					}
+				}
+				if !ok {
+					mu.Lock()
+					errors++
+					mu.Unlock()
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	return summarize(n, lat, elapsed, errors)
+}
+
+func summarize(clients int, lat []time.Duration, elapsed time.Duration, errors int) loadResult {
+	r := loadResult{Clients: clients, Turns: len(lat), ErrorCount: errors}
+	if len(lat) == 0 {
+		return r
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	r.PerSecond = float64(len(lat)) / elapsed.Seconds()
+	r.P50Millis, r.P99Millis = pct(0.50), pct(0.99)
+	return r
+}
+
+func shortID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// echoServer is baseline A: gorilla/websocket echoing every frame, nothing
+// else.
+func echoServer() (string, func()) {
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			mt, data, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			if c.WriteMessage(mt, data) != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(ln)
+	return "ws://" + ln.Addr().String() + "/", func() { srv.Close() }
+}
+
+// openStore opens a fresh database: a temporary SQLite file, or a new
+// schema on the PostgreSQL server, removed by the returned func.
+func openStore(ctx context.Context, driver string, o options) (*sessions.DB, func(), error) {
+	switch driver {
+	case sessions.DriverSQLite:
+		dir, err := os.MkdirTemp("", "chatgate-bench")
+		if err != nil {
+			return nil, nil, err
+		}
+		db, err := sessions.Open(ctx, driver, filepath.Join(dir, "bench.db"), sessions.OpenOptions{Logger: discard})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+	case sessions.DriverPostgres:
+		admin, err := gorm.Open(postgres.Open(o.dsn), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			return nil, nil, err
+		}
+		schema := "bench_" + shortID()
+		if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+			return nil, nil, err
+		}
+		sep := "?"
+		if strings.Contains(o.dsn, "?") {
+			sep = "&"
+		}
+		db, err := sessions.Open(ctx, driver, o.dsn+sep+"search_path="+schema, sessions.OpenOptions{Logger: discard})
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, func() {
+			db.Close()
+			admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+			if s, err := admin.DB(); err == nil {
+				s.Close()
+			}
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown store %q", driver)
+}
+
+// gatewayServer runs the real gateway stack in process: store, session
+// manager with the echo agent, WebSocket channel, HTTP server on loopback.
+func gatewayServer(ctx context.Context, driver string, o options) (string, func(), error) {
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		return "", nil, err
+	}
+	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard, HotConversations: 4096,
+		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20}}})
+	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
+	srv := gateway.New(discard)
+	srv.Handle("GET /ws", ws)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeDB()
+		return "", nil, err
+	}
+	go srv.Serve(ln)
+	return "ws://" + ln.Addr().String() + "/ws", func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(c)
+		mgr.Shutdown(c)
+		ws.Shutdown(c)
+		closeDB()
+	}, nil
+}
+
+// rawInserts is baseline B: message rows with no gateway, one transaction
+// per 1,000 rows.
+func rawInserts(ctx context.Context, driver string, o options) (rawResult, error) {
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		return rawResult{}, err
+	}
+	defer closeDB()
+	const batch = 1000
+	rows := make([]sessions.Message, batch)
+	conv := uuid.NewString()
+	start := time.Now()
+	seq := int64(0)
+	for done := 0; done < o.rawRows; done += batch {
+		for i := range rows {
+			seq++
+			rows[i] = sessions.Message{ConversationID: conv, Seq: seq, Role: "user", Content: "hello gateway", Status: "ok", CreatedAt: time.Now()}
+		}
+		if err := db.Gorm().WithContext(ctx).Create(&rows).Error; err != nil {
+			return rawResult{}, fmt.Errorf("raw insert: %w", err)
+		}
+	}
+	return rawResult{Driver: driver, Rows: int(seq), PerSecond: float64(seq) / time.Since(start).Seconds()}, nil
+}
+
+// sweep times the daily sweep over o.sweepRows active conversations that
+// all started before the boundary.
+func sweep(ctx context.Context, driver string, o options) (sweepResult, error) {
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		return sweepResult{}, err
+	}
+	defer closeDB()
+	old := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const batch = 1000
+	convs := make([]sessions.Conversation, 0, batch)
+	for i := 0; i < o.sweepRows; i++ {
+		convs = append(convs, sessions.Conversation{ID: uuid.NewString(), SessionKey: fmt.Sprint("websocket:sweep-", i), Channel: "websocket",
+			Status: sessions.StatusActive, StartedAt: old, LastActivityAt: old})
+		if len(convs) == batch || i == o.sweepRows-1 {
+			if err := db.Gorm().WithContext(ctx).Create(&convs).Error; err != nil {
+				return sweepResult{}, fmt.Errorf("seed conversations: %w", err)
+			}
+			convs = convs[:0]
+		}
+	}
+	now := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
+	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard, Now: func() time.Time { return now },
+		Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 10, Reset: sessions.ResetPolicy{Mode: sessions.ResetDaily, AtHour: 4, Location: time.UTC}}}})
+	start := time.Now()
+	n, err := mgr.SweepDaily(ctx, "websocket")
+	took := time.Since(start)
+	if err != nil {
+		return sweepResult{}, err
+	}
+	if n != o.sweepRows {
+		return sweepResult{}, fmt.Errorf("sweep archived %d of %d", n, o.sweepRows)
+	}
+	return sweepResult{Driver: driver, Conversations: n, Seconds: took.Seconds()}, nil
+}
+
+func lockHeap(keys int) float64 {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := locks.New(locks.Options{})
+	ctx := context.Background()
+	for i := 0; i < keys; i++ {
+		r, _ := c.Acquire(ctx, fmt.Sprint("telegram:dm:", i))
+		r()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(c)
+	return max(0, float64(after.HeapAlloc)-float64(before.HeapAlloc)) / (1 << 20)
+}
+
+func goals(r *report) []goal {
+	var out []goal
+	find := func(ls []loadResult, clients int) *loadResult {
+		for i := range ls {
+			if ls[i].Clients == clients {
+				return &ls[i]
+			}
+		}
+		return nil
+	}
+	last := func(ls []loadResult) *loadResult {
+		if len(ls) == 0 {
+			return nil
+		}
+		return &ls[len(ls)-1]
+	}
+	gw, echo := last(r.Gateway), last(r.Echo)
+	if gw != nil && echo != nil && len(r.RawRows) > 0 && r.RawRows[0].PerSecond > 0 && echo.PerSecond > 0 {
+		storage := gw.PerSecond / (r.RawRows[0].PerSecond / 2)
+		out = append(out,
+			goal{fmt.Sprintf("turns/s at %d clients ÷ (B÷2), sqlite", gw.Clients), "≥ 0.5", storage, storage >= 0.5},
+			goal{fmt.Sprintf("turns/s at %d clients ÷ A", gw.Clients), "≥ 0.25", gw.PerSecond / echo.PerSecond, gw.PerSecond/echo.PerSecond >= 0.25})
+	}
+	mid := r.Gateway[min(1, len(r.Gateway)-1)]
+	if e := find(r.Echo, mid.Clients); e != nil && e.P99Millis > 0 {
+		ratio := mid.P99Millis / e.P99Millis
+		out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99", mid.Clients), "≤ 4", ratio, ratio <= 4})
+	}
+	if r.Idle != nil {
+		out = append(out, goal{"RSS per idle connection (KiB)", "≤ 20", r.Idle.RSSPerConnKiB, r.Idle.RSSPerConnKiB <= 20})
+	}
+	for _, s := range r.Sweeps {
+		if s.Driver == sessions.DriverSQLite {
+			out = append(out, goal{fmt.Sprintf("daily sweep, %d conversations, sqlite (s)", s.Conversations), "≤ 10", s.Seconds, s.Seconds <= 10})
+		}
+	}
+	growth := r.Locks.HeapMiB1M - r.Locks.HeapMiB10k
+	out = append(out, goal{"lock cache: 1M keys − 10k keys (MiB)", "≤ 10", growth, growth <= 10})
+	return out
+}
