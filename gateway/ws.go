@@ -61,6 +61,9 @@ type WebSocket struct {
 	upgrader websocket.Upgrader
 	log      *slog.Logger
 
+	stopPings chan struct{}
+	stopOnce  sync.Once
+
 	mu      sync.Mutex
 	closing bool
 	conns   map[*wsConn]struct{}
@@ -110,7 +113,35 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	}
 	sess.OnReset(ws.onReset)
 	sess.OnRecovered(ws.onRecovered)
+	ws.stopPings = make(chan struct{})
+	go ws.pingLoop()
 	return ws
+}
+
+// pingLoop pings every connection each PingInterval, from one goroutine
+// for all of them. A peer that stops answering is dropped by its reader's
+// deadline; a ping that cannot be written closes the connection at once.
+func (ws *WebSocket) pingLoop() {
+	t := time.NewTicker(ws.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ws.stopPings:
+			return
+		case <-t.C:
+		}
+		ws.mu.Lock()
+		conns := make([]*wsConn, 0, len(ws.conns))
+		for c := range ws.conns {
+			conns = append(conns, c)
+		}
+		ws.mu.Unlock()
+		for _, c := range conns {
+			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
+				c.close(websocket.CloseAbnormalClosure, "ping failed")
+			}
+		}
+	}
 }
 
 // onRecovered delivers a reply that the recovery pass produced after a
@@ -201,7 +232,6 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &wsConn{
 		ws: ws, conn: conn, principal: principal,
-		send:    make(chan []byte, 256),
 		done:    make(chan struct{}),
 		queue:   make(chan *clientFrame, ws.opts.QueueSize),
 		limiter: rate.NewLimiter(rate.Limit(ws.opts.RatePerSecond), ws.opts.RateBurst),
@@ -214,14 +244,20 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.conns[c] = struct{}{}
-	ws.wg.Add(2)
+	ws.wg.Add(1) // the reader
 	ws.mu.Unlock()
-	go c.writeLoop()
 	if authFailed {
 		c.fail(errUnauthorized.with("unknown token"), websocket.ClosePolicyViolation)
 	}
-	c.readLoop()
+	// The read loop gets a goroutine of its own so that this handler
+	// returns: net/http then frees the connection's buffers and the
+	// handler's deep stack, which an idle connection would otherwise keep.
+	go c.readLoop()
 }
+
+// sendQueue is how many frames may wait for a connection's writer; a client
+// that falls further behind is disconnected and resumes from storage.
+const sendQueue = 64
 
 // StopAccepting refuses new connections (503) while existing ones keep
 // receiving the replies of turns that are draining.
@@ -242,6 +278,7 @@ func (ws *WebSocket) Shutdown(ctx context.Context) {
 		conns = append(conns, c)
 	}
 	ws.mu.Unlock()
+	ws.stopOnce.Do(func() { close(ws.stopPings) })
 	for _, c := range conns {
 		c.close(websocket.CloseGoingAway, "server shutting down")
 	}
@@ -333,44 +370,114 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 	}()
 }
 
-// wsConn is one connection. Three goroutines serve it: the reader (the HTTP
-// handler's), the writer (the only one writing frames), and the worker that
-// runs its messages in arrival order. done is closed once, by close; send
-// and queue are never closed.
+// wsConn is one connection. An idle connection has one goroutine, its
+// reader; a writer goroutine exists only while frames wait to be written,
+// and a worker only while messages wait to be run (arrival order). Pings come
+// from one goroutine for the whole channel. done is closed once, by close;
+// queue is never closed.
 type wsConn struct {
-	ws        *WebSocket
-	conn      *websocket.Conn
-	send      chan []byte
-	done      chan struct{}
-	closeOnce sync.Once
-	closeCode int
-	closeText string
-	queue     chan *clientFrame
-	limiter   *rate.Limiter
+	ws      *WebSocket
+	conn    *websocket.Conn
+	done    chan struct{}
+	queue   chan *clientFrame
+	limiter *rate.Limiter
 
 	// Set by the reader before the worker starts; read-only afterwards.
 	principal string
 	key       string
 	hello     bool
+
+	workMu  sync.Mutex
+	working bool // a worker goroutine is running the queue
+
+	outMu     sync.Mutex
+	out       [][]byte // frames waiting for the writer
+	writing   bool     // a writer goroutine is flushing out
+	closing   bool     // after out, the close frame, then the socket closes
+	closeCode int
+	closeText string
 }
 
-// close ends the connection: the writer sends a close frame with code and
-// closes the socket, which ends the reader.
+// close ends the connection: frames already queued go out, then a close
+// frame with code, then the socket closes, which ends the reader.
 func (c *wsConn) close(code int, text string) {
-	c.closeOnce.Do(func() {
-		c.closeCode, c.closeText = code, text
-		close(c.done)
-	})
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	c.closeLocked(code, text)
+}
+
+func (c *wsConn) closeLocked(code int, text string) {
+	if c.closing {
+		return
+	}
+	c.closing = true
+	c.closeCode, c.closeText = code, text
+	close(c.done)
+	c.startWriterLocked()
 }
 
 // enqueue hands a frame to the writer. A client too slow to take its frames
 // is disconnected; it resumes and gets its replies from storage.
 func (c *wsConn) enqueue(frame []byte) {
-	select {
-	case c.send <- frame:
-	case <-c.done:
-	default:
-		c.close(websocket.CloseTryAgainLater, "client too slow")
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.closing {
+		return
+	}
+	if len(c.out) >= sendQueue {
+		c.out = nil
+		c.closeLocked(websocket.CloseTryAgainLater, "client too slow")
+		return
+	}
+	c.out = append(c.out, frame)
+	c.startWriterLocked()
+}
+
+func (c *wsConn) startWriterLocked() {
+	if c.writing {
+		return
+	}
+	c.writing = true
+	c.ws.wg.Add(1)
+	go c.writeLoop()
+}
+
+// writeLoop writes the queued frames and exits when none are left; after a
+// close it writes the close frame and closes the socket.
+func (c *wsConn) writeLoop() {
+	defer c.ws.wg.Done()
+	for {
+		c.outMu.Lock()
+		if len(c.out) == 0 {
+			c.out = nil // give the backing array back
+			if !c.closing {
+				c.writing = false
+				c.outMu.Unlock()
+				return
+			}
+			code, text := c.closeCode, c.closeText
+			c.outMu.Unlock() // writing stays true: this was the last writer
+			c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+			c.conn.Close()
+			return
+		}
+		frame := c.out[0]
+		c.out[0] = nil
+		c.out = c.out[1:]
+		c.outMu.Unlock()
+		c.conn.SetWriteDeadline(time.Now().Add(c.ws.opts.WriteTimeout))
+		if err := c.conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+			c.outMu.Lock()
+			c.out = nil
+			if !c.closing {
+				c.closing = true
+				c.closeCode = websocket.CloseAbnormalClosure
+				close(c.done)
+			}
+			c.outMu.Unlock()
+			c.conn.Close()
+			return
+		}
 	}
 }
 
@@ -398,47 +505,6 @@ func (c *wsConn) sendError(e *wsError) {
 func (c *wsConn) fail(e *wsError, code int) {
 	c.sendError(e)
 	c.close(code, e.Message)
-}
-
-func (c *wsConn) writeLoop() {
-	defer c.ws.wg.Done()
-	ping := time.NewTicker(c.ws.opts.PingInterval)
-	defer ping.Stop()
-	defer c.conn.Close()
-	write := func(frame []byte) error {
-		c.conn.SetWriteDeadline(time.Now().Add(c.ws.opts.WriteTimeout))
-		return c.conn.WriteMessage(websocket.TextMessage, frame)
-	}
-	for {
-		select {
-		case frame := <-c.send:
-			if err := write(frame); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "write failed")
-				return
-			}
-		case <-ping.C:
-			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.ws.opts.WriteTimeout)); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "ping failed")
-				return
-			}
-		case <-c.done:
-			// Frames queued before the close (an error frame explaining
-			// it) still go out, then the close frame.
-			for {
-				select {
-				case frame := <-c.send:
-					if write(frame) != nil {
-						return
-					}
-					continue
-				default:
-				}
-				break
-			}
-			c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(c.closeCode, c.closeText), time.Now().Add(time.Second))
-			return
-		}
-	}
 }
 
 func (c *wsConn) readLoop() {
@@ -496,8 +562,6 @@ func (c *wsConn) readLoop() {
 			}
 			c.hello = true
 			c.conn.SetReadDeadline(time.Now().Add(pongWait))
-			c.ws.wg.Add(1)
-			go c.workLoop()
 			continue
 		}
 		if !c.hello {
@@ -516,6 +580,7 @@ func (c *wsConn) readLoop() {
 		default: // message, reset: in arrival order, on the worker
 			select {
 			case c.queue <- f:
+				c.kick()
 			default:
 				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
 			}
@@ -626,25 +691,38 @@ func historyItems(msgs []sessions.Message) []historyItem {
 	return out
 }
 
-// workLoop runs the connection's messages and resets in arrival order. A
-// message already received is run even if the client has gone: its reply
-// is stored and delivered on resume.
+// kick starts the worker unless it runs. The worker exists only while
+// messages wait, so an idle connection costs no goroutine for it.
+func (c *wsConn) kick() {
+	c.workMu.Lock()
+	defer c.workMu.Unlock()
+	if c.working {
+		return
+	}
+	c.working = true
+	c.ws.wg.Add(1)
+	go c.workLoop()
+}
+
+// workLoop runs the connection's messages and resets in arrival order,
+// until the queue is empty. A message already received is run even if the
+// client has gone: its reply is stored and delivered on resume.
 func (c *wsConn) workLoop() {
 	defer c.ws.wg.Done()
 	for {
 		select {
 		case f := <-c.queue:
 			c.run(f)
-		case <-c.done:
-			for {
-				select {
-				case f := <-c.queue:
-					c.run(f)
-				default:
-					return
-				}
-			}
+			continue
+		default:
 		}
+		c.workMu.Lock()
+		if len(c.queue) == 0 {
+			c.working = false
+			c.workMu.Unlock()
+			return
+		}
+		c.workMu.Unlock()
 	}
 }
 

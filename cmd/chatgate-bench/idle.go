@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,12 @@ func serveIdleChild(ctx context.Context, stdout, stderr io.Writer) int {
 		debug.FreeOSMemory()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
+		if path := os.Getenv("CHATGATE_BENCH_HEAP_PROFILE"); path != "" {
+			if f, err := os.Create(path); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}
 		json.NewEncoder(w).Encode(memSample{RSSKiB: rssKiB(), HeapKiB: float64(ms.HeapInuse+ms.StackInuse) / 1024, Conns: ws.Connections()})
 	}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

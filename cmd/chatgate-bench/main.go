@@ -75,10 +75,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		o.clients = append(o.clients, n)
 	}
-	if o.quick {
-		o.clients = []int{1, 20, 100}
-		o.messages, o.duration = 30, 2*time.Second
-		o.idleConns, o.sweepRows, o.rawRows = 500, 20_000, 20_000
+	if o.quick { // small sizes, except for flags given explicitly
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		pick := func(name string, p *int, v int) {
+			if !set[name] {
+				*p = v
+			}
+		}
+		if !set["clients"] {
+			o.clients = []int{1, 20, 100}
+		}
+		if !set["duration"] {
+			o.duration = 2 * time.Second
+		}
+		pick("messages", &o.messages, 30)
+		pick("idle-conns", &o.idleConns, 500)
+		pick("sweep-conversations", &o.sweepRows, 20_000)
+		pick("raw-rows", &o.rawRows, 20_000)
 	}
 	if o.store == "postgres" && o.dsn == "" {
 		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
