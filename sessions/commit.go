@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -9,11 +10,13 @@ import (
 )
 
 // committer group-commits writes: each worker takes every write waiting in
-// the queue (up to maxBatch), runs them in one transaction, each inside its
-// own savepoint so that one write's failure does not undo the others, and
-// commits once. A caller returns when its write's batch is committed, so an
-// acknowledged message is on disk, while concurrent turns share the cost of a
-// commit (one fsync on SQLite) instead of paying one each.
+// the queue (up to maxBatch), runs them in one transaction and commits once.
+// A caller returns when its write's batch is committed, so an acknowledged
+// message is on disk, while concurrent turns share the cost of a commit (one
+// fsync on SQLite) instead of paying one each. Writes rarely fail (a stale
+// conversation, a duplicate client id); when one does, the batch is rolled
+// back and its writes run again one transaction each, so no write sees
+// another's failure.
 type committer struct {
 	db       *gorm.DB
 	maxBatch int
@@ -84,38 +87,31 @@ func (c *committer) run() {
 	}
 }
 
+// errOpFailed aborts a batch transaction when one of its writes failed.
+var errOpFailed = errors.New("a write in the batch failed")
+
 func (c *committer) commit(batch []*writeOp) {
-	var err error
-	if len(batch) == 1 {
-		// Nothing to isolate from: skip the savepoint round trips.
-		err = c.db.Transaction(func(tx *gorm.DB) error {
-			batch[0].err = batch[0].fn(tx)
-			return batch[0].err
-		})
-		if batch[0].err == nil {
-			batch[0].err = err
-		}
-		close(batch[0].done)
-		return
-	}
-	err = c.db.Transaction(func(tx *gorm.DB) error {
-		for i, op := range batch {
-			sp := fmt.Sprintf("w%d", i)
-			if err := tx.SavePoint(sp).Error; err != nil {
-				return err
-			}
+	err := c.db.Transaction(func(tx *gorm.DB) error {
+		for _, op := range batch {
 			if op.err = op.fn(tx); op.err != nil {
-				if err := tx.RollbackTo(sp).Error; err != nil {
-					return err
-				}
+				return errOpFailed
 			}
 		}
 		return nil
 	})
-	for _, op := range batch {
-		if err != nil && op.err == nil {
+	switch {
+	case errors.Is(err, errOpFailed) && len(batch) > 1:
+		for _, op := range batch {
+			op.err = c.db.Transaction(op.fn)
+		}
+	case errors.Is(err, errOpFailed):
+		// A batch of one: op.err is its own error.
+	case err != nil:
+		for _, op := range batch {
 			op.err = fmt.Errorf("commit: %w", err)
 		}
+	}
+	for _, op := range batch {
 		close(op.done)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,3 +149,6 @@ func conversations(t testing.TB, db *DB, key string) []Conversation {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// waitQueue yields while goroutines line up in the commit queue.
+func waitQueue() { runtime.Gosched() }

@@ -61,20 +61,21 @@ type Conversation struct {
 // Message is one append-only row of a conversation. Replaying rows by Seq
 // reproduces the transcript exactly.
 type Message struct {
-	ID             uint64    `gorm:"primaryKey;autoIncrement"`
-	ConversationID string    `gorm:"size:36;not null;uniqueIndex:uq_messages_seq,priority:1;uniqueIndex:uq_messages_client,priority:1;index:ix_messages_reply,priority:1"`
-	Seq            int64     `gorm:"not null;uniqueIndex:uq_messages_seq,priority:2"`
+	// The primary key is (conversation_id, seq): seq is unique per
+	// conversation, and the row needs no other identity.
+	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1;index:ix_messages_reply,priority:1"`
+	Seq            int64     `gorm:"primaryKey;autoIncrement:false"`
 	Role           string    `gorm:"size:16;not null"`
 	Content        string    `gorm:"type:text;not null"`
 	ToolCalls      string    `gorm:"type:text"` // JSON array of agent.ToolCall
 	ToolCallID     string    `gorm:"size:128"`
 	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2"`
-	ReplyTo        int64     `gorm:"not null;default:0;index:ix_messages_reply,priority:2"` // the user message's seq, for agent output
+	ReplyTo        int64     `gorm:"not null;index:ix_messages_reply,priority:2"` // the user message's seq, for agent output
 	Status         string    `gorm:"size:16;not null"`
 	Error          string    `gorm:"type:text"`
-	PromptTokens   int64     `gorm:"not null;default:0"`
-	CompletionTkns int64     `gorm:"column:completion_tokens;not null;default:0"`
-	Cost           float64   `gorm:"not null;default:0"`
+	PromptTokens   int64     `gorm:"not null"`
+	CompletionTkns int64     `gorm:"column:completion_tokens;not null"`
+	Cost           float64   `gorm:"not null"`
 	CreatedAt      time.Time `gorm:"index"`
 }
 

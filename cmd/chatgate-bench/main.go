@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "small sizes, for CI: seconds instead of minutes")
 	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
 	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -97,6 +99,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.store == "postgres" && o.dsn == "" {
 		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := measure(ctx, o, stderr)
 	if err != nil {
