@@ -341,28 +341,34 @@ func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Mes
 // Append stores messages and advances the conversation, in one group commit.
 func (s *DB) Append(ctx context.Context, a Append) error {
 	n := int64(len(a.Messages))
+	// Plain SQL on the hot path: two statements per turn step, no ORM
+	// reflection in between.
+	update := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
+		cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ?`
+	if a.RequireActive {
+		update += " AND status = 'active'"
+	}
+	var insert strings.Builder
+	insert.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
+		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at) VALUES `)
+	args := make([]any, 0, 14*len(a.Messages))
+	for i, m := range a.Messages {
+		if i > 0 {
+			insert.WriteString(", ")
+		}
+		insert.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
+			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt)
+	}
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		q := tx.Model(&Conversation{}).Where("id = ? AND last_seq = ?", a.Conv.ID, a.ExpectSeq)
-		if a.RequireActive {
-			q = q.Where("status = ?", StatusActive)
-		}
-		updates := map[string]any{
-			"last_seq":         gorm.Expr("last_seq + ?", n),
-			"last_activity_at": a.At,
-			"total_tokens":     gorm.Expr("total_tokens + ?", a.Tokens),
-			"cost":             gorm.Expr("cost + ?", a.Cost),
-		}
-		if a.Model != "" {
-			updates["model"] = a.Model
-		}
-		res := q.Updates(updates)
+		res := tx.Exec(update, n, a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
 			return ErrStale
 		}
-		return tx.Create(&a.Messages).Error
+		return tx.Exec(insert.String(), args...).Error
 	})
 	switch {
 	case errors.Is(err, ErrStale):
