@@ -1,0 +1,48 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	r := summarize(4, lat, 2*time.Second, 1)
+	if r.Turns != 100 || r.PerSecond != 50 || r.P50Millis != 51 || r.P99Millis != 100 || r.ErrorCount != 1 {
+		t.Fatalf("summary = %+v", r)
+	}
+	if z := summarize(1, nil, time.Second, 0); z.PerSecond != 0 || z.Turns != 0 {
+		t.Fatalf("empty summary = %+v", z)
+	}
+}
+
+func TestGoals(t *testing.T) {
+	r := &report{
+		Echo:    []loadResult{{Clients: 1, PerSecond: 1000, P99Millis: 1}, {Clients: 50, PerSecond: 4000, P99Millis: 2}, {Clients: 500, PerSecond: 8000, P99Millis: 10}},
+		Gateway: []loadResult{{Clients: 1, PerSecond: 500, P99Millis: 2}, {Clients: 50, PerSecond: 2000, P99Millis: 9}, {Clients: 500, PerSecond: 3000, P99Millis: 40}},
+		RawRows: []rawResult{{Driver: "sqlite", PerSecond: 10000}},
+		Idle:    &idleResult{Connections: 10000, RSSPerConnKiB: 15},
+		Sweeps:  []sweepResult{{Driver: "sqlite", Conversations: 1000000, Seconds: 12}},
+		Locks:   locksResult{HeapMiB10k: 2, HeapMiB1M: 3},
+	}
+	met := map[string]bool{}
+	for _, g := range goals(r) {
+		met[g.Name] = g.Met
+	}
+	want := map[string]bool{
+		"turns/s at 500 clients ÷ (B÷2), sqlite":         true,  // 3000 / 5000
+		"turns/s at 500 clients ÷ A":                     true,  // 3000 / 8000
+		"p99 at 50 clients ÷ echo p99":                   false, // 9 / 2
+		"RSS per idle connection (KiB)":                  true,
+		"daily sweep, 1000000 conversations, sqlite (s)": false,
+		"lock cache: 1M keys − 10k keys (MiB)":           true,
+	}
+	for name, w := range want {
+		if got, ok := met[name]; !ok || got != w {
+			t.Errorf("goal %q met = %v (present %v), want %v", name, got, ok, w)
+		}
+	}
+}
