@@ -267,9 +267,10 @@ func (ws *WebSocket) StopAccepting() {
 	ws.mu.Unlock()
 }
 
-// Shutdown closes every connection with 1001 (going away), through the same
-// path as a client disconnect, and waits for their goroutines until ctx
-// ends. Turns already started go on in the session manager.
+// Shutdown waits (until ctx ends) for the connections' workers to hand over
+// their last frames, then closes every connection with 1001 (going away),
+// through the same path as a client disconnect, and waits for their
+// goroutines. Call it after the session manager has drained.
 func (ws *WebSocket) Shutdown(ctx context.Context) {
 	ws.mu.Lock()
 	ws.closing = true
@@ -279,6 +280,22 @@ func (ws *WebSocket) Shutdown(ctx context.Context) {
 	}
 	ws.mu.Unlock()
 	ws.stopOnce.Do(func() { close(ws.stopPings) })
+	// Turns still finishing hand their last frames (an interrupted reply)
+	// to their connection before it closes.
+	for busy := true; busy && ctx.Err() == nil; {
+		busy = false
+		for _, c := range conns {
+			c.workMu.Lock()
+			busy = busy || c.working
+			c.workMu.Unlock()
+		}
+		if busy {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	for _, c := range conns {
 		c.close(websocket.CloseGoingAway, "server shutting down")
 	}
