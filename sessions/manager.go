@@ -256,6 +256,35 @@ func (m *Manager) enter() bool {
 	return true
 }
 
+// acquire counts a turn for the drain and takes the session key's lock;
+// the returned func gives both back.
+func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
+	if !m.enter() {
+		return nil, ErrShuttingDown
+	}
+	release, err := m.lock(ctx, key)
+	if err != nil {
+		m.turns.Done()
+		return nil, err
+	}
+	return func() { release(); m.turns.Done() }, nil
+}
+
+// startTurn returns the context of a running turn, which Stop and Shutdown
+// cancel, and the func that ends it.
+func (m *Manager) startTurn(key string) (context.Context, func()) {
+	turnCtx, cancel := context.WithCancelCause(m.base)
+	m.mu.Lock()
+	m.running[key] = cancel
+	m.mu.Unlock()
+	return turnCtx, func() {
+		m.mu.Lock()
+		delete(m.running, key)
+		m.mu.Unlock()
+		cancel(nil)
+	}
+}
+
 // lock takes the session key's lock; waiting ends when ctx does or a
 // shutdown starts.
 func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
@@ -320,26 +349,13 @@ func (m *Manager) handle(ctx context.Context, in Inbound, h Hooks) (Outcome, err
 	if !utf8.ValidString(in.Text) {
 		return Outcome{}, ErrBadText
 	}
-	if !m.enter() {
-		return Outcome{}, ErrShuttingDown
-	}
-	defer m.turns.Done()
-	release, err := m.lock(ctx, in.SessionKey)
+	release, err := m.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return Outcome{}, err
 	}
 	defer release()
-
-	turnCtx, cancel := context.WithCancelCause(m.base)
-	defer cancel(nil)
-	m.mu.Lock()
-	m.running[in.SessionKey] = cancel
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.running, in.SessionKey)
-		m.mu.Unlock()
-	}()
+	turnCtx, endTurn := m.startTurn(in.SessionKey)
+	defer endTurn()
 
 	for attempt := 0; ; attempt++ {
 		out, err := m.turn(ctx, turnCtx, in, h)
@@ -603,11 +619,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return ResetEvent{}, ErrBadInbound
 	}
-	if !m.enter() {
-		return ResetEvent{}, ErrShuttingDown
-	}
-	defer m.turns.Done()
-	release, err := m.lock(ctx, in.SessionKey)
+	release, err := m.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return ResetEvent{}, err
 	}

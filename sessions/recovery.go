@@ -88,11 +88,7 @@ func (m *Manager) Recover(ctx context.Context, maxAge time.Duration) (ran, expir
 }
 
 func (m *Manager) recoverOne(ctx context.Context, u Unanswered, stale bool) (Outcome, error) {
-	if !m.enter() {
-		return Outcome{}, ErrShuttingDown
-	}
-	defer m.turns.Done()
-	release, err := m.lock(ctx, u.SessionKey)
+	release, err := m.acquire(ctx, u.SessionKey)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -120,16 +116,8 @@ func (m *Manager) recoverOne(ctx context.Context, u Unanswered, stale bool) (Out
 		return Outcome{}, err
 	}
 	hc.window = before
-	turnCtx, cancel := context.WithCancelCause(m.base)
-	defer cancel(nil)
-	m.mu.Lock()
-	m.running[u.SessionKey] = cancel
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.running, u.SessionKey)
-		m.mu.Unlock()
-	}()
+	turnCtx, endTurn := m.startTurn(u.SessionKey)
+	defer endTurn()
 	in := Inbound{Channel: u.Channel, SessionKey: u.SessionKey, UserID: u.UserID, ChatID: u.ChatID}
 	return m.runAgent(turnCtx, hc, u.Message, policy, in, Hooks{}), nil
 }

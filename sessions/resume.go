@@ -53,17 +53,12 @@ func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit in
 		return nil, nil, err
 	}
 	if conv == nil {
-		if !m.enter() {
-			return nil, nil, ErrShuttingDown
-		}
-		release, err := m.lock(ctx, in.SessionKey)
+		release, err := m.acquire(ctx, in.SessionKey)
 		if err != nil {
-			m.turns.Done()
 			return nil, nil, err
 		}
 		hc, err := m.load(ctx, in, m.Policy(in.Channel), m.now())
 		release()
-		m.turns.Done()
 		if err != nil {
 			return nil, nil, err
 		}

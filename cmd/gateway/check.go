@@ -10,13 +10,9 @@ import (
 // file:line: key: message, one per line, and the exit code is 1.
 func check(args []string, stdout, stderr io.Writer) int {
 	fs, path := configFlag("check", stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, err := loadConfig(*path)
-	if err != nil {
-		printConfigErrors(stderr, err)
-		return 1
+	cfg, code := parseConfig(fs, path, args, stderr)
+	if cfg == nil {
+		return code
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", cfg.File)
 	fmt.Fprintf(stdout, "storage %s, agent %s, listening on %s\n\n", cfg.Storage.Driver, cfg.Agent.Backend, cfg.Gateway.Listen)

@@ -41,6 +41,21 @@ func configFlag(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 	return fs, fs.String("c", "", "configuration `FILE` (default ./bot.yaml, else embedded defaults)")
 }
 
+// parseConfig parses a command's flags and loads its configuration. On
+// failure it has told the user and returns the exit code (2 for bad flags,
+// 1 for a bad configuration).
+func parseConfig(fs *flag.FlagSet, path *string, args []string, stderr io.Writer) (*config.Config, int) {
+	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		printConfigErrors(stderr, err)
+		return nil, 1
+	}
+	return cfg, 0
+}
+
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
@@ -89,13 +104,9 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*sess
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, path := configFlag("serve", stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, err := loadConfig(*path)
-	if err != nil {
-		printConfigErrors(stderr, err)
-		return 1
+	cfg, code := parseConfig(fs, path, args, stderr)
+	if cfg == nil {
+		return code
 	}
 	log := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings {
@@ -227,7 +238,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 
-	code := 0
+	code = 0
 	select {
 	case <-stopCtx.Done():
 	case err := <-serveErr:

@@ -25,13 +25,9 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	status := fs.String("status", "", "only active or archived (list)")
 	limit := fs.Int("limit", 50, "at most `N` conversations (list)")
 	format := fs.String("format", "json", "json or text (export)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, err := loadConfig(*path)
-	if err != nil {
-		printConfigErrors(stderr, err)
-		return 1
+	cfg, code := parseConfig(fs, path, args, stderr)
+	if cfg == nil {
+		return code
 	}
 	store, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
