@@ -39,10 +39,12 @@ const (
 type Conversation struct {
 	ID             string     `gorm:"primaryKey;size:36" json:"id"`
 	SessionKey     string     `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active'" json:"session_key"`
-	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:2;index:ix_conversations_daily,priority:2" json:"channel"`
-	Status         string     `gorm:"size:16;not null;index:ix_conversations_idle,priority:1;index:ix_conversations_daily,priority:1" json:"status"`
-	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:3" json:"started_at"`
-	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:3" json:"last_activity_at"`
+	// The sweeps' indexes cover active conversations only: archiving takes
+	// a row out of them, and they stay as small as the active set.
+	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:1,where:status = 'active';index:ix_conversations_daily,priority:1,where:status = 'active'" json:"channel"`
+	Status         string     `gorm:"size:16;not null" json:"status"`
+	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:2,where:status = 'active'" json:"started_at"`
+	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:2,where:status = 'active'" json:"last_activity_at"`
 	ArchivedAt     *time.Time `gorm:"index" json:"archived_at,omitempty"`
 	ResetReason    string     `gorm:"size:16" json:"reset_reason,omitempty"`
 	AgentName      string     `gorm:"size:64" json:"agent_name"`

@@ -413,13 +413,14 @@ func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time) (
 // longer. Set-based and idempotent: a repeated or concurrent run archives
 // nothing twice. It returns what it archived.
 func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error) {
-	return s.sweep(ctx, ReasonIdle, at, "status = ? AND channel = ? AND last_activity_at <= ?", StatusActive, channel, cutoff)
+	// status as a literal, so that the partial indexes apply.
+	return s.sweep(ctx, ReasonIdle, at, "status = 'active' AND channel = ? AND last_activity_at <= ?", channel, cutoff)
 }
 
 // SweepDaily archives the channel's active conversations started before
 // boundary. Idempotent like SweepIdle.
 func (s *DB) SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error) {
-	return s.sweep(ctx, ReasonDaily, at, "status = ? AND channel = ? AND started_at < ?", StatusActive, channel, boundary)
+	return s.sweep(ctx, ReasonDaily, at, "status = 'active' AND channel = ? AND started_at < ?", channel, boundary)
 }
 
 func (s *DB) sweep(ctx context.Context, reason string, at time.Time, where string, args ...any) ([]Conversation, error) {
