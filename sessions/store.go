@@ -246,7 +246,8 @@ func notFound(err error) bool { return errors.Is(err, gorm.ErrRecordNotFound) }
 // ActiveConversation returns the key's active conversation, or nil.
 func (s *DB) ActiveConversation(ctx context.Context, key string) (*Conversation, error) {
 	var c Conversation
-	err := s.read.WithContext(ctx).Where("session_key = ? AND status = ?", key, StatusActive).Take(&c).Error
+	// status as a literal, so that the partial unique index applies.
+	err := s.read.WithContext(ctx).Where("session_key = ? AND status = 'active'", key).Take(&c).Error
 	if notFound(err) {
 		return nil, nil
 	}
