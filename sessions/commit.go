@@ -35,7 +35,7 @@ type writeOp struct {
 
 func newCommitter(db *gorm.DB, workers, maxBatch int) *committer {
 	if maxBatch <= 0 {
-		maxBatch = 128
+		maxBatch = 512
 	}
 	c := &committer{db: db, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers)}
 	for i := 0; i < workers; i++ {

@@ -89,7 +89,7 @@ type DB struct {
 // OpenOptions tunes Open.
 type OpenOptions struct {
 	Logger   *slog.Logger
-	MaxBatch int // writes per group commit (default 128)
+	MaxBatch int // writes per group commit (default 512)
 }
 
 // Open opens (and migrates) the database. For sqlite, dsn is a file path.
