@@ -37,8 +37,8 @@ const (
 // Conversation is one conversation of a session key. At most one per key is
 // active; resets archive it and never delete it.
 type Conversation struct {
-	ID             string     `gorm:"primaryKey;size:36" json:"id"`
-	SessionKey     string     `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active';index:ix_conversations_key" json:"session_key"`
+	ID         string `gorm:"primaryKey;size:36" json:"id"`
+	SessionKey string `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active';index:ix_conversations_key" json:"session_key"`
 	// The sweeps' indexes cover active conversations only: archiving takes
 	// a row out of them, and they stay as small as the active set.
 	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:1,where:status = 'active';index:ix_conversations_daily,priority:1,where:status = 'active'" json:"channel"`
