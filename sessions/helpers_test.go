@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -152,3 +153,26 @@ var quiet = slog.New(slog.DiscardHandler)
 
 // waitQueue yields while goroutines line up in the commit queue.
 func waitQueue() { runtime.Gosched() }
+
+// expectPairedTurns checks that key has one conversation of n turns whose
+// rows are gap-free and alternate user message, echo reply to it: turns
+// never interleaved.
+func expectPairedTurns(t testing.TB, db *DB, key string, turns int) {
+	t.Helper()
+	convs := conversations(t, db, key)
+	if len(convs) != 1 {
+		t.Fatalf("%d conversations, want 1", len(convs))
+	}
+	rows := transcript(t, db, convs[0].ID)
+	if len(rows) != 2*turns {
+		t.Fatalf("%d rows, want %d", len(rows), 2*turns)
+	}
+	for i, r := range rows {
+		if r.Seq != int64(i+1) {
+			t.Fatalf("seq %d at position %d: a gap or a duplicate", r.Seq, i)
+		}
+		if i%2 == 1 && (r.Role != "assistant" || r.ReplyTo != rows[i-1].Seq || r.Content != fmt.Sprintf("echo: %s (history: %d)", rows[i-1].Content, i-1)) {
+			t.Fatalf("row %d (%s %q) does not answer row %d (%q): turns interleaved", i, r.Role, r.Content, i-1, rows[i-1].Content)
+		}
+	}
+}

@@ -431,22 +431,7 @@ func TestOneUsersTurnsNeverInterleave(t *testing.T) {
 			}(i)
 		}
 		wg.Wait()
-		convs := conversations(t, db, "websocket:ann")
-		if len(convs) != 1 {
-			t.Fatalf("%d conversations, want 1", len(convs))
-		}
-		rows := transcript(t, db, convs[0].ID)
-		if len(rows) != 40 {
-			t.Fatalf("%d rows, want 40", len(rows))
-		}
-		for i, r := range rows {
-			if r.Seq != int64(i+1) {
-				t.Fatalf("seq %d at position %d: not gap-free", r.Seq, i)
-			}
-			if i%2 == 1 && (r.ReplyTo != rows[i-1].Seq || r.Content != fmt.Sprintf("echo: %s (history: %d)", rows[i-1].Content, i-1)) {
-				t.Fatalf("row %d = %+v does not answer row %d", i, r, i-1)
-			}
-		}
+		expectPairedTurns(t, db, "websocket:ann", 20)
 	})
 }
 

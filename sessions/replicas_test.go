@@ -43,23 +43,7 @@ func TestTwoReplicasNeverInterleaveOneUser(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	db := openStore(t, DriverPostgres, dsn)
-	convs := conversations(t, db, "websocket:ann")
-	if len(convs) != 1 {
-		t.Fatalf("%d conversations, want 1", len(convs))
-	}
-	rows := transcript(t, db, convs[0].ID)
-	if len(rows) != 40 {
-		t.Fatalf("%d rows, want 40", len(rows))
-	}
-	for i, r := range rows {
-		if r.Seq != int64(i+1) {
-			t.Fatalf("seq %d at %d: gap or duplicate", r.Seq, i)
-		}
-		if i%2 == 1 && (r.Role != "assistant" || r.ReplyTo != rows[i-1].Seq || r.Content != fmt.Sprintf("echo: %s (history: %d)", rows[i-1].Content, i-1)) {
-			t.Fatalf("row %d (%s %q) does not answer row %d (%q): turns interleaved", i, r.Role, r.Content, i-1, rows[i-1].Content)
-		}
-	}
+	expectPairedTurns(t, openStore(t, DriverPostgres, dsn), "websocket:ann", 20)
 }
 
 func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
