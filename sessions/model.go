@@ -65,20 +65,23 @@ type Conversation struct {
 type Message struct {
 	// The primary key is (conversation_id, seq): seq is unique per
 	// conversation, and the row needs no other identity.
-	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1;index:ix_messages_reply,priority:1"`
+	// Secondary indexes are partial: each message enters only those its
+	// lookups need (user messages by client id and time, replies by the
+	// message they answer), which halves index writes per turn.
+	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL;index:ix_messages_reply,priority:1,where:reply_to > 0"`
 	Seq            int64     `gorm:"primaryKey;autoIncrement:false"`
 	Role           string    `gorm:"size:16;not null"`
 	Content        string    `gorm:"type:text;not null"`
 	ToolCalls      string    `gorm:"type:text"` // JSON array of agent.ToolCall
 	ToolCallID     string    `gorm:"size:128"`
-	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2"`
-	ReplyTo        int64     `gorm:"not null;index:ix_messages_reply,priority:2"` // the user message's seq, for agent output
+	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2,where:client_msg_id IS NOT NULL"`
+	ReplyTo        int64     `gorm:"not null;index:ix_messages_reply,priority:2,where:reply_to > 0"` // the user message's seq, for agent output
 	Status         string    `gorm:"size:16;not null"`
 	Error          string    `gorm:"type:text"`
 	PromptTokens   int64     `gorm:"not null"`
 	CompletionTkns int64     `gorm:"column:completion_tokens;not null"`
 	Cost           float64   `gorm:"not null"`
-	CreatedAt      time.Time `gorm:"index"`
+	CreatedAt      time.Time `gorm:"index:ix_messages_user_created,where:role = 'user'"`
 }
 
 // SessionLease makes one replica at a time the runner of a session key's

@@ -328,7 +328,8 @@ func (s *DB) MessageByClientID(ctx context.Context, convID, clientID string) (*M
 func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error) {
 	var m Message
 	err := s.read.WithContext(ctx).
-		Where("conversation_id = ? AND reply_to = ? AND role = ? AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq, "assistant").
+		// reply_to > 0 as a literal, so that the partial index applies.
+		Where("conversation_id = ? AND reply_to = ? AND reply_to > 0 AND role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq).
 		Order("seq DESC").Take(&m).Error
 	if notFound(err) {
 		return nil, nil
@@ -475,8 +476,8 @@ func (s *DB) Unanswered(ctx context.Context, since time.Time) ([]Unanswered, err
 	err := s.read.WithContext(ctx).Table("messages AS u").
 		Select("u.*, c.session_key, c.channel, c.user_id, c.chat_id").
 		Joins("JOIN conversations AS c ON c.id = u.conversation_id").
-		Where("u.role = ? AND u.created_at >= ?", "user", since).
-		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.reply_to = u.seq
+		Where("u.role = 'user' AND u.created_at >= ?", since).
+		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.reply_to = u.seq AND r.reply_to > 0
 			AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
 			AND NOT (r.status = ? AND r.error = ?))`, MsgInterrupted, InterruptedByShutdown).
 		Order("u.created_at, u.conversation_id, u.seq").
