@@ -486,7 +486,7 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, pol
 		Input:        um.Content,
 	}
 	var partial strings.Builder
-	reply, err := m.agent.Reply(turnCtx, req, func(d string) {
+	reply, err := m.callAgent(turnCtx, req, func(d string) {
 		partial.WriteString(d)
 		if h.OnDelta != nil {
 			h.OnDelta(d)
@@ -533,6 +533,17 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, pol
 		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: Reply{Text: final.Content, Status: MsgFailed, Error: err.Error()}}
 	}
 	return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(&msgs[len(msgs)-1])}
+}
+
+// callAgent calls the agent; a panicking backend fails the turn (the user
+// message stays, the user is told) instead of taking the gateway down.
+func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("agent %s panicked: %v", m.agent.Name(), p)
+		}
+	}()
+	return m.agent.Reply(ctx, req, onDelta)
 }
 
 // appendReply stores agent output after the conversation's last message. It

@@ -454,3 +454,24 @@ func TestBadInbound(t *testing.T) {
 		t.Fatalf("%d messages stored from bad input", n)
 	}
 }
+
+// panicky is a broken backend.
+type panicky struct{}
+
+func (panicky) Name() string  { return "panicky" }
+func (panicky) Model() string { return "panicky" }
+func (panicky) Reply(context.Context, agent.Request, func(string)) (agent.Reply, error) {
+	panic("backend bug")
+}
+
+func TestPanickingAgentFailsTheTurnOnly(t *testing.T) {
+	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	m := newManager(t, db, panicky{}, newClock(t0), nil)
+	out := handle(t, m, msg("websocket:ann", "hello"))
+	if out.Reply.Status != MsgFailed || !strings.Contains(out.Reply.Error, "panicked") {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if rows := transcript(t, db, out.ConversationID); len(rows) != 2 || rows[0].Content != "hello" {
+		t.Fatalf("rows = %+v", rows)
+	}
+}
