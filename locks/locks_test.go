@@ -269,33 +269,3 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	})
 }
-
-// BenchmarkMillionKeysMemory reports the heap left behind by 1,000,000
-// distinct keys against 10,000 keys: the cache must stay flat.
-func BenchmarkMillionKeysMemory(b *testing.B) {
-	for i := 0; i < b.N; i++ {
-		small := heapAfter(10_000)
-		large := heapAfter(1_000_000)
-		b.ReportMetric(float64(small)/(1<<20), "MiB-heap-10k-keys")
-		b.ReportMetric(float64(large)/(1<<20), "MiB-heap-1M-keys")
-	}
-}
-
-func heapAfter(keys int) uint64 {
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	c := New(Options{})
-	ctx := context.Background()
-	for i := 0; i < keys; i++ {
-		r, _ := c.Acquire(ctx, fmt.Sprint("user:", i))
-		r()
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(c)
-	if after.HeapAlloc < before.HeapAlloc {
-		return 0
-	}
-	return after.HeapAlloc - before.HeapAlloc
-}
