@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -18,7 +20,7 @@ func TestGroupCommitIsolatesAFailingWrite(t *testing.T) {
 		db := open()
 		ctx := context.Background()
 		// One worker, so that the queued writes form one batch.
-		c := newCommitter(db.write, 1, 128)
+		c := newCommitter(db.write, db.driver, 1, 128)
 		defer c.close()
 		// Hold the writer busy so that the next writes queue into one batch.
 		busy, release := make(chan struct{}), make(chan struct{})
@@ -58,4 +60,161 @@ func TestGroupCommitIsolatesAFailingWrite(t *testing.T) {
 			t.Fatalf("stored %v: the failed write left a row, or took others with it", keys)
 		}
 	})
+}
+
+// TestMergedAppendsFailAlone: appends queued together run as set-based
+// statements; a stale one, one to an archived conversation and one with a
+// stored client id each get their own error, the others commit, and two
+// appends to one conversation in one batch both land in order.
+func TestMergedAppendsFailAlone(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		convs := make([]*Conversation, 6)
+		for i := range convs {
+			convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
+				Status: StatusActive, StartedAt: now, LastActivityAt: now}
+			if err := db.CreateConversation(ctx, convs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		userMsg := func(c *Conversation, seq int64, client string) Message {
+			m := Message{ConversationID: c.ID, Seq: seq, Role: "user", Content: fmt.Sprint("m", seq), Status: MsgOK, CreatedAt: now}
+			if client != "" {
+				m.ClientMsgID = &client
+			}
+			return m
+		}
+		// conv-4 already holds client id "dup"; conv-5 is archived.
+		if err := db.Append(ctx, Append{Conv: convs[4], ExpectSeq: 0, Messages: []Message{userMsg(convs[4], 1, "dup")}, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := db.Archive(ctx, convs[5].ID, ReasonManual, now); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+
+		release := holdWriter(db)
+		same := *convs[1] // a second writer's copy of conv-1, one message ahead
+		same.LastSeq = 1
+		appends := []Append{
+			{Conv: convs[0], ExpectSeq: 0, Messages: []Message{userMsg(convs[0], 1, "a")}, At: now, RequireActive: true},
+			{Conv: convs[1], ExpectSeq: 0, Messages: []Message{userMsg(convs[1], 1, "")}, At: now, RequireActive: true},
+			{Conv: &same, ExpectSeq: 1, Messages: []Message{{ConversationID: "conv-1", Seq: 2, Role: "assistant", Content: "r", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}, At: now, Tokens: 7, Cost: 0.5, Model: "m1"},
+			{Conv: convs[2], ExpectSeq: 3, Messages: []Message{userMsg(convs[2], 4, "")}, At: now}, // stale
+			{Conv: convs[3], ExpectSeq: 0, Messages: []Message{userMsg(convs[3], 1, ""), userMsg(convs[3], 2, "")}, At: now},
+			{Conv: convs[4], ExpectSeq: 1, Messages: []Message{userMsg(convs[4], 2, "dup")}, At: now, RequireActive: true},
+			{Conv: convs[5], ExpectSeq: 0, Messages: []Message{userMsg(convs[5], 1, "")}, At: now, RequireActive: true},
+		}
+		errs := make([]error, len(appends))
+		var wg sync.WaitGroup
+		for i := range appends {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = db.Append(ctx, appends[i]) }()
+			for len(db.commit.queue) < i+1 { // keep the queue in order
+				waitQueue()
+			}
+		}
+		release()
+		wg.Wait()
+		want := []error{nil, nil, nil, ErrStale, nil, ErrDuplicate, ErrStale}
+		for i, err := range errs {
+			if !errors.Is(err, want[i]) || (want[i] == nil && err != nil) {
+				t.Errorf("append %d: got %v, want %v", i, err, want[i])
+			}
+		}
+		seqs := func(id string) string {
+			var got []int64
+			db.Gorm().Model(&Message{}).Where("conversation_id = ?", id).Order("seq").Pluck("seq", &got)
+			return fmt.Sprint(got)
+		}
+		for id, want := range map[string]string{"conv-0": "[1]", "conv-1": "[1 2]", "conv-2": "[]", "conv-3": "[1 2]", "conv-4": "[1]", "conv-5": "[]"} {
+			if got := seqs(id); got != want {
+				t.Errorf("%s holds seqs %s, want %s", id, got, want)
+			}
+		}
+		c1, err := db.Conversation(ctx, "conv-1")
+		if err != nil || c1.LastSeq != 2 || c1.TotalTokens != 7 || c1.Cost != 0.5 || c1.Model != "m1" || !c1.LastActivityAt.Equal(now) {
+			t.Fatalf("conv-1 after two appends: %+v, %v", c1, err)
+		}
+		if c3, _ := db.Conversation(ctx, "conv-3"); c3.LastSeq != 2 {
+			t.Fatalf("conv-3 last seq %d, want 2", c3.LastSeq)
+		}
+	})
+}
+
+// TestAppendsMergeIntoFewStatements: a batch of appends to distinct
+// conversations costs one UPDATE and one INSERT per stmtRows of them, and
+// each conversation ends up exactly as if its append ran alone.
+func TestAppendsMergeIntoFewStatements(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		at := start.Add(time.Minute)
+		const n = stmtRows + 8 // two statements of each kind
+		convs := make([]*Conversation, n)
+		for i := range convs {
+			convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
+				Status: StatusActive, StartedAt: start, LastActivityAt: start, Model: "old"}
+			if err := db.CreateConversation(ctx, convs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var statements atomic.Int32
+		db.write.Callback().Raw().After("gorm:raw").Register("count", func(*gorm.DB) { statements.Add(1) })
+		release := holdWriter(db)
+		var wg sync.WaitGroup
+		for i, c := range convs {
+			model := ""
+			if i%2 == 0 {
+				model = "new"
+			}
+			a := Append{Conv: c, Messages: []Message{
+				{ConversationID: c.ID, Seq: 1, Role: "assistant", Content: "a", ReplyTo: 1, Status: MsgOK, CreatedAt: at},
+				{ConversationID: c.ID, Seq: 2, Role: "assistant", Content: "b", ReplyTo: 1, Status: MsgOK, CreatedAt: at},
+			}, At: at, Tokens: int64(i), Cost: 0.25, Model: model, RequireActive: true}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := db.Append(ctx, a); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		for len(db.commit.queue) < n {
+			waitQueue()
+		}
+		release()
+		wg.Wait()
+		// 2 UPDATEs for n conversations, 3 INSERTs for 2n messages.
+		if got := statements.Load(); got != 5 {
+			t.Errorf("%d appends ran %d statements, want 5", n, got)
+		}
+		for i := range convs {
+			c, err := db.Conversation(ctx, fmt.Sprint("conv-", i))
+			wantModel := "old"
+			if i%2 == 0 {
+				wantModel = "new"
+			}
+			if err != nil || c.LastSeq != 2 || c.TotalTokens != int64(i) || c.Cost != 0.25 || c.Model != wantModel || !c.LastActivityAt.Equal(at) {
+				t.Fatalf("conversation %d: %+v, %v", i, c, err)
+			}
+			if msgs, _ := db.RecentMessages(ctx, c.ID, 10); len(msgs) != 2 || msgs[1].Content != "b" {
+				t.Fatalf("conversation %d holds %+v", i, msgs)
+			}
+		}
+	})
+}
+
+// holdWriter gives db a committer with one worker and keeps that worker
+// busy until release is called, so that the writes queued meanwhile form
+// one batch.
+func holdWriter(db *DB) (release func()) {
+	db.commit.close()
+	db.commit = newCommitter(db.write, db.driver, 1, 512)
+	busy, done := make(chan struct{}), make(chan struct{})
+	go db.commit.do(context.Background(), func(tx *gorm.DB) error { close(busy); <-done; return nil })
+	<-busy
+	return func() { close(done) }
 }

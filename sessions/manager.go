@@ -164,11 +164,21 @@ type hotConv struct {
 	cap    int
 }
 
+// push adds messages to the window. The window grows to twice its cap
+// before the newest cap messages move to the front, so a turn copies and
+// allocates nothing in the steady state. The window is only read under the
+// session key's lock, never kept past it.
 func (h *hotConv) push(msgs ...Message) {
-	h.window = append(h.window, msgs...)
-	if over := len(h.window) - h.cap; over > 0 {
-		h.window = append(h.window[:0:0], h.window[over:]...)
+	if len(h.window)+len(msgs) > 2*h.cap && len(h.window) > 0 {
+		keep := max(h.cap-len(msgs), 0)
+		n := copy(h.window, h.window[max(len(h.window)-keep, 0):])
+		clear(h.window[n:])
+		h.window = h.window[:n]
 	}
+	if h.window == nil {
+		h.window = make([]Message, 0, 2*h.cap)
+	}
+	h.window = append(h.window, msgs...)
 }
 
 func (h *hotConv) byClientID(id string) *Message {
@@ -567,7 +577,11 @@ func (m *Manager) appendReply(ctx context.Context, hc *hotConv, msgs []Message, 
 			return errors.Join(err, lerr)
 		}
 		hc.conv = *fresh
-		hc.window = nil // the tail moved; reload on next use
+		// The tail moved: the window follows, so the next turn's history
+		// has what was stored meanwhile.
+		if hc.window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap); lerr != nil {
+			return errors.Join(err, lerr)
+		}
 	}
 }
 

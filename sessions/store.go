@@ -144,7 +144,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		s.closeDBs()
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
 	}
-	s.commit = newCommitter(s.write, workers, opts.MaxBatch)
+	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
 	return s, nil
 }
 
@@ -342,36 +342,7 @@ func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Mes
 
 // Append stores messages and advances the conversation, in one group commit.
 func (s *DB) Append(ctx context.Context, a Append) error {
-	n := int64(len(a.Messages))
-	// Plain SQL on the hot path: two statements per turn step, no ORM
-	// reflection in between.
-	update := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
-		cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ?`
-	if a.RequireActive {
-		update += " AND status = 'active'"
-	}
-	var insert strings.Builder
-	insert.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
-		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at) VALUES `)
-	args := make([]any, 0, 14*len(a.Messages))
-	for i, m := range a.Messages {
-		if i > 0 {
-			insert.WriteString(", ")
-		}
-		insert.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
-			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt)
-	}
-	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		res := tx.Exec(update, n, a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return ErrStale
-		}
-		return tx.Exec(insert.String(), args...).Error
-	})
+	err := s.commit.append(ctx, &a)
 	switch {
 	case errors.Is(err, ErrStale):
 		return ErrStale
@@ -385,6 +356,7 @@ func (s *DB) Append(ctx context.Context, a Append) error {
 	case err != nil:
 		return fmt.Errorf("append to conversation %s: %w", a.Conv.ID, err)
 	}
+	n := int64(len(a.Messages))
 	a.Conv.LastSeq += n
 	a.Conv.LastActivityAt = a.At
 	a.Conv.TotalTokens += a.Tokens

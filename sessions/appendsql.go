@@ -1,0 +1,108 @@
+package sessions
+
+import (
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// stmtRows is how many conversations or messages one statement carries at
+// most. Fewer statements mean less parsing (the SQLite driver compiles every
+// statement it runs), but the driver matches bound parameters to their
+// places in time quadratic in their count, so statements stay modest.
+const stmtRows = 32
+
+// appendAll runs appends to distinct conversations as set-based statements:
+// an UPDATE of all their conversations, each guarded by the seq its writer
+// saw (and, for user messages, by being active), then multi-row INSERTs of
+// all their messages. A single append gets the plain statements. It fails
+// with ErrStale when any guard failed; the committer then runs the appends
+// one by one to find which.
+func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
+	for start := 0; start < len(ops); start += stmtRows {
+		chunk := ops[start:min(start+stmtRows, len(ops))]
+		query, args := updateConversations(driver, chunk)
+		res := tx.Exec(query, args...)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != int64(len(chunk)) {
+			return ErrStale
+		}
+	}
+	var rows []*Message
+	for _, op := range ops {
+		for i := range op.app.Messages {
+			rows = append(rows, &op.app.Messages[i])
+		}
+	}
+	for start := 0; start < len(rows); start += stmtRows {
+		query, args := insertMessages(rows[start:min(start+stmtRows, len(rows))])
+		if err := tx.Exec(query, args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// updateConversations builds the guarded UPDATE of the appends'
+// conversations: their seq, activity, tokens, cost and model.
+func updateConversations(driver string, ops []*writeOp) (string, []any) {
+	if len(ops) == 1 {
+		a := ops[0].app
+		query := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
+			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ?`
+		if a.RequireActive {
+			query += " AND status = 'active'"
+		}
+		return query, []any{int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq}
+	}
+	// PostgreSQL types the values list from its first row, so that row
+	// says what each column is; SQLite takes values as they come.
+	row := "(?, ?, ?, ?, ?, ?, ?, ?)"
+	first := row
+	if driver == DriverPostgres {
+		first = "(CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TIMESTAMPTZ), CAST(? AS BIGINT), CAST(? AS NUMERIC), CAST(? AS VARCHAR), CAST(? AS INTEGER))"
+	}
+	var q strings.Builder
+	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active) AS (VALUES ")
+	args := make([]any, 0, 8*len(ops))
+	for i, op := range ops {
+		a := op.app
+		if i == 0 {
+			q.WriteString(first)
+		} else {
+			q.WriteString(", ")
+			q.WriteString(row)
+		}
+		active := 0
+		if a.RequireActive {
+			active = 1
+		}
+		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active)
+	}
+	// status as a literal, like everywhere the partial indexes matter.
+	q.WriteString(`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
+		total_tokens = conversations.total_tokens + v.v_tokens, cost = conversations.cost + v.v_cost,
+		model = CASE WHEN v.v_model = '' THEN conversations.model ELSE v.v_model END
+		FROM v WHERE conversations.id = v.v_id AND conversations.last_seq = v.v_expect
+		AND (v.v_active = 0 OR conversations.status = 'active')`)
+	return q.String(), args
+}
+
+// insertMessages builds one multi-row INSERT of messages.
+func insertMessages(rows []*Message) (string, []any) {
+	var q strings.Builder
+	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
+		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at) VALUES `)
+	args := make([]any, 0, 14*len(rows))
+	for i, m := range rows {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
+			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt)
+	}
+	return q.String(), args
+}
