@@ -28,6 +28,8 @@ type committer struct {
 	driver   string
 	maxBatch int
 	queue    chan *writeOp
+	// afterCommit, when set, runs after each committed batch.
+	afterCommit func()
 
 	mu     sync.RWMutex // guards closed against sends on a closed queue
 	closed bool
@@ -124,6 +126,9 @@ func (c *committer) commit(batch []*writeOp) {
 		for _, op := range batch {
 			op.err = fmt.Errorf("commit: %w", err)
 		}
+	}
+	if c.afterCommit != nil {
+		c.afterCommit()
 	}
 	for _, op := range batch {
 		close(op.done)

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,7 @@ type DB struct {
 	write     *gorm.DB
 	read      *gorm.DB
 	commit    *committer
+	ckpt      *checkpointer // SQLite only
 }
 
 // OpenOptions tunes Open.
@@ -123,6 +125,12 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		rdb, _ := r.DB()
 		rdb.SetMaxOpenConns(4)
 		s.read = r
+		c, err := sql.Open("sqlite", sqliteDSN(dsn, false))
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
+		}
+		c.SetMaxOpenConns(1)
+		s.ckpt = newCheckpointer(c, opts.Logger)
 	case DriverPostgres:
 		db, err := gorm.Open(postgres.Open(dsn), gcfg)
 		if err != nil {
@@ -145,6 +153,9 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
 	}
 	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
+	if s.ckpt != nil {
+		s.commit.afterCommit = s.ckpt.committed
+	}
 	return s, nil
 }
 
@@ -179,6 +190,11 @@ func sqliteDSN(path string, readOnly bool) string {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Set("_txlock", "immediate")
+		// The page cache of the one connection every write goes through.
+		q.Add("_pragma", "cache_size(-32768)")
+		// A background checkpointer copies the log into the database file;
+		// the writer does it only past this size.
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", walBackstopPages))
 	}
 	return base + "?" + q.Encode()
 }
@@ -227,6 +243,9 @@ func (s *DB) Close() error {
 
 func (s *DB) closeDBs() error {
 	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
+	}
 	for _, g := range []*gorm.DB{s.write, s.read} {
 		if g == nil {
 			continue
