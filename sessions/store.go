@@ -120,6 +120,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxOpenConns(1)
 		r, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, true)), gcfg)
 		if err != nil {
+			s.closeDBs()
 			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
 		}
 		rdb, _ := r.DB()
@@ -127,6 +128,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		s.read = r
 		c, err := sql.Open("sqlite", sqliteDSN(dsn, false))
 		if err != nil {
+			s.closeDBs()
 			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
 		}
 		c.SetMaxOpenConns(1)
