@@ -41,16 +41,19 @@ type Conversation struct {
 	SessionKey string `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active';index:ix_conversations_key" json:"session_key"`
 	// The sweeps' indexes cover active conversations only: archiving takes
 	// a row out of them, and they stay as small as the active set.
-	Channel        string     `gorm:"size:32;not null;index:ix_conversations_idle,priority:1,where:status = 'active';index:ix_conversations_daily,priority:1,where:status = 'active'" json:"channel"`
-	Status         string     `gorm:"size:16;not null" json:"status"`
-	StartedAt      time.Time  `gorm:"not null;index:ix_conversations_daily,priority:2,where:status = 'active'" json:"started_at"`
-	LastActivityAt time.Time  `gorm:"not null;index:ix_conversations_idle,priority:2,where:status = 'active'" json:"last_activity_at"`
-	ArchivedAt     *time.Time `gorm:"index" json:"archived_at,omitempty"`
-	ResetReason    string     `gorm:"size:16" json:"reset_reason,omitempty"`
-	AgentName      string     `gorm:"size:64" json:"agent_name"`
-	Model          string     `gorm:"size:128" json:"model"`
-	TotalTokens    int64      `gorm:"not null;default:0" json:"total_tokens"`
-	Cost           float64    `gorm:"not null;default:0" json:"cost"`
+	Channel        string    `gorm:"size:32;not null;index:ix_conversations_idle,priority:1,where:status = 'active';index:ix_conversations_daily,priority:1,where:status = 'active'" json:"channel"`
+	Status         string    `gorm:"size:16;not null" json:"status"`
+	StartedAt      time.Time `gorm:"not null;index:ix_conversations_daily,priority:2,where:status = 'active'" json:"started_at"`
+	LastActivityAt time.Time `gorm:"not null;index:ix_conversations_idle,priority:2,where:status = 'active'" json:"last_activity_at"`
+	// ArchivedAt has no index: a sweep would pay for one on every row it
+	// archives, and only the hourly purge reads it (on a reader, by a walk
+	// of the table).
+	ArchivedAt  *time.Time `json:"archived_at,omitempty"`
+	ResetReason string     `gorm:"size:16" json:"reset_reason,omitempty"`
+	AgentName   string     `gorm:"size:64" json:"agent_name"`
+	Model       string     `gorm:"size:128" json:"model"`
+	TotalTokens int64      `gorm:"not null;default:0" json:"total_tokens"`
+	Cost        float64    `gorm:"not null;default:0" json:"cost"`
 	// LastSeq is the seq of the newest message. Every append checks it, so
 	// two writers can never both append the same seq.
 	LastSeq int64 `gorm:"not null;default:0" json:"last_seq"`

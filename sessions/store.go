@@ -42,8 +42,8 @@ type Store interface {
 	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
 	Append(ctx context.Context, a Append) error
 	Archive(ctx context.Context, convID, reason string, at time.Time) (bool, error)
-	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error)
-	SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error)
+	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error)
+	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
@@ -86,6 +86,9 @@ type DB struct {
 	read      *gorm.DB
 	commit    *committer
 	ckpt      *checkpointer // SQLite only
+	// chunk is how many conversations one sweep or purge transaction
+	// handles (defaultChunk; tests make it small).
+	chunk int
 }
 
 // OpenOptions tunes Open.
@@ -104,7 +107,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
-	s := &DB{driver: driver}
+	s := &DB{driver: driver, chunk: defaultChunk}
 	workers := 1
 	switch driver {
 	case DriverSQLite:
@@ -211,9 +214,8 @@ func redactErr(err error, dsn string) error {
 }
 
 func (s *DB) migrate(ctx context.Context) error {
-	models := []any{&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}}
 	if s.driver != DriverPostgres {
-		return s.write.WithContext(ctx).AutoMigrate(models...)
+		return migrateModels(s.write.WithContext(ctx))
 	}
 	// Replicas starting together must not migrate concurrently: hold a
 	// session advisory lock on one pinned connection while migrating.
@@ -222,8 +224,26 @@ func (s *DB) migrate(ctx context.Context) error {
 			return err
 		}
 		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
-		return tx.AutoMigrate(models...)
+		return migrateModels(tx)
 	})
+}
+
+// droppedIndexes are indexes earlier versions created that chatgate no
+// longer keeps.
+var droppedIndexes = []string{"idx_conversations_archived_at"}
+
+func migrateModels(tx *gorm.DB) error {
+	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}); err != nil {
+		return err
+	}
+	for _, name := range droppedIndexes {
+		if tx.Migrator().HasIndex(&Conversation{}, name) {
+			if err := tx.Migrator().DropIndex(&Conversation{}, name); err != nil {
+				return fmt.Errorf("drop index %s: %w", name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Driver names the database driver.
@@ -404,53 +424,158 @@ func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time) (
 	return archived, nil
 }
 
+// Archived is a conversation a sweep archived.
+type Archived struct {
+	ID         string
+	SessionKey string
+	Channel    string
+}
+
+// defaultChunk is how many conversations one sweep or purge transaction
+// handles. A sweep over a million conversations is five hundred short
+// transactions, so turns keep committing between them instead of waiting
+// for the whole sweep.
+const defaultChunk = 2000
+
 // SweepIdle archives the channel's active conversations idle since cutoff or
 // longer. Set-based and idempotent: a repeated or concurrent run archives
-// nothing twice. It returns what it archived.
-func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time) ([]Conversation, error) {
-	// status as a literal, so that the partial indexes apply.
-	return s.sweep(ctx, ReasonIdle, at, "status = 'active' AND channel = ? AND last_activity_at <= ?", channel, cutoff)
+// nothing twice. It passes each committed chunk of archived conversations
+// to each and returns how many it archived.
+func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error) {
+	return s.sweep(ctx, ReasonIdle, at, each, idleWhere, channel, cutoff)
 }
 
 // SweepDaily archives the channel's active conversations started before
 // boundary. Idempotent like SweepIdle.
-func (s *DB) SweepDaily(ctx context.Context, channel string, boundary, at time.Time) ([]Conversation, error) {
-	return s.sweep(ctx, ReasonDaily, at, "status = 'active' AND channel = ? AND started_at < ?", channel, boundary)
+func (s *DB) SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error) {
+	return s.sweep(ctx, ReasonDaily, at, each, dailyWhere, channel, boundary)
 }
 
-func (s *DB) sweep(ctx context.Context, reason string, at time.Time, where string, args ...any) ([]Conversation, error) {
-	var out []Conversation
-	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		var got []Conversation
-		err := tx.Model(&got).Clauses(clause.Returning{Columns: []clause.Column{{Name: "id"}, {Name: "session_key"}, {Name: "channel"}}}).
-			Where(where, args...).
-			Updates(map[string]any{"status": StatusArchived, "archived_at": at, "reset_reason": reason}).Error
-		out = got
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s sweep: %w", reason, err)
+// The sweeps' conditions, status as a literal so that the partial indexes
+// apply.
+const (
+	idleWhere  = "status = 'active' AND channel = ? AND last_activity_at <= ?"
+	dailyWhere = "status = 'active' AND channel = ? AND started_at < ?"
+)
+
+// sweepQuery archives one chunk of the conversations matching where and
+// returns them. Its parameters: status, archived_at, reset_reason, where's
+// arguments (twice on PostgreSQL), the chunk size.
+func sweepQuery(driver, where string) string {
+	if driver == DriverPostgres {
+		// A replica's turn may touch a picked conversation before the
+		// update locks it; where is checked again on the row version the
+		// update sees, so that conversation is left alone.
+		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE " + where +
+			" AND id IN (SELECT id FROM conversations WHERE " + where + " LIMIT ?) RETURNING id, session_key, channel"
 	}
-	return out, nil
+	// SQLite: the one writer runs the statement alone, so the rows the
+	// subquery picks still match; the update finds them by rowid.
+	return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE rowid IN (SELECT rowid FROM conversations WHERE " +
+		where + " LIMIT ?) RETURNING id, session_key, channel"
+}
+
+// sweep archives the conversations matching where, sweepChunk at a time.
+func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where string, args ...any) (int, error) {
+	query := sweepQuery(s.driver, where)
+	params := append([]any{StatusArchived, at, reason}, args...)
+	if s.driver == DriverPostgres {
+		params = append(params, args...)
+	}
+	params = append(params, s.chunk)
+	total := 0
+	got := make([]Archived, 0, s.chunk)
+	for {
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			got = got[:0] // a batch that failed runs its writes again
+			rows, err := tx.Raw(query, params...).Rows()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var a Archived
+				if err := rows.Scan(&a.ID, &a.SessionKey, &a.Channel); err != nil {
+					return err
+				}
+				got = append(got, a)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return total, fmt.Errorf("%s sweep: %w", reason, err)
+		}
+		total += len(got)
+		if len(got) > 0 && each != nil {
+			each(got)
+		}
+		if len(got) < s.chunk {
+			return total, nil
+		}
+	}
 }
 
 // Purge deletes archived conversations (and their messages) archived before
 // the given time. It is the only deletion chatgate does.
+//
+// archived_at has no index (archiving a million conversations would pay
+// for one on every row), so the conversations to delete are found by a walk
+// of the table in key order on a reader; the writer only deletes them, a
+// chunk per transaction.
 func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error) {
-	var n int64
-	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		old := tx.Model(&Conversation{}).Select("id").Where("status = ? AND archived_at < ?", StatusArchived, archivedBefore)
-		if err := tx.Where("conversation_id IN (?)", old).Delete(&Message{}).Error; err != nil {
-			return err
-		}
-		res := tx.Where("status = ? AND archived_at < ?", StatusArchived, archivedBefore).Delete(&Conversation{})
-		n = res.RowsAffected
-		return res.Error
-	})
-	if err != nil {
-		return 0, fmt.Errorf("purge archived conversations: %w", err)
+	key := "rowid" // SQLite: the table's own order
+	if s.driver == DriverPostgres {
+		key = "id"
 	}
-	return n, nil
+	find := "SELECT " + key + ", id FROM conversations WHERE " + key + " > ? AND status = ? AND archived_at < ? ORDER BY " + key + " LIMIT ?"
+	var (
+		n     int64
+		after any = int64(0)
+	)
+	if s.driver == DriverPostgres {
+		after = ""
+	}
+	ids := make([]string, 0, s.chunk)
+	for {
+		ids = ids[:0]
+		rows, err := s.read.WithContext(ctx).Raw(find, after, StatusArchived, archivedBefore, s.chunk).Rows()
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err = rows.Scan(&after, &id); err != nil {
+				break
+			}
+			ids = append(ids, id)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		if len(ids) == 0 {
+			return n, nil
+		}
+		var deleted int64
+		err = s.commit.do(ctx, func(tx *gorm.DB) error {
+			if err := tx.Where("conversation_id IN ?", ids).Delete(&Message{}).Error; err != nil {
+				return err
+			}
+			res := tx.Where("id IN ? AND status = ?", ids, StatusArchived).Delete(&Conversation{})
+			deleted = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		n += deleted
+		if len(ids) < s.chunk {
+			return n, nil
+		}
+	}
 }
 
 // Unanswered is a user message whose turn never finished.

@@ -109,12 +109,11 @@ func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
 		if !p.Reset.idle() {
 			continue
 		}
-		archived, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now)
+		n, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now, m.afterSweep(ReasonIdle))
+		total += n
 		if err != nil {
 			return total, err
 		}
-		m.afterSweep(archived, ReasonIdle)
-		total += len(archived)
 	}
 	return total, nil
 }
@@ -127,18 +126,17 @@ func (m *Manager) SweepDaily(ctx context.Context, channel string) (int, error) {
 		return 0, nil
 	}
 	now := m.now()
-	archived, err := m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now)
-	if err != nil {
-		return 0, err
-	}
-	m.afterSweep(archived, ReasonDaily)
-	return len(archived), nil
+	return m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now, m.afterSweep(ReasonDaily))
 }
 
-func (m *Manager) afterSweep(archived []Conversation, reason string) {
-	for _, c := range archived {
-		m.hot.Remove(c.SessionKey)
-		m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason})
+// afterSweep drops each archived conversation's hot state and announces
+// its reset, one committed chunk at a time.
+func (m *Manager) afterSweep(reason string) func([]Archived) {
+	return func(archived []Archived) {
+		for _, c := range archived {
+			m.hot.Remove(c.SessionKey)
+			m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason})
+		}
 	}
 }
 

@@ -1,0 +1,126 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// seedConversations stores n active websocket conversations that started
+// and were last active at the given time, each with one message.
+func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		c := &Conversation{ID: fmt.Sprintf("%s-%03d", prefix, i), SessionKey: fmt.Sprintf("websocket:%s-%d", prefix, i), Channel: "websocket",
+			Status: StatusActive, StartedAt: at, LastActivityAt: at}
+		if err := db.CreateConversation(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Append(context.Background(), Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: agent.RoleUser, Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+func TestSweepArchivesInChunks(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		db.chunk = 3
+		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+		due := seedConversations(t, db, "due", 7, c.Now().Add(-2*time.Hour))
+		seedConversations(t, db, "fresh", 2, c.Now().Add(-10*time.Minute))
+		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
+		var got []string
+		m.OnReset(func(e ResetEvent) { got = append(got, e.OldConversation) })
+
+		if n, err := m.SweepIdle(context.Background()); err != nil || n != 7 {
+			t.Fatalf("idle sweep archived %d (%v), want 7 in chunks of 3", n, err)
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(due) {
+			t.Fatalf("reset events for %v, want %v", got, due)
+		}
+		if n, err := m.SweepIdle(context.Background()); err != nil || n != 0 {
+			t.Fatalf("repeated sweep archived %d (%v)", n, err)
+		}
+		var active int64
+		db.Gorm().Model(&Conversation{}).Where("status = ?", StatusActive).Count(&active)
+		if active != 2 {
+			t.Fatalf("%d active conversations, want the 2 fresh ones", active)
+		}
+		for _, id := range due {
+			conv, _ := db.Conversation(context.Background(), id)
+			if conv.Status != StatusArchived || conv.ResetReason != ReasonIdle || conv.ArchivedAt == nil || !conv.ArchivedAt.Equal(c.Now()) {
+				t.Fatalf("swept conversation %+v", conv)
+			}
+			if len(transcript(t, db, id)) != 1 {
+				t.Fatalf("conversation %s lost its messages", id)
+			}
+		}
+	})
+}
+
+func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		db.chunk = 2
+		ctx := context.Background()
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		old := seedConversations(t, db, "old", 5, start)
+		recent := seedConversations(t, db, "recent", 2, start)
+		active := seedConversations(t, db, "active", 2, start)
+		for i, id := range append(old, recent...) {
+			at := start.AddDate(0, 0, 1) // old: archived on day 1
+			if i >= len(old) {
+				at = start.AddDate(0, 0, 20)
+			}
+			if ok, err := db.Archive(ctx, id, ReasonManual, at); !ok || err != nil {
+				t.Fatalf("archive %s: %v %v", id, ok, err)
+			}
+		}
+		n, err := db.Purge(ctx, start.AddDate(0, 0, 10))
+		if err != nil || n != int64(len(old)) {
+			t.Fatalf("purge deleted %d (%v), want %d", n, err, len(old))
+		}
+		for _, id := range old {
+			if conv, _ := db.Conversation(ctx, id); conv != nil {
+				t.Fatalf("purged conversation %s is still there", id)
+			}
+			if len(transcript(t, db, id)) != 0 {
+				t.Fatalf("purged conversation %s left messages", id)
+			}
+		}
+		for _, id := range append(recent, active...) {
+			if conv, _ := db.Conversation(ctx, id); conv == nil || len(transcript(t, db, id)) != 1 {
+				t.Fatalf("conversation %s (recent or active) was purged", id)
+			}
+		}
+		if n, err := db.Purge(ctx, start.AddDate(0, 0, 10)); n != 0 || err != nil {
+			t.Fatalf("repeated purge deleted %d (%v)", n, err)
+		}
+	})
+}
+
+// An index earlier versions kept on archived_at is dropped on open: every
+// archived row would pay for it.
+func TestOpenDropsTheArchivedAtIndex(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		if err := db.Gorm().Exec("CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)").Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := migrateModels(db.Gorm()); err != nil {
+			t.Fatal(err)
+		}
+		if db.Gorm().Migrator().HasIndex(&Conversation{}, "idx_conversations_archived_at") {
+			t.Fatal("the archived_at index is still there after migrating")
+		}
+	})
+}
