@@ -98,3 +98,18 @@ func TestLeaseOfADeadReplicaExpires(t *testing.T) {
 		r2()
 	}
 }
+
+// Lease writes skip the wait for the log flush; every other write keeps it.
+func TestLeasesCommitWithoutWaitingForTheFlush(t *testing.T) {
+	db := openStore(t, DriverPostgres, postgresDSN(t))
+	var lease, write string
+	if err := db.leases.QueryRow("SHOW synchronous_commit").Scan(&lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Gorm().Raw("SHOW synchronous_commit").Scan(&write).Error; err != nil {
+		t.Fatal(err)
+	}
+	if lease != "off" || write != "on" {
+		t.Fatalf("synchronous_commit: leases %q, writes %q; want off, on", lease, write)
+	}
+}

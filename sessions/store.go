@@ -13,6 +13,8 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -86,6 +88,9 @@ type DB struct {
 	read      *gorm.DB
 	commit    *committer
 	ckpt      *checkpointer // SQLite only
+	// leases is the PostgreSQL pool the session leases are written
+	// through, without waiting for their commit to reach disk.
+	leases *sql.DB
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
@@ -146,6 +151,10 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
 		workers = 4
+		if s.leases, err = openLeasePool(dsn); err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
 	default:
 		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
 	}
@@ -267,6 +276,9 @@ func (s *DB) closeDBs() error {
 	var errs []error
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.close())
+	}
+	if s.leases != nil {
+		errs = append(errs, s.leases.Close())
 	}
 	for _, g := range []*gorm.DB{s.write, s.read} {
 		if g == nil {
@@ -634,6 +646,24 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 // turn renews it every third of that.
 const LeaseTTL = 30 * time.Second
 
+// openLeasePool opens the connections session leases are written through.
+// A lease lives for one turn and expires by itself, so its writes commit
+// without waiting for the log flush (synchronous_commit off): they are as
+// atomic and as visible to other replicas as any, and only a PostgreSQL
+// crash could forget one — after which the turns' seq guards still keep
+// one user's messages from interleaving.
+func openLeasePool(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	return db, nil
+}
+
 // Lease takes the cross-replica lease of a session key, waiting while
 // another replica holds it (until ctx ends). SQLite serves one gateway per
 // file, where the in-process lock suffices: the lease is then free. Time is
@@ -645,14 +675,14 @@ func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
 	holder := uuid.NewString()
 	wait := 5 * time.Millisecond
 	for {
-		res := s.write.WithContext(ctx).Exec(`INSERT INTO session_leases (session_key, holder, expires_at)
-			VALUES (?, ?, now() + make_interval(secs => ?))
+		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, expires_at)
+			VALUES ($1, $2, now() + make_interval(secs => $3))
 			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 			WHERE session_leases.expires_at < now()`, key, holder, LeaseTTL.Seconds())
-		if res.Error != nil {
-			return nil, fmt.Errorf("lease %s: %w", key, res.Error)
+		if err != nil {
+			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
-		if res.RowsAffected == 1 {
+		if n, _ := res.RowsAffected(); n == 1 {
 			break
 		}
 		t := time.NewTimer(wait)
@@ -675,7 +705,7 @@ func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
 			case <-stop:
 				return
 			case <-tick.C:
-				s.write.Exec(`UPDATE session_leases SET expires_at = now() + make_interval(secs => ?) WHERE session_key = ? AND holder = ?`,
+				s.leases.Exec(`UPDATE session_leases SET expires_at = now() + make_interval(secs => $1) WHERE session_key = $2 AND holder = $3`,
 					LeaseTTL.Seconds(), key, holder)
 			}
 		}
@@ -685,7 +715,7 @@ func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
 		once.Do(func() {
 			close(stop)
 			<-done
-			s.write.Exec(`DELETE FROM session_leases WHERE session_key = ? AND holder = ?`, key, holder)
+			s.leases.Exec(`DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
 		})
 	}, nil
 }
