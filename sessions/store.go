@@ -239,7 +239,7 @@ func (s *DB) migrate(ctx context.Context) error {
 
 // droppedIndexes are indexes earlier versions created that chatgate no
 // longer keeps.
-var droppedIndexes = []string{"idx_conversations_archived_at"}
+var droppedIndexes = []string{"idx_conversations_archived_at", "ix_conversations_idle", "ix_conversations_daily"}
 
 func migrateModels(tx *gorm.DB) error {
 	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}); err != nil {
@@ -471,24 +471,25 @@ const (
 )
 
 // sweepQuery archives one chunk of the conversations matching where and
-// returns them. Its parameters: status, archived_at, reset_reason, where's
-// arguments (twice on PostgreSQL), the chunk size.
+// returns their ids and session keys. Its parameters: status, archived_at,
+// reset_reason, where's arguments (twice on PostgreSQL), the chunk size.
 func sweepQuery(driver, where string) string {
 	if driver == DriverPostgres {
 		// A replica's turn may touch a picked conversation before the
 		// update locks it; where is checked again on the row version the
 		// update sees, so that conversation is left alone.
 		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE " + where +
-			" AND id IN (SELECT id FROM conversations WHERE " + where + " LIMIT ?) RETURNING id, session_key, channel"
+			" AND id IN (SELECT id FROM conversations WHERE " + where + " LIMIT ?) RETURNING id, session_key"
 	}
 	// SQLite: the one writer runs the statement alone, so the rows the
 	// subquery picks still match; the update finds them by rowid.
 	return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE rowid IN (SELECT rowid FROM conversations WHERE " +
-		where + " LIMIT ?) RETURNING id, session_key, channel"
+		where + " LIMIT ?) RETURNING id, session_key"
 }
 
 // sweep archives the conversations matching where, sweepChunk at a time.
-func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where string, args ...any) (int, error) {
+func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bound time.Time) (int, error) {
+	args := []any{channel, bound}
 	query := sweepQuery(s.driver, where)
 	params := append([]any{StatusArchived, at, reason}, args...)
 	if s.driver == DriverPostgres {
@@ -506,8 +507,8 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 			}
 			defer rows.Close()
 			for rows.Next() {
-				var a Archived
-				if err := rows.Scan(&a.ID, &a.SessionKey, &a.Channel); err != nil {
+				a := Archived{Channel: channel}
+				if err := rows.Scan(&a.ID, &a.SessionKey); err != nil {
 					return err
 				}
 				got = append(got, a)

@@ -108,19 +108,30 @@ func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
 	})
 }
 
-// An index earlier versions kept on archived_at is dropped on open: every
-// archived row would pay for it.
-func TestOpenDropsTheArchivedAtIndex(t *testing.T) {
+// Indexes earlier versions kept — on archived_at, and one per sweep — are
+// dropped on open: every archived row paid for each of them.
+func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
-		if err := db.Gorm().Exec("CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)").Error; err != nil {
-			t.Fatal(err)
+		for _, stmt := range []string{
+			"CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)",
+			"CREATE INDEX ix_conversations_idle ON conversations (channel, last_activity_at) WHERE status = 'active'",
+			"CREATE INDEX ix_conversations_daily ON conversations (channel, started_at) WHERE status = 'active'",
+		} {
+			if err := db.Gorm().Exec(stmt).Error; err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := migrateModels(db.Gorm()); err != nil {
 			t.Fatal(err)
 		}
-		if db.Gorm().Migrator().HasIndex(&Conversation{}, "idx_conversations_archived_at") {
-			t.Fatal("the archived_at index is still there after migrating")
+		for _, name := range droppedIndexes {
+			if db.Gorm().Migrator().HasIndex(&Conversation{}, name) {
+				t.Errorf("index %s is still there after migrating", name)
+			}
+		}
+		if !db.Gorm().Migrator().HasIndex(&Conversation{}, "ix_conversations_sweep") {
+			t.Error("the sweep index is missing")
 		}
 	})
 }
