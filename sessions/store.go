@@ -472,14 +472,15 @@ const (
 
 // sweepQuery archives one chunk of the conversations matching where and
 // returns their ids and session keys. Its parameters: status, archived_at,
-// reset_reason, where's arguments (twice on PostgreSQL), the chunk size.
+// reset_reason, where's arguments, the chunk size.
 func sweepQuery(driver, where string) string {
 	if driver == DriverPostgres {
-		// A replica's turn may touch a picked conversation before the
-		// update locks it; where is checked again on the row version the
-		// update sees, so that conversation is left alone.
-		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE " + where +
-			" AND id IN (SELECT id FROM conversations WHERE " + where + " LIMIT ?) RETURNING id, session_key"
+		// FOR UPDATE locks the chosen rows and, when a replica's turn
+		// updated one meanwhile, checks where again on its new version, so
+		// that a conversation active again is left alone. The ids as an
+		// array make the update find each by its primary key.
+		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE id = ANY(ARRAY(SELECT id FROM conversations WHERE " +
+			where + " LIMIT ? FOR UPDATE)) RETURNING id, session_key"
 	}
 	// SQLite: the one writer runs the statement alone, so the rows the
 	// subquery picks still match; the update finds them by rowid.
@@ -492,9 +493,6 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 	args := []any{channel, bound}
 	query := sweepQuery(s.driver, where)
 	params := append([]any{StatusArchived, at, reason}, args...)
-	if s.driver == DriverPostgres {
-		params = append(params, args...)
-	}
 	params = append(params, s.chunk)
 	total := 0
 	got := make([]Archived, 0, s.chunk)
