@@ -488,12 +488,13 @@ func sweepQuery(driver, where string) string {
 		where + " LIMIT ?) RETURNING id, session_key"
 }
 
-// sweep archives the conversations matching where, sweepChunk at a time.
+// sweep archives the channel's conversations matching where (its bound
+// the second argument), s.chunk at a time, until a chunk comes back short.
+// A conversation a chunk passes over because a turn changed it meanwhile
+// is left to the next run, or to the check on the user's next message.
 func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bound time.Time) (int, error) {
-	args := []any{channel, bound}
 	query := sweepQuery(s.driver, where)
-	params := append([]any{StatusArchived, at, reason}, args...)
-	params = append(params, s.chunk)
+	params := []any{StatusArchived, at, reason, channel, bound, s.chunk}
 	total := 0
 	got := make([]Archived, 0, s.chunk)
 	for {
