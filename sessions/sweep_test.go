@@ -135,3 +135,48 @@ func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 		}
 	})
 }
+
+// A sweep commits chunk by chunk: a turn that arrives while it runs is
+// stored between two chunks, not after the whole sweep.
+func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		db.chunk = 2
+		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+		seedConversations(t, db, "due", 5, c.Now().Add(-2*time.Hour))
+		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
+		var (
+			events   int
+			archived int64 = -1
+			turnErr  error
+		)
+		m.OnReset(func(ResetEvent) {
+			events++
+			if events != 1 {
+				return
+			}
+			// The first chunk has committed; the sweep waits for this
+			// callback before it queues the next chunk.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, turnErr = m.Handle(context.Background(), msg("websocket:newcomer", "hi"), Hooks{})
+				db.Gorm().Model(&Conversation{}).Where("status = ?", StatusArchived).Count(&archived)
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Error("a turn waited for the whole sweep")
+			}
+		})
+		if n, err := m.SweepIdle(context.Background()); err != nil || n != 5 {
+			t.Fatalf("sweep archived %d (%v), want 5", n, err)
+		}
+		if turnErr != nil || archived != 2 {
+			t.Fatalf("turn during the sweep: err %v, %d conversations archived when it was stored; want nil, 2 (one chunk)", turnErr, archived)
+		}
+		if rows := transcript(t, db, conversations(t, db, "websocket:newcomer")[0].ID); len(rows) != 2 {
+			t.Fatalf("the newcomer's turn stored %d rows, want 2", len(rows))
+		}
+	})
+}
