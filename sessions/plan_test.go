@@ -36,4 +36,20 @@ func TestQueriesUseIndexes(t *testing.T) {
 			t.Errorf("%s\nplan: %s\nwant a search of %s", q, plan, index)
 		}
 	}
+
+	// A batch's merged conversation update walks its VALUES list and finds
+	// each conversation by id; it must never scan the conversations.
+	var ops []*writeOp
+	for i := range 3 {
+		ops = append(ops, &writeOp{app: &Append{Conv: &Conversation{ID: fmt.Sprint("c", i)}, Messages: make([]Message, 1)}})
+	}
+	q, args := updateConversations(DriverSQLite, ops)
+	var rows []map[string]any
+	if err := db.Gorm().Raw("EXPLAIN QUERY PLAN "+q, args...).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if plan := fmt.Sprint(rows); !strings.Contains(plan, "SEARCH conversations USING INDEX sqlite_autoindex_conversations_1 (id=?)") ||
+		strings.Contains(plan, "SCAN conversations") {
+		t.Errorf("merged update\nplan: %s\nwant a search of conversations by id", plan)
+	}
 }
