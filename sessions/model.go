@@ -72,17 +72,17 @@ type Conversation struct {
 type Message struct {
 	// The primary key is (conversation_id, seq): seq is unique per
 	// conversation, and the row needs no other identity.
-	// Secondary indexes are partial: each message enters only those its
-	// lookups need (user messages by client id and time, replies by the
-	// message they answer), which halves index writes per turn.
-	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL;index:ix_messages_reply,priority:1,where:reply_to > 0"`
+	// Secondary indexes are partial and only user messages enter them (by
+	// client id and by time); a reply is found in the primary key's range
+	// after the message it answers, so it enters no secondary index.
+	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL"`
 	Seq            int64     `gorm:"primaryKey;autoIncrement:false"`
 	Role           string    `gorm:"size:16;not null"`
 	Content        string    `gorm:"type:text;not null"`
 	ToolCalls      string    `gorm:"type:text"` // JSON array of agent.ToolCall
 	ToolCallID     string    `gorm:"size:128"`
 	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2,where:client_msg_id IS NOT NULL"`
-	ReplyTo        int64     `gorm:"not null;index:ix_messages_reply,priority:2,where:reply_to > 0"` // the user message's seq, for agent output
+	ReplyTo        int64     `gorm:"not null"` // the user message's seq, for agent output
 	Status         string    `gorm:"size:16;not null"`
 	Error          string    `gorm:"type:text"`
 	PromptTokens   int64     `gorm:"not null"`

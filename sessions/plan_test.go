@@ -13,14 +13,14 @@ import (
 func TestQueriesUseIndexes(t *testing.T) {
 	db := openStore(t, DriverSQLite, t.TempDir()+"/plan.db")
 	for q, index := range map[string]string{
-		"SELECT * FROM conversations WHERE session_key = 'k' AND status = 'active' LIMIT 1":                           "uq_conversations_active",
-		sweepQuery(DriverSQLite, idleWhere):                                                                           "ix_conversations_sweep (channel=? AND last_activity_at<?)",
-		sweepQuery(DriverSQLite, dailyWhere):                                                                          "ix_conversations_sweep",
-		"UPDATE conversations SET last_seq = last_seq + 1 WHERE id = 'x' AND last_seq = 3 AND status = 'active'":      "sqlite_autoindex_conversations_1",
-		"SELECT * FROM messages WHERE conversation_id = 'x' AND seq > 3 ORDER BY seq":                                 "sqlite_autoindex_messages_1",
-		"SELECT * FROM messages WHERE conversation_id = 'x' AND client_msg_id = 'c-1'":                                "uq_messages_client",
-		"SELECT * FROM messages WHERE conversation_id = 'x' AND reply_to = 3 AND reply_to > 0 AND role = 'assistant'": "ix_messages_reply|sqlite_autoindex_messages_1",
-		"SELECT * FROM messages WHERE role = 'user' AND created_at >= 1":                                              "ix_messages_user_created",
+		"SELECT * FROM conversations WHERE session_key = 'k' AND status = 'active' LIMIT 1":                                        "uq_conversations_active",
+		sweepQuery(DriverSQLite, idleWhere):                                                                                        "ix_conversations_sweep (channel=? AND last_activity_at<?)",
+		sweepQuery(DriverSQLite, dailyWhere):                                                                                       "ix_conversations_sweep",
+		"UPDATE conversations SET last_seq = last_seq + 1 WHERE id = 'x' AND last_seq = 3 AND status = 'active'":                   "sqlite_autoindex_conversations_1",
+		"SELECT * FROM messages WHERE conversation_id = 'x' AND seq > 3 ORDER BY seq":                                              "sqlite_autoindex_messages_1",
+		"SELECT * FROM messages WHERE conversation_id = 'x' AND client_msg_id = 'c-1'":                                             "uq_messages_client",
+		"SELECT * FROM messages WHERE conversation_id = 'x' AND seq > 3 AND reply_to = 3 AND role = 'assistant' ORDER BY seq DESC": "sqlite_autoindex_messages_1 (conversation_id=? AND seq>?)",
+		"SELECT * FROM messages WHERE role = 'user' AND created_at >= 1":                                                           "ix_messages_user_created",
 	} {
 		var rows []map[string]any
 		args := make([]any, strings.Count(q, "?")) // the plan is the same for any values

@@ -238,17 +238,26 @@ func (s *DB) migrate(ctx context.Context) error {
 }
 
 // droppedIndexes are indexes earlier versions created that chatgate no
-// longer keeps.
-var droppedIndexes = []string{"idx_conversations_archived_at", "ix_conversations_idle", "ix_conversations_daily"}
+// longer keeps, by table.
+var droppedIndexes = []struct {
+	model any
+	name  string
+}{
+	{&Conversation{}, "idx_conversations_archived_at"},
+	{&Conversation{}, "ix_conversations_idle"},
+	{&Conversation{}, "ix_conversations_daily"},
+	// Replies are found in the primary key's range after their message.
+	{&Message{}, "ix_messages_reply"},
+}
 
 func migrateModels(tx *gorm.DB) error {
 	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}); err != nil {
 		return err
 	}
-	for _, name := range droppedIndexes {
-		if tx.Migrator().HasIndex(&Conversation{}, name) {
-			if err := tx.Migrator().DropIndex(&Conversation{}, name); err != nil {
-				return fmt.Errorf("drop index %s: %w", name, err)
+	for _, ix := range droppedIndexes {
+		if tx.Migrator().HasIndex(ix.model, ix.name) {
+			if err := tx.Migrator().DropIndex(ix.model, ix.name); err != nil {
+				return fmt.Errorf("drop index %s: %w", ix.name, err)
 			}
 		}
 	}
@@ -381,8 +390,9 @@ func (s *DB) MessageByClientID(ctx context.Context, convID, clientID string) (*M
 func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error) {
 	var m Message
 	err := s.read.WithContext(ctx).
-		// reply_to > 0 as a literal, so that the partial index applies.
-		Where("conversation_id = ? AND reply_to = ? AND reply_to > 0 AND role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq).
+		// A reply follows its message: the primary key's range after the
+		// message's seq holds it.
+		Where("conversation_id = ? AND seq > ? AND reply_to = ? AND role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq, userSeq).
 		Order("seq DESC").Take(&m).Error
 	if notFound(err) {
 		return nil, nil
@@ -607,7 +617,7 @@ func (s *DB) Unanswered(ctx context.Context, since time.Time) ([]Unanswered, err
 		Select("u.*, c.session_key, c.channel, c.user_id, c.chat_id").
 		Joins("JOIN conversations AS c ON c.id = u.conversation_id").
 		Where("u.role = 'user' AND u.created_at >= ?", since).
-		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.reply_to = u.seq AND r.reply_to > 0
+		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.seq > u.seq AND r.reply_to = u.seq
 			AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
 			AND NOT (r.status = ? AND r.error = ?))`, MsgInterrupted, InterruptedByShutdown).
 		Order("u.created_at, u.conversation_id, u.seq").

@@ -108,8 +108,8 @@ func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
 	})
 }
 
-// Indexes earlier versions kept — on archived_at, and one per sweep — are
-// dropped on open: every archived row paid for each of them.
+// Indexes earlier versions kept — on archived_at, one per sweep, and one of
+// replies — are dropped on open: every archive or reply paid for them.
 func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
@@ -117,6 +117,7 @@ func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 			"CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)",
 			"CREATE INDEX ix_conversations_idle ON conversations (channel, last_activity_at) WHERE status = 'active'",
 			"CREATE INDEX ix_conversations_daily ON conversations (channel, started_at) WHERE status = 'active'",
+			"CREATE INDEX ix_messages_reply ON messages (conversation_id, reply_to) WHERE reply_to > 0",
 		} {
 			if err := db.Gorm().Exec(stmt).Error; err != nil {
 				t.Fatal(err)
@@ -125,9 +126,9 @@ func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 		if err := migrateModels(db.Gorm()); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range droppedIndexes {
-			if db.Gorm().Migrator().HasIndex(&Conversation{}, name) {
-				t.Errorf("index %s is still there after migrating", name)
+		for _, ix := range droppedIndexes {
+			if db.Gorm().Migrator().HasIndex(ix.model, ix.name) {
+				t.Errorf("index %s is still there after migrating", ix.name)
 			}
 		}
 		if !db.Gorm().Migrator().HasIndex(&Conversation{}, "ix_conversations_sweep") {
