@@ -545,18 +545,14 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 // of the table in key order on a reader; the writer only deletes them, a
 // chunk per transaction.
 func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error) {
-	key := "rowid" // SQLite: the table's own order
+	// The walk's key and its start: SQLite's rowid (the table's own
+	// order), PostgreSQL's primary key.
+	key, after := "rowid", any(int64(0))
 	if s.driver == DriverPostgres {
-		key = "id"
+		key, after = "id", ""
 	}
 	find := "SELECT " + key + ", id FROM conversations WHERE " + key + " > ? AND status = ? AND archived_at < ? ORDER BY " + key + " LIMIT ?"
-	var (
-		n     int64
-		after any = int64(0)
-	)
-	if s.driver == DriverPostgres {
-		after = ""
-	}
+	var n int64
 	ids := make([]string, 0, s.chunk)
 	for {
 		ids = ids[:0]
