@@ -144,6 +144,7 @@ type Shutdown struct {
 type Recovery struct {
 	RerunInterrupted *bool    `yaml:"rerun_interrupted"`
 	MaxAge           Duration `yaml:"max_age"`
+	Concurrency      int      `yaml:"concurrency"`
 }
 
 // Log configures log/slog output.

@@ -10,23 +10,24 @@ import (
 
 // Defaults. bot.yaml.example documents each of them.
 const (
-	DefaultListen        = "127.0.0.1:8765"
-	DefaultSQLiteDSN     = "gateway.db"
-	DefaultMaxHistory    = 100
-	DefaultIdleMinutes   = 60
-	DefaultTimezone      = "UTC"
-	DefaultMaxFrameBytes = 64 << 10
-	DefaultDrainTimeout  = 10 * time.Second
-	DefaultRecoveryAge   = time.Hour
-	DefaultOpenAIBaseURL = "https://api.openai.com/v1"
-	DefaultOpenAITimeout = 60 * time.Second
-	DefaultTelegramAPI   = "https://api.telegram.org"
-	DefaultWebhookPath   = "/telegram/webhook"
-	DefaultPollTimeout   = 30 * time.Second
-	DefaultRatePerSecond = 5
-	DefaultRateBurst     = 10
-	DefaultLocksTTL      = time.Hour
-	DefaultLocksEntries  = 10_000
+	DefaultListen              = "127.0.0.1:8765"
+	DefaultSQLiteDSN           = "gateway.db"
+	DefaultMaxHistory          = 100
+	DefaultIdleMinutes         = 60
+	DefaultTimezone            = "UTC"
+	DefaultMaxFrameBytes       = 64 << 10
+	DefaultDrainTimeout        = 10 * time.Second
+	DefaultRecoveryAge         = time.Hour
+	DefaultRecoveryConcurrency = 16
+	DefaultOpenAIBaseURL       = "https://api.openai.com/v1"
+	DefaultOpenAITimeout       = 60 * time.Second
+	DefaultTelegramAPI         = "https://api.telegram.org"
+	DefaultWebhookPath         = "/telegram/webhook"
+	DefaultPollTimeout         = 30 * time.Second
+	DefaultRatePerSecond       = 5
+	DefaultRateBurst           = 10
+	DefaultLocksTTL            = time.Hour
+	DefaultLocksEntries        = 10_000
 
 	// supervisorStopTimeout is the stop timeout of common supervisors
 	// (systemd's DefaultTimeoutStopSec, Kubernetes' grace period).
@@ -83,6 +84,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.GroupScope, "user")
 	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
+	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
 	setStr(&c.Log.Level, "info")
 	setStr(&c.Log.Format, "text")
 }
@@ -208,6 +210,9 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Recovery.MaxAge < 0 {
 		bad("recovery.max_age", "must not be negative")
+	}
+	if c.Recovery.Concurrency < 1 || c.Recovery.Concurrency > 1024 {
+		bad("recovery.concurrency", "must be 1–1024, got %d", c.Recovery.Concurrency)
 	}
 	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	oneOf("log.format", c.Log.Format, "text", "json")

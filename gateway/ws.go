@@ -30,7 +30,7 @@ type Sessions interface {
 	Stop(key string) bool
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (*sessions.Conversation, []sessions.Message, error)
 	OnReset(fn func(sessions.ResetEvent))
-	OnRecovered(fn func(sessions.Recovered))
+	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
 }
@@ -112,7 +112,7 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		CheckOrigin:     ws.checkOrigin,
 	}
 	sess.OnReset(ws.onReset)
-	sess.OnRecovered(ws.onRecovered)
+	sess.OnDeliver(Channel, false, ws.deliverStored)
 	ws.stopPings = make(chan struct{})
 	go ws.pingLoop()
 	return ws
@@ -144,16 +144,16 @@ func (ws *WebSocket) pingLoop() {
 	}
 }
 
-// onRecovered delivers a reply that the recovery pass produced after a
-// restart to the principal's open connections; others get it on resume.
-func (ws *WebSocket) onRecovered(r sessions.Recovered) {
-	if r.Channel != Channel {
-		return
-	}
-	frame := encode(replyFrame{Type: "reply", ReplyTo: r.ClientMsgID, Seq: r.Reply.Seq, Text: r.Reply.Text, Status: r.Reply.Status})
-	for _, c := range ws.connsOf(r.SessionKey) {
+// deliverStored delivers a reply produced outside a live turn (by the
+// rescuer, after a restart or for a replica that died) to the principal's
+// open connections; others get it on resume. WebSocket cannot confirm
+// delivery, so the turn does not wait for it.
+func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (string, error) {
+	frame := encode(replyFrame{Type: "reply", ReplyTo: d.ClientMsgID, Seq: d.Reply.Seq, Text: d.Reply.Text, Status: d.Reply.Status})
+	for _, c := range ws.connsOf(d.SessionKey) {
 		c.enqueue(frame)
 	}
+	return "", nil
 }
 
 // connsOf returns the open connections of a session key.
@@ -776,6 +776,11 @@ func (c *wsConn) run(f *clientFrame) {
 	if !acked {
 		c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: out.UserSeq}))
 	}
+	if out.Pending {
+		// Another runner holds this turn (the rescuer, or another replica):
+		// it delivers the reply to the key's connections.
+		return
+	}
 	c.deliver(encode(replyFrame{Type: "reply", ReplyTo: f.ID, Seq: out.Reply.Seq, Text: out.Reply.Text, Status: out.Reply.Status}))
 }
 
@@ -789,6 +794,8 @@ func handleError(err error) *wsError {
 		return errTooLarge.with("%v", err)
 	case errors.Is(err, sessions.ErrBadText):
 		return errBadFrame.with("%v", err)
+	case errors.Is(err, sessions.ErrReplyNotStored):
+		return errUnavailable.with("the reply could not be stored yet; it is delivered once it is")
 	default:
 		return errInternal
 	}

@@ -40,7 +40,7 @@ func (s *DB) ResetKey(ctx context.Context, key string, at time.Time) (*Conversat
 	if err != nil || conv == nil {
 		return nil, err
 	}
-	if _, err := s.Archive(ctx, conv.ID, ReasonManual, at); err != nil {
+	if _, err := s.Archive(ctx, conv.ID, ReasonManual, at, -1); err != nil {
 		return nil, err
 	}
 	return conv, nil

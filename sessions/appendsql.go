@@ -42,6 +42,36 @@ func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
 			return err
 		}
 	}
+	// The ledger rides the same transaction: a user message's turn is
+	// inserted with it, and a reply settles its turn only while the claim
+	// that produced it still holds.
+	var turns []*Turn
+	var settles []*writeOp
+	for _, op := range ops {
+		if op.app.Turn != nil {
+			turns = append(turns, op.app.Turn)
+		}
+		if op.app.Settle != nil {
+			settles = append(settles, op)
+		}
+	}
+	for start := 0; start < len(turns); start += stmtRows {
+		query, args := insertTurns(turns[start:min(start+stmtRows, len(turns))])
+		if err := tx.Exec(query, args...).Error; err != nil {
+			return err
+		}
+	}
+	for start := 0; start < len(settles); start += stmtRows {
+		chunk := settles[start:min(start+stmtRows, len(settles))]
+		query, args := settleTurns(driver, chunk)
+		res := tx.Exec(query, args...)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != int64(len(chunk)) {
+			return ErrLostClaim
+		}
+	}
 	return nil
 }
 

@@ -91,7 +91,7 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 		if err := db.Append(ctx, Append{Conv: convs[4], ExpectSeq: 0, Messages: []Message{userMsg(convs[4], 1, "dup")}, At: now}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := db.Archive(ctx, convs[5].ID, ReasonManual, now); !ok || err != nil {
+		if ok, err := db.Archive(ctx, convs[5].ID, ReasonManual, now, -1); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 

@@ -95,7 +95,21 @@ type Outcome struct {
 	// Duplicate is true when the client message id was already stored and
 	// the outcome comes from storage.
 	Duplicate bool
-	Reset     *ResetEvent
+	// Pending is true when another runner (another replica, or the rescuer)
+	// holds the turn: Reply is empty, and that runner delivers it.
+	Pending bool
+	Reset   *ResetEvent
+	// Turn names the turn in the ledger. Turn.Claim is set when the caller
+	// holds its delivery: a channel that confirms delivery sends the reply
+	// and then calls Delivered with it.
+	Turn TurnRef
+}
+
+// TurnRef names a turn and, when set, the claim its holder delivers under.
+type TurnRef struct {
+	ConversationID string
+	Seq            int64
+	Claim          string
 }
 
 // Observer is told about finished turns and resets, for metrics.
@@ -130,6 +144,25 @@ type Options struct {
 	// RetentionDays purges archived conversations older than this (0 keeps).
 	RetentionDays int
 	Observer      Observer
+	// ReplicaID names this gateway in the ledger's claims and leases
+	// (default: a random id per process).
+	ReplicaID string
+	// LeaseTTL is how long a claim on a turn lasts unless renewed (default
+	// 30s); a replica that dies holds its turns at most this long.
+	LeaseTTL time.Duration
+	// RecoveryMaxAge: a turn found claimable longer than this after its
+	// message arrived is not run; the user is asked to send it again
+	// (default 1h).
+	RecoveryMaxAge time.Duration
+	// RecoveryConcurrency bounds how many claimed turns the rescuer runs at
+	// once (default 16).
+	RecoveryConcurrency int
+	// NoRerun stores a turn a shutdown interrupted as answered (with its
+	// partial reply) instead of running it again.
+	NoRerun bool
+	// RescueEvery is how often the rescuer looks for claimable turns
+	// (default 5s); Wake makes it look at once.
+	RescueEvery time.Duration
 }
 
 // Manager is the BotSessionManager.
@@ -153,7 +186,12 @@ type Manager struct {
 	turns     sync.WaitGroup
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
-	recovered []func(Recovered)
+	delivery  map[string]deliverer
+	claims    map[string]struct{} // live claims of this replica, renewed together
+	wake      chan struct{}
+	loops     sync.WaitGroup // the renewer and the rescuer
+	stopLoops chan struct{}
+	stopOnce  sync.Once
 }
 
 // hotConv is an active conversation with the tail of its messages. It is
@@ -214,6 +252,21 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.Observer == nil {
 		opts.Observer = noObserver{}
 	}
+	if opts.ReplicaID == "" {
+		opts.ReplicaID = uuid.NewString()
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = LeaseTTL
+	}
+	if opts.RecoveryMaxAge <= 0 {
+		opts.RecoveryMaxAge = time.Hour
+	}
+	if opts.RecoveryConcurrency <= 0 {
+		opts.RecoveryConcurrency = 16
+	}
+	if opts.RescueEvery <= 0 {
+		opts.RescueEvery = 5 * time.Second
+	}
 	if opts.DefaultPolicy.MaxHistory == 0 && opts.DefaultPolicy.Reset.Mode == "" {
 		opts.DefaultPolicy = Policy{MaxHistory: 100, Reset: ResetPolicy{Mode: ResetNone}}
 	}
@@ -225,9 +278,14 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot,
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
-		running: map[string]context.CancelCauseFunc{},
+		running:  map[string]context.CancelCauseFunc{},
+		delivery: map[string]deliverer{}, claims: map[string]struct{}{},
+		wake: make(chan struct{}, 1), stopLoops: make(chan struct{}),
 	}
 }
+
+// ReplicaID is the id this gateway claims turns and leases under.
+func (m *Manager) ReplicaID() string { return m.opts.ReplicaID }
 
 // Policy returns the policy applied to a channel.
 func (m *Manager) Policy(channel string) Policy {
@@ -311,7 +369,7 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 	}
 	// Then the replicas' lease, so that one user's turns never overlap
 	// across gateways sharing a database.
-	releaseLease, err := m.store.Lease(waitCtx, key)
+	releaseLease, err := m.store.Lease(waitCtx, key, m.opts.ReplicaID)
 	if err != nil {
 		release()
 		if ctx.Err() == nil && m.draining.Err() != nil {
@@ -379,7 +437,7 @@ func (m *Manager) handle(ctx context.Context, in Inbound, h Hooks) (Outcome, err
 	}
 }
 
-func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (Outcome, error) {
+func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (out Outcome, err error) {
 	policy := m.Policy(in.Channel)
 	now := m.now()
 	hc, err := m.load(ctx, in, policy, now)
@@ -388,26 +446,33 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (Outco
 	}
 	if in.ClientMsgID != "" {
 		if um := hc.byClientID(in.ClientMsgID); um != nil {
-			return m.answerStored(ctx, turnCtx, hc, *um, policy, in, h)
+			return m.resend(ctx, turnCtx, hc, um.ConversationID, um.Seq, in, h)
 		}
 	}
 
 	var reset *ResetEvent
 	if reason, expired := policy.Reset.Expired(&hc.conv, now); expired {
 		if in.ClientMsgID != "" {
-			// A resend of a message already answered before the reset
-			// belongs to the old conversation, not to a new one.
-			um, err := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
+			// A resend of a message stored before the reset belongs to the
+			// old conversation, not to a new one.
+			t, err := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
 			if err != nil {
 				return Outcome{}, err
 			}
-			if um != nil {
-				return m.answerStored(ctx, turnCtx, hc, *um, policy, in, h)
+			if t != nil {
+				return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
 			}
 		}
 		old := hc.conv.ID
-		if _, err := m.store.Archive(ctx, old, reason, now); err != nil {
+		// Conditional on the state judged: if another replica used the
+		// conversation since this one cached it, nothing is archived and
+		// the turn starts over from storage.
+		archived, err := m.store.Archive(ctx, old, reason, now, hc.conv.LastSeq)
+		if err != nil {
 			return Outcome{}, err
+		}
+		if !archived {
+			return Outcome{}, fmt.Errorf("archive %s: %w", old, ErrStale)
 		}
 		m.hot.Remove(in.SessionKey)
 		if hc, err = m.create(ctx, in, policy, now); err != nil {
@@ -426,18 +491,32 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (Outco
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
 		Content: in.Text, Status: MsgOK, CreatedAt: now,
 	}
+	// The turn is stored with its message, already claimed by this
+	// replica: nobody else can run it while this one does.
+	claim := uuid.NewString()
+	lease := now.Add(m.opts.LeaseTTL)
+	turn := Turn{ConversationID: hc.conv.ID, Seq: um.Seq, SessionKey: in.SessionKey, Channel: in.Channel,
+		State: TurnRunning, Claim: claim, Owner: m.opts.ReplicaID, DueAt: &lease, Attempts: 1,
+		Track: m.tracks(in.Channel), CreatedAt: now}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
+		turn.ClientMsgID = &id
 	}
 	batch := []Message{um}
-	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	m.hold(claim)
+	defer func() {
+		if out.Turn.Claim != claim {
+			m.unhold(claim) // settled, or lost; else the channel delivers under it
+		}
+	}()
+	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now, Turn: &turn})
 	if errors.Is(err, ErrDuplicate) {
-		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
-		if lerr != nil || stored == nil {
+		t, lerr := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
+		if lerr != nil || t == nil {
 			return Outcome{}, errors.Join(err, lerr)
 		}
-		return m.answerStored(ctx, turnCtx, hc, *stored, policy, in, h)
+		return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
 	}
 	if err != nil {
 		return Outcome{}, err
@@ -447,41 +526,125 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (Outco
 	if h.OnAck != nil {
 		h.OnAck(Ack{ConversationID: hc.conv.ID, Seq: um.Seq})
 	}
-	out := m.runAgent(turnCtx, hc, um, policy, in, h)
+	out, err = m.runAgent(turnCtx, hc, um, claim, policy, in, h)
 	out.Reset = reset
-	return out, nil
+	return out, err
 }
 
-// answerStored answers a repeated client message id from storage. A stored
-// message without a reply (the process died before answering) is answered
-// now, once: that is a first run, not a second.
-func (m *Manager) answerStored(ctx, turnCtx context.Context, hc *hotConv, um Message, policy Policy, in Inbound, h Hooks) (Outcome, error) {
-	reply, err := m.store.FinalReply(ctx, um.ConversationID, um.Seq)
+// resend answers a message whose client id is already stored, through the
+// ledger: from the stored reply when its turn has one; by claiming and
+// running it when nobody holds it (the process died before answering: a
+// first run, not a second); and, when another runner holds it, by
+// acknowledging it and leaving the reply to that runner.
+func (m *Manager) resend(ctx, turnCtx context.Context, hc *hotConv, convID string, seq int64, in Inbound, h Hooks) (Outcome, error) {
+	out := Outcome{ConversationID: convID, UserSeq: seq, Duplicate: true, Turn: TurnRef{ConversationID: convID, Seq: seq}}
+	t, err := m.store.TurnAt(ctx, convID, seq)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if reply != nil {
-		return Outcome{ConversationID: um.ConversationID, UserSeq: um.Seq, Duplicate: true, Reply: toReply(reply)}, nil
+	if t == nil || t.settled() {
+		// Settled, or stored before the ledger existed: the reply is in
+		// storage.
+		var reply *Message
+		if t != nil {
+			reply, err = m.store.Message(ctx, convID, t.ReplySeq)
+		} else {
+			reply, err = m.store.FinalReply(ctx, convID, seq)
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		if reply != nil {
+			out.Reply = toReply(reply)
+		}
+		if t != nil && t.Track && t.State != TurnDelivered {
+			// Its delivery never completed: whoever claims it delivers.
+			if c, err := m.claim(ctx, convID, seq); err != nil {
+				return Outcome{}, err
+			} else if c != nil {
+				out.Turn.Claim = c.Claim
+			}
+		}
+		return out, nil
+	}
+	c, err := m.claim(ctx, convID, seq)
+	if err != nil {
+		return Outcome{}, err
 	}
 	if h.OnAck != nil {
-		h.OnAck(Ack{ConversationID: um.ConversationID, Seq: um.Seq})
+		h.OnAck(Ack{ConversationID: convID, Seq: seq})
 	}
-	if um.ConversationID != hc.conv.ID {
-		return Outcome{}, fmt.Errorf("message %s belongs to conversation %s: %w", in.ClientMsgID, um.ConversationID, ErrStale)
+	if c == nil {
+		out.Pending = true
+		return out, nil
 	}
-	out := m.runAgent(turnCtx, hc, um, policy, in, h)
-	out.Duplicate = true
-	return out, nil
+	if convID != hc.conv.ID {
+		// The message belongs to an earlier conversation: answer it there.
+		if hc, err = m.loadConversation(ctx, convID, seq, in.Channel); err != nil {
+			m.unhold(c.Claim)
+			return Outcome{}, err
+		}
+	}
+	um, err := m.store.Message(ctx, convID, seq)
+	if err != nil || um == nil {
+		m.unhold(c.Claim)
+		return Outcome{}, errors.Join(fmt.Errorf("message %s/%d vanished", convID, seq), err)
+	}
+	res, err := m.runAgent(turnCtx, hc, *um, c.Claim, m.Policy(in.Channel), in, h)
+	if res.Turn.Claim == "" {
+		m.unhold(c.Claim)
+	}
+	res.Duplicate = true
+	return res, err
+}
+
+// claim tries to claim a turn for this replica; nil when someone else
+// holds it or it needs nobody. A won claim is renewed until unhold.
+func (m *Manager) claim(ctx context.Context, convID string, seq int64) (*Claimed, error) {
+	claim := uuid.NewString()
+	now := m.now()
+	m.hold(claim)
+	c, err := m.store.ClaimTurn(ctx, convID, seq, claim, m.opts.ReplicaID, now, now.Add(m.opts.LeaseTTL))
+	if err != nil || c == nil {
+		m.unhold(claim)
+	}
+	return c, err
+}
+
+// loadConversation returns a hot copy of a conversation (active or not)
+// with the messages before seq, for running a turn out of the cache.
+func (m *Manager) loadConversation(ctx context.Context, convID string, seq int64, channel string) (*hotConv, error) {
+	conv, err := m.store.Conversation(ctx, convID)
+	if err != nil || conv == nil {
+		return nil, errors.Join(fmt.Errorf("conversation %s vanished", convID), err)
+	}
+	hc := &hotConv{conv: *conv, cap: windowCap(m.Policy(channel))}
+	if hc.window, err = m.store.MessagesAfter(ctx, conv.ID, max(0, seq-int64(hc.cap)), hc.cap); err != nil {
+		return nil, err
+	}
+	return hc, nil
 }
 
 func toReply(msg *Message) Reply {
 	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
 }
 
-// runAgent calls the agent for the stored user message um and stores what
-// it produced: the reply, a failure notice, or the partial reply of an
-// interrupted turn. Storing uses a context that outlives turnCtx.
-func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, policy Policy, in Inbound, h Hooks) Outcome {
+// ErrReplyNotStored means the agent answered but its reply could not be
+// stored while this replica held the turn (storage unreachable): nothing
+// was delivered, and the turn is run again by whoever claims it next.
+var ErrReplyNotStored = errors.New("the reply could not be stored; the turn will be run again")
+
+// ToolCallsText is what a user is told when the model asked for tools,
+// which the gateway does not offer.
+const ToolCallsText = "Sorry, the assistant tried to use a tool, which this service does not offer, and could not answer. Please rephrase your message."
+
+// runAgent calls the agent for the stored user message um, whose turn this
+// replica holds under claim, and stores what it produced — the reply, a
+// failure notice, or the partial reply of an interrupted turn — settling
+// the turn in the same transaction. Nothing is returned for delivery that
+// is not stored: if storing fails for as long as the claim lasts, or the
+// claim was taken over, the outcome is an error and nothing is delivered.
+func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, claim string, policy Policy, in Inbound, h Hooks) (Outcome, error) {
 	prior := hc.window
 	for i := range prior {
 		if prior[i].Seq >= um.Seq {
@@ -506,7 +669,23 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, pol
 	var msgs []Message
 	var tokens int64
 	var cost float64
+	state := TurnAnswered
+	failed := func(text, why string) {
+		state = TurnFailed
+		msgs = []Message{{ConversationID: hc.conv.ID, Role: agent.RoleAssistant, Content: text,
+			ReplyTo: um.Seq, Status: MsgFailed, Error: why, CreatedAt: now}}
+	}
 	switch {
+	case err == nil && len(reply.Messages) > 0 && len(reply.Messages[len(reply.Messages)-1].ToolCalls) > 0:
+		// The gateway offers the model no tools; a turn that ends asking
+		// for one cannot be answered, and running it again would not help.
+		var names []string
+		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
+			names = append(names, tc.Name)
+		}
+		m.log.Warn("model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
+			slog.String("tools", strings.Join(names, ",")))
+		failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
 	case err == nil && len(reply.Messages) > 0:
 		for _, am := range reply.Messages {
 			msgs = append(msgs, Message{
@@ -522,6 +701,10 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, pol
 		why := InterruptedByShutdown
 		if errors.Is(context.Cause(turnCtx), errStoppedByUser) {
 			why = InterruptedByUser
+		} else if !m.opts.NoRerun {
+			// Claimable again at once: by this replica's next start or by
+			// any live replica now.
+			state = TurnInterrupted
 		}
 		msgs = []Message{{ConversationID: hc.conv.ID, Role: agent.RoleAssistant, Content: partial.String(),
 			ReplyTo: um.Seq, Status: MsgInterrupted, Error: why, CreatedAt: now}}
@@ -531,18 +714,40 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, pol
 		}
 		m.log.Warn("agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", hc.conv.ID),
 			slog.Int64("seq", um.Seq), slog.String("error", err.Error()))
-		msgs = []Message{{ConversationID: hc.conv.ID, Role: agent.RoleAssistant, Content: m.opts.FailureText,
-			ReplyTo: um.Seq, Status: MsgFailed, Error: err.Error(), CreatedAt: now}}
+		failed(m.opts.FailureText, err.Error())
 	}
-	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(turnCtx), 30*time.Second)
-	defer cancel()
-	if err := m.appendReply(storeCtx, hc, msgs, now, tokens, cost, reply.Model); err != nil {
-		m.log.Error("storing reply failed", slog.String("session_key", in.SessionKey), slog.String("conversation", hc.conv.ID), slog.String("error", err.Error()))
+	settle := &Settle{Claim: claim, State: state}
+	switch {
+	case state == TurnInterrupted:
+		settle.DueAt = &now
+	case m.tracks(in.Channel):
+		// The delivery stays claimed: the channel sends, then marks it.
+		lease := now.Add(m.opts.LeaseTTL)
+		settle.DueAt = &lease
+	}
+	if state == TurnInterrupted {
+		claim = "" // released with the partial reply
+	}
+	if err := m.appendReply(turnCtx, hc, msgs, now, tokens, cost, reply.Model, um.Seq, settle); err != nil {
 		m.hot.Remove(in.SessionKey)
-		final := msgs[len(msgs)-1]
-		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: Reply{Text: final.Content, Status: MsgFailed, Error: err.Error()}}
+		if errors.Is(err, ErrLostClaim) {
+			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", in.SessionKey),
+				slog.String("conversation", hc.conv.ID), slog.Int64("seq", um.Seq))
+		} else {
+			m.log.Error("storing reply failed", slog.String("session_key", in.SessionKey), slog.String("conversation", hc.conv.ID), slog.String("error", err.Error()))
+		}
+		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq}, fmt.Errorf("%w: %w", ErrReplyNotStored, err)
 	}
-	return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(&msgs[len(msgs)-1])}
+	final := &msgs[len(msgs)-1]
+	return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(final),
+		Turn: TurnRef{ConversationID: hc.conv.ID, Seq: um.Seq, Claim: claimIf(m.tracks(in.Channel), claim)}}, nil
+}
+
+func claimIf(ok bool, claim string) string {
+	if ok {
+		return claim
+	}
+	return ""
 }
 
 // callAgent calls the agent; a panicking backend fails the turn (the user
@@ -556,31 +761,65 @@ func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func
 	return m.agent.Reply(ctx, req, onDelta)
 }
 
-// appendReply stores agent output after the conversation's last message. It
+// appendReply stores agent output after the conversation's last message
+// and settles the turn of user message userSeq, in one transaction. It
 // does not require the conversation to be active: a sweep may archive it
-// while the agent works, and the reply still belongs there.
-func (m *Manager) appendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string) error {
-	for attempt := 0; ; attempt++ {
+// while the agent works, and the reply still belongs there. A storage
+// failure is retried, with backoff, for as long as the turn's lease would
+// last: the claim is still this replica's unless somebody took it over,
+// which the settle then finds (ErrLostClaim) and nothing is stored twice.
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, settle *Settle) error {
+	ctx := context.WithoutCancel(turnCtx)
+	giveUp := time.Now().Add(m.opts.LeaseTTL)
+	wait := 50 * time.Millisecond
+	stale := 0
+	for {
 		for i := range msgs {
 			msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 		}
-		err := m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model})
+		settle.ReplySeq = msgs[len(msgs)-1].Seq
+		err := m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
+			TurnSeq: userSeq, Settle: settle})
 		if err == nil {
 			hc.push(msgs...)
 			return nil
 		}
-		if !errors.Is(err, ErrStale) || attempt >= 3 {
+		switch {
+		case errors.Is(err, ErrLostClaim):
+			// An earlier attempt may have landed after all (its commit's
+			// answer was lost): then the turn is settled under this claim.
+			t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
+			if lerr != nil || t == nil || t.Claim != settle.Claim || t.State == TurnRunning || t.State == TurnPending {
+				return err
+			}
+			for i := range msgs {
+				msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
+			}
+			m.hot.Remove(hc.conv.SessionKey)
+			return nil
+		case errors.Is(err, ErrStale) && stale < 3:
+			stale++
+			fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
+			if lerr != nil || fresh == nil {
+				return errors.Join(err, lerr)
+			}
+			hc.conv = *fresh
+			// The tail moved: the window follows, so the next turn's history
+			// has what was stored meanwhile.
+			if hc.window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap); lerr != nil {
+				return errors.Join(err, lerr)
+			}
+			continue
+		case errors.Is(err, ErrStale), errors.Is(err, ErrClosed), time.Now().Add(wait).After(giveUp):
 			return err
 		}
-		fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
-		if lerr != nil || fresh == nil {
-			return errors.Join(err, lerr)
-		}
-		hc.conv = *fresh
-		// The tail moved: the window follows, so the next turn's history
-		// has what was stored meanwhile.
-		if hc.window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap); lerr != nil {
-			return errors.Join(err, lerr)
+		m.log.Warn("storing reply failed; retrying while the turn is held", slog.String("conversation", hc.conv.ID),
+			slog.Int64("seq", userSeq), slog.String("error", err.Error()))
+		t := time.NewTimer(wait)
+		<-t.C
+		wait = min(wait*2, time.Second)
+		if fresh, lerr := m.store.Conversation(ctx, hc.conv.ID); lerr == nil && fresh != nil {
+			hc.conv = *fresh
 		}
 	}
 }
@@ -654,7 +893,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	if conv, err := m.store.ActiveConversation(ctx, in.SessionKey); err != nil {
 		return ResetEvent{}, err
 	} else if conv != nil {
-		if _, err := m.store.Archive(ctx, conv.ID, ReasonManual, now); err != nil {
+		if _, err := m.store.Archive(ctx, conv.ID, ReasonManual, now, -1); err != nil {
 			return ResetEvent{}, err
 		}
 		ev.OldConversation = conv.ID
@@ -683,20 +922,26 @@ func (m *Manager) Stop(key string) bool {
 	return ok
 }
 
-// Shutdown stops taking turns and sweeps, lets running turns finish until
-// ctx ends, then cancels the rest (their partial replies are stored as
-// interrupted) and waits for them to be stored.
+// Shutdown stops taking turns, sweeps and recovery, lets running turns and
+// sweeps finish until ctx ends — one deadline for all of them — then
+// cancels the rest (their partial replies are stored as interrupted, a
+// sweep stops at its next chunk) and waits for them to be stored.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
 	m.drain()
+	cronDone := context.Background().Done()
 	if m.cron != nil {
-		<-m.cron.Stop().Done()
+		cronDone = m.cron.Stop().Done()
 	}
 	done := make(chan struct{})
 	go func() {
 		m.turns.Wait()
+		if cronDone != nil {
+			<-cronDone
+		}
+		m.stopRescuer()
 		close(done)
 	}()
 	select {
@@ -707,12 +952,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	n := len(m.running)
 	m.mu.Unlock()
-	m.log.Warn("drain timeout: interrupting running turns", slog.Int("turns", n))
+	m.log.Warn("drain timeout: interrupting running turns and sweeps", slog.Int("turns", n))
 	m.cancel(errShutdown)
 	select {
 	case <-done:
 		return nil
-	case <-time.After(35 * time.Second): // bounded by appendReply's own timeout
+	case <-time.After(m.opts.LeaseTTL + 5*time.Second): // bounded by appendReply's retries
 		return errors.New("turns still running after the drain: their replies may be lost")
 	}
 }

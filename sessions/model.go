@@ -95,9 +95,11 @@ type Message struct {
 // turns when several gateways share a PostgreSQL database. A lease expires
 // unless renewed, so a replica that dies does not block a user for long.
 type SessionLease struct {
-	SessionKey string    `gorm:"primaryKey;size:255"`
-	Holder     string    `gorm:"size:64;not null"`
-	ExpiresAt  time.Time `gorm:"not null"`
+	SessionKey string `gorm:"primaryKey;size:255"`
+	// Holder is unique to one acquisition; Replica names the gateway.
+	Holder    string    `gorm:"size:64;not null"`
+	Replica   string    `gorm:"size:64;not null;default:''"`
+	ExpiresAt time.Time `gorm:"not null"`
 }
 
 // ChannelState is a small key/value row a channel keeps through the store,

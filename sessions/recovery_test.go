@@ -42,7 +42,7 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 		if err := db.CreateConversation(context.Background(), &crashed); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Append(context.Background(), Append{Conv: &crashed, RequireActive: true, At: t0,
+		if err := db.Append(context.Background(), Append{Conv: &crashed, RequireActive: true, At: t0, Turn: crashedTurn(&crashed, 1, t0),
 			Messages: []Message{{ConversationID: crashed.ID, Seq: 1, Role: "user", Content: "crashed", Status: MsgOK, CreatedAt: t0}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -51,8 +51,13 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 		c.Advance(10 * time.Minute)
 		m2 := newManager(t, db, agent.Echo{}, c, nil)
 		var mu sync.Mutex
-		var got []Recovered
-		m2.OnRecovered(func(r Recovered) { mu.Lock(); got = append(got, r); mu.Unlock() })
+		var got []Delivery
+		m2.OnDeliver("websocket", false, func(_ context.Context, d Delivery) (string, error) {
+			mu.Lock()
+			got = append(got, d)
+			mu.Unlock()
+			return "", nil
+		})
 		ran, expired, err := m2.Recover(context.Background(), time.Hour)
 		if err != nil || ran != 2 || expired != 0 {
 			t.Fatalf("Recover = %d ran, %d expired, %v; want 2, 0", ran, expired, err)
@@ -89,11 +94,12 @@ func TestRecoverMarksOldTurns(t *testing.T) {
 		conv := Conversation{ID: "00000000-0000-0000-0000-0000000000aa", SessionKey: "websocket:old", Channel: "websocket",
 			Status: StatusActive, StartedAt: t0, LastActivityAt: t0}
 		db.CreateConversation(context.Background(), &conv)
-		db.Append(context.Background(), Append{Conv: &conv, RequireActive: true, At: t0,
+		db.Append(context.Background(), Append{Conv: &conv, RequireActive: true, At: t0, Turn: crashedTurn(&conv, 1, t0),
 			Messages: []Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "old", Status: MsgOK, CreatedAt: t0}}})
 		c.Advance(2 * time.Hour)
 		rec := &recorder{}
 		m := newManager(t, db, rec, c, nil)
+		m.OnDeliver("websocket", false, func(context.Context, Delivery) (string, error) { return "", nil })
 		ran, expired, err := m.Recover(context.Background(), time.Hour)
 		if err != nil || ran != 0 || expired != 1 || rec.calls.Load() != 0 {
 			t.Fatalf("Recover = %d, %d, %v (agent calls %d); want 0, 1", ran, expired, err, rec.calls.Load())
@@ -135,4 +141,12 @@ func TestExclusiveRunsOnceAcrossProcesses(t *testing.T) {
 	if ran, _ := b.Exclusive(context.Background(), "sweep", func() error { return nil }); !ran {
 		t.Fatal("the lock was not released with the transaction")
 	}
+}
+
+// crashedTurn is the turn of a user message whose replica died while
+// running it: claimed, its lease ended 30 s after at.
+func crashedTurn(conv *Conversation, seq int64, at time.Time) *Turn {
+	lease := at.Add(LeaseTTL)
+	return &Turn{ConversationID: conv.ID, Seq: seq, SessionKey: conv.SessionKey, Channel: conv.Channel, State: TurnRunning,
+		Claim: "claim-of-a-dead-replica", Owner: "dead", DueAt: &lease, Attempts: 1, CreatedAt: at}
 }

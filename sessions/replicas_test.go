@@ -81,18 +81,18 @@ func TestLeaseOfADeadReplicaExpires(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	release, err := db.Lease(ctx, "websocket:ann")
+	release, err := db.Lease(ctx, "websocket:ann", "replica-a")
 	if err != nil {
 		t.Fatalf("an expired lease blocked the key: %v", err)
 	}
 	// While held, another replica waits.
 	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()
-	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann"); err == nil {
+	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann", "replica-b"); err == nil {
 		t.Fatal("a held lease was taken by another replica")
 	}
 	release()
-	if r2, err := db.Lease(ctx, "websocket:ann"); err != nil {
+	if r2, err := db.Lease(ctx, "websocket:ann", "replica-a"); err != nil {
 		t.Fatalf("after release: %v", err)
 	} else {
 		r2()

@@ -41,15 +41,24 @@ type Store interface {
 	RecentMessages(ctx context.Context, convID string, limit int) ([]Message, error)
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]Message, error)
 	MessageByClientID(ctx context.Context, convID, clientID string) (*Message, error)
+	Message(ctx context.Context, convID string, seq int64) (*Message, error)
 	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
 	Append(ctx context.Context, a Append) error
-	Archive(ctx context.Context, convID, reason string, at time.Time) (bool, error)
+	Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error)
+	TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error)
+	TurnByClientID(ctx context.Context, key, clientID string) (*Turn, error)
+	DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error)
+	ClaimTurn(ctx context.Context, convID string, seq int64, claim, owner string, now, leaseEnd time.Time) (*Claimed, error)
+	RenewClaims(ctx context.Context, claims []string, leaseEnd time.Time) error
+	ReleaseTurn(ctx context.Context, convID string, seq int64, claim string, dueAt time.Time, why string) error
+	MarkDelivered(ctx context.Context, convID string, seq int64, claim, ref, failure string, at time.Time) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
-	Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
-	Lease(ctx context.Context, key string) (release func(), err error)
+	Lease(ctx context.Context, key, holder string) (release func(), err error)
+	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	Resign(ctx context.Context, name, holder string) error
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
 	Close() error
@@ -69,6 +78,14 @@ type Append struct {
 	Tokens        int64
 	Cost          float64
 	Model         string
+	// Turn, when set, is the ledger row of the user message appended here,
+	// inserted in the same transaction.
+	Turn *Turn
+	// Settle, when set, stores the outcome of the turn of user message
+	// TurnSeq in the same transaction, guarded by its claim: the append
+	// fails with ErrLostClaim when the claim was taken over.
+	Settle  *Settle
+	TurnSeq int64
 }
 
 // Driver names.
@@ -251,8 +268,14 @@ var droppedIndexes = []struct {
 }
 
 func migrateModels(tx *gorm.DB) error {
-	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}); err != nil {
+	newLedger := !tx.Migrator().HasTable(&Turn{})
+	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}, &Turn{}, &Leader{}); err != nil {
 		return err
+	}
+	if newLedger {
+		if err := backfillTurns(tx, time.Now().UTC()); err != nil {
+			return fmt.Errorf("give earlier messages their turns: %w", err)
+		}
 	}
 	for _, ix := range droppedIndexes {
 		if tx.Migrator().HasIndex(ix.model, ix.name) {
@@ -409,6 +432,8 @@ func (s *DB) Append(ctx context.Context, a Append) error {
 	switch {
 	case errors.Is(err, ErrStale):
 		return ErrStale
+	case errors.Is(err, ErrLostClaim):
+		return ErrLostClaim
 	case errors.Is(err, gorm.ErrDuplicatedKey):
 		for _, m := range a.Messages {
 			if m.ClientMsgID != nil {
@@ -430,13 +455,18 @@ func (s *DB) Append(ctx context.Context, a Append) error {
 	return nil
 }
 
-// Archive archives one active conversation. It reports false when it was not
-// active (already archived by a sweep or another replica).
-func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time) (bool, error) {
+// Archive archives one active conversation, if its last seq is still
+// expectSeq (the state its caller judged; -1 archives whatever it holds).
+// It reports false when the conversation was not active or had moved on:
+// another replica used it meanwhile, or a sweep got there first.
+func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error) {
 	var archived bool
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		res := tx.Model(&Conversation{}).Where("id = ? AND status = ?", convID, StatusActive).
-			Updates(map[string]any{"status": StatusArchived, "archived_at": at, "reset_reason": reason})
+		q := tx.Model(&Conversation{}).Where("id = ? AND status = ?", convID, StatusActive)
+		if expectSeq >= 0 {
+			q = q.Where("last_seq = ?", expectSeq)
+		}
+		res := q.Updates(map[string]any{"status": StatusArchived, "archived_at": at, "reset_reason": reason})
 		archived = res.RowsAffected == 1
 		return res.Error
 	})
@@ -508,6 +538,9 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 	total := 0
 	got := make([]Archived, 0, s.chunk)
 	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("%s sweep stopped after %d: %w", reason, total, err)
+		}
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			got = got[:0] // a batch that failed runs its writes again
 			rows, err := tx.Raw(query, params...).Rows()
@@ -555,6 +588,9 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	var n int64
 	ids := make([]string, 0, s.chunk)
 	for {
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("purge stopped after %d: %w", n, err)
+		}
 		ids = ids[:0]
 		rows, err := s.read.WithContext(ctx).Raw(find, after, StatusArchived, archivedBefore, s.chunk).Rows()
 		if err != nil {
@@ -582,6 +618,9 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&Message{}).Error; err != nil {
 				return err
 			}
+			if err := tx.Where("conversation_id IN ?", ids).Delete(&Turn{}).Error; err != nil {
+				return err
+			}
 			res := tx.Where("id IN ? AND status = ?", ids, StatusArchived).Delete(&Conversation{})
 			deleted = res.RowsAffected
 			return res.Error
@@ -594,34 +633,6 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 			return n, nil
 		}
 	}
-}
-
-// Unanswered is a user message whose turn never finished.
-type Unanswered struct {
-	Message
-	SessionKey string
-	Channel    string
-	UserID     string
-	ChatID     string
-}
-
-// Unanswered returns the user messages stored since the given time that
-// have no reply, or only a reply a shutdown interrupted, oldest first.
-func (s *DB) Unanswered(ctx context.Context, since time.Time) ([]Unanswered, error) {
-	var out []Unanswered
-	err := s.read.WithContext(ctx).Table("messages AS u").
-		Select("u.*, c.session_key, c.channel, c.user_id, c.chat_id").
-		Joins("JOIN conversations AS c ON c.id = u.conversation_id").
-		Where("u.role = 'user' AND u.created_at >= ?", since).
-		Where(`NOT EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.seq > u.seq AND r.reply_to = u.seq
-			AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
-			AND NOT (r.status = ? AND r.error = ?))`, MsgInterrupted, InterruptedByShutdown).
-		Order("u.created_at, u.conversation_id, u.seq").
-		Scan(&out).Error
-	if err != nil {
-		return nil, fmt.Errorf("find unanswered messages: %w", err)
-	}
-	return out, nil
 }
 
 // Exclusive runs fn unless another process sharing the database is running
@@ -670,21 +681,27 @@ func openLeasePool(dsn string) (*sql.DB, error) {
 	return db, nil
 }
 
-// Lease takes the cross-replica lease of a session key, waiting while
-// another replica holds it (until ctx ends). SQLite serves one gateway per
-// file, where the in-process lock suffices: the lease is then free. Time is
-// the database's, so replicas' clocks need not agree.
-func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
+// Lease takes the cross-replica lease of a session key for replica,
+// waiting while another replica holds it (until ctx ends). SQLite serves
+// one gateway per file, where the in-process lock suffices: the lease is
+// then free. Time is the database's, so replicas' clocks need not agree.
+//
+// A replica may always retake its own lease: its in-process lock already
+// keeps its own turns of a key apart, so a release that failed (the
+// database was unreachable for a moment) never locks out that replica's
+// users; it is retried in the background, and other replicas wait at most
+// until the lease expires.
+func (s *DB) Lease(ctx context.Context, key, replica string) (func(), error) {
 	if s.driver != DriverPostgres {
 		return func() {}, nil
 	}
 	holder := uuid.NewString()
 	wait := 5 * time.Millisecond
 	for {
-		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, expires_at)
-			VALUES ($1, $2, now() + make_interval(secs => $3))
-			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-			WHERE session_leases.expires_at < now()`, key, holder, LeaseTTL.Seconds())
+		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
+			VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
+			WHERE session_leases.expires_at < now() OR session_leases.replica = EXCLUDED.replica`, key, holder, replica, LeaseTTL.Seconds())
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
@@ -721,9 +738,31 @@ func (s *DB) Lease(ctx context.Context, key string) (func(), error) {
 		once.Do(func() {
 			close(stop)
 			<-done
-			s.leases.Exec(`DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
+			if s.unlease(key, holder) != nil {
+				go s.retryUnlease(key, holder)
+			}
 		})
 	}, nil
+}
+
+func (s *DB) unlease(key, holder string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.leases.ExecContext(ctx, `DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
+	return err
+}
+
+// retryUnlease keeps trying to release a lease until it would have
+// expired anyway. Only this acquisition's row is deleted (holder is unique
+// to it), so a late release never frees a lease taken again since.
+func (s *DB) retryUnlease(key, holder string) {
+	deadline := time.Now().Add(LeaseTTL)
+	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, 2*time.Second) {
+		time.Sleep(wait)
+		if s.unlease(key, holder) == nil {
+			return
+		}
+	}
 }
 
 // GetState reads a channel state value ("" when unset).

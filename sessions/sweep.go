@@ -70,7 +70,8 @@ func (m *Manager) Start() error {
 }
 
 func (m *Manager) runSchedule(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// A sweep ends with the drain's deadline: Shutdown cancels base.
+	ctx, cancel := context.WithTimeout(m.base, 10*time.Minute)
 	defer cancel()
 	if name == "idle" {
 		m.locks.Sweep()

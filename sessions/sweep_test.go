@@ -81,7 +81,7 @@ func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
 			if i >= len(old) {
 				at = start.AddDate(0, 0, 20)
 			}
-			if ok, err := db.Archive(ctx, id, ReasonManual, at); !ok || err != nil {
+			if ok, err := db.Archive(ctx, id, ReasonManual, at, -1); !ok || err != nil {
 				t.Fatalf("archive %s: %v %v", id, ok, err)
 			}
 		}

@@ -31,7 +31,8 @@ type Sessions interface {
 	Handle(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (sessions.Outcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
-	OnRecovered(fn func(sessions.Recovered))
+	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
+	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
 	ChannelState(ctx context.Context, key string) (string, error)
 	SetChannelState(ctx context.Context, key, value string) error
 }
@@ -147,7 +148,7 @@ func New(ctx context.Context, sess Sessions, opts Options) (*Bot, error) {
 	}
 	b.api = api
 	b.offsetKey = "telegram:" + strconv.FormatInt(api.Self.ID, 10) + ":offset"
-	sess.OnRecovered(b.onRecovered)
+	sess.OnDeliver(Channel, true, b.deliverStored)
 	return b, nil
 }
 
@@ -314,19 +315,25 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 			settleOnce.Do(func() { settled(ok) })
 		}
 	}
+	// The update is confirmed once — as soon as its message is stored
+	// (the ledger owns the turn from there, so a slow or failed turn never
+	// holds the offset), or when it needed no storing.
+	var doneOnce sync.Once
 	done := func(processed bool) {
 		settle(processed)
 		if offsets == nil || !processed {
 			return // not processed: the offset stays, Telegram sends it again
 		}
-		// One writer at a time, so that an older snapshot never lands
-		// after a newer one.
-		b.persistMu.Lock()
-		defer b.persistMu.Unlock()
-		st, _ := json.Marshal(offsets.finish(u.UpdateID))
-		if err := b.sess.SetChannelState(context.WithoutCancel(ctx), b.offsetKey, string(st)); err != nil {
-			b.log.Error("telegram: storing offset failed", slog.String("error", err.Error()))
-		}
+		doneOnce.Do(func() {
+			// One writer at a time, so that an older snapshot never lands
+			// after a newer one.
+			b.persistMu.Lock()
+			defer b.persistMu.Unlock()
+			st, _ := json.Marshal(offsets.finish(u.UpdateID))
+			if err := b.sess.SetChannelState(context.WithoutCancel(ctx), b.offsetKey, string(st)); err != nil {
+				b.log.Error("telegram: storing offset failed", slog.String("error", err.Error()))
+			}
+		})
 	}
 	m := u.Message
 	if m == nil || m.From == nil {
@@ -342,7 +349,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	b.inflight.Add(1)
 	b.queue.submit(key, func() {
 		defer b.inflight.Done()
-		done(b.process(ctx, m, key, func() { settle(true) }))
+		done(b.process(ctx, m, key, func() { done(true) }))
 	})
 }
 
@@ -412,7 +419,8 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 }
 
 // process handles one message and reports whether it is done with (false
-// only when the gateway is shutting down before the message was stored).
+// when it could not be stored: the gateway is shutting down, or storage
+// failed). stored is called as soon as the message is stored.
 func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stored func()) bool {
 	if !b.addressed(m) {
 		return true
@@ -454,19 +462,28 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stor
 	case errors.Is(err, sessions.ErrTooLong):
 		b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
 		return true
+	case errors.Is(err, sessions.ErrReplyNotStored):
+		// Stored, but the reply was not: the ledger runs the turn again
+		// and delivers that reply.
+		return true
 	case err != nil:
 		b.log.Error("telegram: turn failed", slog.String("session_key", key), slog.String("error", err.Error()))
 		return false
 	}
-	if out.Reply.Status == sessions.MsgInterrupted && out.Reply.Error == sessions.InterruptedByShutdown {
-		// Stored: the next start runs it again and sends that reply.
+	if out.Turn.Claim == "" {
+		// Nothing for this update to send: a shutdown interrupted the turn
+		// (whoever runs it again sends that reply), another runner holds
+		// it, or its reply was delivered already (a repeated update).
 		return true
 	}
 	text = out.Reply.Text
 	if out.Reply.Status == sessions.MsgInterrupted && text == "" {
 		text = stoppedText
 	}
-	b.send(ctx, m.Chat.ID, text, m.MessageID)
+	ref, serr := b.send(ctx, m.Chat.ID, text, m.MessageID)
+	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
+		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
+	}
 	return true
 }
 
@@ -539,11 +556,14 @@ func (b *Bot) typing(chatID int64) func() {
 	return func() { once.Do(func() { close(stop) }) }
 }
 
-// send delivers text, split to Telegram's limit. 429 answers are waited out
-// as retry_after says; other failures are retried with backoff, then
-// logged — the reply stays stored either way.
-func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) {
+// send delivers text, split to Telegram's limit, and returns the ids of
+// the messages sent, comma-separated. 429 answers are waited out as
+// retry_after says; other failures are retried with backoff, then logged
+// and returned — the reply stays stored either way. A 4xx other than 429
+// will not get better and wraps sessions.ErrUndeliverable.
+func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
+	var ids []string
 	for i, part := range Split(text, MaxMessageUnits) {
 		msg := tgbotapi.NewMessage(chatID, part)
 		if i == 0 && replyTo != 0 {
@@ -551,8 +571,9 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 			msg.AllowSendingWithoutReply = true
 		}
 		var err error
+		var sent tgbotapi.Message
 		for attempt := 0; attempt < 6; attempt++ {
-			if _, err = b.api.Send(msg); err == nil {
+			if sent, err = b.api.Send(msg); err == nil {
 				break
 			}
 			var apiErr *tgbotapi.Error
@@ -561,7 +582,9 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 				if apiErr.RetryAfter > 0 {
 					wait = time.Duration(apiErr.RetryAfter) * time.Second
 				} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
-					break // a 4xx other than 429 will not get better
+					// A 4xx other than 429 will not get better.
+					err = fmt.Errorf("%w: %s", sessions.ErrUndeliverable, b.redact(err))
+					break
 				}
 			}
 			if b.opts.Sleep(ctx, wait) != nil {
@@ -570,25 +593,33 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 		}
 		if err != nil {
 			b.log.Error("telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
-			return
+			if !errors.Is(err, sessions.ErrUndeliverable) {
+				err = errors.New(b.redact(err))
+			}
+			return strings.Join(ids, ","), err
 		}
+		ids = append(ids, strconv.Itoa(sent.MessageID))
 	}
+	return strings.Join(ids, ","), nil
 }
 
-// onRecovered sends a reply the recovery pass produced after a restart.
-func (b *Bot) onRecovered(r sessions.Recovered) {
-	if r.Channel != Channel {
-		return
-	}
-	chatID, err := strconv.ParseInt(r.ChatID, 10, 64)
+// deliverStored sends a reply produced outside a live turn (by the
+// rescuer, after a restart or for a replica that died), or one whose
+// earlier delivery did not complete.
+func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, error) {
+	chatID, err := strconv.ParseInt(d.ChatID, 10, 64)
 	if err != nil {
-		return
+		return "", fmt.Errorf("%w: chat id %q", sessions.ErrUndeliverable, d.ChatID)
 	}
 	replyTo := 0
-	if _, id, ok := strings.Cut(r.ClientMsgID, ":"); ok {
+	if _, id, ok := strings.Cut(d.ClientMsgID, ":"); ok {
 		replyTo, _ = strconv.Atoi(id)
 	}
-	b.send(context.Background(), chatID, r.Reply.Text, replyTo)
+	text := d.Reply.Text
+	if d.Reply.Status == sessions.MsgInterrupted && text == "" {
+		text = stoppedText
+	}
+	return b.send(ctx, chatID, text, replyTo)
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued

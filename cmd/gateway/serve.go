@@ -146,12 +146,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	metrics := gateway.NewMetrics()
 	mgr := sessions.New(store, newAgent(cfg), sessions.Options{
-		Observer:      metrics,
-		Policies:      policies(cfg),
-		Instructions:  cfg.Agent.Instructions,
-		Locks:         locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
-		Logger:        log,
-		RetentionDays: cfg.Storage.RetentionDays,
+		Observer:            metrics,
+		Policies:            policies(cfg),
+		Instructions:        cfg.Agent.Instructions,
+		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
+		Logger:              log,
+		RetentionDays:       cfg.Storage.RetentionDays,
+		RecoveryMaxAge:      cfg.Recovery.MaxAge.D(),
+		RecoveryConcurrency: cfg.Recovery.Concurrency,
+		NoRerun:             !cfg.RerunInterrupted(),
 	})
 	if err := mgr.Start(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cfg.File, err)
@@ -230,13 +233,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slog.String("storage", cfg.Storage.Driver),
 		slog.String("agent", cfg.Agent.Backend))
 
-	if cfg.RerunInterrupted() {
-		go func() {
-			if _, _, err := mgr.Recover(stopCtx, cfg.Recovery.MaxAge.D()); err != nil && stopCtx.Err() == nil {
-				log.Error("recovery", slog.String("error", err.Error()))
-			}
-		}()
-	}
+	// The channels have registered how they deliver: the rescuer may run.
+	mgr.StartRescuer()
 
 	code = 0
 	select {
