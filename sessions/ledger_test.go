@@ -1,0 +1,432 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// storeCrashed stores, as a replica that died mid-turn would have left
+// it, a user message with its claimed turn whose lease ended 30 s after at.
+func storeCrashed(t *testing.T, db *DB, key, channel, clientID, text string, at time.Time) (Conversation, *Turn) {
+	t.Helper()
+	ctx := context.Background()
+	conv, err := db.ActiveConversation(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conv == nil {
+		conv = &Conversation{ID: uuid.NewString(), SessionKey: key,
+			Channel: channel, Status: StatusActive, StartedAt: at, LastActivityAt: at, ChatID: "42"}
+		if err := db.CreateConversation(ctx, conv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := conv.LastSeq + 1
+	turn := crashedTurn(conv, seq, at)
+	um := Message{ConversationID: conv.ID, Seq: seq, Role: agent.RoleUser, Content: text, Status: MsgOK, CreatedAt: at}
+	if clientID != "" {
+		turn.ClientMsgID, um.ClientMsgID = &clientID, &clientID
+	}
+	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: conv.LastSeq, RequireActive: true, At: at, Turn: turn, Messages: []Message{um}}); err != nil {
+		t.Fatal(err)
+	}
+	return *conv, turn
+}
+
+func turnAt(t *testing.T, db *DB, convID string, seq int64) Turn {
+	t.Helper()
+	tn, err := db.TurnAt(context.Background(), convID, seq)
+	if err != nil || tn == nil {
+		t.Fatalf("turn %s/%d: %v, %v", convID, seq, tn, err)
+	}
+	return *tn
+}
+
+func noopDeliver(context.Context, Delivery) (string, error) { return "", nil }
+
+// A turn whose replica died is claimable by every path at once — a resend
+// of its message on one replica, and the rescuers of two replicas — and
+// runs exactly once.
+func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		dbA, dbB := open(), open()
+		c := newClock(t0)
+		conv, _ := storeCrashed(t, dbA, "websocket:ann", "websocket", "c-1", "are you there?", t0)
+		c.Advance(time.Minute) // the dead replica's lease has ended
+		rec := &recorder{}
+		a := newManager(t, dbA, rec, c, nil)
+		b := newManager(t, dbB, rec, c, nil)
+		for _, m := range []*Manager{a, b} {
+			m.OnDeliver("websocket", false, noopDeliver)
+		}
+		var wg sync.WaitGroup
+		var resend Outcome
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			in := msg("websocket:ann", "are you there?")
+			in.ClientMsgID = "c-1"
+			resend = handle(t, a, in)
+		}()
+		for _, m := range []*Manager{a, b} {
+			go func() {
+				defer wg.Done()
+				if _, _, err := m.Recover(context.Background(), time.Hour); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := rec.calls.Load(); n != 1 {
+			t.Fatalf("agent called %d times, want 1", n)
+		}
+		rows := transcript(t, dbA, conv.ID)
+		if len(rows) != 2 || rows[1].Content != "echo: are you there? (history: 0)" {
+			t.Fatalf("transcript = %+v", rows)
+		}
+		if !resend.Duplicate || (!resend.Pending && resend.Reply.Seq != 2) {
+			t.Fatalf("resend = %+v: neither the reply nor pending", resend)
+		}
+		if tn := turnAt(t, dbA, conv.ID, 1); tn.State != TurnAnswered || tn.ReplySeq != 2 || tn.Attempts != 2 || tn.DueAt != nil {
+			t.Fatalf("turn = %+v", tn)
+		}
+	})
+}
+
+// A runner whose lease ran out and whose turn another runner claimed and
+// answered stores nothing: its settle finds the claim gone.
+func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		dbA, dbB := open(), open()
+		c := newClock(t0)
+		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
+		a := newManager(t, dbA, rec, c, nil)
+		type result struct {
+			out Outcome
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, err := a.Handle(context.Background(), msg("websocket:ann", "slow"), Hooks{})
+			done <- result{out, err}
+		}()
+		<-rec.started
+		conv, err := dbB.ActiveConversation(context.Background(), "websocket:ann")
+		if err != nil || conv == nil {
+			t.Fatal(conv, err)
+		}
+		// Replica A looks dead: its lease ends, and B takes the turn over.
+		c.Advance(LeaseTTL + time.Second)
+		now := c.Now()
+		claimed, err := dbB.ClaimTurn(context.Background(), conv.ID, 1, "claim-b", "replica-b", now, now.Add(LeaseTTL))
+		if err != nil || claimed == nil || claimed.State != TurnRunning || claimed.Attempts != 2 {
+			t.Fatalf("B's claim = %+v, %v", claimed, err)
+		}
+		replyB := []Message{{ConversationID: conv.ID, Seq: 2, Role: agent.RoleAssistant, Content: "from B", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}
+		if err := dbB.Append(context.Background(), Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now, TurnSeq: 1,
+			Settle: &Settle{Claim: "claim-b", State: TurnAnswered, ReplySeq: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		close(rec.block)
+		r := <-done
+		if !errors.Is(r.err, ErrReplyNotStored) || !errors.Is(r.err, ErrLostClaim) || r.out.Reply.Text != "" {
+			t.Fatalf("A's outcome = %+v, %v; want no reply and ErrLostClaim", r.out, r.err)
+		}
+		rows := transcript(t, dbA, conv.ID)
+		if len(rows) != 2 || rows[1].Content != "from B" {
+			t.Fatalf("transcript = %+v, want B's reply only", rows)
+		}
+		// A second settle under the old claim matches nothing either.
+		err = dbA.Append(context.Background(), Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now, TurnSeq: 1,
+			Messages: []Message{{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "late", ReplyTo: 1, Status: MsgOK, CreatedAt: now}},
+			Settle:   &Settle{Claim: "claim-b", State: TurnAnswered, ReplySeq: 3}})
+		if !errors.Is(err, ErrLostClaim) {
+			t.Fatalf("settling a settled turn again = %v, want ErrLostClaim", err)
+		}
+	})
+}
+
+// A resend that arrives after an idle sweep archived its conversation is
+// answered from storage, not run again in a new conversation.
+func TestResendAfterSweepIsAnsweredFromStorage(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		c := newClock(t0)
+		rec := &recorder{}
+		idle := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Minute}}}
+		m := newManager(t, db, rec, c, idle)
+		in := msg("websocket:ann", "hello")
+		in.ClientMsgID = "c-1"
+		first := handle(t, m, in)
+		c.Advance(2 * time.Minute)
+		if n, err := m.SweepIdle(context.Background()); n != 1 || err != nil {
+			t.Fatalf("sweep = %d, %v", n, err)
+		}
+		again := handle(t, m, in)
+		if !again.Duplicate || again.Reply != first.Reply || again.ConversationID != first.ConversationID {
+			t.Fatalf("resend after the sweep = %+v, want %+v", again, first)
+		}
+		// Also after a lazy reset, and from a fresh process.
+		handle(t, m, msg("websocket:ann", "new topic"))
+		c.Advance(2 * time.Minute)
+		m2 := newManager(t, db, rec, c, idle)
+		if again := handle(t, m2, in); !again.Duplicate || again.Reply != first.Reply {
+			t.Fatalf("resend after a lazy reset = %+v", again)
+		}
+		if n := rec.calls.Load(); n != 2 {
+			t.Fatalf("agent called %d times, want 2", n)
+		}
+	})
+}
+
+// A replica whose cache holds a stale activity time cannot archive a
+// conversation another replica has just used.
+func TestStaleCacheCannotResetAConversation(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		dbA, dbB := open(), open()
+		c := newClock(t0)
+		idle := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
+		a := newManager(t, dbA, agent.Echo{}, c, idle)
+		b := newManager(t, dbB, agent.Echo{}, c, idle)
+		handle(t, a, msg("websocket:ann", "one")) // A caches the conversation
+		c.Advance(59 * time.Minute)
+		handle(t, b, msg("websocket:ann", "two")) // B uses it; A's copy is stale
+		c.Advance(2 * time.Minute)
+		out := handle(t, a, msg("websocket:ann", "three"))
+		if out.Reset != nil {
+			t.Fatalf("A reset the conversation from its stale cache: %+v", out.Reset)
+		}
+		if convs := conversations(t, dbA, "websocket:ann"); len(convs) != 1 || convs[0].Status != StatusActive {
+			t.Fatalf("conversations = %+v", convs)
+		}
+		expectPairedTurns(t, dbA, "websocket:ann", 3)
+	})
+}
+
+// toolCaller is a model that answers with a tool call.
+type toolCaller struct{ calls atomic.Int32 }
+
+func (*toolCaller) Name() string  { return "tools" }
+func (*toolCaller) Model() string { return "tools" }
+func (a *toolCaller) Reply(context.Context, agent.Request, func(string)) (agent.Reply, error) {
+	a.calls.Add(1)
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant,
+		ToolCalls: []agent.ToolCall{{ID: "call_1", Name: "search", Arguments: "{}"}}}}}, nil
+}
+
+// The gateway offers the model no tools: a reply asking for one fails the
+// turn with a plain message, stored once and never run again.
+func TestToolCallsFailTheTurnOnce(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		c := newClock(t0)
+		ag := &toolCaller{}
+		m := newManager(t, db, ag, c, nil)
+		m.OnDeliver("websocket", false, noopDeliver)
+		out := handle(t, m, msg("websocket:ann", "look it up"))
+		if out.Reply.Status != MsgFailed || out.Reply.Text != ToolCallsText || out.Reply.Error != "model returned tool calls: search" {
+			t.Fatalf("outcome = %+v", out)
+		}
+		rows := transcript(t, db, out.ConversationID)
+		if len(rows) != 2 || rows[1].ToolCalls != "" {
+			t.Fatalf("transcript = %+v: the tool call must not enter the history", rows)
+		}
+		if tn := turnAt(t, db, out.ConversationID, 1); tn.State != TurnFailed || tn.DueAt != nil {
+			t.Fatalf("turn = %+v", tn)
+		}
+		c.Advance(time.Hour)
+		if ran, _, _ := m.Recover(context.Background(), 2*time.Hour); ran != 0 || ag.calls.Load() != 1 {
+			t.Fatalf("recovery ran %d, agent calls %d; want 0, 1", ran, ag.calls.Load())
+		}
+	})
+}
+
+// A channel that confirms delivery keeps its turns open until it marks
+// them delivered; a delivery that never completed (the process died after
+// storing the reply) is claimed again — by a resend once the lease ran
+// out, or by the rescuer — and made once.
+func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		c := newClock(t0)
+		m := newManager(t, db, agent.Echo{}, c, nil)
+		var delivered []Delivery
+		var mu sync.Mutex
+		m.OnDeliver("telegram", true, func(_ context.Context, d Delivery) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			delivered = append(delivered, d)
+			return fmt.Sprintf("tg-%d", len(delivered)), nil
+		})
+		in := Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", UserID: "7", ChatID: "7", ClientMsgID: "7:1", Text: "hi"}
+		first := handle(t, m, in)
+		if first.Turn.Claim == "" {
+			t.Fatalf("live outcome holds no delivery claim: %+v", first)
+		}
+		// The process dies before sending: nothing marks the delivery. A
+		// redelivery while the lease runs leaves it to the holder.
+		if again := handle(t, m, in); !again.Duplicate || again.Turn.Claim != "" {
+			t.Fatalf("redelivery inside the lease = %+v", again)
+		}
+		c.Advance(LeaseTTL + time.Second)
+		again := handle(t, m, in)
+		if !again.Duplicate || again.Turn.Claim == "" || again.Reply != first.Reply {
+			t.Fatalf("redelivery after the lease = %+v, want the delivery claimed", again)
+		}
+		if err := m.Delivered(context.Background(), again.Turn, "tg-0", nil); err != nil {
+			t.Fatal(err)
+		}
+		if tn := turnAt(t, db, first.ConversationID, 1); tn.State != TurnDelivered || tn.DeliveryRef != "tg-0" || tn.DueAt != nil {
+			t.Fatalf("turn = %+v", tn)
+		}
+		if again := handle(t, m, in); again.Turn.Claim != "" {
+			t.Fatalf("redelivery of a delivered turn = %+v", again)
+		}
+		// The rescuer delivers a reply whose delivery never completed.
+		in.ClientMsgID, in.Text = "7:2", "still there?"
+		second := handle(t, m, in)
+		c.Advance(LeaseTTL + time.Second)
+		for range 2 {
+			if _, _, err := m.Recover(context.Background(), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(delivered) != 1 || delivered[0].Reply != second.Reply || delivered[0].ChatID != "7" || delivered[0].ClientMsgID != "7:2" {
+			t.Fatalf("rescuer delivered %+v", delivered)
+		}
+		if tn := turnAt(t, db, second.ConversationID, 3); tn.State != TurnDelivered || tn.DeliveryRef != "tg-1" {
+			t.Fatalf("turn = %+v", tn)
+		}
+		// A delivery the channel refuses for good closes the turn; any other
+		// failure gives it back for a later try.
+		in.ClientMsgID, in.Text = "7:3", "third"
+		third := handle(t, m, in)
+		if err := m.Delivered(context.Background(), third.Turn, "", errors.New("network down")); err != nil {
+			t.Fatal(err)
+		}
+		if tn := turnAt(t, db, third.ConversationID, 5); tn.State != TurnAnswered || tn.Claim != "" || !tn.DueAt.Equal(c.Now().Add(time.Minute)) {
+			t.Fatalf("turn after a failed delivery = %+v", tn)
+		}
+	})
+}
+
+// Upgrading a database written before the ledger gives its messages turns:
+// answered ones closed, recent unanswered ones claimable (the rescuer
+// answers them once), old unanswered ones expired.
+func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		now := time.Now().UTC()
+		conv := Conversation{ID: "00000000-0000-0000-0000-0000000000b1", SessionKey: "websocket:old", Channel: "websocket",
+			Status: StatusActive, StartedAt: now, LastActivityAt: now}
+		db.CreateConversation(ctx, &conv)
+		id := "c-1"
+		msgs := []Message{
+			{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "answered", ClientMsgID: &id, Status: MsgOK, CreatedAt: now.Add(-time.Minute)},
+			{ConversationID: conv.ID, Seq: 2, Role: "assistant", Content: "echo: answered (history: 0)", ReplyTo: 1, Status: MsgOK, CreatedAt: now.Add(-time.Minute)},
+			{ConversationID: conv.ID, Seq: 3, Role: "user", Content: "ancient", Status: MsgOK, CreatedAt: now.AddDate(0, 0, -30)},
+			{ConversationID: conv.ID, Seq: 4, Role: "user", Content: "unanswered", Status: MsgOK, CreatedAt: now.Add(-time.Minute)},
+		}
+		if err := db.Append(ctx, Append{Conv: &conv, At: now, Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Gorm().Exec("DROP TABLE turns").Error; err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		db = open()
+		for seq, want := range map[int64]string{1: TurnDelivered, 3: TurnExpired, 4: TurnInterrupted} {
+			if tn := turnAt(t, db, conv.ID, seq); tn.State != want {
+				t.Fatalf("turn %d = %+v, want %s", seq, tn, want)
+			}
+		}
+		rec := &recorder{}
+		m := newManager(t, db, rec, newClock(now), nil)
+		m.OnDeliver("websocket", false, noopDeliver)
+		if ran, expired, err := m.Recover(ctx, time.Hour); ran != 1 || expired != 0 || err != nil {
+			t.Fatalf("Recover = %d, %d, %v; want the unanswered one run", ran, expired, err)
+		}
+		if rec.last().Input != "unanswered" {
+			t.Fatalf("recovered %q", rec.last().Input)
+		}
+		in := msg("websocket:old", "answered")
+		in.ClientMsgID = "c-1"
+		if out := handle(t, m, in); !out.Duplicate || out.Reply.Seq != 2 {
+			t.Fatalf("resend of a message answered before the upgrade = %+v", out)
+		}
+	})
+}
+
+// gate is an agent whose calls wait until released, counting how many run
+// at once.
+type gate struct {
+	running, most atomic.Int32
+	started       chan struct{}
+	release       chan struct{}
+}
+
+func (*gate) Name() string  { return "gate" }
+func (*gate) Model() string { return "gate" }
+func (g *gate) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	n := g.running.Add(1)
+	defer g.running.Add(-1)
+	for {
+		most := g.most.Load()
+		if n <= most || g.most.CompareAndSwap(most, n) {
+			break
+		}
+	}
+	g.started <- struct{}{}
+	<-g.release
+	return agent.Echo{}.Reply(ctx, req, onDelta)
+}
+
+// Recovery runs claimed turns side by side, at most recovery.concurrency
+// at once, and each user's turns in order.
+func TestRecoveryRunsTurnsInParallel(t *testing.T) {
+	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	c := newClock(t0)
+	const users, concurrency = 20, 16
+	for i := range users {
+		key := fmt.Sprintf("websocket:u%02d", i)
+		storeCrashed(t, db, key, "websocket", "", "first", t0)
+		storeCrashed(t, db, key, "websocket", "", "second", t0)
+	}
+	c.Advance(time.Minute)
+	g := &gate{started: make(chan struct{}, 2*users), release: make(chan struct{})}
+	m := New(db, g, Options{Now: c.Now, Logger: quiet, RecoveryConcurrency: concurrency})
+	m.OnDeliver("websocket", false, noopDeliver)
+	done := make(chan int)
+	go func() {
+		ran, _, _ := m.Recover(context.Background(), time.Hour)
+		done <- ran
+	}()
+	for range concurrency {
+		<-g.started
+	}
+	close(g.release)
+	if ran := <-done; ran != 2*users {
+		t.Fatalf("recovered %d turns, want %d", ran, 2*users)
+	}
+	if most := g.most.Load(); most != concurrency {
+		t.Fatalf("at most %d turns ran at once, want %d", most, concurrency)
+	}
+	for i := range users {
+		conv := conversations(t, db, fmt.Sprintf("websocket:u%02d", i))[0]
+		rows := transcript(t, db, conv.ID)
+		if len(rows) != 4 || rows[2].ReplyTo != 1 || rows[3].ReplyTo != 2 || rows[3].Content != "echo: second (history: 1)" {
+			t.Fatalf("user %d: %+v; want both answered, in order", i, rows)
+		}
+	}
+	m.Shutdown(context.Background())
+}
