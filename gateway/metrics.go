@@ -16,6 +16,8 @@ type Metrics struct {
 	turns       *prometheus.CounterVec
 	turnSeconds *prometheus.HistogramVec
 	resets      *prometheus.CounterVec
+	passes      prometheus.Counter
+	recovered   *prometheus.CounterVec
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -36,9 +38,17 @@ func NewMetrics() *Metrics {
 			Name: "chatgate_resets_total",
 			Help: "Conversations archived, by channel and reason (manual, idle, daily).",
 		}, []string{"channel", "reason"}),
+		passes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chatgate_recovery_passes_total",
+			Help: "Passes of the rescuer that claims turns nobody runs (interrupted, of a dead replica, undelivered).",
+		}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatgate_recovered_turns_total",
+			Help: "Turns the rescuer claimed, by result: ran (answered again) or expired (too old; the user was asked to resend).",
+		}, []string{"result"}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns, m.turnSeconds, m.resets)
+		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered)
 	return m
 }
 
@@ -53,6 +63,13 @@ func (m *Metrics) TurnDone(channel, status string, d time.Duration) {
 // ResetDone implements sessions.Observer.
 func (m *Metrics) ResetDone(channel, reason string, n int) {
 	m.resets.WithLabelValues(channel, reason).Add(float64(n))
+}
+
+// RecoveryPass implements sessions.Observer.
+func (m *Metrics) RecoveryPass(ran, expired int) {
+	m.passes.Inc()
+	m.recovered.WithLabelValues("ran").Add(float64(ran))
+	m.recovered.WithLabelValues("expired").Add(float64(expired))
 }
 
 // WatchWebSocket exports the WebSocket channel's open connections.

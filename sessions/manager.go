@@ -118,12 +118,16 @@ type Observer interface {
 	// reply: refused, shutting down, storage failure).
 	TurnDone(channel, status string, d time.Duration)
 	ResetDone(channel, reason string, n int)
+	// RecoveryPass: one pass of the rescuer ended, having run and expired
+	// that many turns.
+	RecoveryPass(ran, expired int)
 }
 
 type noObserver struct{}
 
 func (noObserver) TurnDone(string, string, time.Duration) {}
 func (noObserver) ResetDone(string, string, int)          {}
+func (noObserver) RecoveryPass(int, int)                  {}
 
 // Options configures a Manager.
 type Options struct {

@@ -253,6 +253,7 @@ pages:
 		}
 	}
 	wg.Wait()
+	m.opts.Observer.RecoveryPass(ran, expired)
 	if ran+expired > 0 {
 		m.log.Info("recovered turns", slog.Int("ran", ran), slog.Int("expired", expired))
 	}
