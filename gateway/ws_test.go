@@ -678,14 +678,12 @@ func TestRecoveredReplyReachesConnectedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A message stored by an earlier process that died before answering:
-	// its claim's lease has run out.
+	// its turn is held by a replica that no longer heartbeats.
 	id := "lost-1"
 	now := time.Now().UTC()
-	leaseEnded := now.Add(-time.Second)
-	turn := &sessions.Turn{ConversationID: conv.ID, Seq: 1, SessionKey: conv.SessionKey, ClientMsgID: &id, Channel: Channel,
-		State: sessions.TurnRunning, Claim: "claim-of-a-dead-replica", Owner: "dead", DueAt: &leaseEnded, Attempts: 1, CreatedAt: now}
-	if err := e.db.Append(context.Background(), sessions.Append{Conv: conv, RequireActive: true, At: now, Turn: turn,
-		Messages: []sessions.Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id, Status: "ok", CreatedAt: now}}}); err != nil {
+	if err := e.db.Append(context.Background(), sessions.Append{Conv: conv, RequireActive: true, At: now,
+		Messages: []sessions.Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id, Status: "ok", CreatedAt: now,
+			TurnState: sessions.TurnRunning, TurnOwner: "dead-replica", TurnAttempt: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if ran, _, err := e.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {

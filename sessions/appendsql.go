@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"strconv"
 	"strings"
 
 	"gorm.io/gorm"
@@ -42,23 +43,13 @@ func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
 			return err
 		}
 	}
-	// The ledger rides the same transaction: a user message's turn is
-	// inserted with it, and a reply settles its turn only while the claim
-	// that produced it still holds.
-	var turns []*Turn
+	// The ledger rides the same transaction: a user message carries its
+	// turn, and a reply settles its turn only while the claim that produced
+	// it still holds.
 	var settles []*writeOp
 	for _, op := range ops {
-		if op.app.Turn != nil {
-			turns = append(turns, op.app.Turn)
-		}
 		if op.app.Settle != nil {
 			settles = append(settles, op)
-		}
-	}
-	for start := 0; start < len(turns); start += stmtRows {
-		query, args := insertTurns(turns[start:min(start+stmtRows, len(turns))])
-		if err := tx.Exec(query, args...).Error; err != nil {
-			return err
 		}
 	}
 	for start := 0; start < len(settles); start += stmtRows {
@@ -124,15 +115,37 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 func insertMessages(rows []*Message) (string, []any) {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
-		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at) VALUES `)
+		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at,
+		turn_state, turn_owner, turn_attempt, turn_due, turn_track) VALUES `)
 	args := make([]any, 0, 14*len(rows))
 	for i, m := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ")
 		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
 			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt)
+		// The turn's columns are constants of the row or of the process
+		// (state, owner, attempt, tracking), written as literals: binding
+		// them would cost the driver more than the rows' own values.
+		q.WriteString(quote(m.TurnState))
+		q.WriteString(", ")
+		q.WriteString(quote(m.TurnOwner))
+		q.WriteString(", ")
+		q.WriteString(strconv.Itoa(m.TurnAttempt))
+		if m.TurnDue != nil {
+			q.WriteString(", ?, ")
+			args = append(args, m.TurnDue)
+		} else {
+			q.WriteString(", NULL, ")
+		}
+		q.WriteString(strconv.FormatBool(m.TurnTrack))
+		q.WriteString(")")
 	}
 	return q.String(), args
+}
+
+// quote is s as an SQL string literal (standard SQL: quotes doubled).
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

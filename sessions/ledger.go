@@ -4,27 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
 )
 
-// The turn ledger: every user message belongs to a turn, stored with its
-// state. A turn is a small state machine whose every transition is a
-// conditional update, so that exactly one runner wins whichever path it
+// The turn ledger: every user message is a turn, and its row carries the
+// turn's state. A turn is a small state machine whose every transition is
+// a conditional update, so that exactly one runner wins whichever path it
 // comes from — the live message, a resend, a Telegram redelivery, the
 // rescuer after a restart, or another replica:
 //
-//	pending ─┐
-//	         ├─ claim ─> running(claim, owner, due_at = lease end) ─> answered ─> delivered
-//	interrupted ┘                 │                                  failed    ─┘
-//	                              └─ shutdown ─> interrupted         expired   ─┘
+//	pending ─┐                                         ┌─ answered ─┐
+//	         ├─ claim ─> running(owner, attempt) ──────┼─ failed   ─┼─> delivered
+//	interrupted ┘               │                      └─ expired  ─┘   (channels that confirm)
+//	                            └─ shutdown ─> interrupted
 //
-// due_at says when somebody may take a turn: for pending and interrupted
-// turns when they may start, for running ones (and answered ones whose
-// channel confirms delivery) when the holder's lease ends. It is NULL once
-// nobody needs to act, so the rescuer's scan reads only open turns.
+// A claim is (owner, attempt): the replica holding the turn and the number
+// of the claim; every write that needs the claim compares both. A claim
+// lasts as long as its owner's lease: replicas heartbeat a row of their
+// own, and the turns of a replica whose heartbeat stopped are claimable by
+// the others (the rescuer finds them by a scan of recent user messages
+// when it sees a replica die, and once at start). turn_due marks the turns
+// nobody owns that somebody may claim — pending or interrupted ones, and
+// deliveries handed back for a retry — and only those are indexed: a live
+// turn, owned from its first write to its settle, enters no index, and its
+// transitions write the row the message and reply writes touch anyway.
 
 // Turn states.
 const (
@@ -37,36 +44,32 @@ const (
 	TurnDelivered   = "delivered"   // the channel confirmed the reply reached the user
 )
 
-// ErrLostClaim means a turn's claim was taken over (its lease ran out and
-// another runner claimed it): the write that needed the claim was not made.
+// ErrLostClaim means a turn's claim was taken over (its owner was taken
+// for dead and another runner claimed it): the write that needed the claim
+// was not made.
 var ErrLostClaim = errors.New("turn claimed by another runner")
 
-// Turn is one user message's turn in the ledger.
+// Turn is the ledger state of one user message's turn.
 type Turn struct {
-	ConversationID string `gorm:"primaryKey;size:36"`
-	// Seq is the user message's seq.
-	Seq        int64  `gorm:"primaryKey;autoIncrement:false"`
-	SessionKey string `gorm:"size:255;not null;uniqueIndex:uq_turns_client,priority:1,where:client_msg_id IS NOT NULL"`
-	// ClientMsgID is unique per session key across its conversations, so a
-	// resend after a reset or a sweep is still recognised.
-	ClientMsgID *string `gorm:"size:128;uniqueIndex:uq_turns_client,priority:2,where:client_msg_id IS NOT NULL"`
-	Channel     string  `gorm:"size:32;not null"`
-	State       string  `gorm:"size:16;not null"`
-	// Claim identifies the current claim ("" when none); every write that
-	// needs the claim is conditional on it.
-	Claim string `gorm:"size:36;not null;default:''"`
-	// Owner is the replica that holds or last held the claim.
-	Owner    string     `gorm:"size:64;not null;default:''"`
-	DueAt    *time.Time `gorm:"index:ix_turns_due,where:due_at IS NOT NULL"`
-	Attempts int        `gorm:"not null;default:0"`
-	// Track is set when the channel confirms delivery (Telegram): the turn
-	// then stays open until delivered.
-	Track       bool   `gorm:"not null;default:false"`
-	ReplySeq    int64  `gorm:"not null;default:0"`
-	DeliveryRef string `gorm:"size:255;not null;default:''"`
-	DeliveredAt *time.Time
-	Error       string    `gorm:"type:text;not null;default:''"`
-	CreatedAt   time.Time `gorm:"not null"`
+	ConversationID string
+	Seq            int64
+	ClientMsgID    *string
+	State          string
+	Owner          string
+	Attempts       int // claims so far
+	DueAt          *time.Time
+	Track          bool
+	ReplySeq       int64
+	DeliveryRef    string
+	DeliveredAt    *time.Time
+	Error          string
+	CreatedAt      time.Time
+}
+
+func turnOf(m *Message) *Turn {
+	return &Turn{ConversationID: m.ConversationID, Seq: m.Seq, ClientMsgID: m.ClientMsgID, State: m.TurnState, Owner: m.TurnOwner,
+		Attempts: m.TurnAttempt, DueAt: m.TurnDue, Track: m.TurnTrack, ReplySeq: m.TurnReply, DeliveryRef: m.DeliveryRef,
+		DeliveredAt: m.DeliveredAt, Error: m.Error, CreatedAt: m.CreatedAt}
 }
 
 // settled reports whether the turn has its reply stored.
@@ -78,18 +81,27 @@ func (t *Turn) settled() bool {
 	return false
 }
 
+// owned reports whether the turn is held by its owner (not due for
+// anyone): running, or answered and waiting for its delivery mark.
+func (t *Turn) owned() bool {
+	return t.Owner != "" && t.DueAt == nil && (t.State == TurnRunning || (t.Track && t.settled() && t.State != TurnDelivered))
+}
+
 // Settle is the claim-guarded transition that stores a turn's outcome,
 // written in the same transaction as its reply.
 type Settle struct {
-	Claim    string
+	Owner    string
+	Attempt  int
 	State    string // answered | failed | expired | interrupted
 	ReplySeq int64
-	DueAt    *time.Time // the delivery lease, the rerun time, or nil
-	Error    string
+	// Release gives the claim up with the outcome (an interrupted turn is
+	// due again at DueAt).
+	Release bool
+	DueAt   *time.Time
 }
 
-// DueTurn is a turn somebody may claim now, with what running and
-// delivering it need.
+// DueTurn is a turn somebody may claim, with what running and delivering
+// it need, and the claim it was seen under (compared when claiming).
 type DueTurn struct {
 	ConversationID string
 	Seq            int64
@@ -100,91 +112,102 @@ type DueTurn struct {
 	CreatedAt      time.Time
 	UserID         string
 	ChatID         string
+	Owner          string
+	Attempt        int
 }
 
 // Claimed is a turn this runner won.
 type Claimed struct {
 	DueTurn
-	Claim    string
-	Attempts int
 }
 
-// turnColumns lists the columns of a turn insert, in insertTurns' order.
-const turnColumns = `(conversation_id, seq, session_key, client_msg_id, channel, state, claim, owner, due_at, attempts,
-	track, reply_seq, delivery_ref, error, created_at)`
+// Ref names the claim.
+func (c *Claimed) Ref() TurnRef {
+	return TurnRef{ConversationID: c.ConversationID, Seq: c.Seq, Claim: strconv.Itoa(c.Attempt)}
+}
 
-// insertTurns builds one multi-row INSERT of turns.
-func insertTurns(rows []*Turn) (string, []any) {
+// Replica is a gateway sharing the database, known by its heartbeat.
+type Replica struct {
+	ID          string    `gorm:"primaryKey;size:64"`
+	StartedAt   time.Time `gorm:"not null"`
+	HeartbeatAt time.Time `gorm:"not null"`
+}
+
+// settleTurns builds the claim-guarded UPDATE of the appends' turns. Its
+// values are ids, numbers and states the gateway made itself, written as
+// literals (only a due time is bound): binding costs this driver more per
+// parameter than the statement's own work.
+func settleTurns(driver string, ops []*writeOp) (string, []any) {
+	var args []any
+	due := func(t *time.Time) string {
+		if t == nil {
+			return "NULL"
+		}
+		args = append(args, t)
+		return "?"
+	}
+	newOwner := func(s *Settle) string {
+		if s.Release {
+			return quote("")
+		}
+		return quote(s.Owner)
+	}
+	if len(ops) == 1 {
+		a := ops[0].app
+		st := a.Settle
+		return `UPDATE messages SET turn_state = ` + quote(st.State) + `, turn_reply = ` + itoa(st.ReplySeq) + `, turn_due = ` + due(st.DueAt) +
+			`, turn_owner = ` + newOwner(st) + ` WHERE conversation_id = ` + quote(a.Conv.ID) + ` AND seq = ` + itoa(a.TurnSeq) +
+			` AND turn_owner = ` + quote(st.Owner) + ` AND turn_attempt = ` + itoa(int64(st.Attempt)) + ` AND turn_state = 'running'`, args
+	}
 	var q strings.Builder
-	q.WriteString("INSERT INTO turns " + turnColumns + " VALUES ")
-	args := make([]any, 0, 15*len(rows))
-	for i, t := range rows {
+	q.WriteString("WITH v(v_conv, v_seq, v_owner, v_attempt, v_state, v_reply, v_due, v_new_owner) AS (VALUES ")
+	for i, op := range ops {
+		a := op.app
+		st := a.Settle
+		vals := []string{quote(a.Conv.ID), itoa(a.TurnSeq), quote(st.Owner), itoa(int64(st.Attempt)), quote(st.State), itoa(st.ReplySeq), due(st.DueAt), newOwner(st)}
+		if i == 0 && driver == DriverPostgres {
+			// PostgreSQL types the values list from its first row.
+			for j, typ := range []string{"VARCHAR", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR", "BIGINT", "TIMESTAMPTZ", "VARCHAR"} {
+				vals[j] = "CAST(" + vals[j] + " AS " + typ + ")"
+			}
+		}
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, t.ConversationID, t.Seq, t.SessionKey, t.ClientMsgID, t.Channel, t.State, t.Claim, t.Owner,
-			t.DueAt, t.Attempts, t.Track, t.ReplySeq, t.DeliveryRef, t.Error, t.CreatedAt)
+		q.WriteString("(" + strings.Join(vals, ", ") + ")")
 	}
+	q.WriteString(`) UPDATE messages SET turn_state = v.v_state, turn_reply = v.v_reply, turn_due = v.v_due, turn_owner = v.v_new_owner
+		FROM v WHERE messages.conversation_id = v.v_conv AND messages.seq = v.v_seq AND messages.turn_owner = v.v_owner
+		AND messages.turn_attempt = v.v_attempt AND messages.turn_state = 'running'`)
 	return q.String(), args
 }
 
-// settleTurns builds the claim-guarded UPDATE of the appends' turns.
-func settleTurns(driver string, ops []*writeOp) (string, []any) {
-	if len(ops) == 1 {
-		a := ops[0].app
-		s := a.Settle
-		return `UPDATE turns SET state = ?, reply_seq = ?, due_at = ?, error = ? WHERE conversation_id = ? AND seq = ? AND claim = ? AND state = 'running'`,
-			[]any{s.State, s.ReplySeq, s.DueAt, s.Error, a.Conv.ID, a.TurnSeq, s.Claim}
-	}
-	row := "(?, ?, ?, ?, ?, ?, ?)"
-	first := row
-	if driver == DriverPostgres {
-		first = "(CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS TIMESTAMPTZ), CAST(? AS TEXT))"
-	}
-	var q strings.Builder
-	q.WriteString("WITH v(v_conv, v_seq, v_claim, v_state, v_reply, v_due, v_error) AS (VALUES ")
-	args := make([]any, 0, 7*len(ops))
-	for i, op := range ops {
-		a := op.app
-		if i == 0 {
-			q.WriteString(first)
-		} else {
-			q.WriteString(", ")
-			q.WriteString(row)
-		}
-		args = append(args, a.Conv.ID, a.TurnSeq, a.Settle.Claim, a.Settle.State, a.Settle.ReplySeq, a.Settle.DueAt, a.Settle.Error)
-	}
-	q.WriteString(`) UPDATE turns SET state = v.v_state, reply_seq = v.v_reply, due_at = v.v_due, error = v.v_error
-		FROM v WHERE turns.conversation_id = v.v_conv AND turns.seq = v.v_seq AND turns.claim = v.v_claim AND turns.state = 'running'`)
-	return q.String(), args
-}
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // TurnAt returns the turn of a user message, or nil.
 func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error) {
-	var t Turn
-	err := s.read.WithContext(ctx).Where("conversation_id = ? AND seq = ?", convID, seq).Take(&t).Error
-	if notFound(err) {
-		return nil, nil
+	m, err := s.Message(ctx, convID, seq)
+	if err != nil || m == nil || m.Role != "user" {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("load turn %s/%d: %w", convID, seq, err)
-	}
-	return &t, nil
+	return turnOf(m), nil
 }
 
 // TurnByClientID returns the turn of the session key's message with that
 // client id, in whichever of the key's conversations it is, or nil.
 func (s *DB) TurnByClientID(ctx context.Context, key, clientID string) (*Turn, error) {
-	var t Turn
-	err := s.read.WithContext(ctx).Where("session_key = ? AND client_msg_id = ?", key, clientID).Take(&t).Error
+	var m Message
+	err := s.read.WithContext(ctx).Table("messages").Select("messages.*").
+		Joins("JOIN conversations AS c ON c.id = messages.conversation_id").
+		Where("c.session_key = ? AND messages.client_msg_id = ?", key, clientID).
+		Order("messages.created_at DESC").Take(&m).Error
 	if notFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up turn of client message %s: %w", clientID, err)
+		return nil, fmt.Errorf("look up client message %s of %s: %w", clientID, key, err)
 	}
-	return &t, nil
+	return turnOf(&m), nil
 }
 
 // Message returns one message by its conversation and seq, or nil.
@@ -200,23 +223,24 @@ func (s *DB) Message(ctx context.Context, convID string, seq int64) (*Message, e
 	return &m, nil
 }
 
-// DueTurns returns up to limit turns somebody may claim at now, the
-// longest due first.
-func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error) {
-	rows, err := s.read.WithContext(ctx).Raw(`SELECT t.conversation_id, t.seq, t.session_key, t.channel, t.state,
-		COALESCE(t.client_msg_id, ''), t.created_at, c.user_id, c.chat_id
-		FROM turns AS t JOIN conversations AS c ON c.id = t.conversation_id
-		WHERE t.due_at <= ? ORDER BY t.due_at, t.conversation_id, t.seq LIMIT ?`, now, limit).Rows()
+// dueColumns are what DueTurns and OrphanTurns return, in scanDue's order.
+const dueColumns = `SELECT u.conversation_id, u.seq, c.session_key, c.channel, u.turn_state, COALESCE(u.client_msg_id, ''),
+	u.created_at, c.user_id, c.chat_id, u.turn_owner, u.turn_attempt
+	FROM messages AS u JOIN conversations AS c ON c.id = u.conversation_id `
+
+func (s *DB) scanDue(ctx context.Context, query string, args ...any) ([]DueTurn, error) {
+	rows, err := s.read.WithContext(ctx).Raw(dueColumns+query, args...).Rows()
 	if err != nil {
-		return nil, fmt.Errorf("find due turns: %w", err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []DueTurn
 	for rows.Next() {
 		var d DueTurn
 		var userID, chatID *string
-		if err := rows.Scan(&d.ConversationID, &d.Seq, &d.SessionKey, &d.Channel, &d.State, &d.ClientMsgID, &d.CreatedAt, &userID, &chatID); err != nil {
-			return nil, fmt.Errorf("find due turns: %w", err)
+		if err := rows.Scan(&d.ConversationID, &d.Seq, &d.SessionKey, &d.Channel, &d.State, &d.ClientMsgID, &d.CreatedAt,
+			&userID, &chatID, &d.Owner, &d.Attempt); err != nil {
+			return nil, err
 		}
 		if userID != nil {
 			d.UserID = *userID
@@ -226,35 +250,58 @@ func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn,
 		}
 		out = append(out, d)
 	}
-	if err := rows.Err(); err != nil {
+	return out, rows.Err()
+}
+
+// DueTurns returns up to limit unowned turns due at now, the longest due
+// first: pending and interrupted ones, and deliveries handed back.
+func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error) {
+	out, err := s.scanDue(ctx, "WHERE u.turn_due <= ? ORDER BY u.turn_due, u.conversation_id, u.seq LIMIT ?", now, limit)
+	if err != nil {
 		return nil, fmt.Errorf("find due turns: %w", err)
 	}
 	return out, nil
 }
 
-// ClaimTurn claims a due turn for owner until leaseEnd, in one conditional
-// statement: of any number of runners trying at once, one wins. A turn
-// not yet answered becomes running (its attempts counted); an answered one
-// waiting for delivery keeps its state and is claimed for delivering. It
-// returns nil when the turn was not due (someone else holds it, or it is
-// done).
-func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, claim, owner string, now, leaseEnd time.Time) (*Claimed, error) {
+// OrphanTurns returns up to limit turns of messages stored since the given
+// time that are held by an owner not among alive: running, or answered and
+// not yet marked delivered on a channel that confirms delivery. It reads
+// the recent user messages (by time), so the rescuer calls it only when a
+// replica died, and once at start.
+func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error) {
+	out, err := s.scanDue(ctx, `WHERE u.role = 'user' AND u.created_at >= ? AND u.turn_due IS NULL AND u.turn_owner <> ''
+		AND u.turn_owner NOT IN ? AND (u.turn_state = 'running' OR (u.turn_track AND u.turn_state IN ('answered', 'failed', 'expired')))
+		ORDER BY u.created_at, u.conversation_id, u.seq LIMIT ?`, since, alive, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find turns of gone replicas: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimTurn claims a turn for owner in one conditional statement, so that
+// of any number of runners trying at once one wins: the turn must still be
+// as seen (seenOwner, seenAttempt), and either due at now, or held by
+// seenOwner, whom the caller knows to be gone. A turn not yet answered
+// becomes running; an answered one waiting for delivery keeps its state
+// and is claimed for delivering. It returns nil when the turn had moved on.
+func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*Claimed, error) {
 	var got *Claimed
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
 		got = nil
-		rows, err := tx.Raw(`UPDATE turns SET claim = ?, owner = ?, due_at = ?,
-			attempts = attempts + CASE WHEN state IN ('pending', 'interrupted', 'running') THEN 1 ELSE 0 END,
-			state = CASE WHEN state IN ('pending', 'interrupted', 'running') THEN 'running' ELSE state END
-			WHERE conversation_id = ? AND seq = ? AND due_at <= ?
-			RETURNING session_key, channel, state, COALESCE(client_msg_id, ''), created_at, attempts`,
-			claim, owner, leaseEnd, convID, seq, now).Rows()
+		rows, err := tx.Raw(`UPDATE messages SET turn_owner = ?, turn_attempt = turn_attempt + 1, turn_due = NULL,
+			turn_state = CASE WHEN turn_state IN ('pending', 'interrupted', 'running') THEN 'running' ELSE turn_state END
+			WHERE conversation_id = ? AND seq = ? AND role = 'user' AND turn_owner = ? AND turn_attempt = ?
+			AND (turn_due <= ? OR (turn_due IS NULL AND turn_owner <> ''
+				AND (turn_state = 'running' OR (turn_track AND turn_state IN ('answered', 'failed', 'expired')))))
+			RETURNING turn_state, COALESCE(client_msg_id, ''), created_at, turn_attempt`,
+			owner, convID, seq, seenOwner, seenAttempt, now).Rows()
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		if rows.Next() {
-			c := &Claimed{DueTurn: DueTurn{ConversationID: convID, Seq: seq}, Claim: claim}
-			if err := rows.Scan(&c.SessionKey, &c.Channel, &c.State, &c.ClientMsgID, &c.CreatedAt, &c.Attempts); err != nil {
+			c := &Claimed{DueTurn: DueTurn{ConversationID: convID, Seq: seq, Owner: owner}}
+			if err := rows.Scan(&c.State, &c.ClientMsgID, &c.CreatedAt, &c.Attempt); err != nil {
 				return err
 			}
 			got = c
@@ -267,41 +314,26 @@ func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, claim, own
 	return got, nil
 }
 
-// RenewClaims moves the lease of the given claims to leaseEnd, in one
-// statement.
-func (s *DB) RenewClaims(ctx context.Context, claims []string, leaseEnd time.Time) error {
-	if len(claims) == 0 {
-		return nil
-	}
-	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		return tx.Exec("UPDATE turns SET due_at = ? WHERE claim IN ? AND due_at IS NOT NULL", leaseEnd, claims).Error
-	})
-	if err != nil {
-		return fmt.Errorf("renew turn claims: %w", err)
-	}
-	return nil
-}
-
 // ReleaseTurn gives a claim back without an outcome: a running turn
 // becomes pending, an answered one stays answered; either is due again at
 // dueAt. It fails with ErrLostClaim when the claim is no longer held.
-func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, claim string, dueAt time.Time, why string) error {
-	return s.claimed(ctx, "release", convID, seq, claim, `UPDATE turns SET claim = '',
-		state = CASE WHEN state = 'running' THEN 'pending' ELSE state END, due_at = ?, error = ?
-		WHERE conversation_id = ? AND seq = ? AND claim = ?`, dueAt, why, convID, seq, claim)
+func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
+	return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '',
+		turn_state = CASE WHEN turn_state = 'running' THEN 'pending' ELSE turn_state END, turn_due = ?, error = ?
+		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`, dueAt, why, convID, seq, owner, attempt)
 }
 
 // MarkDelivered records that the turn's reply reached the user (ref: the
 // channel's message ids), or, with a non-empty failure, that the channel
 // refused it for good. The turn is closed either way.
-func (s *DB) MarkDelivered(ctx context.Context, convID string, seq int64, claim, ref, failure string, at time.Time) error {
-	return s.claimed(ctx, "mark delivered", convID, seq, claim, `UPDATE turns SET state = 'delivered', due_at = NULL,
-		delivery_ref = ?, delivered_at = ?, error = CASE WHEN ? = '' THEN error ELSE ? END
-		WHERE conversation_id = ? AND seq = ? AND claim = ?`, ref, at, failure, failure, convID, seq, claim)
+func (s *DB) MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error {
+	return s.claimed(ctx, "mark delivered", convID, seq, `UPDATE messages SET turn_state = 'delivered', turn_due = NULL,
+		delivery_ref = ?, delivered_at = ?, error = ?
+		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`, ref, at, failure, convID, seq, owner, attempt)
 }
 
 // claimed runs a claim-guarded update of one turn.
-func (s *DB) claimed(ctx context.Context, what, convID string, seq int64, claim, query string, args ...any) error {
+func (s *DB) claimed(ctx context.Context, what, convID string, seq int64, query string, args ...any) error {
 	var n int64
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
 		res := tx.Exec(query, args...)
@@ -317,26 +349,94 @@ func (s *DB) claimed(ctx context.Context, what, convID string, seq int64, claim,
 	return nil
 }
 
-// recoveryHorizon bounds how far back the upgrade to the ledger looks for
-// unanswered messages to recover: older ones are marked expired untold.
+// Heartbeat records that replica is alive. On PostgreSQL the time is the
+// database's, so replicas' clocks need not agree.
+func (s *DB) Heartbeat(ctx context.Context, replica string, started time.Time) error {
+	var err error
+	if s.driver == DriverPostgres {
+		_, err = s.leases.ExecContext(ctx, `INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, $2, now())
+			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, replica, started)
+	} else {
+		err = s.commit.do(ctx, func(tx *gorm.DB) error {
+			return tx.Exec(`INSERT INTO replicas (id, started_at, heartbeat_at) VALUES (?, ?, ?)
+				ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at`, replica, started, time.Now().UTC()).Error
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Replicas returns the replicas other than self that are gone — no
+// heartbeat for ttl — and the ids of those alive. SQLite serves one
+// gateway per file: every other replica there is a process that ended.
+func (s *DB) Replicas(ctx context.Context, self string, ttl time.Duration) (gone []Replica, alive []string, err error) {
+	var all []Replica
+	var fresh []bool
+	q := "SELECT id, started_at, heartbeat_at, id = ? FROM replicas"
+	args := []any{self}
+	if s.driver == DriverPostgres {
+		q = "SELECT id, started_at, heartbeat_at, heartbeat_at >= now() - make_interval(secs => ?) FROM replicas"
+		args = []any{ttl.Seconds()}
+	}
+	rows, err := s.read.WithContext(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read replicas: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Replica
+		var ok bool
+		if err := rows.Scan(&r.ID, &r.StartedAt, &r.HeartbeatAt, &ok); err != nil {
+			return nil, nil, fmt.Errorf("read replicas: %w", err)
+		}
+		all, fresh = append(all, r), append(fresh, ok)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read replicas: %w", err)
+	}
+	alive = []string{self}
+	for i, r := range all {
+		switch {
+		case r.ID == self:
+		case fresh[i]:
+			alive = append(alive, r.ID)
+		default:
+			gone = append(gone, r)
+		}
+	}
+	return gone, alive, nil
+}
+
+// ForgetReplica removes a gone replica's row once its turns were taken
+// over; a replica that was only cut off writes its row again.
+func (s *DB) ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error {
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		return tx.Exec("DELETE FROM replicas WHERE id = ? AND heartbeat_at <= ?", id, heartbeat).Error
+	})
+	if err != nil {
+		return fmt.Errorf("forget replica %s: %w", id, err)
+	}
+	return nil
+}
+
+// recoveryHorizon bounds how far back the rescuer looks for turns of gone
+// replicas at start, and the upgrade for unanswered messages: older ones
+// are left alone.
 const recoveryHorizon = 7 * 24 * time.Hour
 
 // backfillTurns gives the user messages stored before the ledger existed
-// their turns, once, when the turns table is created: answered ones as
-// delivered, unanswered ones of the recovery horizon as interrupted (the
-// rescuer answers them), older unanswered ones as expired. A client id
-// that repeats within a key keeps the first turn.
+// their turns' states, once, when the columns are added: answered ones
+// delivered, unanswered ones of the recovery horizon interrupted (the
+// rescuer answers them), older unanswered ones expired.
 func backfillTurns(tx *gorm.DB, now time.Time) error {
-	return tx.Exec(`INSERT INTO turns `+turnColumns+`
-		SELECT u.conversation_id, u.seq, c.session_key, u.client_msg_id, c.channel,
-			CASE WHEN r.seq IS NOT NULL THEN 'delivered' WHEN u.created_at >= ? THEN 'interrupted' ELSE 'expired' END,
-			'', '', CASE WHEN r.seq IS NULL AND u.created_at >= ? THEN u.created_at END, 0,
-			false, COALESCE(r.seq, 0), '', '', u.created_at
-		FROM messages AS u JOIN conversations AS c ON c.id = u.conversation_id
-		LEFT JOIN messages AS r ON r.conversation_id = u.conversation_id AND r.seq = (
-			SELECT MAX(x.seq) FROM messages AS x WHERE x.conversation_id = u.conversation_id AND x.seq > u.seq AND x.reply_to = u.seq
-			AND x.role = 'assistant' AND (x.tool_calls IS NULL OR x.tool_calls = '') AND NOT (x.status = ? AND x.error = ?))
-		WHERE u.role = 'user'
-		ORDER BY u.created_at, u.conversation_id, u.seq
-		ON CONFLICT DO NOTHING`, now.Add(-recoveryHorizon), now.Add(-recoveryHorizon), MsgInterrupted, InterruptedByShutdown).Error
+	const reply = `(SELECT MAX(x.seq) FROM messages AS x WHERE x.conversation_id = messages.conversation_id AND x.seq > messages.seq
+		AND x.reply_to = messages.seq AND x.role = 'assistant' AND (x.tool_calls IS NULL OR x.tool_calls = '')
+		AND NOT (x.status = 'interrupted' AND x.error = 'shutdown'))`
+	horizon := now.Add(-recoveryHorizon)
+	return tx.Exec(`UPDATE messages SET turn_reply = COALESCE(`+reply+`, 0),
+		turn_state = CASE WHEN `+reply+` IS NOT NULL THEN 'delivered' WHEN created_at >= ? THEN 'interrupted' ELSE 'expired' END,
+		turn_due = CASE WHEN `+reply+` IS NULL AND created_at >= ? THEN created_at END
+		WHERE role = 'user' AND turn_state = ''`, horizon, horizon).Error
 }

@@ -31,15 +31,14 @@ func storeCrashed(t *testing.T, db *DB, key, channel, clientID, text string, at 
 		}
 	}
 	seq := conv.LastSeq + 1
-	turn := crashedTurn(conv, seq, at)
-	um := Message{ConversationID: conv.ID, Seq: seq, Role: agent.RoleUser, Content: text, Status: MsgOK, CreatedAt: at}
+	um := crashedTurn(Message{ConversationID: conv.ID, Seq: seq, Role: agent.RoleUser, Content: text, Status: MsgOK, CreatedAt: at})
 	if clientID != "" {
-		turn.ClientMsgID, um.ClientMsgID = &clientID, &clientID
+		um.ClientMsgID = &clientID
 	}
-	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: conv.LastSeq, RequireActive: true, At: at, Turn: turn, Messages: []Message{um}}); err != nil {
+	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: conv.LastSeq, RequireActive: true, At: at, Messages: []Message{um}}); err != nil {
 		t.Fatal(err)
 	}
-	return *conv, turn
+	return *conv, turnOf(&um)
 }
 
 func turnAt(t *testing.T, db *DB, convID string, seq int64) Turn {
@@ -96,7 +95,7 @@ func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
 		if !resend.Duplicate || (!resend.Pending && resend.Reply.Seq != 2) {
 			t.Fatalf("resend = %+v: neither the reply nor pending", resend)
 		}
-		if tn := turnAt(t, dbA, conv.ID, 1); tn.State != TurnAnswered || tn.ReplySeq != 2 || tn.Attempts != 2 || tn.DueAt != nil {
+		if tn := turnAt(t, dbA, conv.ID, 1); tn.State != TurnAnswered || tn.ReplySeq != 2 || tn.Attempts != 2 || tn.DueAt != nil || tn.Owner == "dead-replica" {
 			t.Fatalf("turn = %+v", tn)
 		}
 	})
@@ -124,16 +123,16 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 		if err != nil || conv == nil {
 			t.Fatal(conv, err)
 		}
-		// Replica A looks dead: its lease ends, and B takes the turn over.
-		c.Advance(LeaseTTL + time.Second)
+		// Replica A stops heartbeating (cut off from the database, say): B
+		// takes it for gone and takes the turn over.
 		now := c.Now()
-		claimed, err := dbB.ClaimTurn(context.Background(), conv.ID, 1, "claim-b", "replica-b", now, now.Add(LeaseTTL))
-		if err != nil || claimed == nil || claimed.State != TurnRunning || claimed.Attempts != 2 {
+		claimed, err := dbB.ClaimTurn(context.Background(), conv.ID, 1, a.ReplicaID(), 1, "replica-b", now)
+		if err != nil || claimed == nil || claimed.State != TurnRunning || claimed.Attempt != 2 {
 			t.Fatalf("B's claim = %+v, %v", claimed, err)
 		}
 		replyB := []Message{{ConversationID: conv.ID, Seq: 2, Role: agent.RoleAssistant, Content: "from B", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}
 		if err := dbB.Append(context.Background(), Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now, TurnSeq: 1,
-			Settle: &Settle{Claim: "claim-b", State: TurnAnswered, ReplySeq: 2}}); err != nil {
+			Settle: &Settle{Owner: "replica-b", Attempt: 2, State: TurnAnswered, ReplySeq: 2}}); err != nil {
 			t.Fatal(err)
 		}
 		close(rec.block)
@@ -148,7 +147,7 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 		// A second settle under the old claim matches nothing either.
 		err = dbA.Append(context.Background(), Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now, TurnSeq: 1,
 			Messages: []Message{{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "late", ReplyTo: 1, Status: MsgOK, CreatedAt: now}},
-			Settle:   &Settle{Claim: "claim-b", State: TurnAnswered, ReplySeq: 3}})
+			Settle:   &Settle{Owner: "replica-b", Attempt: 2, State: TurnAnswered, ReplySeq: 3}})
 		if !errors.Is(err, ErrLostClaim) {
 			t.Fatalf("settling a settled turn again = %v, want ErrLostClaim", err)
 		}
@@ -252,51 +251,57 @@ func TestToolCallsFailTheTurnOnce(t *testing.T) {
 
 // A channel that confirms delivery keeps its turns open until it marks
 // them delivered; a delivery that never completed (the process died after
-// storing the reply) is claimed again — by a resend once the lease ran
-// out, or by the rescuer — and made once.
+// storing the reply) is claimed again by the next process — by a resend,
+// or by the rescuer — and made once.
 func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
 		c := newClock(t0)
-		m := newManager(t, db, agent.Echo{}, c, nil)
 		var delivered []Delivery
 		var mu sync.Mutex
-		m.OnDeliver("telegram", true, func(_ context.Context, d Delivery) (string, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			delivered = append(delivered, d)
-			return fmt.Sprintf("tg-%d", len(delivered)), nil
-		})
+		manager := func() *Manager {
+			m := newManager(t, db, agent.Echo{}, c, nil)
+			m.OnDeliver("telegram", true, func(_ context.Context, d Delivery) (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				delivered = append(delivered, d)
+				return fmt.Sprintf("tg-%d", len(delivered)), nil
+			})
+			return m
+		}
+		m1 := manager()
 		in := Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", UserID: "7", ChatID: "7", ClientMsgID: "7:1", Text: "hi"}
-		first := handle(t, m, in)
+		first := handle(t, m1, in)
 		if first.Turn.Claim == "" {
 			t.Fatalf("live outcome holds no delivery claim: %+v", first)
 		}
-		// The process dies before sending: nothing marks the delivery. A
-		// redelivery while the lease runs leaves it to the holder.
-		if again := handle(t, m, in); !again.Duplicate || again.Turn.Claim != "" {
-			t.Fatalf("redelivery inside the lease = %+v", again)
+		// The reply is not sent yet. A redelivery while this process holds
+		// the delivery leaves it to the holder.
+		if again := handle(t, m1, in); !again.Duplicate || again.Turn.Claim != "" {
+			t.Fatalf("redelivery while held = %+v", again)
 		}
-		c.Advance(LeaseTTL + time.Second)
-		again := handle(t, m, in)
+		// The process dies before sending; the next one gets the update again.
+		m2 := manager()
+		again := handle(t, m2, in)
 		if !again.Duplicate || again.Turn.Claim == "" || again.Reply != first.Reply {
-			t.Fatalf("redelivery after the lease = %+v, want the delivery claimed", again)
+			t.Fatalf("redelivery to the next process = %+v, want the delivery claimed", again)
 		}
-		if err := m.Delivered(context.Background(), again.Turn, "tg-0", nil); err != nil {
+		if err := m2.Delivered(context.Background(), again.Turn, "tg-0", nil); err != nil {
 			t.Fatal(err)
 		}
 		if tn := turnAt(t, db, first.ConversationID, 1); tn.State != TurnDelivered || tn.DeliveryRef != "tg-0" || tn.DueAt != nil {
 			t.Fatalf("turn = %+v", tn)
 		}
-		if again := handle(t, m, in); again.Turn.Claim != "" {
+		if again := handle(t, m2, in); again.Turn.Claim != "" {
 			t.Fatalf("redelivery of a delivered turn = %+v", again)
 		}
-		// The rescuer delivers a reply whose delivery never completed.
+		// The rescuer of the next process delivers a reply whose delivery
+		// never completed.
 		in.ClientMsgID, in.Text = "7:2", "still there?"
-		second := handle(t, m, in)
-		c.Advance(LeaseTTL + time.Second)
+		second := handle(t, m2, in)
+		m3 := manager()
 		for range 2 {
-			if _, _, err := m.Recover(context.Background(), time.Hour); err != nil {
+			if _, _, err := m3.Recover(context.Background(), time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -309,12 +314,20 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 		// A delivery the channel refuses for good closes the turn; any other
 		// failure gives it back for a later try.
 		in.ClientMsgID, in.Text = "7:3", "third"
-		third := handle(t, m, in)
-		if err := m.Delivered(context.Background(), third.Turn, "", errors.New("network down")); err != nil {
+		third := handle(t, m3, in)
+		if err := m3.Delivered(context.Background(), third.Turn, "", errors.New("network down")); err != nil {
 			t.Fatal(err)
 		}
-		if tn := turnAt(t, db, third.ConversationID, 5); tn.State != TurnAnswered || tn.Claim != "" || !tn.DueAt.Equal(c.Now().Add(time.Minute)) {
+		if tn := turnAt(t, db, third.ConversationID, 5); tn.State != TurnAnswered || tn.Owner != "" || tn.DueAt == nil || !tn.DueAt.Equal(c.Now().Add(time.Minute)) {
 			t.Fatalf("turn after a failed delivery = %+v", tn)
+		}
+		in.ClientMsgID, in.Text = "7:4", "fourth"
+		fourth := handle(t, m3, in)
+		if err := m3.Delivered(context.Background(), fourth.Turn, "", fmt.Errorf("%w: bot was blocked by the user", ErrUndeliverable)); err != nil {
+			t.Fatal(err)
+		}
+		if tn := turnAt(t, db, fourth.ConversationID, 7); tn.State != TurnDelivered || tn.Error == "" {
+			t.Fatalf("turn after a refused delivery = %+v", tn)
 		}
 	})
 }
@@ -340,8 +353,14 @@ func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
 		if err := db.Append(ctx, Append{Conv: &conv, At: now, Messages: msgs}); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Gorm().Exec("DROP TABLE turns").Error; err != nil {
+		// As an earlier version left it: no turn columns.
+		if err := db.Gorm().Migrator().DropIndex(&Message{}, "ix_messages_turn_due"); err != nil {
 			t.Fatal(err)
+		}
+		for _, col := range []string{"turn_state", "turn_owner", "turn_attempt", "turn_due", "turn_track", "turn_reply", "delivery_ref", "delivered_at"} {
+			if err := db.Gorm().Migrator().DropColumn(&Message{}, col); err != nil {
+				t.Fatal(col, err)
+			}
 		}
 		db.Close()
 		db = open()

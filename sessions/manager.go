@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -191,9 +193,10 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
-	claims    map[string]struct{} // live claims of this replica, renewed together
+	claims    map[turnKey]struct{} // turns a run of this replica holds now
 	wake      chan struct{}
-	loops     sync.WaitGroup // the renewer and the rescuer
+	started   time.Time      // when this replica's heartbeat began
+	loops     sync.WaitGroup // the heartbeat and the rescuer
 	stopLoops chan struct{}
 	stopOnce  sync.Once
 }
@@ -283,7 +286,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[string]struct{}{},
+		delivery: map[string]deliverer{}, claims: map[turnKey]struct{}{},
 		wake: make(chan struct{}, 1), stopLoops: make(chan struct{}),
 	}
 }
@@ -454,19 +457,20 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (out O
 		}
 	}
 
-	var reset *ResetEvent
-	if reason, expired := policy.Reset.Expired(&hc.conv, now); expired {
-		if in.ClientMsgID != "" {
-			// A resend of a message stored before the reset belongs to the
-			// old conversation, not to a new one.
-			t, err := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
-			if err != nil {
-				return Outcome{}, err
-			}
-			if t != nil {
-				return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
-			}
+	reason, expired := policy.Reset.Expired(&hc.conv, now)
+	if in.ClientMsgID != "" && (expired || hc.conv.LastSeq == 0) {
+		// A resend of a message stored before a reset or a sweep belongs to
+		// its old conversation, not to a new one.
+		t, err := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
+		if err != nil {
+			return Outcome{}, err
 		}
+		if t != nil {
+			return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
+		}
+	}
+	var reset *ResetEvent
+	if expired {
 		old := hc.conv.ID
 		// Conditional on the state judged: if another replica used the
 		// conversation since this one cached it, nothing is archived and
@@ -491,36 +495,32 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (out O
 		m.publish(*reset)
 	}
 
+	// The message is stored with its turn already claimed by this
+	// replica: nobody else can run it while this one lives.
 	um := Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
 		Content: in.Text, Status: MsgOK, CreatedAt: now,
+		TurnState: TurnRunning, TurnOwner: m.opts.ReplicaID, TurnAttempt: 1, TurnTrack: m.tracks(in.Channel),
 	}
-	// The turn is stored with its message, already claimed by this
-	// replica: nobody else can run it while this one does.
-	claim := uuid.NewString()
-	lease := now.Add(m.opts.LeaseTTL)
-	turn := Turn{ConversationID: hc.conv.ID, Seq: um.Seq, SessionKey: in.SessionKey, Channel: in.Channel,
-		State: TurnRunning, Claim: claim, Owner: m.opts.ReplicaID, DueAt: &lease, Attempts: 1,
-		Track: m.tracks(in.Channel), CreatedAt: now}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
-		turn.ClientMsgID = &id
 	}
+	ref := turnKey{hc.conv.ID, um.Seq}
 	batch := []Message{um}
-	m.hold(claim)
+	m.hold(ref)
 	defer func() {
-		if out.Turn.Claim != claim {
-			m.unhold(claim) // settled, or lost; else the channel delivers under it
+		if out.Turn.Claim == "" {
+			m.unhold(ref) // settled, or lost; else the channel delivers under it
 		}
 	}()
-	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now, Turn: &turn})
+	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
 	if errors.Is(err, ErrDuplicate) {
-		t, lerr := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
-		if lerr != nil || t == nil {
+		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
+		if lerr != nil || stored == nil {
 			return Outcome{}, errors.Join(err, lerr)
 		}
-		return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
+		return m.resend(ctx, turnCtx, hc, stored.ConversationID, stored.Seq, in, h)
 	}
 	if err != nil {
 		return Outcome{}, err
@@ -530,48 +530,44 @@ func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (out O
 	if h.OnAck != nil {
 		h.OnAck(Ack{ConversationID: hc.conv.ID, Seq: um.Seq})
 	}
-	out, err = m.runAgent(turnCtx, hc, um, claim, policy, in, h)
+	out, err = m.runAgent(turnCtx, hc, um, 1, policy, in, h)
 	out.Reset = reset
 	return out, err
 }
 
 // resend answers a message whose client id is already stored, through the
 // ledger: from the stored reply when its turn has one; by claiming and
-// running it when nobody holds it (the process died before answering: a
-// first run, not a second); and, when another runner holds it, by
-// acknowledging it and leaving the reply to that runner.
+// running it when nobody holds it (its replica stopped or died before
+// answering: a first run, not a second); and, when a live runner holds it,
+// by acknowledging it and leaving the reply to that runner.
 func (m *Manager) resend(ctx, turnCtx context.Context, hc *hotConv, convID string, seq int64, in Inbound, h Hooks) (Outcome, error) {
 	out := Outcome{ConversationID: convID, UserSeq: seq, Duplicate: true, Turn: TurnRef{ConversationID: convID, Seq: seq}}
 	t, err := m.store.TurnAt(ctx, convID, seq)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if t == nil || t.settled() {
-		// Settled, or stored before the ledger existed: the reply is in
-		// storage.
-		var reply *Message
-		if t != nil {
-			reply, err = m.store.Message(ctx, convID, t.ReplySeq)
-		} else {
-			reply, err = m.store.FinalReply(ctx, convID, seq)
-		}
+	if t == nil {
+		return Outcome{}, fmt.Errorf("message %s/%d vanished", convID, seq)
+	}
+	if t.settled() {
+		reply, err := m.store.Message(ctx, convID, t.ReplySeq)
 		if err != nil {
 			return Outcome{}, err
 		}
 		if reply != nil {
 			out.Reply = toReply(reply)
 		}
-		if t != nil && t.Track && t.State != TurnDelivered {
+		if t.Track && t.State != TurnDelivered {
 			// Its delivery never completed: whoever claims it delivers.
-			if c, err := m.claim(ctx, convID, seq); err != nil {
+			if c, err := m.claimIfFree(ctx, t); err != nil {
 				return Outcome{}, err
 			} else if c != nil {
-				out.Turn.Claim = c.Claim
+				out.Turn = c.Ref()
 			}
 		}
 		return out, nil
 	}
-	c, err := m.claim(ctx, convID, seq)
+	c, err := m.claimIfFree(ctx, t)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -582,35 +578,57 @@ func (m *Manager) resend(ctx, turnCtx context.Context, hc *hotConv, convID strin
 		out.Pending = true
 		return out, nil
 	}
+	ref := turnKey{convID, seq}
 	if convID != hc.conv.ID {
 		// The message belongs to an earlier conversation: answer it there.
 		if hc, err = m.loadConversation(ctx, convID, seq, in.Channel); err != nil {
-			m.unhold(c.Claim)
+			m.unhold(ref)
 			return Outcome{}, err
 		}
 	}
 	um, err := m.store.Message(ctx, convID, seq)
 	if err != nil || um == nil {
-		m.unhold(c.Claim)
+		m.unhold(ref)
 		return Outcome{}, errors.Join(fmt.Errorf("message %s/%d vanished", convID, seq), err)
 	}
-	res, err := m.runAgent(turnCtx, hc, *um, c.Claim, m.Policy(in.Channel), in, h)
+	res, err := m.runAgent(turnCtx, hc, *um, c.Attempt, m.Policy(in.Channel), in, h)
 	if res.Turn.Claim == "" {
-		m.unhold(c.Claim)
+		m.unhold(ref)
 	}
 	res.Duplicate = true
 	return res, err
 }
 
-// claim tries to claim a turn for this replica; nil when someone else
-// holds it or it needs nobody. A won claim is renewed until unhold.
-func (m *Manager) claim(ctx context.Context, convID string, seq int64) (*Claimed, error) {
-	claim := uuid.NewString()
+// claimIfFree claims a turn a resend found, unless a live runner holds
+// it: it is due, or its owner is gone (another replica that stopped
+// heartbeating, or this one's own turn that no run holds any more).
+func (m *Manager) claimIfFree(ctx context.Context, t *Turn) (*Claimed, error) {
 	now := m.now()
-	m.hold(claim)
-	c, err := m.store.ClaimTurn(ctx, convID, seq, claim, m.opts.ReplicaID, now, now.Add(m.opts.LeaseTTL))
+	switch {
+	case t.DueAt != nil && !t.DueAt.After(now):
+	case t.owned() && t.Owner == m.opts.ReplicaID:
+		if m.holding(turnKey{t.ConversationID, t.Seq}) {
+			return nil, nil
+		}
+	case t.owned():
+		_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		if err != nil || slices.Contains(alive, t.Owner) {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	return m.claim(ctx, t.ConversationID, t.Seq, t.Owner, t.Attempts)
+}
+
+// claim claims a turn as seen (owner, attempt) for this replica; nil when
+// it moved on meanwhile. A won claim is held until unhold.
+func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int) (*Claimed, error) {
+	ref := turnKey{convID, seq}
+	m.hold(ref)
+	c, err := m.store.ClaimTurn(ctx, convID, seq, seenOwner, seenAttempt, m.opts.ReplicaID, m.now())
 	if err != nil || c == nil {
-		m.unhold(claim)
+		m.unhold(ref)
 	}
 	return c, err
 }
@@ -648,7 +666,7 @@ const ToolCallsText = "Sorry, the assistant tried to use a tool, which this serv
 // the turn in the same transaction. Nothing is returned for delivery that
 // is not stored: if storing fails for as long as the claim lasts, or the
 // claim was taken over, the outcome is an error and nothing is delivered.
-func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, claim string, policy Policy, in Inbound, h Hooks) (Outcome, error) {
+func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, attempt int, policy Policy, in Inbound, h Hooks) (Outcome, error) {
 	prior := hc.window
 	for i := range prior {
 		if prior[i].Seq >= um.Seq {
@@ -720,17 +738,12 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, cla
 			slog.Int64("seq", um.Seq), slog.String("error", err.Error()))
 		failed(m.opts.FailureText, err.Error())
 	}
-	settle := &Settle{Claim: claim, State: state}
-	switch {
-	case state == TurnInterrupted:
-		settle.DueAt = &now
-	case m.tracks(in.Channel):
-		// The delivery stays claimed: the channel sends, then marks it.
-		lease := now.Add(m.opts.LeaseTTL)
-		settle.DueAt = &lease
-	}
+	// An interrupted turn is handed back with its partial reply, due at
+	// once; a tracked channel's delivery stays claimed: the channel sends,
+	// then marks it.
+	settle := &Settle{Owner: m.opts.ReplicaID, Attempt: attempt, State: state}
 	if state == TurnInterrupted {
-		claim = "" // released with the partial reply
+		settle.Release, settle.DueAt = true, &now
 	}
 	if err := m.appendReply(turnCtx, hc, msgs, now, tokens, cost, reply.Model, um.Seq, settle); err != nil {
 		m.hot.Remove(in.SessionKey)
@@ -743,15 +756,11 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, cla
 		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq}, fmt.Errorf("%w: %w", ErrReplyNotStored, err)
 	}
 	final := &msgs[len(msgs)-1]
-	return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(final),
-		Turn: TurnRef{ConversationID: hc.conv.ID, Seq: um.Seq, Claim: claimIf(m.tracks(in.Channel), claim)}}, nil
-}
-
-func claimIf(ok bool, claim string) string {
-	if ok {
-		return claim
+	out := Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(final), Turn: TurnRef{ConversationID: hc.conv.ID, Seq: um.Seq}}
+	if state != TurnInterrupted && m.tracks(in.Channel) {
+		out.Turn.Claim = strconv.Itoa(attempt)
 	}
-	return ""
+	return out, nil
 }
 
 // callAgent calls the agent; a panicking backend fails the turn (the user
@@ -793,7 +802,8 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			// An earlier attempt may have landed after all (its commit's
 			// answer was lost): then the turn is settled under this claim.
 			t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
-			if lerr != nil || t == nil || t.Claim != settle.Claim || t.State == TurnRunning || t.State == TurnPending {
+			if lerr != nil || t == nil || t.Attempts != settle.Attempt || t.State == TurnRunning || t.State == TurnPending ||
+				(t.Owner != settle.Owner && !(settle.Release && t.Owner == "")) {
 				return err
 			}
 			for i := range msgs {

@@ -286,7 +286,7 @@ func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
 
 func TestSchedules(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
-	m := New(nil, agent.Echo{}, Options{Policies: map[string]Policy{
+	m := New(openStore(t, DriverSQLite, t.TempDir()+"/gateway.db"), agent.Echo{}, Options{Policies: map[string]Policy{
 		"websocket": {Reset: ResetPolicy{Mode: ResetBoth, IdleFor: time.Hour, AtHour: 4, Location: berlin}},
 		"telegram":  {Reset: ResetPolicy{Mode: ResetNone}},
 	}, RetentionDays: 30})

@@ -89,6 +89,18 @@ type Message struct {
 	CompletionTkns int64     `gorm:"column:completion_tokens;not null"`
 	Cost           float64   `gorm:"not null"`
 	CreatedAt      time.Time `gorm:"index:ix_messages_user_created,where:role = 'user'"`
+
+	// The turn of a user message (see ledger.go); empty on other rows.
+	TurnState   string `gorm:"size:16;not null;default:''"`
+	TurnOwner   string `gorm:"size:64;not null;default:''"`
+	TurnAttempt int    `gorm:"not null;default:0"`
+	// TurnDue is set only while nobody owns the turn and someone may claim
+	// it, so the index holds only those.
+	TurnDue     *time.Time `gorm:"index:ix_messages_turn_due,where:turn_due IS NOT NULL"`
+	TurnTrack   bool       `gorm:"not null;default:false"`
+	TurnReply   int64      `gorm:"not null;default:0"`
+	DeliveryRef string     `gorm:"size:255;not null;default:''"`
+	DeliveredAt *time.Time
 }
 
 // SessionLease makes one replica at a time the runner of a session key's

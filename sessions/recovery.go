@@ -3,7 +3,9 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -73,50 +75,58 @@ func (m *Manager) tracks(channel string) bool {
 // any other error gives the claim back, and the rescuer delivers again a
 // minute later.
 func (m *Manager) Delivered(ctx context.Context, t TurnRef, ref string, err error) error {
-	defer m.unhold(t.Claim)
+	if t.Claim == "" {
+		return nil
+	}
+	defer m.unhold(turnKey{t.ConversationID, t.Seq})
+	attempt, perr := strconv.Atoi(t.Claim)
+	if perr != nil {
+		return fmt.Errorf("delivered: bad claim %q", t.Claim)
+	}
 	ctx = context.WithoutCancel(ctx)
 	now := m.now()
 	switch {
-	case t.Claim == "":
-		return nil
 	case err == nil:
-		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, t.Claim, ref, "", now)
+		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, "", now)
 	case errors.Is(err, ErrUndeliverable):
-		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, t.Claim, ref, err.Error(), now)
+		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, err.Error(), now)
 	default:
-		return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, t.Claim, now.Add(time.Minute), "delivery failed: "+err.Error())
+		return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, now.Add(time.Minute), "delivery failed: "+err.Error())
 	}
 }
 
-// hold adds a claim to the ones this replica renews.
-func (m *Manager) hold(claim string) {
+// turnKey names a turn in memory.
+type turnKey struct {
+	conv string
+	seq  int64
+}
+
+// hold notes that a run of this replica holds a turn now, so that a
+// resend arriving meanwhile does not take it for abandoned.
+func (m *Manager) hold(k turnKey) {
 	m.mu.Lock()
-	m.claims[claim] = struct{}{}
+	m.claims[k] = struct{}{}
 	m.mu.Unlock()
 }
 
-// unhold stops renewing a claim: its turn is settled or handed on.
-func (m *Manager) unhold(claim string) {
-	if claim == "" {
-		return
-	}
+// unhold: the turn is settled or handed on.
+func (m *Manager) unhold(k turnKey) {
 	m.mu.Lock()
-	delete(m.claims, claim)
+	delete(m.claims, k)
 	m.mu.Unlock()
 }
 
-// renew moves the lease of every claim this replica holds, in one
-// statement.
-func (m *Manager) renew(ctx context.Context) {
+func (m *Manager) holding(k turnKey) bool {
 	m.mu.Lock()
-	held := make([]string, 0, len(m.claims))
-	for c := range m.claims {
-		held = append(held, c)
-	}
-	m.mu.Unlock()
-	if err := m.store.RenewClaims(ctx, held, m.now().Add(m.opts.LeaseTTL)); err != nil {
-		m.log.Warn("renewing turn claims failed", slog.Int("claims", len(held)), slog.String("error", err.Error()))
-	}
+	defer m.mu.Unlock()
+	_, ok := m.claims[k]
+	return ok
+}
+
+// beat writes this replica's heartbeat, which is the lease of every turn
+// it holds.
+func (m *Manager) beat(ctx context.Context) error {
+	return m.store.Heartbeat(ctx, m.opts.ReplicaID, m.started)
 }
 
 // Wake makes the rescuer look for claimable turns now (another replica
@@ -128,12 +138,14 @@ func (m *Manager) Wake() {
 	}
 }
 
-// StartRescuer runs, until Shutdown, the renewal of this replica's claims
-// (every third of the lease) and the rescuer: a pass of Recover at once,
-// then every RescueEvery and whenever woken. Register the channels'
-// deliverers first.
-func (m *Manager) StartRescuer() {
-	m.loops.Add(2)
+// startHeartbeat writes the first heartbeat, before any turn is taken,
+// and keeps writing one every third of the lease until Shutdown.
+func (m *Manager) startHeartbeat() error {
+	m.started = time.Now().UTC()
+	if err := m.beat(context.Background()); err != nil {
+		return err
+	}
+	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
 		t := time.NewTicker(m.opts.LeaseTTL / 3)
@@ -143,16 +155,28 @@ func (m *Manager) StartRescuer() {
 			case <-m.stopLoops:
 				return
 			case <-t.C:
-				m.renew(m.base)
+				if err := m.beat(m.base); err != nil {
+					m.log.Warn("heartbeat failed; other replicas take this one's turns if it stays down", slog.String("error", err.Error()))
+				}
 			}
 		}
 	}()
+	return nil
+}
+
+// StartRescuer runs the rescuer until Shutdown: Recover at once, then a
+// pass every RescueEvery and whenever woken, each claiming the turns that
+// became due and the turns of replicas that stopped heartbeating. Register
+// the channels' deliverers first.
+func (m *Manager) StartRescuer() {
+	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
 		t := time.NewTicker(m.opts.RescueEvery)
 		defer t.Stop()
+		_, _, err := m.Recover(m.draining, m.opts.RecoveryMaxAge)
 		for {
-			if _, _, err := m.Recover(m.draining, m.opts.RecoveryMaxAge); err != nil && m.draining.Err() == nil {
+			if err != nil && m.draining.Err() == nil {
 				m.log.Error("recovery pass failed", slog.String("error", err.Error()))
 			}
 			select {
@@ -163,54 +187,103 @@ func (m *Manager) StartRescuer() {
 			case <-t.C:
 			case <-m.wake:
 			}
+			_, _, err = m.rescuePass(m.draining, m.opts.RecoveryMaxAge, false)
 		}
 	}()
 }
 
-// stopRescuer ends the loops; the renewer last, once no turn is held.
+// stopRescuer ends the loops.
 func (m *Manager) stopRescuer() {
 	m.stopOnce.Do(func() { close(m.stopLoops) })
 	m.loops.Wait()
 }
 
-// recoveryPage is how many due turns one scan of the rescuer reads.
+// recoveryPage is how many turns one scan of the rescuer reads.
 const recoveryPage = 256
 
 // Recover claims every turn that is claimable now and runs or delivers
-// it: turns a shutdown interrupted, turns of a replica that died (their
-// lease ran out), stored messages nobody runs, and answered turns whose
-// delivery never completed. Claims are conditional, so Recover is safe at
-// any moment, on any replica, beside live traffic: a turn runs once.
-// Turns whose message is older than maxAge are not run; the user is asked
-// to send again. Up to RecoveryConcurrency turns run at once, each under
-// its session key's lock. It returns how many turns it ran and how many
-// it marked expired.
+// it: turns a shutdown interrupted, turns held by replicas that are gone
+// (including this one's earlier processes), stored messages nobody runs,
+// and answered turns whose delivery never completed. Claims are
+// conditional, so Recover is safe at any moment, on any replica, beside
+// live traffic: a turn runs once. Turns whose message is older than maxAge
+// are not run; the user is asked to send again. Up to RecoveryConcurrency
+// turns run at once, each user's in order. It returns how many turns it
+// ran and how many it marked expired.
 func (m *Manager) Recover(ctx context.Context, maxAge time.Duration) (int, int, error) {
-	seen := map[TurnRef]bool{}
-	var mu sync.Mutex
-	var ran, expired int
-	sem := make(chan struct{}, m.opts.RecoveryConcurrency)
-	var wg sync.WaitGroup
-	var scanErr error
-pages:
-	for ctx.Err() == nil {
-		due, err := m.store.DueTurns(ctx, m.now(), recoveryPage)
-		if err != nil {
-			scanErr = err
-			break
+	return m.rescuePass(ctx, maxAge, true)
+}
+
+// rescuePass claims the due turns and, when a replica is gone (or, with
+// full, over the whole recovery horizon), the turns nobody alive holds.
+func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full bool) (int, int, error) {
+	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
+	err := p.drain(func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
+	if err == nil {
+		gone, alive, rerr := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		err = rerr
+		since := m.now().Add(-recoveryHorizon)
+		if !full {
+			for i, r := range gone {
+				if i == 0 || r.StartedAt.Before(since) {
+					since = r.StartedAt
+				}
+			}
 		}
-		// One goroutine per session key, its turns in order, so that a
-		// user's turns are answered in the order they were sent.
+		if err == nil && (full || len(gone) > 0) {
+			err = p.drain(func() ([]DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
+			p.wg.Wait()
+			for _, r := range gone {
+				if err == nil && p.failed == 0 {
+					err = m.store.ForgetReplica(ctx, r.ID, r.HeartbeatAt)
+				}
+			}
+		}
+	}
+	p.wg.Wait()
+	m.opts.Observer.RecoveryPass(p.ran, p.expired)
+	if p.ran+p.expired > 0 {
+		m.log.Info("recovered turns", slog.Int("ran", p.ran), slog.Int("expired", p.expired))
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return p.ran, p.expired, err
+}
+
+// pass is one rescuer pass: the turns it dispatched and what came of them.
+type pass struct {
+	m      *Manager
+	ctx    context.Context
+	maxAge time.Duration
+	seen   map[turnKey]bool
+	sem    chan struct{}
+	wg     sync.WaitGroup
+
+	mu                   sync.Mutex
+	ran, expired, failed int
+}
+
+// drain reads pages of turns and dispatches each turn once, one goroutine
+// per session key (its turns in order, so a user's turns are answered in
+// the order they were sent), at most RecoveryConcurrency at a time, until
+// a page brings nothing new.
+func (p *pass) drain(page func() ([]DueTurn, error)) error {
+	for p.ctx.Err() == nil {
+		due, err := page()
+		if err != nil {
+			return err
+		}
 		var keys []string
 		byKey := map[string][]DueTurn{}
 		fresh := 0
 		for _, d := range due {
-			ref := TurnRef{ConversationID: d.ConversationID, Seq: d.Seq}
-			if seen[ref] {
+			k := turnKey{d.ConversationID, d.Seq}
+			if p.seen[k] {
 				continue
 			}
-			seen[ref] = true
-			if _, ok := m.deliverer(d.Channel); !ok {
+			p.seen[k] = true
+			if _, ok := p.m.deliverer(d.Channel); !ok {
 				continue // no channel here to deliver it: left to a replica that has one
 			}
 			fresh++
@@ -221,49 +294,40 @@ pages:
 		}
 		for _, key := range keys {
 			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				break pages
+			case p.sem <- struct{}{}:
+			case <-p.ctx.Done():
+				return nil
 			}
-			wg.Add(1)
+			p.wg.Add(1)
 			go func(turns []DueTurn) {
-				defer wg.Done()
-				defer func() { <-sem }()
+				defer p.wg.Done()
+				defer func() { <-p.sem }()
 				for _, d := range turns {
-					kind, err := m.rescue(ctx, d, maxAge)
-					if err != nil {
-						if !errors.Is(err, ErrShuttingDown) && ctx.Err() == nil {
-							m.log.Error("recovering a turn failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.Seq), slog.String("error", err.Error()))
-						}
-						continue
+					kind, err := p.m.rescue(p.ctx, d, p.maxAge)
+					p.mu.Lock()
+					switch {
+					case err != nil:
+						p.failed++
+					case kind == TurnExpired:
+						p.expired++
+					case kind == TurnRunning:
+						p.ran++
 					}
-					mu.Lock()
-					switch kind {
-					case TurnExpired:
-						expired++
-					case TurnRunning:
-						ran++
+					p.mu.Unlock()
+					if err != nil && !errors.Is(err, ErrShuttingDown) && p.ctx.Err() == nil {
+						p.m.log.Error("recovering a turn failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.Seq), slog.String("error", err.Error()))
 					}
-					mu.Unlock()
 				}
 			}(byKey[key])
 		}
 		if fresh == 0 || len(due) < recoveryPage {
-			break
+			return nil
 		}
 	}
-	wg.Wait()
-	m.opts.Observer.RecoveryPass(ran, expired)
-	if ran+expired > 0 {
-		m.log.Info("recovered turns", slog.Int("ran", ran), slog.Int("expired", expired))
-	}
-	if scanErr == nil {
-		scanErr = ctx.Err()
-	}
-	return ran, expired, scanErr
+	return nil
 }
 
-// rescue claims one due turn under its session key's lock and runs it (or
+// rescue claims one turn under its session key's lock and runs it (or
 // marks it expired), then delivers its reply. It reports what it did:
 // running (ran it), expired, answered (delivered only), or "" (someone
 // else had it).
@@ -273,11 +337,12 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		return "", err
 	}
 	defer release()
-	c, err := m.claim(ctx, d.ConversationID, d.Seq)
+	c, err := m.claim(ctx, d.ConversationID, d.Seq, d.Owner, d.Attempt)
 	if err != nil || c == nil {
 		return "", err
 	}
-	c.UserID, c.ChatID = d.UserID, d.ChatID
+	k := turnKey{c.ConversationID, c.Seq}
+	c.SessionKey, c.Channel, c.UserID, c.ChatID = d.SessionKey, d.Channel, d.UserID, d.ChatID
 	in := Inbound{Channel: c.Channel, SessionKey: c.SessionKey, UserID: c.UserID, ChatID: c.ChatID, ClientMsgID: c.ClientMsgID}
 	kind := c.State
 	var out Outcome
@@ -285,12 +350,12 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		// Answered before; only its delivery is due.
 		t, err := m.store.TurnAt(ctx, c.ConversationID, c.Seq)
 		if err != nil || t == nil {
-			m.unhold(c.Claim)
+			m.unhold(k)
 			return "", errors.Join(errors.New("turn vanished"), err)
 		}
 		reply, err := m.store.Message(ctx, c.ConversationID, t.ReplySeq)
 		if err != nil || reply == nil {
-			m.unhold(c.Claim)
+			m.unhold(k)
 			return "", errors.Join(errors.New("reply vanished"), err)
 		}
 		out = Outcome{ConversationID: c.ConversationID, UserSeq: c.Seq, Reply: toReply(reply)}
@@ -300,38 +365,34 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		m.hot.Remove(c.SessionKey)
 		hc, err := m.loadConversation(ctx, c.ConversationID, c.Seq, c.Channel)
 		if err != nil {
-			m.unhold(c.Claim)
+			m.unhold(k)
 			return "", err
 		}
 		if now := m.now(); c.CreatedAt.Before(now.Add(-maxAge)) {
 			kind = TurnExpired
 			msgs := []Message{{ConversationID: c.ConversationID, Role: agent.RoleAssistant, Content: ExpiredText,
 				ReplyTo: c.Seq, Status: MsgFailed, Error: "not run: older than recovery.max_age", CreatedAt: now}}
-			settle := &Settle{Claim: c.Claim, State: TurnExpired}
-			if m.tracks(c.Channel) {
-				lease := now.Add(m.opts.LeaseTTL)
-				settle.DueAt = &lease
-			}
+			settle := &Settle{Owner: m.opts.ReplicaID, Attempt: c.Attempt, State: TurnExpired}
 			if err := m.appendReply(ctx, hc, msgs, now, 0, 0, "", c.Seq, settle); err != nil {
-				m.unhold(c.Claim)
+				m.unhold(k)
 				return "", err
 			}
 			out = Outcome{ConversationID: c.ConversationID, UserSeq: c.Seq, Reply: toReply(&msgs[0])}
 		} else {
 			um, err := m.store.Message(ctx, c.ConversationID, c.Seq)
 			if err != nil || um == nil {
-				m.unhold(c.Claim)
+				m.unhold(k)
 				return "", errors.Join(errors.New("message vanished"), err)
 			}
 			turnCtx, endTurn := m.startTurn(c.SessionKey)
-			out, err = m.runAgent(turnCtx, hc, *um, c.Claim, m.Policy(c.Channel), in, Hooks{})
+			out, err = m.runAgent(turnCtx, hc, *um, c.Attempt, m.Policy(c.Channel), in, Hooks{})
 			endTurn()
 			if err != nil {
-				m.unhold(c.Claim)
+				m.unhold(k)
 				return "", err
 			}
 			if out.Reply.Status == MsgInterrupted && out.Reply.Error == InterruptedByShutdown && !m.opts.NoRerun {
-				m.unhold(c.Claim)
+				m.unhold(k)
 				return kind, nil // interrupted again: claimable, nothing to deliver yet
 			}
 		}
@@ -344,12 +405,12 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 // channel confirms delivery, records the outcome.
 func (m *Manager) deliver(ctx context.Context, in Inbound, c *Claimed, out Outcome) {
 	dv, _ := m.deliverer(c.Channel)
-	ref := TurnRef{ConversationID: c.ConversationID, Seq: c.Seq, Claim: c.Claim}
+	ref := c.Ref()
 	d := Delivery{Channel: c.Channel, SessionKey: c.SessionKey, UserID: in.UserID, ChatID: in.ChatID,
 		ClientMsgID: c.ClientMsgID, UserSeq: c.Seq, Reply: out.Reply, Turn: ref}
 	sent, err := dv.fn(ctx, d)
 	if !dv.track {
-		m.unhold(c.Claim)
+		m.unhold(turnKey{c.ConversationID, c.Seq})
 		return
 	}
 	if err := m.Delivered(ctx, ref, sent, err); err != nil {

@@ -42,8 +42,8 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 		if err := db.CreateConversation(context.Background(), &crashed); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Append(context.Background(), Append{Conv: &crashed, RequireActive: true, At: t0, Turn: crashedTurn(&crashed, 1, t0),
-			Messages: []Message{{ConversationID: crashed.ID, Seq: 1, Role: "user", Content: "crashed", Status: MsgOK, CreatedAt: t0}}}); err != nil {
+		if err := db.Append(context.Background(), Append{Conv: &crashed, RequireActive: true, At: t0,
+			Messages: []Message{crashedTurn(Message{ConversationID: crashed.ID, Seq: 1, Role: "user", Content: "crashed", Status: MsgOK, CreatedAt: t0})}}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -94,8 +94,8 @@ func TestRecoverMarksOldTurns(t *testing.T) {
 		conv := Conversation{ID: "00000000-0000-0000-0000-0000000000aa", SessionKey: "websocket:old", Channel: "websocket",
 			Status: StatusActive, StartedAt: t0, LastActivityAt: t0}
 		db.CreateConversation(context.Background(), &conv)
-		db.Append(context.Background(), Append{Conv: &conv, RequireActive: true, At: t0, Turn: crashedTurn(&conv, 1, t0),
-			Messages: []Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "old", Status: MsgOK, CreatedAt: t0}}})
+		db.Append(context.Background(), Append{Conv: &conv, RequireActive: true, At: t0,
+			Messages: []Message{crashedTurn(Message{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "old", Status: MsgOK, CreatedAt: t0})}})
 		c.Advance(2 * time.Hour)
 		rec := &recorder{}
 		m := newManager(t, db, rec, c, nil)
@@ -143,10 +143,9 @@ func TestExclusiveRunsOnceAcrossProcesses(t *testing.T) {
 	}
 }
 
-// crashedTurn is the turn of a user message whose replica died while
-// running it: claimed, its lease ended 30 s after at.
-func crashedTurn(conv *Conversation, seq int64, at time.Time) *Turn {
-	lease := at.Add(LeaseTTL)
-	return &Turn{ConversationID: conv.ID, Seq: seq, SessionKey: conv.SessionKey, Channel: conv.Channel, State: TurnRunning,
-		Claim: "claim-of-a-dead-replica", Owner: "dead", DueAt: &lease, Attempts: 1, CreatedAt: at}
+// crashedTurn makes m the message of a turn whose replica died while
+// running it: claimed by a replica that no longer heartbeats.
+func crashedTurn(m Message) Message {
+	m.TurnState, m.TurnOwner, m.TurnAttempt = TurnRunning, "dead-replica", 1
+	return m
 }

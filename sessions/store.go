@@ -48,10 +48,13 @@ type Store interface {
 	TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error)
 	TurnByClientID(ctx context.Context, key, clientID string) (*Turn, error)
 	DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error)
-	ClaimTurn(ctx context.Context, convID string, seq int64, claim, owner string, now, leaseEnd time.Time) (*Claimed, error)
-	RenewClaims(ctx context.Context, claims []string, leaseEnd time.Time) error
-	ReleaseTurn(ctx context.Context, convID string, seq int64, claim string, dueAt time.Time, why string) error
-	MarkDelivered(ctx context.Context, convID string, seq int64, claim, ref, failure string, at time.Time) error
+	OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error)
+	ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*Claimed, error)
+	ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error
+	MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error
+	Heartbeat(ctx context.Context, replica string, started time.Time) error
+	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []Replica, alive []string, err error)
+	ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
@@ -78,9 +81,6 @@ type Append struct {
 	Tokens        int64
 	Cost          float64
 	Model         string
-	// Turn, when set, is the ledger row of the user message appended here,
-	// inserted in the same transaction.
-	Turn *Turn
 	// Settle, when set, stores the outcome of the turn of user message
 	// TurnSeq in the same transaction, guarded by its claim: the append
 	// fails with ErrLostClaim when the claim was taken over.
@@ -143,21 +143,6 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		// instead of failing mid-transaction.
 		sqlDB, _ := w.DB()
 		sqlDB.SetMaxOpenConns(1)
-		r, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, true)), gcfg)
-		if err != nil {
-			s.closeDBs()
-			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
-		}
-		rdb, _ := r.DB()
-		rdb.SetMaxOpenConns(4)
-		s.read = r
-		c, err := sql.Open("sqlite", sqliteDSN(dsn, false))
-		if err != nil {
-			s.closeDBs()
-			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
-		}
-		c.SetMaxOpenConns(1)
-		s.ckpt = newCheckpointer(c, opts.Logger)
 	case DriverPostgres:
 		db, err := gorm.Open(postgres.Open(dsn), gcfg)
 		if err != nil {
@@ -183,11 +168,36 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		s.closeDBs()
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
 	}
+	if driver == DriverSQLite {
+		// Readers open after the migration: a connection that cached the
+		// schema before it would expand SELECT * to the columns of old.
+		if err := s.openSQLiteReaders(dsn, gcfg, opts.Logger); err != nil {
+			s.closeDBs()
+			return nil, err
+		}
+	}
 	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
 	if s.ckpt != nil {
 		s.commit.afterCommit = s.ckpt.committed
 	}
 	return s, nil
+}
+
+func (s *DB) openSQLiteReaders(dsn string, gcfg *gorm.Config, log *slog.Logger) error {
+	r, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, true)), gcfg)
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", dsn, err)
+	}
+	rdb, _ := r.DB()
+	rdb.SetMaxOpenConns(4)
+	s.read = r
+	c, err := sql.Open("sqlite", sqliteDSN(dsn, false))
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", dsn, err)
+	}
+	c.SetMaxOpenConns(1)
+	s.ckpt = newCheckpointer(c, log)
+	return nil
 }
 
 func (s *DB) ping(ctx context.Context) error {
@@ -268,8 +278,8 @@ var droppedIndexes = []struct {
 }
 
 func migrateModels(tx *gorm.DB) error {
-	newLedger := !tx.Migrator().HasTable(&Turn{})
-	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}, &Turn{}, &Leader{}); err != nil {
+	newLedger := tx.Migrator().HasTable(&Message{}) && !tx.Migrator().HasColumn(&Message{}, "turn_state")
+	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}, &Replica{}, &Leader{}); err != nil {
 		return err
 	}
 	if newLedger {
@@ -616,9 +626,6 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 		var deleted int64
 		err = s.commit.do(ctx, func(tx *gorm.DB) error {
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&Message{}).Error; err != nil {
-				return err
-			}
-			if err := tx.Where("conversation_id IN ?", ids).Delete(&Turn{}).Error; err != nil {
 				return err
 			}
 			res := tx.Where("id IN ? AND status = ?", ids, StatusArchived).Delete(&Conversation{})

@@ -49,11 +49,17 @@ func (m *Manager) Schedules() []Schedule {
 	return out
 }
 
-// Start runs the sweeps on their schedules. The sweeps are set-based and
+// Start writes this replica's heartbeat and keeps it, and runs the sweeps
+// on their schedules. The sweeps are set-based and
 // idempotent, so a run that is late, repeated, or concurrent with another
 // replica's archives nothing twice; the lazy check on every message keeps
 // resets exact even if a run is missed.
 func (m *Manager) Start() error {
+	// The heartbeat is the lease of every turn this replica takes: it is
+	// written before the first one.
+	if err := m.startHeartbeat(); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
 	c := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
 	m.cronIDs = map[string]cron.EntryID{}
 	for _, s := range m.Schedules() {
