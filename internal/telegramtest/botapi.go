@@ -318,7 +318,7 @@ func (a *Server) Pending() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.
 func (a *Server) WaitSent(t testing.TB, n int) []Sent {
 	t.Helper()
 	a.waitFor(t, func() bool { return len(a.sent) >= n }, func() string {
-		return fmt.Sprintf("%d messages sent, want %d: %+v", len(a.sent), n, a.sent)
+		return fmt.Sprintf("%d messages sent, want %d; the last: %+v", len(a.sent), n, a.sent[max(len(a.sent)-5, 0):])
 	})
 	return a.Messages()
 }
