@@ -277,7 +277,9 @@ func TestOnePollerAcrossReplicas(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	api := telegramtest.New(t)
 	// Short role times keep the test quick; production uses 15 s / 5 s / 3 s.
-	fast := func(h *harness) { h.bot.leadTTL, h.bot.leadEvery, h.bot.leadRetry = 2*time.Second, 500*time.Millisecond, 200*time.Millisecond }
+	fast := func(h *harness) {
+		h.bot.leadTTL, h.bot.leadEvery, h.bot.leadRetry = 2*time.Second, 500*time.Millisecond, 200*time.Millisecond
+	}
 	var lc1, lc2 *leadCounter
 	h1 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, beforeStart: func(h *harness) { fast(h); h.bot.skipResign = true },
 		sess: func(m *sessions.Manager) Sessions { lc1 = &leadCounter{Manager: m}; return lc1 }})

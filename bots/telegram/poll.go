@@ -49,7 +49,7 @@ func (b *Bot) pollWhileLeading(ctx context.Context) {
 		waiting = false
 		if err := b.term(ctx, role); err != nil && ctx.Err() == nil {
 			b.log.Error(err.Error())
-			if b.opts.Sleep(ctx, b.leadRetry) != nil {
+			if sleep(ctx, b.leadRetry) != nil {
 				return
 			}
 		}
@@ -116,9 +116,6 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 		return nil, err
 	}
 	offsets := newOffsetTracker(st)
-	b.mu.Lock()
-	b.offsets = offsets
-	b.mu.Unlock()
 	b.log.Info("telegram polling", slog.String("bot", "@"+b.Username()), slog.Int("offset", st.Offset), slog.Int("held", len(st.Held)))
 	for _, h := range offsets.heldUpdates() {
 		b.dispatch(ctx, h.Update, offsets, nil, h.Since)

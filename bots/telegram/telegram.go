@@ -109,7 +109,6 @@ type Bot struct {
 	stopping  chan struct{}  // closed by StopTaking
 	refused   map[int64]bool // chats that got the private-bot refusal
 	warned    map[string]bool
-	offsets   *offsetTracker // the current polling term's
 	persistMu sync.Mutex
 	inflight  sync.WaitGroup
 }
@@ -360,12 +359,12 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 	wait := time.Duration(0)
 	for attempt := 0; ; attempt++ {
 		stored := false
-		ok := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
-		if ok || stored {
+		err := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
+		if err == nil || stored {
 			done(true)
 			return
 		}
-		if offsets == nil || b.isDraining() || ctx.Err() != nil {
+		if offsets == nil || b.isDraining() || ctx.Err() != nil || errors.Is(err, sessions.ErrShuttingDown) {
 			done(false) // webhook: Telegram retries on the 503
 			return
 		}
@@ -479,17 +478,18 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 	return text[start:end]
 }
 
-// process handles one message and reports whether it is done with (false
-// when it could not be stored: the gateway is shutting down, or storage
-// failed). stored is called as soon as the message is stored. first is
-// false on a retry, whose failure is logged quietly.
-func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) bool {
+// process handles one message. It returns nil when done with it, and an
+// error when the message could not be stored: the gateway is shutting down
+// (sessions.ErrShuttingDown, or ctx ended), or storage failed. stored is
+// called as soon as the message is stored. first is false on a retry,
+// whose failure is logged quietly.
+func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
 	if !b.addressed(m) {
-		return true
+		return nil
 	}
 	if !b.allowed(m) {
 		b.refuse(ctx, m)
-		return true
+		return nil
 	}
 	in := sessions.Inbound{
 		Channel: Channel, SessionKey: key,
@@ -504,7 +504,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		if m.Chat.IsPrivate() && m.Text == "" {
 			b.send(ctx, m.Chat.ID, nonTextText, m.MessageID)
 		}
-		return true
+		return nil
 	}
 	in.Text = text
 	stopTyping := b.typing(m.Chat.ID)
@@ -520,23 +520,25 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	stopTyping()
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
-		return false
+		return err
 	case errors.Is(err, sessions.ErrTooLong):
 		b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
-		return true
+		return nil
 	case errors.Is(err, sessions.ErrReplyNotStored):
 		// Stored, but the reply was not: the ledger runs the turn again
 		// and delivers that reply.
-		return true
+		return nil
 	case err != nil:
-		b.failed(first, "telegram: storing a message failed; retrying", key, err)
-		return false
+		if ctx.Err() == nil { // else polling stopped: nothing failed
+			b.failed(first, "telegram: storing a message failed; retrying", key, err)
+		}
+		return err
 	}
 	if out.Turn.Claim == "" {
 		// Nothing for this update to send: a shutdown interrupted the turn
 		// (whoever runs it again sends that reply), another runner holds
 		// it, or its reply was delivered already (a repeated update).
-		return true
+		return nil
 	}
 	text = out.Reply.Text
 	if out.Reply.Status == sessions.MsgInterrupted && text == "" {
@@ -546,7 +548,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
 	}
-	return true
+	return nil
 }
 
 // stripMention removes the bot's @mention from a group message.
@@ -567,7 +569,7 @@ func (b *Bot) failed(first bool, msg, key string, err error) {
 	b.log.Log(context.Background(), level, msg, slog.String("session_key", key), slog.String("error", err.Error()))
 }
 
-func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound, first bool) bool {
+func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound, first bool) error {
 	switch m.Command() {
 	case "start":
 		b.send(ctx, m.Chat.ID, startText, m.MessageID)
@@ -576,13 +578,13 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 			if !errors.Is(err, sessions.ErrShuttingDown) {
 				b.failed(first, "telegram: reset failed; retrying", in.SessionKey, err)
 			}
-			return false
+			return err
 		}
 		b.send(ctx, m.Chat.ID, resetText, m.MessageID)
 	default: // help, and unknown commands
 		b.send(ctx, m.Chat.ID, helpText, m.MessageID)
 	}
-	return true
+	return nil
 }
 
 func (b *Bot) stop(m *tgbotapi.Message, key string) {
