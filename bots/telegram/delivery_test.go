@@ -259,14 +259,34 @@ func TestWebhookRepeatsSendOnce(t *testing.T) {
 type leadCounter struct {
 	*sessions.Manager
 	refused atomic.Int64
+	notify  chan struct{} // a token after each refusal, when made
 }
 
 func (l *leadCounter) Lead(ctx context.Context, name string, ttl time.Duration) (bool, error) {
 	ok, err := l.Manager.Lead(ctx, name, ttl)
 	if err == nil && !ok {
 		l.refused.Add(1)
+		if l.notify != nil {
+			select {
+			case l.notify <- struct{}{}:
+			default:
+			}
+		}
 	}
 	return ok, err
+}
+
+// waitRefused waits until the bot has been refused the role n times.
+func (l *leadCounter) waitRefused(t *testing.T, n int64) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for l.refused.Load() < n {
+		select {
+		case <-l.notify:
+		case <-timeout:
+			t.Fatalf("refused the role %d times, want %d", l.refused.Load(), n)
+		}
+	}
 }
 
 // TestOnePollerAcrossReplicas: two gateways on one PostgreSQL database and
@@ -335,5 +355,48 @@ func TestOnePollerAcrossReplicas(t *testing.T) {
 	}
 	if api.Conflicts() != 0 {
 		t.Fatalf("%d getUpdates overlapped: two replicas polled at once", api.Conflicts())
+	}
+}
+
+// TestLosingThePollerRoleStopsPolling: when a renewal finds the role taken,
+// the bot stops polling at once and stands by (a message sent meanwhile is
+// not taken); once the role is free again it polls from the stored offset
+// and answers that message once.
+func TestLosingThePollerRoleStopsPolling(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	api := telegramtest.New(t)
+	var lc *leadCounter
+	h := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled,
+		beforeStart: func(h *harness) {
+			h.bot.leadTTL, h.bot.leadEvery, h.bot.leadRetry = 2*time.Second, 200*time.Millisecond, 100*time.Millisecond
+		},
+		sess: func(m *sessions.Manager) Sessions {
+			lc = &leadCounter{Manager: m, notify: make(chan struct{}, 1)}
+			return lc
+		}})
+	api.Push(telegramtest.DM(1, "one"))
+	api.WaitSent(t, 1)
+	steal := `UPDATE leaders SET holder = 'another-replica', expires_at = now() + interval '1 hour'`
+	if err := h.db.Gorm().Exec(steal).Error; err != nil {
+		t.Fatal(err)
+	}
+	// A renewal is refused, then the stand-by loop asks again: by then the
+	// polling term has ended.
+	lc.waitRefused(t, 2)
+	two := api.Push(telegramtest.DM(1, "two"))
+	// Two more refusals: a bot still polling would have answered by now.
+	lc.waitRefused(t, 4)
+	if n := len(api.Messages()); n != 1 {
+		t.Fatalf("%d messages sent while another replica held the role", n)
+	}
+	if err := h.db.Gorm().Exec(`DELETE FROM leaders`).Error; err != nil {
+		t.Fatal(err)
+	}
+	sent := api.WaitSent(t, 2)
+	if sent[1].ReplyTo != two || sent[1].Text != "echo: two (history: 2)" {
+		t.Fatalf("after regaining the role: %+v", sent[1])
+	}
+	if api.Conflicts() != 0 {
+		t.Fatalf("%d getUpdates overlapped", api.Conflicts())
 	}
 }
