@@ -161,7 +161,7 @@ func TestHeldMessageSurvivesRestart(t *testing.T) {
 	api.WaitConfirmed(t, held) // Telegram has forgotten it: only the stored state has it
 	h1.shutdown(time.Second)
 
-	h2 := start(t, api, dir, setup{beforeStart: func(h *harness) {
+	start(t, api, dir, setup{beforeStart: func(h *harness) {
 		if err := h.db.Gorm().Exec("DROP TRIGGER poison").Error; err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,6 @@ func TestHeldMessageSurvivesRestart(t *testing.T) {
 	if got := answers[after]; len(got) != 1 || len(sent) != 3 {
 		t.Fatalf("sent = %+v", sent)
 	}
-	_ = h2
 }
 
 // TestWebhookRepeatsSendOnce: Telegram repeats a webhook delivery whose
