@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
 
 // keyQueues runs functions one at a time per key, in submission order, and
@@ -49,44 +51,80 @@ func (q *keyQueues) drain(key string) {
 // concurrently (one queue per chat), so they finish out of order; after a
 // restart Telegram sends everything from the offset again, and the stored
 // ids keep those already processed from running twice.
+//
+// An update whose message could not be stored is held: kept in memory and
+// retried, and written into the stored state itself. Once that write
+// landed the offset may pass it — Telegram may forget it, since the state
+// remembers it — so that one failing update never keeps getUpdates, which
+// returns at most 100 updates from the offset, from reaching newer ones.
 type offsetTracker struct {
 	mu        sync.Mutex
-	pending   map[int]bool // started, not processed
-	done      map[int]bool // processed, above committed
+	pending   map[int]bool        // started, not processed
+	held      map[int]*heldUpdate // not stored yet: retried
+	done      map[int]bool        // processed, above committed
 	maxSeen   int
 	committed int
 	progress  chan struct{} // a token after each finish
+	retired   bool          // its polling term ended: it stores nothing more
+}
+
+// heldUpdate is an update whose message could not be stored yet.
+type heldUpdate struct {
+	Update tgbotapi.Update `json:"update"`
+	// Since is when storing it first failed; after giveUpAfter the user
+	// is told, and the update is let go.
+	Since time.Time `json:"since"`
+	// durable is set once a stored state holds it.
+	durable bool
 }
 
 // offsetState is the stored form.
 type offsetState struct {
-	Offset int   `json:"offset"`
-	Done   []int `json:"done,omitempty"`
+	Offset int           `json:"offset"`
+	Done   []int         `json:"done,omitempty"`
+	Held   []*heldUpdate `json:"held,omitempty"`
 }
 
 func newOffsetTracker(st offsetState) *offsetTracker {
-	o := &offsetTracker{pending: map[int]bool{}, done: map[int]bool{}, maxSeen: st.Offset - 1, committed: st.Offset,
-		progress: make(chan struct{}, 1)}
+	o := &offsetTracker{pending: map[int]bool{}, held: map[int]*heldUpdate{}, done: map[int]bool{},
+		maxSeen: st.Offset - 1, committed: st.Offset, progress: make(chan struct{}, 1)}
 	for _, id := range st.Done {
 		if id >= st.Offset {
 			o.done[id] = true
 			o.maxSeen = max(o.maxSeen, id)
 		}
 	}
+	for _, h := range st.Held {
+		h.durable = true
+		o.held[h.Update.UpdateID] = h
+		o.maxSeen = max(o.maxSeen, h.Update.UpdateID)
+	}
 	return o
 }
 
+// heldUpdates returns the held updates, oldest first.
+func (o *offsetTracker) heldUpdates() []*heldUpdate {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*heldUpdate, 0, len(o.held))
+	for _, h := range o.held {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b *heldUpdate) int { return a.Update.UpdateID - b.Update.UpdateID })
+	return out
+}
+
 // known reports whether id was handed out already: processed (in this run
-// or before a restart) or still being processed.
+// or before a restart), held, or still being processed.
 func (o *offsetTracker) known(id int) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return id < o.committed || o.done[id] || o.pending[id]
+	return id < o.committed || o.done[id] || o.pending[id] || o.held[id] != nil
 }
 
 // offset is the getUpdates offset to ask with: never past an update that
-// is not processed, since asking with a higher offset confirms it to
-// Telegram, which then never sends it again.
+// is neither processed nor durably held, since asking with a higher offset
+// confirms it to Telegram, which then never sends it again.
 func (o *offsetTracker) offset() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -107,7 +145,9 @@ func (o *offsetTracker) waitProgress(ctx context.Context, max time.Duration) {
 func (o *offsetTracker) start(id int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.pending[id] = true
+	if o.held[id] == nil {
+		o.pending[id] = true
+	}
 	o.maxSeen = max(o.maxSeen, id)
 }
 
@@ -116,28 +156,97 @@ func (o *offsetTracker) finish(id int) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.pending, id)
+	delete(o.held, id)
 	o.done[id] = true
-	next := o.maxSeen + 1
-	if len(o.pending) > 0 {
-		ids := make([]int, 0, len(o.pending))
-		for p := range o.pending {
-			ids = append(ids, p)
-		}
-		next = slices.Min(ids)
+	o.committed = max(o.committed, o.next(0))
+	o.signal()
+	return o.state(o.committed)
+}
+
+// hold records that u could not be stored (since when) and returns the
+// state to store, whose offset may pass u: the state carries u. Call
+// holdStored once that state is stored.
+func (o *offsetTracker) hold(u tgbotapi.Update, since time.Time) offsetState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.pending, u.UpdateID)
+	if o.held[u.UpdateID] == nil {
+		o.held[u.UpdateID] = &heldUpdate{Update: u, Since: since}
 	}
-	o.committed = max(o.committed, next)
-	st := offsetState{Offset: o.committed}
+	return o.state(max(o.committed, o.next(u.UpdateID)))
+}
+
+// holdStored marks a held update durable: the offset may pass it now.
+func (o *offsetTracker) holdStored(id int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if h := o.held[id]; h != nil {
+		h.durable = true
+	}
+	o.committed = max(o.committed, o.next(0))
+	o.signal()
+}
+
+// isDurable reports whether a held update is in the stored state.
+func (o *offsetTracker) isDurable(id int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.held[id]
+	return h != nil && h.durable
+}
+
+// next is the offset the updates allow: the lowest update still being
+// processed, or held but not yet stored (other than also, which is taken
+// as stored), else one past the highest seen.
+func (o *offsetTracker) next(also int) int {
+	next := o.maxSeen + 1
+	for p := range o.pending {
+		next = min(next, p)
+	}
+	for id, h := range o.held {
+		if !h.durable && id != also {
+			next = min(next, id)
+		}
+	}
+	return next
+}
+
+// state builds the stored form for offset committed; done ids below it
+// are forgotten.
+func (o *offsetTracker) state(committed int) offsetState {
+	st := offsetState{Offset: committed}
 	for d := range o.done {
 		if d < o.committed {
 			delete(o.done, d)
-		} else {
+		} else if d >= committed {
 			st.Done = append(st.Done, d)
 		}
 	}
 	slices.Sort(st.Done)
+	for _, h := range o.held {
+		st.Held = append(st.Held, h)
+	}
+	slices.SortFunc(st.Held, func(a, b *heldUpdate) int { return a.Update.UpdateID - b.Update.UpdateID })
+	return st
+}
+
+func (o *offsetTracker) signal() {
 	select {
 	case o.progress <- struct{}{}:
 	default:
 	}
-	return st
+}
+
+// retire ends the tracker's term: another replica polls now, and what this
+// one would store could undo that one's progress.
+func (o *offsetTracker) retire() {
+	o.mu.Lock()
+	o.retired = true
+	o.mu.Unlock()
+}
+
+func (o *offsetTracker) isRetired() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.retired
 }

@@ -20,7 +20,6 @@ func TestSplit(t *testing.T) {
 	if len(parts) < 3 {
 		t.Fatalf("%d parts for %d units", len(parts), utf16Len(text))
 	}
-	var rejoined []string
 	for i, p := range parts {
 		if n := utf16Len(p); n > MaxMessageUnits || n == 0 {
 			t.Fatalf("part %d has %d UTF-16 units", i, n)
@@ -31,13 +30,31 @@ func TestSplit(t *testing.T) {
 		if i < len(parts)-1 && utf16Len(p) < MaxMessageUnits/2 {
 			t.Fatalf("part %d is only %d units: cut too early", i, utf16Len(p))
 		}
-		rejoined = append(rejoined, p)
 	}
-	// Cuts fall on spaces or line breaks, which are the only bytes dropped.
-	joined := strings.Join(rejoined, "")
-	strip := strings.NewReplacer(" ", "", "\n", "")
-	if strip.Replace(joined) != strip.Replace(text) {
-		t.Fatal("splitting lost or changed text")
+	checkParts(t, text, parts)
+}
+
+// checkParts checks that parts are text, byte for byte, cut at spaces or
+// line breaks: each part is the text's next bytes exactly, and between two
+// parts exactly one space or line break was dropped.
+func checkParts(t *testing.T, text string, parts []string) {
+	t.Helper()
+	rest := text
+	for i, p := range parts {
+		if !strings.HasPrefix(rest, p) {
+			t.Fatalf("part %d is not the text's next %d bytes: %q…", i, len(p), p[:min(len(p), 40)])
+		}
+		rest = rest[len(p):]
+		if i == len(parts)-1 {
+			break
+		}
+		if rest == "" || (rest[0] != ' ' && rest[0] != '\n') {
+			t.Fatalf("cut after part %d is not at a space or line break: %q", i, rest[:min(len(rest), 10)])
+		}
+		rest = rest[1:]
+	}
+	if rest != "" {
+		t.Fatalf("%d bytes of the text are in no part", len(rest))
 	}
 }
 

@@ -5,17 +5,15 @@ package telegram
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -35,6 +33,10 @@ type Sessions interface {
 	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
 	ChannelState(ctx context.Context, key string) (string, error)
 	SetChannelState(ctx context.Context, key, value string) error
+	// Lead takes or renews a role for this replica for ttl; Resign gives
+	// it up. Polling runs only while the bot's poller role is held.
+	Lead(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	Resign(ctx context.Context, name string) error
 }
 
 // Options configures the bot.
@@ -52,6 +54,9 @@ type Options struct {
 	HTTPClient    *http.Client
 	// Sleep waits between retries; tests pass one that records instead.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Now tells how long an update has failed to be stored, which decides
+	// when the bot gives up on it (default time.Now).
+	Now func() time.Time
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
 	TypingEvery time.Duration
@@ -68,6 +73,15 @@ const (
 	refusalText  = "Sorry, this bot is private."
 	nonTextText  = "I can only read text messages."
 	resetNotice  = "(A new conversation started: the last one %s.)"
+	unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
+)
+
+// Retrying an update whose message could not be stored: the first wait,
+// the longest, and when the user is told and the update let go.
+const (
+	retryFirst  = 500 * time.Millisecond
+	retryMax    = 30 * time.Second
+	giveUpAfter = 10 * time.Minute
 )
 
 // Bot is the Telegram channel.
@@ -78,32 +92,49 @@ type Bot struct {
 	log   *slog.Logger
 	ctx   *ctxClient
 	queue *keyQueues
+	seen  *recentUpdates // webhook update ids taken, bounded
+
+	self    atomic.Pointer[tgbotapi.User] // set once getMe succeeded
+	startMu sync.Mutex
+	lastErr error
+
+	// The poller role: renewed every leadEvery for leadTTL; a replica
+	// without it asks again every leadRetry. skipResign makes a stop look
+	// like a crash (tests).
+	leadTTL, leadEvery, leadRetry time.Duration
+	skipResign                    bool
 
 	mu        sync.Mutex
 	draining  bool
+	stopping  chan struct{}  // closed by StopTaking
 	refused   map[int64]bool // chats that got the private-bot refusal
 	warned    map[string]bool
-	offsets   *offsetTracker
-	offsetKey string
 	persistMu sync.Mutex
 	inflight  sync.WaitGroup
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
-// no context: getUpdates gets the polling context, so stopping cancels a
-// long poll at once, while replies still go out during the drain.
+// no context: getUpdates and the start-up calls get the polling context,
+// so stopping (or losing the poller role) cancels a long poll or a hanging
+// start at once, while replies still go out during the drain.
 type ctxClient struct {
 	client *http.Client
 	mu     sync.Mutex
 	poll   context.Context
 }
 
+// startCalls are the calls that end when polling stops.
+var startCalls = []string{"/getUpdates", "/getMe", "/setWebhook", "/deleteWebhook", "/setMyCommands"}
+
 func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/getUpdates") {
-		c.mu.Lock()
-		ctx := c.poll
-		c.mu.Unlock()
-		req = req.WithContext(ctx)
+	for _, m := range startCalls {
+		if strings.HasSuffix(req.URL.Path, m) {
+			c.mu.Lock()
+			ctx := c.poll
+			c.mu.Unlock()
+			req = req.WithContext(ctx)
+			break
+		}
 	}
 	return c.client.Do(req)
 }
@@ -114,14 +145,21 @@ func (c *ctxClient) setPoll(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// New connects to the Bot API (getMe) and returns the bot. A rejected token
-// is a one-line error naming the channel; the token never appears in it.
-func New(ctx context.Context, sess Sessions, opts Options) (*Bot, error) {
+// New returns the bot without touching the network: Start connects
+// (getMe), retrying in the background, so an unreachable or refusing Bot
+// API never delays or stops the rest of the gateway.
+func New(sess Sessions, opts Options) (*Bot, error) {
+	if opts.Token == "" {
+		return nil, errors.New("telegram: no token")
+	}
 	if opts.APIURL == "" {
 		opts.APIURL = "https://api.telegram.org"
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.PollTimeout <= 0 {
+		opts.PollTimeout = 30 * time.Second
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: opts.PollTimeout + 30*time.Second}
@@ -129,31 +167,61 @@ func New(ctx context.Context, sess Sessions, opts Options) (*Bot, error) {
 	if opts.Sleep == nil {
 		opts.Sleep = sleep
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.TypingEvery <= 0 {
 		opts.TypingEvery = 4 * time.Second
 	}
-	if opts.PollTimeout <= 0 {
-		opts.PollTimeout = 30 * time.Second
-	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
-		ctx:     &ctxClient{client: opts.HTTPClient, poll: ctx},
+		ctx:     &ctxClient{client: opts.HTTPClient, poll: context.Background()},
 		queue:   newKeyQueues(),
+		seen:    newRecentUpdates(4096),
 		refused: map[int64]bool{}, warned: map[string]bool{},
+		stopping: make(chan struct{}),
+		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
-	endpoint := strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s"
-	api, err := tgbotapi.NewBotAPIWithClient(opts.Token, endpoint, b.ctx)
-	if err != nil {
-		return nil, fmt.Errorf("telegram: cannot start the bot: %s", b.redact(err))
-	}
-	b.api = api
-	b.offsetKey = "telegram:" + strconv.FormatInt(api.Self.ID, 10) + ":offset"
+	// The library's constructor calls getMe; the bot is built without it.
+	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
+	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
 	sess.OnDeliver(Channel, true, b.deliverStored)
 	return b, nil
 }
 
-// Username is the bot's @username.
-func (b *Bot) Username() string { return b.api.Self.UserName }
+// Ready reports whether the bot has connected (getMe succeeded).
+func (b *Bot) Ready() bool { return b.self.Load() != nil }
+
+// Err is the last start-up failure (nil once connected): a rejected token,
+// an unreachable Bot API server. The token never appears in it.
+func (b *Bot) Err() error {
+	b.startMu.Lock()
+	defer b.startMu.Unlock()
+	return b.lastErr
+}
+
+func (b *Bot) setErr(err error) {
+	b.startMu.Lock()
+	b.lastErr = err
+	b.startMu.Unlock()
+}
+
+// me is the bot's own user; the zero User before getMe succeeded.
+func (b *Bot) me() tgbotapi.User {
+	if u := b.self.Load(); u != nil {
+		return *u
+	}
+	return tgbotapi.User{}
+}
+
+// Username is the bot's @username ("" until it has connected).
+func (b *Bot) Username() string { return b.me().UserName }
+
+// stateKey names one of the bot's stored values: per bot, so two bots on
+// one database keep theirs apart.
+func (b *Bot) stateKey(what string) string {
+	return "telegram:" + strconv.FormatInt(b.me().ID, 10) + ":" + what
+}
 
 // redact removes the token from an error's text (the library's transport
 // errors carry the request URL, which contains it).
@@ -176,9 +244,15 @@ func (b *Bot) warnOnce(kind string, err error) {
 	}
 }
 
-// Start registers the commands and, in webhook mode, the webhook. In
-// polling mode it then polls until ctx ends; in webhook mode it returns.
+// Start connects (getMe, retried with backoff until it succeeds or ctx
+// ends) and registers the commands; then, in webhook mode, it registers
+// the webhook (retried likewise) and returns, and in polling mode it polls
+// whenever this replica holds the bot's poller role, until ctx ends.
 func (b *Bot) Start(ctx context.Context) error {
+	b.ctx.setPoll(ctx)
+	if !b.connect(ctx) {
+		return nil
+	}
 	cmds := tgbotapi.NewSetMyCommands(
 		tgbotapi.BotCommand{Command: "new", Description: "Start a new conversation"},
 		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
@@ -186,126 +260,52 @@ func (b *Bot) Start(ctx context.Context) error {
 		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
 		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
 	)
-	if _, err := b.api.Request(cmds); err != nil {
+	if _, err := b.api.Request(cmds); err != nil && ctx.Err() == nil {
 		b.warnOnce("setMyCommands", err)
 	}
 	if b.opts.Mode == "webhook" {
-		params := tgbotapi.Params{"url": b.opts.WebhookURL, "secret_token": b.opts.WebhookSecret}
-		params.AddNonEmpty("allowed_updates", `["message"]`)
-		if _, err := b.api.MakeRequest("setWebhook", params); err != nil {
-			return fmt.Errorf("telegram: setWebhook: %s", b.redact(err))
-		}
-		b.log.Info("telegram webhook registered", slog.String("bot", "@"+b.Username()))
+		b.setWebhook(ctx)
 		return nil
 	}
-	// Polling and a webhook exclude each other on Telegram's side.
-	if _, err := b.api.MakeRequest("deleteWebhook", tgbotapi.Params{}); err != nil {
-		b.warnOnce("deleteWebhook", err)
-	}
-	return b.poll(ctx)
-}
-
-// poll is the update loop: getUpdates from the stored offset, hand each
-// update to its chat's queue, and store the offset once every update before
-// it is processed. An empty or failed poll backs off; it never spins.
-func (b *Bot) poll(ctx context.Context) error {
-	b.ctx.setPoll(ctx)
-	st, err := b.loadOffset(ctx)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.offsets = newOffsetTracker(st)
-	b.mu.Unlock()
-	b.log.Info("telegram polling", slog.String("bot", "@"+b.Username()), slog.Int("offset", st.Offset))
-	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		if backoff > 0 {
-			if b.opts.Sleep(ctx, backoff) != nil {
-				break
-			}
-		}
-		updates, err := b.api.GetUpdates(tgbotapi.UpdateConfig{
-			Offset: b.offsets.offset(), Timeout: int(b.opts.PollTimeout / time.Second), AllowedUpdates: []string{"message"},
-		})
-		if ctx.Err() != nil {
-			break
-		}
-		if err != nil {
-			var apiErr *tgbotapi.Error
-			switch {
-			case errors.As(err, &apiErr) && apiErr.Code == http.StatusConflict:
-				b.log.Error("telegram: another process is polling this bot's token, or a webhook is set; retrying", slog.String("error", apiErr.Message))
-				backoff = grow(backoff, 5*time.Second, time.Minute)
-			case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
-				backoff = time.Duration(apiErr.RetryAfter) * time.Second
-			default:
-				b.log.Warn("telegram: getUpdates failed", slog.String("error", b.redact(err)))
-				backoff = grow(backoff, time.Second, 30*time.Second)
-			}
-			continue
-		}
-		if len(updates) == 0 {
-			backoff = grow(backoff, 200*time.Millisecond, 2*time.Second)
-			continue
-		}
-		backoff = 0
-		fresh := 0
-		for _, u := range updates {
-			if b.offsets.known(u.UpdateID) {
-				continue // running, or processed before a restart
-			}
-			fresh++
-			b.dispatch(ctx, u, b.offsets, nil)
-		}
-		if fresh == 0 {
-			// Only updates still being processed came back: wait for one
-			// to finish instead of asking again at once.
-			b.offsets.waitProgress(ctx, b.opts.PollTimeout)
-		}
-	}
+	b.pollWhileLeading(ctx)
 	return nil
 }
 
-func grow(d, first, limit time.Duration) time.Duration {
-	if d < first {
-		return first
+// connect calls getMe until it succeeds (true) or ctx ends (false). Each
+// new kind of failure is logged once as one line, without the token.
+func (b *Bot) connect(ctx context.Context) bool {
+	wait := time.Duration(0)
+	logged := ""
+	for {
+		self, err := b.api.GetMe()
+		if err == nil {
+			b.self.Store(&self)
+			b.setErr(nil)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		err = fmt.Errorf("telegram: cannot start the bot: %s", b.redact(err))
+		b.setErr(err)
+		wait = grow(wait, time.Second, time.Minute)
+		if msg := err.Error(); msg != logged {
+			logged = msg
+			b.log.Error(msg + "; retrying in the background")
+		}
+		if b.opts.Sleep(ctx, wait) != nil {
+			return false
+		}
 	}
-	return min(d*2, limit)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-func (b *Bot) loadOffset(ctx context.Context) (offsetState, error) {
-	var st offsetState
-	v, err := b.sess.ChannelState(ctx, b.offsetKey)
-	if err != nil {
-		return st, fmt.Errorf("telegram: read offset: %w", err)
-	}
-	if v == "" {
-		return st, nil
-	}
-	if err := json.Unmarshal([]byte(v), &st); err != nil {
-		return st, fmt.Errorf("telegram: stored offset %q: %w", v, err)
-	}
-	return st, nil
 }
 
 // dispatch queues an update behind the earlier ones of the same chat, so
 // one user's messages run in order while different chats run side by side,
 // and a /stop is never stuck behind the turn it should stop. settled, if
 // given, is called once: with true as soon as the update's message is
-// stored (or needs no storing), with false if it was not taken.
-func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTracker, settled func(bool)) {
+// stored (or needs no storing), with false if it was not taken. held is
+// set for an update that already failed to be stored (since then).
+func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTracker, settled func(bool), held time.Time) {
 	if offsets != nil {
 		offsets.start(u.UpdateID)
 	}
@@ -325,14 +325,8 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 			return // not processed: the offset stays, Telegram sends it again
 		}
 		doneOnce.Do(func() {
-			// One writer at a time, so that an older snapshot never lands
-			// after a newer one.
-			b.persistMu.Lock()
-			defer b.persistMu.Unlock()
-			st, _ := json.Marshal(offsets.finish(u.UpdateID))
-			if err := b.sess.SetChannelState(context.WithoutCancel(ctx), b.offsetKey, string(st)); err != nil {
-				b.log.Error("telegram: storing offset failed", slog.String("error", err.Error()))
-			}
+			st := offsets.finish(u.UpdateID)
+			b.persist(ctx, offsets, st)
 		})
 	}
 	m := u.Message
@@ -349,8 +343,74 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	b.inflight.Add(1)
 	b.queue.submit(key, func() {
 		defer b.inflight.Done()
-		done(b.process(ctx, m, key, func() { done(true) }))
+		b.run(ctx, u, key, offsets, held, done)
 	})
+}
+
+// run processes an update on its chat's queue. In polling mode, an update
+// whose message could not be stored is retried with backoff, from memory,
+// on the same queue (so the chat's later messages stay behind it and other
+// chats go on); it is held in the stored offset state meanwhile, so that
+// polling moves past it. After giveUpAfter the user is told and the update
+// is let go. While draining, or once this replica stops polling, it is
+// left unconfirmed: Telegram, or the stored state, brings it back.
+func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
+	m := u.Message
+	wait := time.Duration(0)
+	for attempt := 0; ; attempt++ {
+		stored := false
+		err := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
+		if err == nil || stored {
+			done(true)
+			return
+		}
+		if offsets == nil || b.isDraining() || ctx.Err() != nil || errors.Is(err, sessions.ErrShuttingDown) {
+			done(false) // webhook: Telegram retries on the 503
+			return
+		}
+		now := b.opts.Now()
+		if since.IsZero() {
+			since = now
+		}
+		if !offsets.isDurable(u.UpdateID) {
+			st := offsets.hold(u, since)
+			if b.persist(ctx, offsets, st) {
+				offsets.holdStored(u.UpdateID)
+			}
+		}
+		if now.Sub(since) >= giveUpAfter {
+			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
+				slog.Int("update_id", u.UpdateID), slog.Duration("failing_for", now.Sub(since)))
+			b.send(ctx, m.Chat.ID, unstoredText, m.MessageID)
+			done(true)
+			return
+		}
+		wait = grow(wait, retryFirst, retryMax)
+		if b.pause(ctx, wait) != nil {
+			done(false)
+			return
+		}
+	}
+}
+
+// pause waits d, or less when ctx ends or the bot stops taking updates.
+func (b *Bot) pause(ctx context.Context, d time.Duration) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-b.stopping:
+			cancel()
+		case <-pctx.Done():
+		}
+	}()
+	return b.opts.Sleep(pctx, d)
+}
+
+func (b *Bot) isDraining() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
 }
 
 func (b *Bot) sessionKey(m *tgbotapi.Message) string {
@@ -376,7 +436,7 @@ func (b *Bot) addressed(m *tgbotapi.Message) bool {
 		_, target, found := strings.Cut(at, "@")
 		return !found || strings.EqualFold(target, b.Username())
 	}
-	if m.ReplyToMessage != nil && m.ReplyToMessage.From != nil && m.ReplyToMessage.From.ID == b.api.Self.ID {
+	if m.ReplyToMessage != nil && m.ReplyToMessage.From != nil && m.ReplyToMessage.From.ID == b.me().ID {
 		return true
 	}
 	return b.mentioned(m)
@@ -390,7 +450,7 @@ func (b *Bot) mentioned(m *tgbotapi.Message) bool {
 				return true
 			}
 		case "text_mention":
-			if e.User != nil && e.User.ID == b.api.Self.ID {
+			if e.User != nil && e.User.ID == b.me().ID {
 				return true
 			}
 		}
@@ -418,16 +478,18 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 	return text[start:end]
 }
 
-// process handles one message and reports whether it is done with (false
-// when it could not be stored: the gateway is shutting down, or storage
-// failed). stored is called as soon as the message is stored.
-func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stored func()) bool {
+// process handles one message. It returns nil when done with it, and an
+// error when the message could not be stored: the gateway is shutting down
+// (sessions.ErrShuttingDown, or ctx ended), or storage failed. stored is
+// called as soon as the message is stored. first is false on a retry,
+// whose failure is logged quietly.
+func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
 	if !b.addressed(m) {
-		return true
+		return nil
 	}
 	if !b.allowed(m) {
 		b.refuse(ctx, m)
-		return true
+		return nil
 	}
 	in := sessions.Inbound{
 		Channel: Channel, SessionKey: key,
@@ -435,14 +497,14 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stor
 		ClientMsgID: strconv.FormatInt(m.Chat.ID, 10) + ":" + strconv.Itoa(m.MessageID),
 	}
 	if m.IsCommand() {
-		return b.command(ctx, m, in)
+		return b.command(ctx, m, in, first)
 	}
 	text := strings.TrimSpace(b.stripMention(m))
 	if text == "" {
 		if m.Chat.IsPrivate() && m.Text == "" {
 			b.send(ctx, m.Chat.ID, nonTextText, m.MessageID)
 		}
-		return true
+		return nil
 	}
 	in.Text = text
 	stopTyping := b.typing(m.Chat.ID)
@@ -458,23 +520,25 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stor
 	stopTyping()
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
-		return false
+		return err
 	case errors.Is(err, sessions.ErrTooLong):
 		b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
-		return true
+		return nil
 	case errors.Is(err, sessions.ErrReplyNotStored):
 		// Stored, but the reply was not: the ledger runs the turn again
 		// and delivers that reply.
-		return true
+		return nil
 	case err != nil:
-		b.log.Error("telegram: turn failed", slog.String("session_key", key), slog.String("error", err.Error()))
-		return false
+		if ctx.Err() == nil { // else polling stopped: nothing failed
+			b.failed(first, "telegram: storing a message failed; retrying", key, err)
+		}
+		return err
 	}
 	if out.Turn.Claim == "" {
 		// Nothing for this update to send: a shutdown interrupted the turn
 		// (whoever runs it again sends that reply), another runner holds
 		// it, or its reply was delivered already (a repeated update).
-		return true
+		return nil
 	}
 	text = out.Reply.Text
 	if out.Reply.Status == sessions.MsgInterrupted && text == "" {
@@ -484,7 +548,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, stor
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
 	}
-	return true
+	return nil
 }
 
 // stripMention removes the bot's @mention from a group message.
@@ -495,23 +559,32 @@ func (b *Bot) stripMention(m *tgbotapi.Message) string {
 	return strings.ReplaceAll(m.Text, "@"+b.Username(), "")
 }
 
-func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound) bool {
+// failed logs a failure to store: loudly the first time, quietly on the
+// retries that follow.
+func (b *Bot) failed(first bool, msg, key string, err error) {
+	level := slog.LevelError
+	if !first {
+		level = slog.LevelDebug
+	}
+	b.log.Log(context.Background(), level, msg, slog.String("session_key", key), slog.String("error", err.Error()))
+}
+
+func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound, first bool) error {
 	switch m.Command() {
 	case "start":
 		b.send(ctx, m.Chat.ID, startText, m.MessageID)
 	case "new", "reset":
 		if _, err := b.sess.Reset(ctx, in); err != nil {
-			if errors.Is(err, sessions.ErrShuttingDown) {
-				return false
+			if !errors.Is(err, sessions.ErrShuttingDown) {
+				b.failed(first, "telegram: reset failed; retrying", in.SessionKey, err)
 			}
-			b.log.Error("telegram: reset failed", slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
-			return false
+			return err
 		}
 		b.send(ctx, m.Chat.ID, resetText, m.MessageID)
 	default: // help, and unknown commands
 		b.send(ctx, m.Chat.ID, helpText, m.MessageID)
 	}
-	return true
+	return nil
 }
 
 func (b *Bot) stop(m *tgbotapi.Message, key string) {
@@ -607,6 +680,11 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 // rescuer, after a restart or for a replica that died), or one whose
 // earlier delivery did not complete.
 func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, error) {
+	if !b.Ready() {
+		// The rescuer may run before getMe succeeded; the turn is
+		// delivered again later.
+		return "", errors.New("telegram: the bot has not connected yet")
+	}
 	chatID, err := strconv.ParseInt(d.ChatID, 10, 64)
 	if err != nil {
 		return "", fmt.Errorf("%w: chat id %q", sessions.ErrUndeliverable, d.ChatID)
@@ -626,7 +704,10 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 // updates are left for Telegram to send again.
 func (b *Bot) StopTaking() {
 	b.mu.Lock()
-	b.draining = true
+	if !b.draining {
+		b.draining = true
+		close(b.stopping)
+	}
 	b.mu.Unlock()
 }
 
@@ -641,44 +722,4 @@ func (b *Bot) Wait(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
-}
-
-// WebhookHandler serves Telegram's webhook POSTs. A request without the
-// secret header gets 401, a malformed body 400, and a request while draining
-// 503 (Telegram retries later). The answer is sent once the message is
-// stored, so Telegram does not retry a message the gateway already has.
-func (b *Bot) WebhookHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get("X-Telegram-Bot-Api-Secret-Token")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(b.opts.WebhookSecret)) != 1 {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		b.mu.Lock()
-		draining := b.draining
-		b.mu.Unlock()
-		if draining {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		var u tgbotapi.Update
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-		if err := dec.Decode(&u); err != nil || u.UpdateID == 0 {
-			http.Error(w, "malformed update", http.StatusBadRequest)
-			return
-		}
-		// Dispatched like a polled update; the answer waits until the
-		// message is stored, and the turn runs on after it.
-		settled := make(chan bool, 1)
-		b.dispatch(context.WithoutCancel(r.Context()), u, nil, func(ok bool) { settled <- ok })
-		select {
-		case ok := <-settled:
-			if !ok {
-				http.Error(w, "not taken; send again", http.StatusServiceUnavailable)
-				return
-			}
-			w.WriteHeader(http.StatusOK)
-		case <-r.Context().Done():
-		}
-	})
 }

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,7 @@ type harness struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	waits []time.Duration
+	polls atomic.Int64 // this bot's getUpdates requests
 }
 
 type setup struct {
@@ -38,15 +41,39 @@ type setup struct {
 	agent    agent.Agent
 	policies map[string]sessions.Policy
 	now      func() time.Time
+	// dsn, when set, is a PostgreSQL database to use instead of SQLite.
+	dsn string
+	// sleep replaces the recording sleep that returns at once.
+	sleep func(ctx context.Context, d time.Duration) error
+	// sess wraps the manager as the bot sees it.
+	sess func(*sessions.Manager) Sessions
+	// beforeStart runs once the store exists, before the bot starts.
+	beforeStart func(h *harness)
+}
+
+// countPolls counts a bot's getUpdates requests on their way out.
+type countPolls struct {
+	next  http.RoundTripper
+	polls *atomic.Int64
+}
+
+func (c countPolls) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/getUpdates") {
+		c.polls.Add(1)
+	}
+	return c.next.RoundTrip(r)
 }
 
 func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness {
 	t.Helper()
 	h := &harness{t: t, api: api, dbDir: dir}
-	if h.srv = httptest.NewServer(api); true {
-		t.Cleanup(h.srv.Close)
+	h.srv = httptest.NewServer(api)
+	t.Cleanup(h.srv.Close)
+	driver, dsn := sessions.DriverSQLite, filepath.Join(dir, "g.db")
+	if s.dsn != "" {
+		driver, dsn = sessions.DriverPostgres, s.dsn
 	}
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(dir, "g.db"), sessions.OpenOptions{})
+	db, err := sessions.Open(context.Background(), driver, dsn, sessions.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +88,7 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	opts.Logger = quiet
 	opts.PollTimeout = time.Second
 	opts.TypingEvery = time.Hour
+	opts.HTTPClient = &http.Client{Transport: countPolls{next: http.DefaultTransport, polls: &h.polls}}
 	if opts.Mode == "" {
 		opts.Mode = "polling"
 	}
@@ -68,15 +96,25 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 		h.mu.Lock()
 		h.waits = append(h.waits, d)
 		h.mu.Unlock()
+		if s.sleep != nil {
+			return s.sleep(ctx, d)
+		}
 		return ctx.Err()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	bot, err := New(ctx, h.mgr, opts)
+	var sess Sessions = h.mgr
+	if s.sess != nil {
+		sess = s.sess(h.mgr)
+	}
+	bot, err := New(sess, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.bot = bot
+	if s.beforeStart != nil {
+		s.beforeStart(h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
 	h.done = make(chan struct{})
 	go func() {
 		defer close(h.done)
@@ -89,10 +127,19 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 }
 
 // shutdown stops the bot as the gateway does on SIGTERM: stop polling, stop
-// taking updates, drain the manager for drain, wait for the queues.
+// taking updates, drain the manager for drain, wait for the queues. A
+// second call does nothing.
 func (h *harness) shutdown(drain time.Duration) {
+	h.mu.Lock()
+	if h.done == nil {
+		h.mu.Unlock()
+		return
+	}
+	done := h.done
+	h.done = nil
+	h.mu.Unlock()
 	h.stop()
-	<-h.done
+	<-done
 	h.bot.StopTaking()
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	h.mgr.Shutdown(ctx)
@@ -101,6 +148,22 @@ func (h *harness) shutdown(drain time.Duration) {
 	h.bot.Wait(wctx)
 	wcancel()
 	h.db.Close()
+}
+
+// waitsOf returns the waits the bot asked for so far.
+func (h *harness) waitsOf() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Duration(nil), h.waits...)
+}
+
+// answersByMessage groups the sent texts by the message they reply to.
+func answersByMessage(sent []telegramtest.Sent) map[int][]string {
+	out := map[int][]string{}
+	for _, m := range sent {
+		out[m.ReplyTo] = append(out[m.ReplyTo], m.Text)
+	}
+	return out
 }
 
 func texts(msgs []telegramtest.Sent) []string {
@@ -212,12 +275,15 @@ func TestLongReplyIsSplit(t *testing.T) {
 	api := telegramtest.New(t)
 	start(t, api, t.TempDir(), setup{agent: longAgent{text: long}})
 	api.Push(telegramtest.DM(7, "tell me everything"))
-	sent := api.WaitSent(t, 3)
-	time.Sleep(50 * time.Millisecond) // let a wrongly extra part arrive before counting
-	sent = api.Messages()
-	if len(sent) != 3 {
-		t.Fatalf("%d parts for %d UTF-16 units, want 3", len(sent), utf16Len(long))
+	api.WaitSent(t, 3)
+	// The chat's next message runs after the long reply's every part went
+	// out: its answer closes the count.
+	next := api.Push(telegramtest.DM(7, "thanks"))
+	sent := api.WaitSent(t, 4)
+	if sent[3].ReplyTo != next {
+		t.Fatalf("message 4 is %q, not the next reply's first part: the long reply was not 3 parts", sent[3].Text)
 	}
+	sent = sent[:3]
 	var joined []string
 	for i, m := range sent {
 		if n := utf16Len(m.Text); n > MaxMessageUnits {
@@ -228,10 +294,7 @@ func TestLongReplyIsSplit(t *testing.T) {
 		}
 		joined = append(joined, m.Text)
 	}
-	strip := strings.NewReplacer(" ", "", "\n", "")
-	if strip.Replace(strings.Join(joined, "")) != strip.Replace(long) {
-		t.Fatal("the parts do not add up to the reply")
-	}
+	checkParts(t, long, joined)
 }
 
 func TestTooManyRequestsIsWaitedOut(t *testing.T) {
@@ -259,9 +322,10 @@ func TestAllowlist(t *testing.T) {
 	api.Push(telegramtest.DM(8, "let me in"))
 	api.Push(telegramtest.DM(8, "please"))
 	api.Push(telegramtest.DM(7, "hi"))
-	sent := api.WaitSent(t, 2)
-	time.Sleep(50 * time.Millisecond)
-	sent = api.Messages()
+	last := api.LastUpdateID()
+	api.WaitSent(t, 2)
+	api.WaitConfirmed(t, last) // every update processed, refusals included
+	sent := api.Messages()
 	var refusals int
 	for _, m := range sent {
 		if m.ChatID == 8 {
@@ -307,7 +371,7 @@ func TestGroupRules(t *testing.T) {
 	if got := api.WaitSent(t, 4)[3].Text; got != "echo: hello (history: 0)" {
 		t.Fatalf("second member = %q", got)
 	}
-	time.Sleep(50 * time.Millisecond)
+	api.WaitConfirmed(t, api.LastUpdateID())
 	if n := len(api.Messages()); n != 4 {
 		t.Fatalf("%d messages sent; unaddressed group messages were answered", n)
 	}
@@ -368,23 +432,82 @@ func TestWebhook(t *testing.T) {
 	}
 }
 
-func TestBadTokenIsOneClearLine(t *testing.T) {
+// TestStartConnectsInBackground: the bot is built without the network;
+// Start retries getMe while the Bot API is unreachable, then while it
+// refuses the token — each failure one line without the token, Ready
+// false, stored replies not delivered yet — and serves once it answers.
+func TestStartConnectsInBackground(t *testing.T) {
 	api := telegramtest.New(t)
-	srv := httptest.NewServer(api)
+	var stage atomic.Int32 // 0: unreachable, 1: token refused, 2: up
+	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch stage.Load() {
+		case 0:
+			panic(http.ErrAbortHandler) // the connection drops: a transport error naming the URL
+		case 1:
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
+		default:
+			api.ServeHTTP(w, r)
+		}
+	})
+	srv := httptest.NewServer(front)
 	defer srv.Close()
-	db, _ := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet})
-	_, err := New(context.Background(), mgr, Options{Token: "999:wrong-token", APIURL: srv.URL, Logger: quiet})
-	if err == nil || !strings.HasPrefix(err.Error(), "telegram: ") || strings.Contains(err.Error(), "wrong-token") || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("err = %v", err)
+	// Each pause between attempts waits for the test: it looks at the
+	// failure, changes the server, then lets the bot go on.
+	retried, resume := make(chan struct{}), make(chan struct{})
+	bot, err := New(mgr, Options{Token: telegramtest.Token, APIURL: srv.URL, Logger: quiet, PollTimeout: time.Second,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			select {
+			case retried <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case <-resume:
+			case <-ctx.Done():
+			}
+			return ctx.Err()
+		}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Unreachable server: the transport error carries the URL; the token
-	// must still not show.
-	srv.Close()
-	_, err = New(context.Background(), mgr, Options{Token: "999:wrong-token", APIURL: srv.URL, Logger: quiet})
-	if err == nil || strings.Contains(err.Error(), "wrong-token") {
-		t.Fatalf("err = %v", err)
+	if bot.Ready() || bot.Err() != nil {
+		t.Fatal("a bot that has not started reports ready or failed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); bot.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for _, want := range []string{"EOF", "Unauthorized"} {
+		// Wait for the retry's pause: the failure is recorded by then.
+		<-retried
+		err := bot.Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "telegram: cannot start the bot: ") || !strings.Contains(err.Error(), want) ||
+			strings.Contains(err.Error(), "TEST-token") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("start-up error = %v, want one line naming %q without the token", err, want)
+		}
+		if bot.Ready() {
+			t.Fatal("ready before getMe succeeded")
+		}
+		if _, err := bot.deliverStored(ctx, sessions.Delivery{ChatID: "7", Reply: sessions.Reply{Text: "x"}}); err == nil || errors.Is(err, sessions.ErrUndeliverable) {
+			t.Fatalf("delivery before connecting: %v, want a retryable error", err)
+		}
+		stage.Add(1)
+		resume <- struct{}{}
+	}
+	api.Push(telegramtest.DM(7, "hi"))
+	if got := api.WaitSent(t, 1)[0].Text; got != "echo: hi (history: 0)" {
+		t.Fatalf("reply after connecting = %q", got)
+	}
+	if !bot.Ready() || bot.Err() != nil || bot.Username() != telegramtest.BotName {
+		t.Fatalf("after connecting: ready %v, err %v, username %q", bot.Ready(), bot.Err(), bot.Username())
 	}
 }
 
@@ -429,21 +552,21 @@ func TestRestartMidBatch(t *testing.T) {
 		t.Fatalf("recovery ran %d (%v), want the interrupted a2", ran, err)
 	}
 	api.WaitSent(t, 6)
-	time.Sleep(100 * time.Millisecond) // a duplicate would arrive now
+	// Each user's next message runs behind anything still queued for them:
+	// once both are answered, a duplicate would have been sent already.
+	ids = append(ids, api.Push(telegramtest.DM(1, "a4")), api.Push(telegramtest.DM(2, "b4")))
+	api.WaitSent(t, 8)
 	sent := api.Messages()
-	replies := map[int][]string{}
-	for _, m := range sent {
-		replies[m.ReplyTo] = append(replies[m.ReplyTo], m.Text)
-	}
+	replies := answersByMessage(sent)
 	// a2's rerun and a3 may run in either order after the restart, so
 	// their history counts vary; each message gets exactly one answer.
-	for i, text := range []string{"a1", "b1", "a2", "b2", "a3", "b3"} {
+	for i, text := range []string{"a1", "b1", "a2", "b2", "a3", "b3", "a4", "b4"} {
 		if got := replies[ids[i]]; len(got) != 1 || !strings.HasPrefix(got[0], "echo: "+text+" (history: ") {
 			t.Errorf("message %s: sent %q, want exactly one echo", text, got)
 		}
 	}
-	if len(sent) != 6 {
-		t.Fatalf("%d messages sent, want 6: %q", len(sent), texts(sent))
+	if len(sent) != 8 {
+		t.Fatalf("%d messages sent, want 8: %q", len(sent), texts(sent))
 	}
 }
 
@@ -454,9 +577,9 @@ func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
 	api.PushUpdate("edited_message", telegramtest.DM(7, "edited text"))
 	api.PushUpdate("channel_post", map[string]any{"chat": map[string]any{"id": -9, "type": "channel"}, "text": "post"})
 	api.Push(telegramtest.DM(7, "hi"))
-	sent := api.WaitSent(t, 1)
-	time.Sleep(50 * time.Millisecond)
-	if sent = api.Messages(); len(sent) != 1 || sent[0].Text != "echo: hi (history: 0)" {
+	api.WaitSent(t, 1)
+	api.Push(telegramtest.DM(7, "bye"))
+	if sent := api.WaitSent(t, 2); len(sent) != 2 || sent[0].Text != "echo: hi (history: 0)" || sent[1].Text != "echo: bye (history: 2)" {
 		t.Fatalf("sent = %+v", sent)
 	}
 	h.mu.Lock()
@@ -466,7 +589,7 @@ func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
 		t.Fatalf("backoff after two conflicts = %v, want 5s then 10s", waits)
 	}
 	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{})
-	if len(convs) != 1 || convs[0].LastSeq != 2 {
+	if len(convs) != 1 || convs[0].LastSeq != 4 {
 		t.Fatalf("conversations = %+v: edits or channel posts were stored", convs)
 	}
 }

@@ -184,15 +184,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
-	// Telegram: a bot that cannot start (a rejected token, an unreachable
-	// Bot API server) is logged, and the rest of the gateway serves on.
+	// Telegram: the bot connects in the background (Start retries getMe),
+	// so an unreachable or refusing Bot API server never delays the
+	// listener; it is logged, and the rest of the gateway serves on.
 	pollCtx, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
 	pollDone := make(chan struct{})
 	var bot *telegram.Bot
 	if cfg.TelegramEnabled() {
 		tg := cfg.Channels.Telegram
-		b, err := telegram.New(pollCtx, mgr, telegram.Options{
+		b, err := telegram.New(mgr, telegram.Options{
 			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,

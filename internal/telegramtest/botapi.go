@@ -1,14 +1,17 @@
 // Package telegramtest is a local Bot API server for tests: it speaks the
 // wire format the real client library uses (form-encoded POSTs to
-// /bot<token>/<method>, {"ok":…,"result":…} answers, long polling, and
-// Telegram's rule that asking getUpdates for offset N confirms — drops —
-// every update below N).
+// /bot<token>/<method>, {"ok":…,"result":…} answers) and keeps getUpdates'
+// rules: asking for offset N confirms — drops — every update below N (a
+// negative N keeps only the last -N), at most limit updates come back (1–100,
+// default 100), timeout seconds of long polling (default 0), and a second
+// getUpdates while one is waiting ends the first with 409 Conflict.
 package telegramtest
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +42,22 @@ type Server struct {
 	fail429  int // sendMessage answers 429 this many times first
 	conflict int // getUpdates answers 409 this many times first
 	polls    int
+	calls    []Call
+	// waiting is the getUpdates request now waiting, if any; a newer one
+	// ends it with 409, as Telegram does.
+	waiting   *poller
+	conflicts int // live long polls ended by a newer one
+}
+
+// Call is one request the bot made: its method and form parameters.
+type Call struct {
+	Method string
+	Params url.Values
+}
+
+type poller struct {
+	r          *http.Request
+	terminated bool
 }
 
 // Sent is a message the bot sent.
@@ -67,6 +86,10 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.t.Errorf("bad form: %v", err)
 	}
 	method := strings.TrimPrefix(r.URL.Path, prefix)
+	a.mu.Lock()
+	a.calls = append(a.calls, Call{Method: method, Params: r.Form})
+	a.cond.Broadcast()
+	a.mu.Unlock()
 	ok := func(result any) {
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result})
 	}
@@ -85,7 +108,19 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Unlock()
 		offset, _ := strconv.Atoi(r.FormValue("offset"))
 		timeout, _ := strconv.Atoi(r.FormValue("timeout"))
-		ok(a.poll(r, offset, time.Duration(timeout)*time.Second))
+		limit := 100
+		if v := r.FormValue("limit"); v != "" {
+			// The Bot API server clamps limit into 1–100.
+			n, _ := strconv.Atoi(v)
+			limit = min(max(n, 1), 100)
+		}
+		updates, conflict := a.poll(r, offset, limit, time.Duration(timeout)*time.Second)
+		if conflict {
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"ok":false,"error_code":409,"description":"Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}`)
+			return
+		}
+		ok(updates)
 	case "sendMessage":
 		a.mu.Lock()
 		if a.fail429 > 0 {
@@ -128,8 +163,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // poll answers getUpdates: confirm below offset, then wait (up to timeout,
-// or until the client goes away) for an update at or above it.
-func (a *Server) poll(r *http.Request, offset int, timeout time.Duration) []map[string]any {
+// or until the client goes away, or a newer getUpdates ends this one) for
+// an update at or above it, and return at most limit of them.
+func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration) ([]map[string]any, bool) {
 	deadline := time.Now().Add(timeout)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -146,7 +182,27 @@ func (a *Server) poll(r *http.Request, offset int, timeout time.Duration) []map[
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.polls++
+	if prev := a.waiting; prev != nil {
+		prev.terminated = true
+		if prev.r.Context().Err() == nil {
+			a.conflicts++
+		}
+		a.cond.Broadcast()
+	}
+	me := &poller{r: r}
+	a.waiting = me
+	defer func() {
+		if a.waiting == me {
+			a.waiting = nil
+		}
+	}()
 	for {
+		if offset < 0 {
+			// A negative offset keeps the last -offset updates and forgets
+			// the ones before them.
+			a.updates = a.updates[max(len(a.updates)+offset, 0):]
+			offset = 0
+		}
 		kept := a.updates[:0]
 		for _, u := range a.updates {
 			if u["update_id"].(int) >= offset {
@@ -154,10 +210,13 @@ func (a *Server) poll(r *http.Request, offset int, timeout time.Duration) []map[
 			}
 		}
 		a.updates = kept
+		if me.terminated {
+			return nil, true
+		}
 		if len(a.updates) > 0 || time.Now().After(deadline) || r.Context().Err() != nil {
-			out := make([]map[string]any, len(a.updates))
+			out := make([]map[string]any, min(len(a.updates), limit))
 			copy(out, a.updates)
-			return out
+			return out, false
 		}
 		a.cond.Wait()
 	}
@@ -235,19 +294,70 @@ func (a *Server) Fail429(n int) { a.mu.Lock(); a.fail429 = n; a.mu.Unlock() }
 // Conflict makes the next n getUpdates calls answer 409.
 func (a *Server) Conflict(n int) { a.mu.Lock(); a.conflict = n; a.mu.Unlock() }
 
+// Calls returns the requests made so far for method ("" for all).
+func (a *Server) Calls(method string) []Call {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Call
+	for _, c := range a.calls {
+		if method == "" || c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Conflicts counts getUpdates requests that were still waiting for their
+// client when a newer one ended them: two pollers at once.
+func (a *Server) Conflicts() int { a.mu.Lock(); defer a.mu.Unlock(); return a.conflicts }
+
+// Pending counts updates not yet confirmed.
+func (a *Server) Pending() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.updates) }
+
 // WaitSent waits until n messages have been sent, bounded.
 func (a *Server) WaitSent(t testing.TB, n int) []Sent {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	a.waitFor(t, func() bool { return len(a.sent) >= n }, func() string {
+		return fmt.Sprintf("%d messages sent, want %d; the last: %+v", len(a.sent), n, a.sent[max(len(a.sent)-5, 0):])
+	})
+	return a.Messages()
+}
+
+// WaitConfirmed waits until the bot asked getUpdates with an offset above
+// updateID: it has confirmed that update (and every one before it).
+func (a *Server) WaitConfirmed(t testing.TB, updateID int) {
+	t.Helper()
+	a.waitFor(t, func() bool {
+		for _, c := range a.calls {
+			if n, _ := strconv.Atoi(c.Params.Get("offset")); c.Method == "getUpdates" && n > updateID {
+				return true
+			}
+		}
+		return false
+	}, func() string { return fmt.Sprintf("update %d never confirmed", updateID) })
+}
+
+// LastUpdateID is the id of the newest update pushed.
+func (a *Server) LastUpdateID() int { a.mu.Lock(); defer a.mu.Unlock(); return a.nextID - 1 }
+
+// waitFor waits, under the lock, until cond holds; every request and every
+// sent message wakes it. It fails the test after 20 s.
+func (a *Server) waitFor(t testing.TB, cond func() bool, why func() string) {
+	t.Helper()
+	expired := false
+	timer := time.AfterFunc(20*time.Second, func() {
+		a.mu.Lock()
+		expired = true
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer timer.Stop()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for len(a.sent) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages sent, want %d: %+v", len(a.sent), n, a.sent)
+	for !cond() {
+		if expired {
+			t.Fatal(why())
 		}
-		a.mu.Unlock()
-		time.Sleep(5 * time.Millisecond) // polling for another goroutine's send
-		a.mu.Lock()
+		a.cond.Wait()
 	}
-	return append([]Sent(nil), a.sent...)
 }

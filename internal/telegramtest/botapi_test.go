@@ -1,0 +1,62 @@
+package telegramtest
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+)
+
+// TestGetUpdatesRules checks the fake against the Bot API's documented
+// getUpdates rules, through the real client library: at most limit
+// updates (1–100, default 100), an offset confirms every update below it,
+// a negative offset keeps only the newest, and every call is recorded.
+func TestGetUpdatesRules(t *testing.T) {
+	a := New(t)
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 150; i++ {
+		a.Push(DM(7, "m"))
+	}
+	ids := func(us []tgbotapi.Update) (int, int, int) {
+		if len(us) == 0 {
+			return 0, 0, 0
+		}
+		return len(us), us[0].UpdateID, us[len(us)-1].UpdateID
+	}
+	for _, tc := range []struct {
+		name              string
+		cfg               tgbotapi.UpdateConfig
+		n, first, last    int
+		pendingAfterwards int
+	}{
+		{"default limit is 100", tgbotapi.UpdateConfig{}, 100, 1, 100, 150},
+		{"limit 5", tgbotapi.UpdateConfig{Limit: 5}, 5, 1, 5, 150},
+		{"limit above 100 is clamped", tgbotapi.UpdateConfig{Limit: 500}, 100, 1, 100, 150},
+		{"offset confirms below it", tgbotapi.UpdateConfig{Offset: 121}, 30, 121, 150, 30},
+		{"confirmed updates are gone", tgbotapi.UpdateConfig{Offset: 1}, 30, 121, 150, 30},
+		{"negative offset keeps the newest", tgbotapi.UpdateConfig{Offset: -3}, 3, 148, 150, 3},
+	} {
+		us, err := api.GetUpdates(tc.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n, first, last := ids(us); n != tc.n || first != tc.first || last != tc.last {
+			t.Errorf("%s: got %d updates %d..%d, want %d updates %d..%d", tc.name, n, first, last, tc.n, tc.first, tc.last)
+		}
+		if p := a.Pending(); p != tc.pendingAfterwards {
+			t.Errorf("%s: %d updates pending afterwards, want %d", tc.name, p, tc.pendingAfterwards)
+		}
+	}
+	calls := a.Calls("getUpdates")
+	if len(calls) != 6 || calls[1].Params.Get("limit") != "5" || calls[3].Params.Get("offset") != "121" {
+		t.Fatalf("recorded calls = %+v", calls)
+	}
+	if n := len(a.Calls("getMe")); n != 1 {
+		t.Fatalf("%d getMe calls recorded, want 1", n)
+	}
+}
