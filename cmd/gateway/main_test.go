@@ -148,6 +148,31 @@ func waitHealthy(t *testing.T, base string) {
 	}
 }
 
+// waitReadyz polls /readyz, bounded, until it answers status with body;
+// it fails with the last answer.
+func waitReadyz(t *testing.T, base string, status int, body string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == status && string(b) == body {
+				return
+			}
+			last = fmt.Sprintf("%d %q", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/readyz never answered %d %q; last: %s", base, status, body, last)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a running process, not waiting on a policy
+	}
+}
+
 func TestUnreachableDatabaseFailsCleanly(t *testing.T) {
 	path := writeConfig(t, "storage:\n  driver: postgres\n  dsn: postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable&connect_timeout=2\n")
 	code, _, errOut := runCmd(t, "serve", "-c", path)
