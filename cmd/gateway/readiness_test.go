@@ -188,3 +188,41 @@ func TestReadyzNamesUnreachableStorage(t *testing.T) {
 		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
 	}
 }
+
+// fakeBot reports its state the way the Telegram bot does.
+type fakeBot struct {
+	ready bool
+	last  error
+}
+
+func (b *fakeBot) Ready() bool { return b.ready }
+
+type fakeBotWithError struct{ fakeBot }
+
+func (b *fakeBotWithError) LastError() error { return b.last }
+
+func TestBotCheck(t *testing.T) {
+	const connecting = "connecting to the Bot API"
+	if botCheck(struct{}{}, connecting) != nil {
+		t.Fatal("a bot that does not report its state got a check")
+	}
+	for _, c := range []struct {
+		bot  any
+		want string
+	}{
+		{&fakeBot{ready: true}, ""},
+		{&fakeBot{}, connecting},
+		{&fakeBotWithError{fakeBot{}}, connecting},
+		{&fakeBotWithError{fakeBot{last: fmt.Errorf("getMe: 502 Bad Gateway")}}, connecting + " (last error: getMe: 502 Bad Gateway)"},
+		{&fakeBotWithError{fakeBot{ready: true, last: fmt.Errorf("old")}}, ""},
+	} {
+		err := botCheck(c.bot, connecting)()
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("check of %+v = %q, want %q", c.bot, got, c.want)
+		}
+	}
+}
