@@ -978,7 +978,11 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	n := len(m.running)
 	m.mu.Unlock()
 	m.cancel(errShutdown)
-	m.log.Warn("drain deadline passed: interrupted the running turns and sweeps", slog.Int("turns", n))
+	msg := "drain deadline passed: interrupted the running turns and sweeps"
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg = "drain cut short: interrupted the running turns and sweeps"
+	}
+	m.log.Warn(msg, slog.Int("turns", n))
 	t := time.NewTimer(m.opts.InterruptGrace)
 	defer t.Stop()
 	select {

@@ -216,8 +216,8 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		go func() { n, err := m.runSchedule("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
 
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // the drain's deadline has passed
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second)) // the drain's deadline has passed
+		defer cancel()
 		stopped := make(chan error, 1)
 		go func() { stopped <- m.Shutdown(ctx) }()
 		// Shutdown tells once it has cancelled what still runs.
