@@ -9,19 +9,40 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Server is the HTTP server. Routes are added with Handle before Serve.
+// The server's phases, as /readyz reports them.
+const (
+	phaseStarting int32 = iota
+	phaseServing
+	phaseDraining
+)
+
+// check is one named readiness check.
+type check struct {
+	name string
+	fn   func() error
+}
+
+// Server is the HTTP server. Routes may be added with Handle at any time,
+// also while it serves (a channel that starts in the background mounts its
+// route when it is ready).
 type Server struct {
 	mux   *http.ServeMux
 	srv   *http.Server
-	ready atomic.Bool
+	phase atomic.Int32
 	log   *slog.Logger
+
+	mu     sync.Mutex
+	checks []check
 }
 
-// New returns a Server with /healthz and /readyz.
+// New returns a Server with /healthz and /readyz. /readyz answers 503
+// "starting" until Started is called.
 func New(log *slog.Logger) *Server {
 	s := &Server{mux: http.NewServeMux(), log: log}
 	s.srv = &http.Server{
@@ -35,9 +56,9 @@ func New(log *slog.Logger) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !s.ready.Load() {
+		if not := s.NotReady(); len(not) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("draining\n"))
+			w.Write([]byte(strings.Join(not, "\n") + "\n"))
 			return
 		}
 		w.Write([]byte("ready\n"))
@@ -48,12 +69,49 @@ func New(log *slog.Logger) *Server {
 // Handle mounts a route.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// SetReady sets what /readyz answers: 200 when ready, 503 while starting or
-// draining.
-func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+// AddCheck registers a readiness check: while fn returns an error, /readyz
+// answers 503 with the line "name: error". fn runs on every /readyz
+// request, so it must be quick and bound its own I/O.
+func (s *Server) AddCheck(name string, fn func() error) {
+	s.mu.Lock()
+	s.checks = append(s.checks, check{name, fn})
+	s.mu.Unlock()
+}
 
-// Ready reports the readiness.
-func (s *Server) Ready() bool { return s.ready.Load() }
+// Started ends the starting phase: from now on /readyz answers from the
+// checks.
+func (s *Server) Started() { s.phase.CompareAndSwap(phaseStarting, phaseServing) }
+
+// Drain makes /readyz answer 503 "draining" for good: the gateway is
+// stopping and takes no new work.
+func (s *Server) Drain() { s.phase.Store(phaseDraining) }
+
+// NotReady lists, one line each, what keeps the gateway from being ready:
+// "starting" or "draining", then every failing check as "name: error".
+// It is empty when the gateway is ready.
+func (s *Server) NotReady() []string {
+	var out []string
+	switch s.phase.Load() {
+	case phaseStarting:
+		out = append(out, "starting")
+	case phaseDraining:
+		out = append(out, "draining")
+	}
+	s.mu.Lock()
+	checks := append([]check(nil), s.checks...)
+	s.mu.Unlock()
+	for _, c := range checks {
+		if err := c.fn(); err != nil {
+			out = append(out, c.name+": "+oneLine(err.Error()))
+		}
+	}
+	return out
+}
+
+// oneLine keeps a check's error on its own line of the /readyz body.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
 
 // Serve serves on ln until Shutdown; it returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
@@ -65,9 +123,14 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting connections and waits (until ctx ends) for
-// in-flight HTTP requests. Hijacked connections (WebSockets) are closed by
+// in-flight HTTP requests; requests still running then have their
+// connections closed. Hijacked connections (WebSockets) are closed by
 // their channel, not here.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.ready.Store(false)
-	return s.srv.Shutdown(ctx)
+	s.Drain()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	return err
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -653,21 +655,47 @@ func TestOpenAIStreamsDeltaFrames(t *testing.T) {
 }
 
 func TestDeadPeerIsDropped(t *testing.T) {
-	e := newEnv(t, agent.Echo{}, WSOptions{PingInterval: 20 * time.Millisecond}, nil, nil)
+	e := newEnv(t, agent.Echo{}, WSOptions{PingInterval: 50 * time.Millisecond}, nil, nil)
+	// live keeps reading — gorilla answers pings as it reads — and hands
+	// its frames over.
 	live, _ := e.connect(map[string]any{"user": "live"})
-	dead, _ := e.connect(map[string]any{"user": "dead"})
-	// dead never reads again, so it never answers a ping; live keeps
-	// reading, and gorilla answers pings as it reads.
-	_ = dead
+	frames := make(chan map[string]any, 16)
 	go func() {
+		defer close(frames)
 		live.c.SetReadDeadline(time.Time{})
 		for {
-			if _, _, err := live.c.ReadMessage(); err != nil {
+			var f map[string]any
+			if err := live.c.ReadJSON(&f); err != nil {
 				return
 			}
+			frames <- f
 		}
 	}()
+	// dead's WebSocket is never read again, so it never answers a ping.
+	// Its socket is read raw, which answers nothing: it ends when the
+	// server closes the connection, or times out if it never does.
+	dead, _ := e.connect(map[string]any{"user": "dead"})
+	raw := dead.c.UnderlyingConn()
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, raw)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the server never dropped the peer that answers no pings")
+	}
 	waitFor(t, func() bool { return e.ws.Connections() == 1 })
+
+	// The peer that answers pings outlived the dead one's pong wait, and
+	// still talks.
+	live.send(map[string]any{"type": "message", "id": "after", "text": "still here"})
+	for f := range frames {
+		if f["type"] == "reply" {
+			if f["text"] != "echo: still here (history: 0)" {
+				t.Fatalf("reply = %v", f)
+			}
+			return
+		}
+	}
+	t.Fatal("the live peer was dropped too")
 }
 
 func TestRecoveredReplyReachesConnectedClient(t *testing.T) {

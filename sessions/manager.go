@@ -169,7 +169,16 @@ type Options struct {
 	// RescueEvery is how often the rescuer looks for claimable turns
 	// (default 5s); Wake makes it look at once.
 	RescueEvery time.Duration
+	// InterruptGrace is how long Shutdown waits, once its deadline has
+	// passed and it has cancelled what still runs, for interrupted turns to
+	// store their partial replies and sweeps to stop at their next chunk
+	// (default 3s). A turn still storing after it stays claimed until its
+	// lease ends, and is run again then.
+	InterruptGrace time.Duration
 }
+
+// DefaultInterruptGrace is Options.InterruptGrace's default.
+const DefaultInterruptGrace = 3 * time.Second
 
 // Manager is the BotSessionManager.
 type Manager struct {
@@ -190,6 +199,7 @@ type Manager struct {
 	draining  context.Context // done when Shutdown starts: lock waits end
 	drain     context.CancelFunc
 	turns     sync.WaitGroup
+	sweeps    sync.WaitGroup // running cron sweeps and purges
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
@@ -274,6 +284,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.RescueEvery <= 0 {
 		opts.RescueEvery = 5 * time.Second
 	}
+	if opts.InterruptGrace <= 0 {
+		opts.InterruptGrace = DefaultInterruptGrace
+	}
 	if opts.DefaultPolicy.MaxHistory == 0 && opts.DefaultPolicy.Reset.Mode == "" {
 		opts.DefaultPolicy = Policy{MaxHistory: 100, Reset: ResetPolicy{Mode: ResetNone}}
 	}
@@ -318,6 +331,18 @@ func (m *Manager) publish(ev ResetEvent) {
 	for _, fn := range ls {
 		fn(ev)
 	}
+}
+
+// enterSweep counts a sweep or purge for the drain; false once Shutdown
+// has begun.
+func (m *Manager) enterSweep() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return false
+	}
+	m.sweeps.Add(1)
+	return true
 }
 
 // enter counts a turn for the drain; false once Shutdown has begun.
@@ -937,24 +962,24 @@ func (m *Manager) Stop(key string) bool {
 }
 
 // Shutdown stops taking turns, sweeps and recovery, lets running turns and
-// sweeps finish until ctx ends — one deadline for all of them — then
-// cancels the rest (their partial replies are stored as interrupted, a
-// sweep stops at its next chunk) and waits for them to be stored.
+// sweeps (and purges) finish until ctx ends — one deadline for all of them
+// — then cancels the rest (their partial replies are stored as
+// interrupted, a sweep stops at its next chunk) and waits up to
+// Options.InterruptGrace for them to be stored. So it returns at most
+// InterruptGrace after ctx ends; an error says something still ran then.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
 	m.drain()
-	cronDone := context.Background().Done()
 	if m.cron != nil {
-		cronDone = m.cron.Stop().Done()
+		// No new runs; the running ones are counted in m.sweeps.
+		m.cron.Stop()
 	}
 	done := make(chan struct{})
 	go func() {
 		m.turns.Wait()
-		if cronDone != nil {
-			<-cronDone
-		}
+		m.sweeps.Wait()
 		m.stopRescuer()
 		close(done)
 	}()
@@ -966,12 +991,18 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	n := len(m.running)
 	m.mu.Unlock()
-	m.log.Warn("drain timeout: interrupting running turns and sweeps", slog.Int("turns", n))
 	m.cancel(errShutdown)
+	msg := "drain deadline passed: interrupted the running turns and sweeps"
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg = "drain cut short: interrupted the running turns and sweeps"
+	}
+	m.log.Warn(msg, slog.Int("turns", n))
+	t := time.NewTimer(m.opts.InterruptGrace)
+	defer t.Stop()
 	select {
 	case <-done:
 		return nil
-	case <-time.After(m.opts.LeaseTTL + 5*time.Second): // bounded by appendReply's retries
-		return errors.New("turns still running after the drain: their replies may be lost")
+	case <-t.C:
+		return fmt.Errorf("turns or sweeps still running %s after the drain: their turns stay claimed until the lease ends and run again then", m.opts.InterruptGrace)
 	}
 }

@@ -303,6 +303,16 @@ func (s *DB) Driver() string { return s.driver }
 // Gorm is the writer handle, for the store's own commands and tests.
 func (s *DB) Gorm() *gorm.DB { return s.write }
 
+// Ping checks that the database answers, on a reader connection so that a
+// long write does not hold it up.
+func (s *DB) Ping(ctx context.Context) error {
+	sqlDB, err := s.read.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
 // Close flushes pending writes and closes the database.
 func (s *DB) Close() error {
 	s.closeOnce.Do(func() {

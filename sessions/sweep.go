@@ -75,8 +75,14 @@ func (m *Manager) Start() error {
 	return nil
 }
 
-func (m *Manager) runSchedule(name string) {
-	// A sweep ends with the drain's deadline: Shutdown cancels base.
+// runSchedule runs one scheduled sweep or purge, counted for the drain,
+// and returns how many conversations it archived or purged. Shutdown ends
+// it at its next chunk once the drain's deadline has passed.
+func (m *Manager) runSchedule(name string) (int, error) {
+	if !m.enterSweep() {
+		return 0, ErrShuttingDown
+	}
+	defer m.sweeps.Done()
 	ctx, cancel := context.WithTimeout(m.base, 10*time.Minute)
 	defer cancel()
 	if name == "idle" {
@@ -98,13 +104,19 @@ func (m *Manager) runSchedule(name string) {
 		}
 		return err
 	})
-	if err != nil {
-		m.log.Error("sweep failed", slog.String("sweep", name), slog.String("error", err.Error()))
-		return
+	switch {
+	case err != nil && m.base.Err() != nil:
+		// Sweeps are idempotent: the next run, after the restart, goes on.
+		m.log.Warn("sweep stopped by the shutdown", slog.String("sweep", name), slog.Int("conversations", n))
+		return n, err
+	case err != nil:
+		m.log.Error("sweep failed", slog.String("sweep", name), slog.Int("conversations", n), slog.String("error", err.Error()))
+		return n, err
 	}
 	if n > 0 {
 		m.log.Info("sweep archived conversations", slog.String("sweep", name), slog.Int("conversations", n))
 	}
+	return n, nil
 }
 
 // SweepIdle archives, in every idle-resetting channel, the conversations

@@ -2,8 +2,12 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,3 +185,123 @@ func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
 		}
 	})
 }
+
+// sweepResult is what a scheduled sweep returned.
+type sweepResult struct {
+	n   int
+	err error
+}
+
+// A sweep running when the drain's deadline passes stops at its next
+// chunk: what it committed stays, the rest waits for the next run, and
+// Shutdown returns once the sweep has stopped, within its grace.
+func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		db.chunk = 2
+		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+		seedConversations(t, db, "due", 10, c.Now().Add(-2*time.Hour))
+		idle := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
+		logs := &logWatch{lines: make(chan string, 64)}
+		m := New(db, agent.Echo{}, Options{Policies: idle, Now: c.Now, Logger: slog.New(logs)})
+		inChunk, release := make(chan struct{}), make(chan struct{})
+		var events atomic.Int32
+		m.OnReset(func(ResetEvent) {
+			if events.Add(1) == 1 {
+				close(inChunk) // the first chunk has committed
+				<-release
+			}
+		})
+		swept := make(chan sweepResult, 1)
+		go func() { n, err := m.runSchedule("idle"); swept <- sweepResult{n, err} }()
+		<-inChunk
+
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second)) // the drain's deadline has passed
+		defer cancel()
+		stopped := make(chan error, 1)
+		go func() { stopped <- m.Shutdown(ctx) }()
+		// Shutdown tells once it has cancelled what still runs.
+		for interrupted := false; !interrupted; {
+			select {
+			case line := <-logs.lines:
+				interrupted = strings.HasPrefix(line, "drain deadline passed")
+			case err := <-stopped:
+				t.Fatalf("Shutdown returned (%v) while a sweep was running", err)
+			}
+		}
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatalf("Shutdown = %v; want nil: the sweep stops at its next chunk, within the grace", err)
+		}
+		r := <-swept
+		if !errors.Is(r.err, context.Canceled) || r.n != 2 {
+			t.Fatalf("sweep returned %d, %v; want 2 (one chunk), context.Canceled", r.n, r.err)
+		}
+		var archived int64
+		db.Gorm().Model(&Conversation{}).Where("status = ?", StatusArchived).Count(&archived)
+		if archived != 2 || events.Load() != 2 {
+			t.Fatalf("%d archived, %d reset events; want the first chunk's 2", archived, events.Load())
+		}
+		if n, err := m.runSchedule("idle"); !errors.Is(err, ErrShuttingDown) || n != 0 {
+			t.Fatalf("sweep after Shutdown = %d, %v; want ErrShuttingDown", n, err)
+		}
+
+		// The next start's sweep archives the rest.
+		next := newManager(t, db, agent.Echo{}, c, idle)
+		if n, err := next.runSchedule("idle"); err != nil || n != 8 {
+			t.Fatalf("next sweep archived %d (%v), want the other 8", n, err)
+		}
+	})
+}
+
+// Within the drain's deadline Shutdown lets a running sweep finish.
+func TestShutdownLetsASweepFinishBeforeTheDeadline(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		db.chunk = 2
+		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+		seedConversations(t, db, "due", 10, c.Now().Add(-2*time.Hour))
+		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
+		inChunk, release := make(chan struct{}), make(chan struct{})
+		var events atomic.Int32
+		m.OnReset(func(ResetEvent) {
+			if events.Add(1) == 1 {
+				close(inChunk)
+				<-release
+			}
+		})
+		swept := make(chan sweepResult, 1)
+		go func() { n, err := m.runSchedule("idle"); swept <- sweepResult{n, err} }()
+		<-inChunk
+
+		stopped := make(chan error, 1)
+		go func() { stopped <- m.Shutdown(context.Background()) }()
+		<-m.draining.Done() // the drain has begun
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		var archived int64
+		db.Gorm().Model(&Conversation{}).Where("status = ?", StatusArchived).Count(&archived)
+		if archived != 10 || events.Load() != 10 {
+			t.Fatalf("after Shutdown: %d archived, %d reset events; want all 10", archived, events.Load())
+		}
+		if r := <-swept; r.err != nil || r.n != 10 {
+			t.Fatalf("sweep returned %d, %v; want 10, nil", r.n, r.err)
+		}
+	})
+}
+
+// logWatch is a slog handler that hands each record's message to a test.
+type logWatch struct{ lines chan string }
+
+func (l *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logWatch) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case l.lines <- r.Message:
+	default:
+	}
+	return nil
+}
+func (l *logWatch) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logWatch) WithGroup(string) slog.Handler      { return l }

@@ -122,7 +122,7 @@ func TestServeRunsAndStopsCleanly(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second): // a hang guard, not a speed check
 		t.Fatal("serve did not stop")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "g.db")); err != nil {
@@ -145,6 +145,31 @@ func waitHealthy(t *testing.T, base string) {
 			t.Fatalf("%s/healthz never answered: %v", base, err)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a starting process, not waiting on a policy
+	}
+}
+
+// waitReadyz polls /readyz, bounded, until it answers status with body;
+// it fails with the last answer.
+func waitReadyz(t *testing.T, base string, status int, body string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == status && string(b) == body {
+				return
+			}
+			last = fmt.Sprintf("%d %q", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/readyz never answered %d %q; last: %s", base, status, body, last)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a running process, not waiting on a policy
 	}
 }
 
@@ -279,7 +304,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exit: %v\n%s", err, stderr.String())
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(60 * time.Second): // a hang guard, not a speed check
 		cmd.Process.Kill()
 		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
 	}

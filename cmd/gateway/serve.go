@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -102,6 +103,49 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*sess
 	return sessions.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, sessions.OpenOptions{Logger: log})
 }
 
+// A stop takes at most shutdown.drain_timeout + stopAllowance. The drain
+// timeout covers running turns, sweeps, purges and Telegram's queued
+// updates; the allowance is for what comes after it: up to interruptGrace
+// for the turns the deadline cancelled to store their partial replies,
+// the rest for closing the WebSocket connections (1001) and the HTTP
+// server and flushing the store.
+const (
+	interruptGrace = 3 * time.Second
+	stopAllowance  = 5 * time.Second
+)
+
+// storageCheck is the readiness check of the store: it answers a ping.
+func storageCheck(store *sessions.DB) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := store.Ping(ctx); err != nil {
+			return fmt.Errorf("ping failed: %w", err)
+		}
+		return nil
+	}
+}
+
+// botState is what /readyz asks a channel bot that connects in the
+// background: Ready once it reached its API, and Err, why not yet.
+type botState interface {
+	Ready() bool
+	Err() error
+}
+
+// botCheck is the readiness check of a bot.
+func botCheck(bot botState, connecting string) func() error {
+	return func() error {
+		if bot.Ready() {
+			return nil
+		}
+		if err := bot.Err(); err != nil {
+			return fmt.Errorf("%s (last error: %v)", connecting, err)
+		}
+		return errors.New(connecting)
+	}
+}
+
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, path := configFlag("serve", stderr)
 	cfg, code := parseConfig(fs, path, args, stderr)
@@ -114,7 +158,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	// The first SIGINT/SIGTERM (or ctx) starts a graceful stop; a second
-	// one cuts the drain short.
+	// one cuts the drain short (the flush still happens).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -137,6 +181,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
+	// Storage opens before the listener: a bad DSN is a start error.
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
@@ -155,6 +200,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RecoveryMaxAge:      cfg.Recovery.MaxAge.D(),
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
+		InterruptGrace:      interruptGrace,
 	})
 	if err := mgr.Start(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cfg.File, err)
@@ -184,9 +230,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
+	srv.AddCheck("storage", storageCheck(store))
+	// The listener is bound before anything slow (the Bot API): /healthz
+	// answers at once and /readyz says what is not ready yet.
+	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: gateway.listen: %v\n", cfg.File, err)
+		mgr.Shutdown(context.Background())
+		return 1
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
 	// Telegram: the bot connects in the background (Start retries getMe),
 	// so an unreachable or refusing Bot API server never delays the
-	// listener; it is logged, and the rest of the gateway serves on.
+	// listener; /readyz names it until it is connected, and the rest of
+	// the gateway serves on.
 	pollCtx, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
 	pollDone := make(chan struct{})
@@ -218,15 +276,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		close(pollDone)
 	}
-	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: gateway.listen: %v\n", cfg.File, err)
-		mgr.Shutdown(context.Background())
-		return 1
+	if bot != nil {
+		srv.AddCheck("telegram", botCheck(bot, "connecting to the Bot API"))
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	srv.SetReady(true)
+	srv.Started()
 	log.Info("chatgate started",
 		slog.String("version", versionString()),
 		slog.String("config", cfg.File),
@@ -245,38 +298,61 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 
-	// Shutdown: readiness off and no new connections, then drain turns for
-	// drain_timeout (or until a second signal), then interrupt the rest.
-	srv.SetReady(false)
+	// Shutdown (DESIGN §8): one deadline, drain_timeout from the first
+	// signal, for turns, sweeps, purges and queued Telegram updates; then
+	// at most stopAllowance for storing interrupted replies, closing
+	// connections and flushing the store. A second signal ends the drain
+	// at once; the rest still happens.
+	stopAt := time.Now()
+	drainCtx, cancelDrain := context.WithDeadline(hardCtx, stopAt.Add(cfg.Shutdown.DrainTimeout.D()))
+	defer cancelDrain()
+	finishCtx, cancelFinish := context.WithDeadline(context.Background(), stopAt.Add(cfg.Shutdown.DrainTimeout.D()+stopAllowance))
+	defer cancelFinish()
+
+	// Readiness off, and the channels take no new work. The listener stays
+	// open through the drain: /readyz answers 503, the webhook 503, and a
+	// WebSocket upgrade 503.
+	srv.Drain()
 	ws.StopAccepting()
 	if bot != nil {
 		bot.StopTaking()
 	}
 	stopPolling()
-	<-pollDone
-	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelHTTP()
-	if err := srv.Shutdown(httpCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		log.Warn("http shutdown", slog.String("error", err.Error()))
-	}
-	drainCtx, cancelDrain := context.WithTimeout(hardCtx, cfg.Shutdown.DrainTimeout.D())
-	defer cancelDrain()
-	if err := mgr.Shutdown(drainCtx); err != nil {
-		log.Error("drain", slog.String("error", err.Error()))
-		code = 1
-	}
-	if bot != nil {
-		// Updates still queued end quickly (the manager refuses them); their
-		// offsets stay, and Telegram sends them again after the restart.
-		botCtx, cancelBot := context.WithTimeout(context.Background(), 5*time.Second)
-		bot.Wait(botCtx)
-		cancelBot()
-	}
+
+	// The drain, in parallel. The manager interrupts what still runs at
+	// the deadline and returns at most interruptGrace later.
+	var drained sync.WaitGroup
+	drained.Go(func() {
+		if err := mgr.Shutdown(drainCtx); err != nil {
+			log.Error("drain", slog.String("error", err.Error()))
+			code = 1
+		}
+	})
+	drained.Go(func() {
+		select {
+		case <-pollDone:
+		case <-finishCtx.Done():
+		}
+		if bot != nil {
+			// Updates still queued end quickly (the manager refuses them);
+			// their offsets stay, and Telegram sends them again after the
+			// restart.
+			bot.Wait(finishCtx)
+		}
+	})
+	drained.Wait()
+
 	// Every reply that finished or was interrupted is stored and queued to
-	// its connection; now close them all with 1001.
-	wsCtx, cancelWS := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelWS()
-	ws.Shutdown(wsCtx)
+	// its connection: close the WebSocket connections with 1001 and the
+	// HTTP server, in parallel, then flush the store.
+	var closed sync.WaitGroup
+	closed.Go(func() { ws.Shutdown(finishCtx) })
+	closed.Go(func() {
+		if err := srv.Shutdown(finishCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("http shutdown", slog.String("error", err.Error()))
+		}
+	})
+	closed.Wait()
 	if err := store.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))
 		code = 1

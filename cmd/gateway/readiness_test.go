@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/internal/pgtest"
+	"github.com/chatgate/chatgate/internal/telegramtest"
+)
+
+// The listener is up before the Telegram bot has reached the Bot API:
+// /healthz answers while getMe hangs, /readyz is 503 until the bot is
+// connected, then 200.
+func TestListenerStartsBeforeTheBotAPIAnswers(t *testing.T) {
+	api := telegramtest.New(t)
+	getMe, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	apiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/getMe") {
+			select {
+			case getMe <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		api.ServeHTTP(w, r)
+	}))
+	defer apiSrv.Close()
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nchannels:\n  telegram:\n    token: %q\n    api_url: %s\n    poll_timeout: 1s\nlog:\n  level: warn\n",
+		addr, filepath.Join(t.TempDir(), "g.db"), telegramtest.Token, apiSrv.URL))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-c", path}, &bytes.Buffer{}, &stderr) }()
+
+	<-getMe // the bot is waiting for the Bot API, and stays so until released
+	waitHealthy(t, "http://"+addr)
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || len(body) == 0 || string(body) == "ready\n" {
+		t.Fatalf("/readyz while the Bot API does not answer = %d %q, want 503 naming what is not ready", resp.StatusCode, body)
+	}
+
+	once.Do(func() { close(release) })
+	waitReadyz(t, "http://"+addr, http.StatusOK, "ready\n")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+}
+
+// tcpProxy forwards loopback connections to target; while cut, it closes
+// every connection, as a database that went away would.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+	return p
+}
+
+func (p *tcpProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+}
+
+// setCut closes every connection and refuses new ones (true), or lets
+// them through again (false).
+func (p *tcpProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// /readyz names the storage while the database does not answer, and is
+// ready again once it does; the gateway then stops cleanly.
+func TestReadyzNamesUnreachableStorage(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		t.Skipf("needs a URL DSN in %s", pgtest.EnvVar)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	addr := freeAddr(t)
+	p := startGateway(t, t.TempDir(), fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  driver: postgres\n  dsn: %q\nlog:\n  level: error\n", addr, u.String()))
+	base := "http://" + addr
+	waitReadyz(t, base, http.StatusOK, "ready\n")
+
+	proxy.setCut(true)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if !strings.HasPrefix(string(body), "storage: ping failed: ") || strings.Count(string(body), "\n") != 1 {
+				t.Fatalf("/readyz with the database gone = %q, want one line naming the storage", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz stayed %d %q with the database gone", resp.StatusCode, body)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a running process
+	}
+
+	proxy.setCut(false)
+	waitReadyz(t, base, http.StatusOK, "ready\n")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
+	}
+}
+
+// fakeBot reports its state the way the Telegram bot does.
+type fakeBot struct {
+	ready bool
+	last  error
+}
+
+func (b *fakeBot) Ready() bool { return b.ready }
+func (b *fakeBot) Err() error  { return b.last }
+
+func TestBotCheck(t *testing.T) {
+	const connecting = "connecting to the Bot API"
+	for _, c := range []struct {
+		bot  *fakeBot
+		want string
+	}{
+		{&fakeBot{ready: true}, ""},
+		{&fakeBot{}, connecting},
+		{&fakeBot{last: fmt.Errorf("getMe: 502 Bad Gateway")}, connecting + " (last error: getMe: 502 Bad Gateway)"},
+		{&fakeBot{ready: true, last: fmt.Errorf("old")}, ""},
+	} {
+		err := botCheck(c.bot, connecting)()
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("check of %+v = %q, want %q", c.bot, got, c.want)
+		}
+	}
+}
