@@ -63,6 +63,9 @@ type ResetEvent struct {
 	OldConversation string
 	NewConversation string // empty for sweeps: the next message opens one
 	Reason          string
+	// Remote is true for a reset another replica made, forwarded here:
+	// a listener acting once per reset rather than per client skips it.
+	Remote bool
 }
 
 // Ack tells that the user message is durably stored.
@@ -192,6 +195,7 @@ type Manager struct {
 	loops     sync.WaitGroup // the renewer and the rescuer
 	stopLoops chan struct{}
 	stopOnce  sync.Once
+	relay     relay // events of other replicas (notify.go)
 }
 
 // hotConv is an active conversation with the tail of its messages. It is
@@ -305,6 +309,7 @@ func (m *Manager) OnReset(fn func(ResetEvent)) {
 
 func (m *Manager) publish(ev ResetEvent) {
 	m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
+	m.announceReset(ev)
 	m.mu.Lock()
 	ls := m.listeners
 	m.mu.Unlock()
@@ -782,6 +787,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			TurnSeq: userSeq, Settle: settle})
 		if err == nil {
 			hc.push(msgs...)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
 			return nil
 		}
 		switch {
@@ -796,6 +802,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 				msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
 			}
 			m.hot.Remove(hc.conv.SessionKey)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
 			return nil
 		case errors.Is(err, ErrStale) && stale < 3:
 			stale++

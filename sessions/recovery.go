@@ -130,9 +130,12 @@ func (m *Manager) Wake() {
 
 // StartRescuer runs, until Shutdown, the renewal of this replica's claims
 // (every third of the lease) and the rescuer: a pass of Recover at once,
-// then every RescueEvery and whenever woken. Register the channels'
-// deliverers first.
+// then every RescueEvery and whenever woken. It first subscribes to the
+// other replicas' events (PostgreSQL), which wake the rescuer and reach
+// OnReply and OnReset listeners. Register the channels' deliverers and
+// listeners first.
 func (m *Manager) StartRescuer() {
+	m.listenEvents()
 	m.loops.Add(2)
 	go func() {
 		defer m.loops.Done()

@@ -111,6 +111,8 @@ type DB struct {
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
+	// events carries events between replicas (PostgreSQL; notify.go).
+	events *events
 }
 
 // OpenOptions tunes Open.
@@ -182,6 +184,10 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 	if err := s.migrate(ctx); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
+	}
+	if err := s.openEvents(ctx, dsn, opts.Logger); err != nil {
+		s.closeDBs()
+		return nil, err
 	}
 	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
 	if s.ckpt != nil {
@@ -299,6 +305,7 @@ func (s *DB) Close() error {
 		if s.commit != nil {
 			s.commit.close()
 		}
+		s.closeEvents()
 		s.closeErr = s.closeDBs()
 	})
 	return s.closeErr
