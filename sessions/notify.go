@@ -74,7 +74,7 @@ type notifier interface {
 //
 // Notifications are sent after the writes they announce have committed,
 // not inside their transaction: a transaction that notifies holds a
-// database-wide lock from its NOTIFY until its commit is flushed, so
+// cluster-wide lock from its NOTIFY until its commit is flushed, so
 // notifying inside the group commit would make the committer's workers
 // (and every other replica's) commit one at a time. Sent apart, on the
 // lease pool's connections (synchronous_commit off: a notification has
@@ -95,6 +95,7 @@ type events struct {
 	mu         sync.Mutex
 	subs       []func(event)
 	started    bool
+	closed     bool
 	connected  chan struct{} // closed once the first LISTEN is in effect
 	stop       context.CancelFunc
 	listenDone chan struct{}
@@ -220,6 +221,10 @@ func (e *events) publishLoop() {
 
 func (e *events) listen(ctx context.Context, fn func(event)) error {
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
 	e.subs = append(e.subs, fn)
 	if !e.started {
 		e.started = true
@@ -332,6 +337,7 @@ func (e *events) dispatch(ev event) {
 // close stops the listener, then sends what is still queued.
 func (e *events) close() {
 	e.mu.Lock()
+	e.closed = true
 	stop, done := e.stop, e.listenDone
 	e.mu.Unlock()
 	if stop != nil {
