@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -31,6 +32,10 @@ type Sessions interface {
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (*sessions.Conversation, []sessions.Message, error)
 	OnReset(fn func(sessions.ResetEvent))
 	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
+	// OnReply and StoredReply bring replies other replicas stored to the
+	// clients connected here (relay.go).
+	OnReply(fn func(sessions.ReplyEvent))
+	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
 }
@@ -69,6 +74,8 @@ type WebSocket struct {
 	conns   map[*wsConn]struct{}
 	byKey   map[string]map[*wsConn]struct{}
 	wg      sync.WaitGroup // connection goroutines
+
+	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
 }
 
 // NewWebSocket returns the channel and subscribes it to reset notices.
@@ -113,6 +120,7 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	}
 	sess.OnReset(ws.onReset)
 	sess.OnDeliver(Channel, false, ws.deliverStored)
+	sess.OnReply(ws.onReply)
 	ws.stopPings = make(chan struct{})
 	go ws.pingLoop()
 	return ws
@@ -152,6 +160,7 @@ func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (stri
 	frame := encode(replyFrame{Type: "reply", ReplyTo: d.ClientMsgID, Seq: d.Reply.Seq, Text: d.Reply.Text, Status: d.Reply.Status})
 	for _, c := range ws.connsOf(d.SessionKey) {
 		c.enqueue(frame)
+		c.saw(d.Turn.ConversationID, d.Reply.Seq)
 	}
 	return "", nil
 }
@@ -369,6 +378,7 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		frame := encode(resetFrame{Type: "reset", Conversation: ev.NewConversation, Reason: ev.Reason})
 		for _, c := range targets {
 			c.enqueue(frame)
+			c.moved(ev.NewConversation, 0)
 		}
 		return
 	}
@@ -383,6 +393,7 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		frame := encode(resetFrame{Type: "reset", Conversation: conv.ID, Reason: ev.Reason})
 		for _, c := range targets {
 			c.enqueue(frame)
+			c.moved(conv.ID, conv.LastSeq)
 		}
 	}()
 }
@@ -413,6 +424,10 @@ type wsConn struct {
 	closing   bool     // after out, the close frame, then the socket closes
 	closeCode int
 	closeText string
+
+	posMu sync.Mutex
+	conv  string // the conversation the client shows
+	seen  int64  // the last seq of conv it was sent
 }
 
 // close ends the connection: frames already queued go out, then a close
@@ -687,6 +702,11 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 		}
 		return false
 	}
+	last := conv.LastSeq
+	if len(msgs) > 0 {
+		last = max(last, msgs[len(msgs)-1].Seq)
+	}
+	c.moved(conv.ID, last)
 	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: conv.ID, Resumed: resumed, User: c.principal, History: historyItems(msgs)}))
 	return true
 }
@@ -759,6 +779,7 @@ func (c *wsConn) run(f *clientFrame) {
 	out, err := c.ws.sess.Handle(ctx, in, sessions.Hooks{
 		OnAck: func(a sessions.Ack) {
 			acked = true
+			c.saw(a.ConversationID, a.Seq)
 			c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: a.Seq}))
 		},
 		OnDelta: func(d string) {
@@ -781,6 +802,7 @@ func (c *wsConn) run(f *clientFrame) {
 		// it delivers the reply to the key's connections.
 		return
 	}
+	c.saw(out.ConversationID, out.Reply.Seq)
 	c.deliver(encode(replyFrame{Type: "reply", ReplyTo: f.ID, Seq: out.Reply.Seq, Text: out.Reply.Text, Status: out.Reply.Status}))
 }
 

@@ -409,6 +409,19 @@ func (s *DB) Replicas(ctx context.Context, self string, ttl time.Duration) (gone
 	return gone, alive, nil
 }
 
+// Retire marks replica gone at once (its heartbeat as if long stopped):
+// a replica that stopped cleanly holds nothing, and whatever it could not
+// settle is taken over by the others without waiting for the lease.
+func (s *DB) Retire(ctx context.Context, replica string) error {
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		return tx.Exec("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", time.Unix(0, 0).UTC(), replica).Error
+	})
+	if err != nil {
+		return fmt.Errorf("retire replica %s: %w", replica, err)
+	}
+	return nil
+}
+
 // ForgetReplica removes a gone replica's row once its turns were taken
 // over; a replica that was only cut off writes its row again.
 func (s *DB) ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error {

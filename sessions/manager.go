@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -65,6 +66,9 @@ type ResetEvent struct {
 	OldConversation string
 	NewConversation string // empty for sweeps: the next message opens one
 	Reason          string
+	// Remote is true for a reset another replica made, forwarded here:
+	// a listener acting once per reset rather than per client skips it.
+	Remote bool
 }
 
 // Ack tells that the user message is durably stored.
@@ -206,9 +210,13 @@ type Manager struct {
 	claims    map[turnKey]struct{} // turns a run of this replica holds now
 	wake      chan struct{}
 	started   time.Time      // when this replica's heartbeat began
+	rescanAll atomic.Bool    // the next rescuer pass reads the whole horizon
+	beating   atomic.Bool // the heartbeat runs
+	beatMu    sync.Mutex
 	loops     sync.WaitGroup // the heartbeat and the rescuer
 	stopLoops chan struct{}
 	stopOnce  sync.Once
+	relay     relay // events of other replicas (notify.go)
 }
 
 // hotConv is an active conversation with the tail of its messages. It is
@@ -325,6 +333,7 @@ func (m *Manager) OnReset(fn func(ResetEvent)) {
 
 func (m *Manager) publish(ev ResetEvent) {
 	m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
+	m.announceReset(ev)
 	m.mu.Lock()
 	ls := m.listeners
 	m.mu.Unlock()
@@ -361,6 +370,10 @@ func (m *Manager) enter() bool {
 func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
 	if !m.enter() {
 		return nil, ErrShuttingDown
+	}
+	if err := m.startHeartbeat(); err != nil {
+		m.turns.Done()
+		return nil, err
 	}
 	release, err := m.lock(ctx, key)
 	if err != nil {
@@ -401,7 +414,7 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 	}
 	// Then the replicas' lease, so that one user's turns never overlap
 	// across gateways sharing a database.
-	releaseLease, err := m.store.Lease(waitCtx, key, m.opts.ReplicaID)
+	releaseLease, err := m.store.Lease(waitCtx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
 	if err != nil {
 		release()
 		if ctx.Err() == nil && m.draining.Err() != nil {
@@ -820,6 +833,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			TurnSeq: userSeq, Settle: settle})
 		if err == nil {
 			hc.push(msgs...)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
 			return nil
 		}
 		switch {
@@ -835,6 +849,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 				msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
 			}
 			m.hot.Remove(hc.conv.SessionKey)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
 			return nil
 		case errors.Is(err, ErrStale) && stale < 3:
 			stale++
@@ -981,6 +996,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.turns.Wait()
 		m.sweeps.Wait()
 		m.stopRescuer()
+		m.retire()
 		close(done)
 	}()
 	select {

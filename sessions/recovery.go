@@ -54,6 +54,9 @@ func (m *Manager) OnDeliver(channel string, track bool, fn DeliverFunc) {
 	m.mu.Lock()
 	m.delivery[channel] = deliverer{fn: fn, track: track}
 	m.mu.Unlock()
+	// Turns of this channel that passes left alone may be claimable now.
+	m.rescanAll.Store(true)
+	m.Wake()
 }
 
 func (m *Manager) deliverer(channel string) (deliverer, bool) {
@@ -138,13 +141,25 @@ func (m *Manager) Wake() {
 	}
 }
 
-// startHeartbeat writes the first heartbeat, before any turn is taken,
-// and keeps writing one every third of the lease until Shutdown.
+// startHeartbeat writes the first heartbeat, before this replica takes
+// any turn (Start, or the first turn or claim, whichever comes first), and
+// keeps writing one every third of the lease until Shutdown: a replica
+// that took turns without one would look gone to the others, who would
+// take its turns over.
 func (m *Manager) startHeartbeat() error {
+	if m.beating.Load() {
+		return nil
+	}
+	m.beatMu.Lock()
+	defer m.beatMu.Unlock()
+	if m.beating.Load() {
+		return nil
+	}
 	m.started = time.Now().UTC()
 	if err := m.beat(context.Background()); err != nil {
-		return err
+		return err // the next turn tries again
 	}
+	m.beating.Store(true)
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
@@ -166,9 +181,12 @@ func (m *Manager) startHeartbeat() error {
 
 // StartRescuer runs the rescuer until Shutdown: Recover at once, then a
 // pass every RescueEvery and whenever woken, each claiming the turns that
-// became due and the turns of replicas that stopped heartbeating. Register
-// the channels' deliverers first.
+// became due and the turns of replicas that stopped heartbeating. It
+// first subscribes to the other replicas' events (PostgreSQL), which wake
+// the rescuer and reach OnReply and OnReset listeners. Register the
+// channels' deliverers and listeners first.
 func (m *Manager) StartRescuer() {
+	m.listenEvents()
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
@@ -190,6 +208,19 @@ func (m *Manager) StartRescuer() {
 			_, _, err = m.rescuePass(m.draining, m.opts.RecoveryMaxAge, false)
 		}
 	}()
+}
+
+// retire tells the other replicas, after a clean stop, that this one is
+// gone: they need not wait for its heartbeat to age.
+func (m *Manager) retire() {
+	if !m.beating.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.store.Retire(ctx, m.opts.ReplicaID); err != nil {
+		m.log.Warn("could not mark this replica stopped; others take over what it left when its heartbeat is old", slog.String("error", err.Error()))
+	}
 }
 
 // stopRescuer ends the loops.
@@ -215,10 +246,13 @@ func (m *Manager) Recover(ctx context.Context, maxAge time.Duration) (int, int, 
 }
 
 // rescuePass claims the due turns and, when a replica is gone (or, with
-// full, over the whole recovery horizon), the turns nobody alive holds.
+// full, over the whole recovery horizon), the turns nobody alive holds. A
+// pass that had to leave turns alone (no channel here to deliver them
+// yet, or a failure) makes the next one full again.
 func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full bool) (int, int, error) {
+	full = m.rescanAll.Swap(false) || full
 	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
-	err := p.drain(func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
+	err := p.drain(false, func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
 	if err == nil {
 		gone, alive, rerr := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
 		err = rerr
@@ -231,16 +265,19 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 			}
 		}
 		if err == nil && (full || len(gone) > 0) {
-			err = p.drain(func() ([]DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
+			err = p.drain(true, func() ([]DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
 			p.wg.Wait()
 			for _, r := range gone {
-				if err == nil && p.failed == 0 {
+				if err == nil && p.failed == 0 && p.skipped == 0 {
 					err = m.store.ForgetReplica(ctx, r.ID, r.HeartbeatAt)
 				}
 			}
 		}
 	}
 	p.wg.Wait()
+	if full && (err != nil || p.failed > 0 || p.skipped > 0) {
+		m.rescanAll.Store(true)
+	}
 	m.opts.Observer.RecoveryPass(p.ran, p.expired)
 	if p.ran+p.expired > 0 {
 		m.log.Info("recovered turns", slog.Int("ran", p.ran), slog.Int("expired", p.expired))
@@ -262,13 +299,14 @@ type pass struct {
 
 	mu                   sync.Mutex
 	ran, expired, failed int
+	skipped              int // orphans of channels this replica cannot deliver (yet)
 }
 
 // drain reads pages of turns and dispatches each turn once, one goroutine
 // per session key (its turns in order, so a user's turns are answered in
 // the order they were sent), at most RecoveryConcurrency at a time, until
 // a page brings nothing new.
-func (p *pass) drain(page func() ([]DueTurn, error)) error {
+func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 	for p.ctx.Err() == nil {
 		due, err := page()
 		if err != nil {
@@ -284,7 +322,13 @@ func (p *pass) drain(page func() ([]DueTurn, error)) error {
 			}
 			p.seen[k] = true
 			if _, ok := p.m.deliverer(d.Channel); !ok {
-				continue // no channel here to deliver it: left to a replica that has one
+				// No channel here to deliver it (yet): left to a replica that
+				// has one, or to a later pass. Due turns are read by every
+				// pass; orphans only by a full one, so one comes again.
+				if orphans {
+					p.skipped++
+				}
+				continue
 			}
 			fresh++
 			if byKey[d.SessionKey] == nil {

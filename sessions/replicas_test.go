@@ -72,30 +72,56 @@ func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 	}
 }
 
-func TestLeaseOfADeadReplicaExpires(t *testing.T) {
+func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	dsn := postgresDSN(t)
 	db := openStore(t, DriverPostgres, dsn)
-	// A replica died holding the lease: its row stays, already expired.
-	if err := db.Gorm().Exec(`INSERT INTO session_leases (session_key, holder, expires_at) VALUES ('websocket:ann', 'dead', now() - interval '1 second')`).Error; err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	release, err := db.Lease(ctx, "websocket:ann", "replica-a")
-	if err != nil {
-		t.Fatalf("an expired lease blocked the key: %v", err)
+	// A replica died holding the lease: its row stays, its heartbeat ages.
+	if err := db.Gorm().Exec(`INSERT INTO session_leases (session_key, holder, replica, expires_at) VALUES ('websocket:ann', 'h', 'dead', now())`).Error; err != nil {
+		t.Fatal(err)
 	}
-	// While held, another replica waits.
+	if err := db.Heartbeat(ctx, "replica-a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Heartbeat(ctx, "replica-b", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	release, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL)
+	if err != nil {
+		t.Fatalf("the lease of a replica without a heartbeat blocked the key: %v", err)
+	}
+	// While a live replica holds it, another waits; the holder may retake
+	// it (its own lock keeps its turns apart).
 	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()
-	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann", "replica-b"); err == nil {
+	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann", "replica-b", LeaseTTL); err == nil {
 		t.Fatal("a held lease was taken by another replica")
 	}
+	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+		t.Fatalf("the holder could not retake its own lease: %v", err)
+	} else {
+		again()
+	}
 	release()
-	if r2, err := db.Lease(ctx, "websocket:ann", "replica-a"); err != nil {
+	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
 		t.Fatalf("after release: %v", err)
 	} else {
 		r2()
+	}
+	// A holder whose heartbeat stopped loses it.
+	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = r3 // never released: replica-a dies holding it
+	}
+	if err := db.Gorm().Exec(`UPDATE replicas SET heartbeat_at = now() - interval '1 minute' WHERE id = 'replica-a'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+		t.Fatalf("the lease of a replica whose heartbeat stopped blocked the key: %v", err)
+	} else {
+		r4()
 	}
 }
 

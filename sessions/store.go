@@ -55,11 +55,12 @@ type Store interface {
 	Heartbeat(ctx context.Context, replica string, started time.Time) error
 	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []Replica, alive []string, err error)
 	ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error
+	Retire(ctx context.Context, replica string) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
-	Lease(ctx context.Context, key, holder string) (release func(), err error)
+	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
 	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	Resign(ctx context.Context, name, holder string) error
 	GetState(ctx context.Context, key string) (string, error)
@@ -111,6 +112,10 @@ type DB struct {
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
+	// events carries events between replicas (PostgreSQL; notify.go).
+	events *events
+	// closed is closed by Close, ending background retries.
+	closed chan struct{}
 }
 
 // OpenOptions tunes Open.
@@ -129,7 +134,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
-	s := &DB{driver: driver, chunk: defaultChunk}
+	s := &DB{driver: driver, chunk: defaultChunk, closed: make(chan struct{})}
 	workers := 1
 	switch driver {
 	case DriverSQLite:
@@ -175,6 +180,10 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 			s.closeDBs()
 			return nil, err
 		}
+	}
+	if err := s.openEvents(ctx, dsn, opts.Logger); err != nil {
+		s.closeDBs()
+		return nil, err
 	}
 	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
 	if s.ckpt != nil {
@@ -316,9 +325,11 @@ func (s *DB) Ping(ctx context.Context) error {
 // Close flushes pending writes and closes the database.
 func (s *DB) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.closed)
 		if s.commit != nil {
 			s.commit.close()
 		}
+		s.closeEvents()
 		s.closeErr = s.closeDBs()
 	})
 	return s.closeErr
@@ -676,16 +687,17 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 	return ran, err
 }
 
-// LeaseTTL is how long a session lease lasts without renewal; a running
-// turn renews it every third of that.
+// LeaseTTL is how long a replica holds its turns and session leases after
+// its last heartbeat; it beats every third of that.
 const LeaseTTL = 30 * time.Second
 
-// openLeasePool opens the connections session leases are written through.
-// A lease lives for one turn and expires by itself, so its writes commit
-// without waiting for the log flush (synchronous_commit off): they are as
-// atomic and as visible to other replicas as any, and only a PostgreSQL
-// crash could forget one — after which the turns' seq guards still keep
-// one user's messages from interleaving.
+// openLeasePool opens the connections session leases and heartbeats are
+// written through. A lease lives for one turn and a heartbeat for a third
+// of the lease, so their writes commit without waiting for the log flush
+// (synchronous_commit off): they are as atomic and as visible to other
+// replicas as any, and only a PostgreSQL crash could forget one — after
+// which the turns' seq guards and claims still keep one user's messages
+// from interleaving and each turn to one runner.
 func openLeasePool(dsn string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -701,14 +713,15 @@ func openLeasePool(dsn string) (*sql.DB, error) {
 // Lease takes the cross-replica lease of a session key for replica,
 // waiting while another replica holds it (until ctx ends). SQLite serves
 // one gateway per file, where the in-process lock suffices: the lease is
-// then free. Time is the database's, so replicas' clocks need not agree.
+// then free. A lease lives as long as its replica heartbeats (the turn
+// ledger's liveness, ledger.go): a replica that stopped for ttl no longer
+// holds its leases, and one that stops cleanly releases them.
 //
 // A replica may always retake its own lease: its in-process lock already
 // keeps its own turns of a key apart, so a release that failed (the
 // database was unreachable for a moment) never locks out that replica's
-// users; it is retried in the background, and other replicas wait at most
-// until the lease expires.
-func (s *DB) Lease(ctx context.Context, key, replica string) (func(), error) {
+// users; it is retried in the background.
+func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) (func(), error) {
 	if s.driver != DriverPostgres {
 		return func() {}, nil
 	}
@@ -716,9 +729,11 @@ func (s *DB) Lease(ctx context.Context, key, replica string) (func(), error) {
 	wait := 5 * time.Millisecond
 	for {
 		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
-			VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+			VALUES ($1, $2, $3, now())
 			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
-			WHERE session_leases.expires_at < now() OR session_leases.replica = EXCLUDED.replica`, key, holder, replica, LeaseTTL.Seconds())
+			WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
+				WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))`,
+			key, holder, replica, ttl.Seconds())
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
@@ -734,29 +749,11 @@ func (s *DB) Lease(ctx context.Context, key, replica string) (func(), error) {
 		}
 		wait = min(wait*2, 200*time.Millisecond)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { // renew while the turn runs
-		defer close(done)
-		tick := time.NewTicker(LeaseTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				s.leases.Exec(`UPDATE session_leases SET expires_at = now() + make_interval(secs => $1) WHERE session_key = $2 AND holder = $3`,
-					LeaseTTL.Seconds(), key, holder)
-			}
-		}
-	}()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(stop)
-			<-done
 			if s.unlease(key, holder) != nil {
-				go s.retryUnlease(key, holder)
+				go s.retryUnlease(key, holder, ttl)
 			}
 		})
 	}, nil
@@ -769,13 +766,17 @@ func (s *DB) unlease(key, holder string) error {
 	return err
 }
 
-// retryUnlease keeps trying to release a lease until it would have
-// expired anyway. Only this acquisition's row is deleted (holder is unique
-// to it), so a late release never frees a lease taken again since.
-func (s *DB) retryUnlease(key, holder string) {
-	deadline := time.Now().Add(LeaseTTL)
-	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, 2*time.Second) {
-		time.Sleep(wait)
+// retryUnlease keeps trying to release a lease until it is released or
+// the store closes (the process ends, and with its heartbeat its leases).
+// Only this acquisition's row is deleted (holder is unique to it), so a
+// late release never frees a lease taken again since.
+func (s *DB) retryUnlease(key, holder string, ttl time.Duration) {
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, ttl/6) {
+		select {
+		case <-s.closed:
+			return
+		case <-time.After(wait):
+		}
 		if s.unlease(key, holder) == nil {
 			return
 		}

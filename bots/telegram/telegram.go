@@ -104,13 +104,14 @@ type Bot struct {
 	leadTTL, leadEvery, leadRetry time.Duration
 	skipResign                    bool
 
-	mu        sync.Mutex
-	draining  bool
-	stopping  chan struct{}  // closed by StopTaking
-	refused   map[int64]bool // chats that got the private-bot refusal
-	warned    map[string]bool
-	persistMu sync.Mutex
-	inflight  sync.WaitGroup
+	mu           sync.Mutex
+	draining     bool
+	stopping     chan struct{}  // closed by StopTaking
+	refused      map[int64]bool // chats that got the private-bot refusal
+	warned       map[string]bool
+	persistMu    sync.Mutex
+	inflight     sync.WaitGroup
+	registerOnce sync.Once // the deliverer, once connected
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
@@ -185,7 +186,6 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
-	sess.OnDeliver(Channel, true, b.deliverStored)
 	return b, nil
 }
 
@@ -281,6 +281,9 @@ func (b *Bot) connect(ctx context.Context) bool {
 		if err == nil {
 			b.self.Store(&self)
 			b.setErr(nil)
+			// Only now can the bot deliver what the rescuer finds: until
+			// here its turns are left for later (or another replica).
+			b.registerOnce.Do(func() { b.sess.OnDeliver(Channel, true, b.deliverStored) })
 			return true
 		}
 		if ctx.Err() != nil {

@@ -548,6 +548,7 @@ func TestRestartMidBatch(t *testing.T) {
 	h1.shutdown(0)     // drain_timeout 0: a2 is interrupted at once
 
 	h2 := start(t, api, dir, setup{})
+	waitConnected(t, h2.bot) // the rescuer leaves Telegram's turns until the bot can deliver
 	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("recovery ran %d (%v), want the interrupted a2", ran, err)
 	}
@@ -591,5 +592,17 @@ func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
 	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{})
 	if len(convs) != 1 || convs[0].LastSeq != 4 {
 		t.Fatalf("conversations = %+v: edits or channel posts were stored", convs)
+	}
+}
+
+// waitConnected waits until the bot has reached the Bot API.
+func waitConnected(t *testing.T, b *Bot) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !b.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bot did not connect: %v", b.Err())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

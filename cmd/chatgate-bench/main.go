@@ -4,6 +4,7 @@
 //	A. a bare gorilla/websocket echo server driven by the same client code;
 //	B. raw storage: message rows inserted with the best batching the driver allows;
 //	the gateway (echo agent, real storage, WebSocket) at 1, 50 and 500 clients;
+//	with PostgreSQL, what delivery to a client on another replica adds;
 //	memory per idle WebSocket connection (a child process holding 10,000);
 //	the daily reset sweep over 1,000,000 conversations;
 //	the lock cache's memory at 10,000 and 1,000,000 keys.
@@ -129,17 +130,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // report is the JSON summary.
 type report struct {
-	Machine  string        `json:"machine"`
-	Quick    bool          `json:"quick"`
-	Store    string        `json:"store"`
-	Echo     []loadResult  `json:"baseline_a_echo"`
-	RawRows  []rawResult   `json:"baseline_b_storage"`
-	Gateway  []loadResult  `json:"gateway"`
-	Postgres []loadResult  `json:"gateway_postgres,omitempty"`
-	Idle     *idleResult   `json:"idle_connections,omitempty"`
-	Sweeps   []sweepResult `json:"daily_sweep"`
-	Locks    locksResult   `json:"lock_cache"`
-	Goals    []goal        `json:"goals"`
+	Machine  string       `json:"machine"`
+	Quick    bool         `json:"quick"`
+	Store    string       `json:"store"`
+	Echo     []loadResult `json:"baseline_a_echo"`
+	RawRows  []rawResult  `json:"baseline_b_storage"`
+	Gateway  []loadResult `json:"gateway"`
+	Postgres []loadResult `json:"gateway_postgres,omitempty"`
+	// Cross is the latency a reply's cross-replica delivery adds
+	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
+	Cross  *loadResult   `json:"cross_replica_postgres,omitempty"`
+	Idle   *idleResult   `json:"idle_connections,omitempty"`
+	Sweeps []sweepResult `json:"daily_sweep"`
+	Locks  locksResult   `json:"lock_cache"`
+	Goals  []goal        `json:"goals"`
 }
 
 type loadResult struct {
@@ -196,6 +200,9 @@ func (r *report) print(w io.Writer) {
 	}
 	for _, l := range r.Postgres {
 		row("gateway turns (postgres)", l)
+	}
+	if r.Cross != nil {
+		row("reply on the other replica, added (postgres)", *r.Cross)
 	}
 	for _, b := range r.RawRows {
 		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\n", b.Driver, b.PerSecond)

@@ -82,6 +82,15 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 	}
 
+	if o.dsn != "" {
+		step("replies delivered on another replica (two gateways on postgres)")
+		c, err := crossReplica(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.Cross = &c
+	}
+
 	step(fmt.Sprintf("memory of %d idle connections (child process)", o.idleConns))
 	if rep.Idle, err = idleMemory(ctx, o); err != nil {
 		fmt.Fprintf(progress, "  skipped: %v\n", err)
@@ -409,6 +418,9 @@ func goals(r *report) []goal {
 		if s.Driver == sessions.DriverSQLite {
 			out = append(out, goal{fmt.Sprintf("daily sweep, %d conversations, sqlite (s)", s.Conversations), "≤ 10", s.Seconds, s.Seconds <= 10})
 		}
+	}
+	if r.Cross != nil && r.Cross.Turns > 0 {
+		out = append(out, goal{"p99 added by delivery on another replica (ms)", "≤ 100", r.Cross.P99Millis, r.Cross.P99Millis <= 100 && r.Cross.ErrorCount == 0})
 	}
 	growth := r.Locks.HeapMiB1M - r.Locks.HeapMiB10k
 	out = append(out, goal{"lock cache: 1M keys − 10k keys (MiB)", "≤ 10", growth, growth <= 10})

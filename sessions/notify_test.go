@@ -1,0 +1,194 @@
+package sessions
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// replica is one gateway of a test on a shared PostgreSQL schema.
+func replica(t *testing.T, dsn string, ag agent.Agent, c *clock, opts Options) (*Manager, *DB) {
+	t.Helper()
+	db := openStore(t, DriverPostgres, dsn)
+	opts.Now, opts.Logger = c.Now, quiet
+	m := New(db, ag, opts)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m, db
+}
+
+// events collects a manager's events of other replicas.
+type eventLog struct {
+	replies chan ReplyEvent
+	resets  chan ResetEvent
+}
+
+func watch(m *Manager) *eventLog {
+	l := &eventLog{replies: make(chan ReplyEvent, 64), resets: make(chan ResetEvent, 64)}
+	m.OnReply(func(ev ReplyEvent) { l.replies <- ev })
+	m.OnReset(func(ev ResetEvent) { l.resets <- ev })
+	return l
+}
+
+func (l *eventLog) reply(t *testing.T) ReplyEvent {
+	t.Helper()
+	select {
+	case ev := <-l.replies:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply event within 10s")
+	}
+	return ReplyEvent{}
+}
+
+func (l *eventLog) reset(t *testing.T) ResetEvent {
+	t.Helper()
+	select {
+	case ev := <-l.resets:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reset event within 10s")
+	}
+	return ResetEvent{}
+}
+
+func TestEventChannelNames(t *testing.T) {
+	for schema, want := range map[string]string{
+		"":               "chatgate_events",
+		"public":         "chatgate_events",
+		"t_0123456789ab": "chatgate_events_t_0123456789ab",
+	} {
+		if got := eventChannel(schema); got != want {
+			t.Errorf("eventChannel(%q) = %q, want %q", schema, got, want)
+		}
+	}
+	long := eventChannel("a_schema_name_long_enough_to_push_the_channel_past_the_identifier_limit")
+	if len(long) > 63 || long == eventChannel("another_schema_name_long_enough_to_push_the_channel_past_the_limit") {
+		t.Errorf("long schema names: %q (%d bytes)", long, len(long))
+	}
+}
+
+// A reply stored on replica A reaches replica B's listeners, which load it
+// from storage; A does not get its own events back; a reset on B reaches
+// A's reset listeners marked remote.
+func TestRepliesAndResetsReachTheOtherReplica(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
+	b, _ := replica(t, dsn, agent.Echo{}, c, Options{})
+	la, lb := watch(a), watch(b)
+	a.StartRescuer()
+	b.StartRescuer()
+
+	in := msg("websocket:ann", "hello")
+	in.ClientMsgID = "c-1"
+	out := handle(t, a, in)
+	ev := lb.reply(t)
+	if ev.Channel != "websocket" || ev.SessionKey != "websocket:ann" || ev.ConversationID != out.ConversationID ||
+		ev.Seq != out.UserSeq || ev.ReplySeq != out.Reply.Seq || ev.State != TurnAnswered || ev.Missed {
+		t.Fatalf("reply event on B = %+v, outcome on A = %+v", ev, out)
+	}
+	id, reply, err := b.StoredReply(context.Background(), ev.ConversationID, ev.Seq, ev.ReplySeq)
+	if err != nil || id != "c-1" || reply != out.Reply {
+		t.Fatalf("StoredReply on B = %q, %+v, %v; want c-1, %+v", id, reply, err, out.Reply)
+	}
+
+	// B resets bob. Notifications arrive in the order they were sent, and
+	// A's reply was sent before B heard of it: when A hears of the reset,
+	// it has already seen (and dropped) its own reply.
+	if _, err := b.Reset(context.Background(), msg("websocket:bob", "")); err != nil {
+		t.Fatal(err)
+	}
+	if local := lb.reset(t); local.Remote || local.SessionKey != "websocket:bob" {
+		t.Fatalf("B's own reset = %+v", local)
+	}
+	remote := la.reset(t)
+	if !remote.Remote || remote.SessionKey != "websocket:bob" || remote.Reason != ReasonManual || remote.NewConversation == "" {
+		t.Fatalf("reset on A from B = %+v", remote)
+	}
+	select {
+	case ev := <-la.replies:
+		t.Fatalf("A got its own reply back: %+v", ev)
+	default:
+	}
+	select {
+	case ev := <-lb.resets:
+		t.Fatalf("B got its own reset back: %+v", ev)
+	default:
+	}
+}
+
+// A replica whose listen connection is killed reconnects, tells its
+// listeners that events may have been missed, and receives later ones.
+func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
+	b, dbB := replica(t, dsn, agent.Echo{}, c, Options{})
+	lb := watch(b)
+	b.StartRescuer()
+	pid := dbB.listenPID()
+	if pid == 0 {
+		t.Fatal("B has no listen connection after StartRescuer")
+	}
+	var killed bool
+	if err := dbB.Gorm().Raw("SELECT pg_terminate_backend(?)", pid).Scan(&killed).Error; err != nil || !killed {
+		t.Fatalf("terminate the listen backend %d: %v, %v", pid, killed, err)
+	}
+	if ev := lb.reply(t); !ev.Missed {
+		t.Fatalf("first event after the kill = %+v, want Missed", ev)
+	}
+	if p := dbB.listenPID(); p == 0 || p == pid {
+		t.Fatalf("listen backend after reconnect = %d (was %d)", p, pid)
+	}
+	out := handle(t, a, msg("websocket:ann", "after the kill"))
+	if ev := lb.reply(t); ev.ReplySeq != out.Reply.Seq || ev.ConversationID != out.ConversationID {
+		t.Fatalf("reply event after reconnect = %+v, outcome %+v", ev, out)
+	}
+}
+
+// A turn that replica A's shutdown interrupts is run at once by replica B,
+// woken by A's event: B's own rescue passes come an hour apart.
+func TestInterruptedTurnWakesTheOtherReplica(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	slow := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
+	a, _ := replica(t, dsn, slow, c, Options{})
+	b, _ := replica(t, dsn, agent.Echo{}, c, Options{RescueEvery: time.Hour})
+	delivered := make(chan Delivery, 4)
+	for _, m := range []*Manager{a, b} {
+		m.OnDeliver("websocket", false, func(_ context.Context, d Delivery) (string, error) {
+			delivered <- d
+			return "", nil
+		})
+	}
+	b.StartRescuer() // its first pass finds nothing
+
+	done := make(chan Outcome, 1)
+	go func() {
+		in := msg("websocket:ann", "long question")
+		in.ClientMsgID = "c-1"
+		out, _ := a.Handle(context.Background(), in, Hooks{})
+		done <- out
+	}()
+	<-slow.started
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	a.Shutdown(expired) // interrupts the turn at once
+	if out := <-done; out.Reply.Status != MsgInterrupted {
+		t.Fatalf("outcome on A = %+v, want interrupted", out)
+	}
+	select {
+	case d := <-delivered:
+		if d.ClientMsgID != "c-1" || d.Reply.Status != MsgOK || d.Reply.Text != "echo: long question (history: 0)" {
+			t.Fatalf("delivery on B = %+v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not run the interrupted turn: its rescuer was not woken")
+	}
+}
