@@ -209,8 +209,8 @@ type Manager struct {
 	delivery  map[string]deliverer
 	claims    map[turnKey]struct{} // turns a run of this replica holds now
 	wake      chan struct{}
-	started   time.Time      // when this replica's heartbeat began
-	rescanAll atomic.Bool    // the next rescuer pass reads the whole horizon
+	started   time.Time   // when this replica's heartbeat began
+	rescanAll atomic.Bool // the next rescuer pass reads the whole horizon
 	beating   atomic.Bool // the heartbeat runs
 	beatMu    sync.Mutex
 	loops     sync.WaitGroup // the heartbeat and the rescuer
