@@ -14,9 +14,9 @@ import (
 const stmtRows = 32
 
 // appendAll runs appends to distinct conversations as set-based statements:
-// an UPDATE of all their conversations, each guarded by the seq its writer
-// saw (and, for user messages, by being active), then multi-row INSERTs of
-// all their messages. A single append gets the plain statements. It fails
+// an UPDATE of all their conversations, each guarded by the seq and the
+// claim epoch its writer saw (and, for user messages, by being active),
+// then multi-row INSERTs of all their messages. A single append gets the plain statements. It fails
 // with ErrStale when any guard failed; the committer then runs the appends
 // one by one to find which.
 func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
@@ -44,22 +44,18 @@ func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
 		}
 	}
 	// The ledger rides the same transaction: a user message carries its
-	// turn, and a reply settles its turn only while the claim that produced
-	// it still holds.
-	var settles []*writeOp
+	// turn, a reply lands only while no claim moved the conversation's
+	// epoch, and a turn handed back (interrupted) is released with it.
 	for _, op := range ops {
-		if op.app.Settle != nil {
-			settles = append(settles, op)
+		if op.app.Settle == nil {
+			continue
 		}
-	}
-	for start := 0; start < len(settles); start += stmtRows {
-		chunk := settles[start:min(start+stmtRows, len(settles))]
-		query, args := settleTurns(driver, chunk)
+		query, args := settleTurns(op.app)
 		res := tx.Exec(query, args...)
 		if res.Error != nil {
 			return res.Error
 		}
-		if res.RowsAffected != int64(len(chunk)) {
+		if res.RowsAffected != 1 {
 			return ErrLostClaim
 		}
 	}
@@ -72,7 +68,7 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 	if len(ops) == 1 {
 		a := ops[0].app
 		query := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
-			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ?`
+			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ` + itoa(a.Conv.Epoch)
 		if a.RequireActive {
 			query += " AND status = 'active'"
 		}
@@ -80,13 +76,13 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 	}
 	// PostgreSQL types the values list from its first row, so that row
 	// says what each column is; SQLite takes values as they come.
-	row := "(?, ?, ?, ?, ?, ?, ?, ?)"
+	row := "(?, ?, ?, ?, ?, ?, ?, ?, "
 	first := row
 	if driver == DriverPostgres {
-		first = "(CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TIMESTAMPTZ), CAST(? AS BIGINT), CAST(? AS NUMERIC), CAST(? AS VARCHAR), CAST(? AS INTEGER))"
+		first = "(CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TIMESTAMPTZ), CAST(? AS BIGINT), CAST(? AS NUMERIC), CAST(? AS VARCHAR), CAST(? AS INTEGER), "
 	}
 	var q strings.Builder
-	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active) AS (VALUES ")
+	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ")
 	args := make([]any, 0, 8*len(ops))
 	for i, op := range ops {
 		a := op.app
@@ -101,12 +97,18 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 			active = 1
 		}
 		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active)
+		// The epoch, a number the store keeps, as a literal.
+		if i == 0 && driver == DriverPostgres {
+			q.WriteString("CAST(" + itoa(a.Conv.Epoch) + " AS BIGINT))")
+		} else {
+			q.WriteString(itoa(a.Conv.Epoch) + ")")
+		}
 	}
 	// status as a literal, like everywhere the partial indexes matter.
 	q.WriteString(`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
 		total_tokens = conversations.total_tokens + v.v_tokens, cost = conversations.cost + v.v_cost,
 		model = CASE WHEN v.v_model = '' THEN conversations.model ELSE v.v_model END
-		FROM v WHERE conversations.id = v.v_id AND conversations.last_seq = v.v_expect
+		FROM v WHERE conversations.id = v.v_id AND conversations.last_seq = v.v_expect AND conversations.epoch = v.v_epoch
 		AND (v.v_active = 0 OR conversations.status = 'active')`)
 	return q.String(), args
 }

@@ -12,10 +12,10 @@ import (
 )
 
 // The turn ledger: every user message is a turn, and its row carries the
-// turn's state. A turn is a small state machine whose every transition is
-// a conditional update, so that exactly one runner wins whichever path it
-// comes from — the live message, a resend, a Telegram redelivery, the
-// rescuer after a restart, or another replica:
+// turn's owner and claim. A turn is a small state machine whose every
+// transition is conditional, so that exactly one runner wins whichever
+// path it comes from — the live message, a resend, a Telegram
+// redelivery, the rescuer after a restart, or another replica:
 //
 //	pending ─┐                                         ┌─ answered ─┐
 //	         ├─ claim ─> running(owner, attempt) ──────┼─ failed   ─┼─> delivered
@@ -23,15 +23,20 @@ import (
 //	                            └─ shutdown ─> interrupted
 //
 // A claim is (owner, attempt): the replica holding the turn and the number
-// of the claim; every write that needs the claim compares both. A claim
-// lasts as long as its owner's lease: replicas heartbeat a row of their
-// own, and the turns of a replica whose heartbeat stopped are claimable by
-// the others (the rescuer finds them by a scan of recent user messages
-// when it sees a replica die, and once at start). turn_due marks the turns
-// nobody owns that somebody may claim — pending or interrupted ones, and
-// deliveries handed back for a retry — and only those are indexed: a live
-// turn, owned from its first write to its settle, enters no index, and its
-// transitions write the row the message and reply writes touch anyway.
+// of the claim. A claim lasts as long as its owner's lease: replicas
+// heartbeat a row of their own, and the turns of a replica whose
+// heartbeat stopped are claimable by the others (the rescuer finds them by
+// a scan of recent user messages when it sees a replica die, and once at
+// start). Claiming a turn also moves its conversation's epoch, which every
+// append checks beside the last seq: the runner the turn was taken from
+// finds its reply's append refused. A turn is answered when its final
+// reply is stored after it — the reply's own append is the transition, so
+// a live turn writes nothing but its message and its reply, the rows it
+// needs anyway; the rare paths (a resend, a claim, the rescuer's scans)
+// look the reply up in the primary key's range after the message.
+// turn_due marks the turns nobody owns that somebody may claim — turns a
+// shutdown interrupted, deliveries handed back for a retry — and only
+// those are indexed.
 
 // Turn states.
 const (
@@ -49,7 +54,9 @@ const (
 // was not made.
 var ErrLostClaim = errors.New("turn claimed by another runner")
 
-// Turn is the ledger state of one user message's turn.
+// Turn is the ledger state of one user message's turn. State is derived:
+// answered, failed or expired once a final reply is stored (ReplySeq),
+// delivered once the channel marked it.
 type Turn struct {
 	ConversationID string
 	Seq            int64
@@ -68,9 +75,36 @@ type Turn struct {
 
 func turnOf(m *Message) *Turn {
 	return &Turn{ConversationID: m.ConversationID, Seq: m.Seq, ClientMsgID: m.ClientMsgID, State: m.TurnState, Owner: m.TurnOwner,
-		Attempts: m.TurnAttempt, DueAt: m.TurnDue, Track: m.TurnTrack, ReplySeq: m.TurnReply, DeliveryRef: m.DeliveryRef,
+		Attempts: m.TurnAttempt, DueAt: m.TurnDue, Track: m.TurnTrack, DeliveryRef: m.DeliveryRef,
 		DeliveredAt: m.DeliveredAt, Error: m.Error, CreatedAt: m.CreatedAt}
 }
+
+// answered applies a stored final reply to the turn's state.
+func (t *Turn) answered(reply *Message) {
+	t.ReplySeq = reply.Seq
+	switch {
+	case t.State == TurnDelivered:
+	case reply.Status == MsgFailed && strings.HasPrefix(reply.Error, notRunPrefix):
+		t.State = TurnExpired
+	case reply.Status == MsgFailed:
+		t.State = TurnFailed
+	default:
+		t.State = TurnAnswered
+	}
+}
+
+// notRunPrefix starts the error of the reply stored for a turn too old to
+// run.
+const notRunPrefix = "not run:"
+
+// finalReplyOf is the condition, on a user message row u, that its final
+// reply is stored: an assistant message without tool calls after it that
+// answers it and is not the partial reply of a shutdown.
+const finalReplyOf = `EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = %[1]s.conversation_id AND r.seq > %[1]s.seq
+	AND r.reply_to = %[1]s.seq AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
+	AND NOT (r.status = 'interrupted' AND r.error = 'shutdown'))`
+
+func answeredSQL(row string) string { return fmt.Sprintf(finalReplyOf, row) }
 
 // settled reports whether the turn has its reply stored.
 func (t *Turn) settled() bool {
@@ -87,16 +121,12 @@ func (t *Turn) owned() bool {
 	return t.Owner != "" && t.DueAt == nil && (t.State == TurnRunning || (t.Track && t.settled() && t.State != TurnDelivered))
 }
 
-// Settle is the claim-guarded transition that stores a turn's outcome,
-// written in the same transaction as its reply.
+// Settle hands a turn back with the partial reply of a shutdown, in the
+// same transaction, guarded by the claim: the turn becomes interrupted,
+// owned by nobody and due again at DueAt.
 type Settle struct {
-	Owner    string
-	Attempt  int
-	State    string // answered | failed | expired | interrupted
-	ReplySeq int64
-	// Release gives the claim up with the outcome (an interrupted turn is
-	// due again at DueAt).
-	Release bool
+	Owner   string
+	Attempt int
 	DueAt   *time.Time
 }
 
@@ -119,6 +149,9 @@ type DueTurn struct {
 // Claimed is a turn this runner won.
 type Claimed struct {
 	DueTurn
+	Track bool
+	// Answered: its reply is stored; the claim is for delivering it.
+	Answered bool
 }
 
 // Ref names the claim.
@@ -133,53 +166,14 @@ type Replica struct {
 	HeartbeatAt time.Time `gorm:"not null"`
 }
 
-// settleTurns builds the claim-guarded UPDATE of the appends' turns. Its
-// values are ids, numbers and states the gateway made itself, written as
-// literals (only a due time is bound): binding costs this driver more per
-// parameter than the statement's own work.
-func settleTurns(driver string, ops []*writeOp) (string, []any) {
-	var args []any
-	due := func(t *time.Time) string {
-		if t == nil {
-			return "NULL"
-		}
-		args = append(args, t)
-		return "?"
-	}
-	newOwner := func(s *Settle) string {
-		if s.Release {
-			return quote("")
-		}
-		return quote(s.Owner)
-	}
-	if len(ops) == 1 {
-		a := ops[0].app
-		st := a.Settle
-		return `UPDATE messages SET turn_state = ` + quote(st.State) + `, turn_reply = ` + itoa(st.ReplySeq) + `, turn_due = ` + due(st.DueAt) +
-			`, turn_owner = ` + newOwner(st) + ` WHERE conversation_id = ` + quote(a.Conv.ID) + ` AND seq = ` + itoa(a.TurnSeq) +
-			` AND turn_owner = ` + quote(st.Owner) + ` AND turn_attempt = ` + itoa(int64(st.Attempt)) + ` AND turn_state = 'running'`, args
-	}
-	var q strings.Builder
-	q.WriteString("WITH v(v_conv, v_seq, v_owner, v_attempt, v_state, v_reply, v_due, v_new_owner) AS (VALUES ")
-	for i, op := range ops {
-		a := op.app
-		st := a.Settle
-		vals := []string{quote(a.Conv.ID), itoa(a.TurnSeq), quote(st.Owner), itoa(int64(st.Attempt)), quote(st.State), itoa(st.ReplySeq), due(st.DueAt), newOwner(st)}
-		if i == 0 && driver == DriverPostgres {
-			// PostgreSQL types the values list from its first row.
-			for j, typ := range []string{"VARCHAR", "BIGINT", "VARCHAR", "BIGINT", "VARCHAR", "BIGINT", "TIMESTAMPTZ", "VARCHAR"} {
-				vals[j] = "CAST(" + vals[j] + " AS " + typ + ")"
-			}
-		}
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(" + strings.Join(vals, ", ") + ")")
-	}
-	q.WriteString(`) UPDATE messages SET turn_state = v.v_state, turn_reply = v.v_reply, turn_due = v.v_due, turn_owner = v.v_new_owner
-		FROM v WHERE messages.conversation_id = v.v_conv AND messages.seq = v.v_seq AND messages.turn_owner = v.v_owner
-		AND messages.turn_attempt = v.v_attempt AND messages.turn_state = 'running'`)
-	return q.String(), args
+// settleTurns builds the claim-guarded UPDATE that hands the appends'
+// turns back, interrupted. It is rare (a shutdown), so one statement per
+// turn.
+func settleTurns(a *Append) (string, []any) {
+	st := a.Settle
+	return `UPDATE messages SET turn_state = 'interrupted', turn_owner = '', turn_due = ?
+		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`,
+		[]any{st.DueAt, a.Conv.ID, a.TurnSeq, st.Owner, st.Attempt}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -190,7 +184,19 @@ func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error
 	if err != nil || m == nil || m.Role != "user" {
 		return nil, err
 	}
-	return turnOf(m), nil
+	return s.withReply(ctx, turnOf(m))
+}
+
+// withReply derives the turn's state from its stored final reply.
+func (s *DB) withReply(ctx context.Context, t *Turn) (*Turn, error) {
+	reply, err := s.FinalReply(ctx, t.ConversationID, t.Seq)
+	if err != nil {
+		return nil, err
+	}
+	if reply != nil {
+		t.answered(reply)
+	}
+	return t, nil
 }
 
 // TurnByClientID returns the turn of the session key's message with that
@@ -207,7 +213,7 @@ func (s *DB) TurnByClientID(ctx context.Context, key, clientID string) (*Turn, e
 	if err != nil {
 		return nil, fmt.Errorf("look up client message %s of %s: %w", clientID, key, err)
 	}
-	return turnOf(&m), nil
+	return s.withReply(ctx, turnOf(&m))
 }
 
 // Message returns one message by its conversation and seq, or nil.
@@ -270,7 +276,7 @@ func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn,
 // replica died, and once at start.
 func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error) {
 	out, err := s.scanDue(ctx, `WHERE u.role = 'user' AND u.created_at >= ? AND u.turn_due IS NULL AND u.turn_owner <> ''
-		AND u.turn_owner NOT IN ? AND (u.turn_state = 'running' OR (u.turn_track AND u.turn_state IN ('answered', 'failed', 'expired')))
+		AND u.turn_owner NOT IN ? AND u.turn_state = 'running' AND (u.turn_track OR NOT `+answeredSQL("u")+`)
 		ORDER BY u.created_at, u.conversation_id, u.seq LIMIT ?`, since, alive, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find turns of gone replicas: %w", err)
@@ -278,35 +284,54 @@ func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, l
 	return out, nil
 }
 
-// ClaimTurn claims a turn for owner in one conditional statement, so that
-// of any number of runners trying at once one wins: the turn must still be
-// as seen (seenOwner, seenAttempt), and either due at now, or held by
-// seenOwner, whom the caller knows to be gone. A turn not yet answered
-// becomes running; an answered one waiting for delivery keeps its state
-// and is claimed for delivering. It returns nil when the turn had moved on.
+// ClaimTurn claims a turn for owner, so that of any number of runners
+// trying at once one wins: the turn must still be as seen (seenOwner,
+// seenAttempt), and either due at now, or held by seenOwner, whom the
+// caller knows to be gone — and not answered, unless its channel confirms
+// delivery (the claim is then for delivering it). A won claim moves the
+// conversation's epoch, so the runner the turn was taken from can store
+// nothing more. It returns nil when the turn had moved on.
 func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*Claimed, error) {
 	var got *Claimed
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
 		got = nil
+		if s.driver == DriverPostgres {
+			// The conversation's row first: a reply being appended to it
+			// now is waited for, so the check below sees it. (SQLite's one
+			// writer runs this transaction alone.)
+			if err := tx.Exec("SELECT 1 FROM conversations WHERE id = ? FOR UPDATE", convID).Error; err != nil {
+				return err
+			}
+		}
 		rows, err := tx.Raw(`UPDATE messages SET turn_owner = ?, turn_attempt = turn_attempt + 1, turn_due = NULL,
-			turn_state = CASE WHEN turn_state IN ('pending', 'interrupted', 'running') THEN 'running' ELSE turn_state END
+			turn_state = CASE WHEN turn_state IN ('pending', 'interrupted') THEN 'running' ELSE turn_state END
 			WHERE conversation_id = ? AND seq = ? AND role = 'user' AND turn_owner = ? AND turn_attempt = ?
-			AND (turn_due <= ? OR (turn_due IS NULL AND turn_owner <> ''
-				AND (turn_state = 'running' OR (turn_track AND turn_state IN ('answered', 'failed', 'expired')))))
-			RETURNING turn_state, COALESCE(client_msg_id, ''), created_at, turn_attempt`,
+			AND turn_state IN ('pending', 'interrupted', 'running')
+			AND (turn_due <= ? OR (turn_due IS NULL AND turn_owner <> ''))
+			AND (turn_track OR NOT `+answeredSQL("messages")+`)
+			RETURNING COALESCE(client_msg_id, ''), created_at, turn_attempt, turn_track`,
 			owner, convID, seq, seenOwner, seenAttempt, now).Rows()
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
 		if rows.Next() {
-			c := &Claimed{DueTurn: DueTurn{ConversationID: convID, Seq: seq, Owner: owner}}
-			if err := rows.Scan(&c.State, &c.ClientMsgID, &c.CreatedAt, &c.Attempt); err != nil {
+			c := &Claimed{DueTurn: DueTurn{ConversationID: convID, Seq: seq, Owner: owner, State: TurnRunning}}
+			if err := rows.Scan(&c.ClientMsgID, &c.CreatedAt, &c.Attempt, &c.Track); err != nil {
+				rows.Close()
 				return err
 			}
 			got = c
 		}
-		return rows.Err()
+		rows.Close()
+		if err := rows.Err(); err != nil || got == nil {
+			got = nil
+			return err
+		}
+		if err := tx.Raw("SELECT "+answeredSQL("u")+" FROM messages AS u WHERE u.conversation_id = ? AND u.seq = ?", convID, seq).
+			Scan(&got.Answered).Error; err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", convID).Error
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim turn %s/%d: %w", convID, seq, err)
@@ -314,12 +339,10 @@ func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner 
 	return got, nil
 }
 
-// ReleaseTurn gives a claim back without an outcome: a running turn
-// becomes pending, an answered one stays answered; either is due again at
-// dueAt. It fails with ErrLostClaim when the claim is no longer held.
+// ReleaseTurn gives a claim back without an outcome: the turn (still to
+// run, or answered and still to deliver) is due again at dueAt. It fails with ErrLostClaim when the claim is no longer held.
 func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
-	return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '',
-		turn_state = CASE WHEN turn_state = 'running' THEN 'pending' ELSE turn_state END, turn_due = ?, error = ?
+	return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '', turn_due = ?, error = ?
 		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`, dueAt, why, convID, seq, owner, attempt)
 }
 
@@ -444,12 +467,10 @@ const recoveryHorizon = 7 * 24 * time.Hour
 // delivered, unanswered ones of the recovery horizon interrupted (the
 // rescuer answers them), older unanswered ones expired.
 func backfillTurns(tx *gorm.DB, now time.Time) error {
-	const reply = `(SELECT MAX(x.seq) FROM messages AS x WHERE x.conversation_id = messages.conversation_id AND x.seq > messages.seq
-		AND x.reply_to = messages.seq AND x.role = 'assistant' AND (x.tool_calls IS NULL OR x.tool_calls = '')
-		AND NOT (x.status = 'interrupted' AND x.error = 'shutdown'))`
 	horizon := now.Add(-recoveryHorizon)
-	return tx.Exec(`UPDATE messages SET turn_reply = COALESCE(`+reply+`, 0),
-		turn_state = CASE WHEN `+reply+` IS NOT NULL THEN 'delivered' WHEN created_at >= ? THEN 'interrupted' ELSE 'expired' END,
-		turn_due = CASE WHEN `+reply+` IS NULL AND created_at >= ? THEN created_at END
+	answered := answeredSQL("messages")
+	return tx.Exec(`UPDATE messages SET
+		turn_state = CASE WHEN `+answered+` THEN 'delivered' WHEN created_at >= ? THEN 'interrupted' ELSE 'expired' END,
+		turn_due = CASE WHEN NOT `+answered+` AND created_at >= ? THEN created_at END
 		WHERE role = 'user' AND turn_state = ''`, horizon, horizon).Error
 }

@@ -184,9 +184,14 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 		if err != nil || claimed == nil || claimed.State != TurnRunning || claimed.Attempt != 2 {
 			t.Fatalf("B's claim = %+v, %v", claimed, err)
 		}
+		// B stores its reply under the epoch its claim moved the
+		// conversation to.
+		conv, err = dbB.Conversation(context.Background(), conv.ID)
+		if err != nil || conv.Epoch != 1 {
+			t.Fatalf("conversation after the claim = %+v, %v; want epoch 1", conv, err)
+		}
 		replyB := []Message{{ConversationID: conv.ID, Seq: 2, Role: agent.RoleAssistant, Content: "from B", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}
-		if err := dbB.Append(context.Background(), Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now, TurnSeq: 1,
-			Settle: &Settle{Owner: "replica-b", Attempt: 2, State: TurnAnswered, ReplySeq: 2}}); err != nil {
+		if err := dbB.Append(context.Background(), Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now}); err != nil {
 			t.Fatal(err)
 		}
 		close(rec.block)
@@ -198,12 +203,19 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 		if len(rows) != 2 || rows[1].Content != "from B" {
 			t.Fatalf("transcript = %+v, want B's reply only", rows)
 		}
-		// A second settle under the old claim matches nothing either.
-		err = dbA.Append(context.Background(), Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now, TurnSeq: 1,
-			Messages: []Message{{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "late", ReplyTo: 1, Status: MsgOK, CreatedAt: now}},
-			Settle:   &Settle{Owner: "replica-b", Attempt: 2, State: TurnAnswered, ReplySeq: 3}})
-		if !errors.Is(err, ErrLostClaim) {
-			t.Fatalf("settling a settled turn again = %v, want ErrLostClaim", err)
+		if tn := turnAt(t, dbA, conv.ID, 1); tn.State != TurnAnswered || tn.ReplySeq != 2 || tn.Owner != "replica-b" {
+			t.Fatalf("turn = %+v", tn)
+		}
+		// An append under the epoch A saw is refused, whatever its seq.
+		err = dbA.Append(context.Background(), Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now,
+			Messages: []Message{{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "late", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}})
+		if !errors.Is(err, ErrStale) {
+			t.Fatalf("an append under the old epoch = %v, want ErrStale", err)
+		}
+		// An answered turn whose channel does not confirm delivery is
+		// claimable by nobody.
+		if c, err := dbA.ClaimTurn(context.Background(), conv.ID, 1, "replica-b", 2, "replica-c", now); c != nil || err != nil {
+			t.Fatalf("claiming an answered turn = %+v, %v", c, err)
 		}
 	})
 }
@@ -413,7 +425,7 @@ func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
 		if err := db.Gorm().Migrator().DropIndex(&Message{}, "ix_messages_turn_due"); err != nil {
 			t.Fatal(err)
 		}
-		for _, col := range []string{"turn_state", "turn_owner", "turn_attempt", "turn_due", "turn_track", "turn_reply", "delivery_ref", "delivered_at"} {
+		for _, col := range []string{"turn_state", "turn_owner", "turn_attempt", "turn_due", "turn_track", "delivery_ref", "delivered_at"} {
 			if err := db.Gorm().Migrator().DropColumn(&Message{}, col); err != nil {
 				t.Fatal(col, err)
 			}

@@ -472,7 +472,8 @@ func (m *Manager) handle(ctx context.Context, in Inbound, h Hooks) (Outcome, err
 
 	for attempt := 0; ; attempt++ {
 		out, err := m.turn(ctx, turnCtx, in, h)
-		if errors.Is(err, ErrStale) && attempt < 3 {
+		// Only a turn whose message is not stored yet starts over.
+		if errors.Is(err, ErrStale) && !errors.Is(err, ErrReplyNotStored) && attempt < 3 {
 			// The conversation changed underneath (a sweep archived it, a
 			// CLI reset, another replica): reload and start over.
 			m.hot.Remove(in.SessionKey)
@@ -776,14 +777,11 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, att
 			slog.Int64("seq", um.Seq), slog.String("error", err.Error()))
 		failed(m.opts.FailureText, err.Error())
 	}
-	// An interrupted turn is handed back with its partial reply, due at
-	// once; a tracked channel's delivery stays claimed: the channel sends,
-	// then marks it.
-	settle := &Settle{Owner: m.opts.ReplicaID, Attempt: attempt, State: state}
-	if state == TurnInterrupted {
-		settle.Release, settle.DueAt = true, &now
-	}
-	if err := m.appendReply(turnCtx, hc, msgs, now, tokens, cost, reply.Model, um.Seq, settle); err != nil {
+	// The reply's append is the transition: it lands only while no claim
+	// moved the conversation's epoch. An interrupted turn is handed back
+	// with its partial reply, due at once; a tracked channel's delivery
+	// stays claimed: the channel sends, then marks it.
+	if err := m.appendReply(turnCtx, hc, msgs, now, tokens, cost, reply.Model, um.Seq, attempt, state); err != nil {
 		m.hot.Remove(in.SessionKey)
 		if errors.Is(err, ErrLostClaim) {
 			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", in.SessionKey),
@@ -812,15 +810,21 @@ func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func
 	return m.agent.Reply(ctx, req, onDelta)
 }
 
-// appendReply stores agent output after the conversation's last message
-// and settles the turn of user message userSeq, in one transaction. It
-// does not require the conversation to be active: a sweep may archive it
-// while the agent works, and the reply still belongs there. A storage
-// failure is retried, with backoff, for as long as the turn's lease would
-// last: the claim is still this replica's unless somebody took it over,
-// which the settle then finds (ErrLostClaim) and nothing is stored twice.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, settle *Settle) error {
+// appendReply stores agent output after the conversation's last message,
+// as the runner of the turn of user message userSeq under claim attempt;
+// state interrupted hands the turn back in the same transaction. It does
+// not require the conversation to be active: a sweep may archive it while
+// the agent works, and the reply still belongs there. A storage failure
+// is retried, with backoff, for as long as the turn's lease would last:
+// the claim is this replica's unless somebody took it over, which moves
+// the conversation's epoch — the append then fails, and nothing is stored
+// twice (ErrLostClaim).
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string) error {
 	ctx := context.WithoutCancel(turnCtx)
+	var release *Settle
+	if state == TurnInterrupted {
+		release = &Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &now}
+	}
 	giveUp := time.Now().Add(m.opts.LeaseTTL)
 	wait := 50 * time.Millisecond
 	stale := 0
@@ -828,30 +832,38 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 		for i := range msgs {
 			msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 		}
-		settle.ReplySeq = msgs[len(msgs)-1].Seq
 		err := m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
-			TurnSeq: userSeq, Settle: settle})
+			TurnSeq: userSeq, Settle: release})
 		if err == nil {
 			hc.push(msgs...)
-			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 			return nil
 		}
-		switch {
-		case errors.Is(err, ErrLostClaim):
-			// An earlier attempt may have landed after all (its commit's
-			// answer was lost): then the turn is settled under this claim.
+		if errors.Is(err, ErrStale) || errors.Is(err, ErrLostClaim) {
+			// The conversation moved on — another append, or a claim moved
+			// its epoch — or the hand-back found the claim gone: is the
+			// turn still this runner's?
 			t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
-			if lerr != nil || t == nil || t.Attempts != settle.Attempt || t.State == TurnRunning || t.State == TurnPending ||
-				(t.Owner != settle.Owner && !(settle.Release && t.Owner == "")) {
+			switch {
+			case lerr != nil || t == nil:
+				return errors.Join(err, lerr)
+			case t.Attempts == attempt && ((release == nil && t.Owner == m.opts.ReplicaID && t.ReplySeq > 0) ||
+				(release != nil && t.Owner == "" && t.State == TurnInterrupted)):
+				// An earlier attempt landed after all (its commit's answer
+				// was lost): only the holder of the claim appends replies.
+				if t.ReplySeq > 0 {
+					for i := range msgs {
+						msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
+					}
+				}
+				m.hot.Remove(hc.conv.SessionKey)
+				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+				return nil
+			case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
+				return fmt.Errorf("%w (%v)", ErrLostClaim, err)
+			case stale >= 3:
 				return err
 			}
-			for i := range msgs {
-				msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
-			}
-			m.hot.Remove(hc.conv.SessionKey)
-			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, settle.State)
-			return nil
-		case errors.Is(err, ErrStale) && stale < 3:
 			stale++
 			fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
 			if lerr != nil || fresh == nil {
@@ -864,17 +876,17 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 				return errors.Join(err, lerr)
 			}
 			continue
-		case errors.Is(err, ErrStale), errors.Is(err, ErrClosed), time.Now().Add(wait).After(giveUp):
+		}
+		if errors.Is(err, ErrClosed) || time.Now().Add(wait).After(giveUp) {
 			return err
 		}
 		m.log.Warn("storing reply failed; retrying while the turn is held", slog.String("conversation", hc.conv.ID),
 			slog.Int64("seq", userSeq), slog.String("error", err.Error()))
+		// The same append again: if the failed one landed after all, this
+		// one finds the conversation moved, and the check above sees it.
 		t := time.NewTimer(wait)
 		<-t.C
 		wait = min(wait*2, time.Second)
-		if fresh, lerr := m.store.Conversation(ctx, hc.conv.ID); lerr == nil && fresh != nil {
-			hc.conv = *fresh
-		}
 	}
 }
 

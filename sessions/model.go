@@ -61,6 +61,11 @@ type Conversation struct {
 	// LastSeq is the seq of the newest message. Every append checks it, so
 	// two writers can never both append the same seq.
 	LastSeq int64 `gorm:"not null;default:0" json:"last_seq"`
+	// Epoch moves whenever a turn of the conversation is claimed by a
+	// runner other than the one that stored it (the ledger, ledger.go).
+	// Every append checks it too, so the runner a turn was taken from
+	// cannot store its reply: its append finds the epoch moved.
+	Epoch int64 `gorm:"not null;default:0" json:"-"`
 	// Key history: archived conversations keep their session key, so that
 	// `gateway sessions show KEY` lists them.
 	UserID string `gorm:"size:128" json:"user_id,omitempty"`
@@ -98,7 +103,6 @@ type Message struct {
 	// it, so the index holds only those.
 	TurnDue     *time.Time `gorm:"index:ix_messages_turn_due,where:turn_due IS NOT NULL"`
 	TurnTrack   bool       `gorm:"not null;default:false"`
-	TurnReply   int64      `gorm:"not null;default:0"`
 	DeliveryRef string     `gorm:"size:255;not null;default:''"`
 	DeliveredAt *time.Time
 }

@@ -388,9 +388,12 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 	k := turnKey{c.ConversationID, c.Seq}
 	c.SessionKey, c.Channel, c.UserID, c.ChatID = d.SessionKey, d.Channel, d.UserID, d.ChatID
 	in := Inbound{Channel: c.Channel, SessionKey: c.SessionKey, UserID: c.UserID, ChatID: c.ChatID, ClientMsgID: c.ClientMsgID}
-	kind := c.State
+	kind := TurnRunning
+	if c.Answered {
+		kind = TurnAnswered
+	}
 	var out Outcome
-	if c.State != TurnRunning {
+	if c.Answered {
 		// Answered before; only its delivery is due.
 		t, err := m.store.TurnAt(ctx, c.ConversationID, c.Seq)
 		if err != nil || t == nil {
@@ -415,9 +418,8 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		if now := m.now(); c.CreatedAt.Before(now.Add(-maxAge)) {
 			kind = TurnExpired
 			msgs := []Message{{ConversationID: c.ConversationID, Role: agent.RoleAssistant, Content: ExpiredText,
-				ReplyTo: c.Seq, Status: MsgFailed, Error: "not run: older than recovery.max_age", CreatedAt: now}}
-			settle := &Settle{Owner: m.opts.ReplicaID, Attempt: c.Attempt, State: TurnExpired}
-			if err := m.appendReply(ctx, hc, msgs, now, 0, 0, "", c.Seq, settle); err != nil {
+				ReplyTo: c.Seq, Status: MsgFailed, Error: notRunPrefix + " older than recovery.max_age", CreatedAt: now}}
+			if err := m.appendReply(ctx, hc, msgs, now, 0, 0, "", c.Seq, c.Attempt, TurnExpired); err != nil {
 				m.unhold(k)
 				return "", err
 			}

@@ -82,9 +82,10 @@ type Append struct {
 	Tokens        int64
 	Cost          float64
 	Model         string
-	// Settle, when set, stores the outcome of the turn of user message
-	// TurnSeq in the same transaction, guarded by its claim: the append
-	// fails with ErrLostClaim when the claim was taken over.
+	// Settle, when set, hands the turn of user message TurnSeq back in the
+	// same transaction (interrupted by a shutdown: claimable again), guarded
+	// by its claim: the append fails with ErrLostClaim when the claim was
+	// taken over.
 	Settle  *Settle
 	TurnSeq int64
 }
