@@ -93,29 +93,29 @@ func (ws *WebSocket) recheck() {
 }
 
 func (ws *WebSocket) recheckConn(ctx context.Context, c *wsConn, conv string, seen int64) {
-	active, msgs, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal}, seen, 100)
-	if err != nil || active.ID != conv {
+	t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal}, seen, 100)
+	if err != nil || t.Conversation != conv {
 		return // a reset since: the client learns of it with its next message
 	}
-	ids := map[int64]string{}
-	for _, m := range msgs {
-		if m.Role == "user" && m.ClientMsgID != nil {
-			ids[m.Seq] = *m.ClientMsgID
+	ids := map[int64]string{} // the client message ids of the user messages read
+	for _, e := range t.Entries {
+		if e.Role == "user" {
+			ids[e.Seq] = e.ClientMsgID
 		}
 	}
-	for _, m := range msgs {
-		if m.Role != "assistant" || m.ToolCalls != "" {
+	for _, e := range t.Entries {
+		if e.Role != "assistant" {
 			continue
 		}
-		id, ok := ids[m.ReplyTo]
+		id, ok := ids[e.ReplyTo]
 		if !ok {
 			// The message came before what the connection was sent.
-			if id, _, err = ws.sess.StoredReply(ctx, conv, m.ReplyTo, m.Seq); err != nil {
+			if id, _, err = ws.sess.StoredReply(ctx, conv, e.ReplyTo, e.Seq); err != nil {
 				continue
 			}
 		}
-		c.enqueue(encode(replyFrame{Type: "reply", ReplyTo: id, Seq: m.Seq, Text: m.Content, Status: m.Status}))
-		c.saw(conv, m.Seq)
+		c.enqueue(encode(replyFrame{Type: "reply", ReplyTo: id, Seq: e.Seq, Text: e.Text, Status: e.Status}))
+		c.saw(conv, e.Seq)
 	}
 }
 

@@ -29,7 +29,7 @@ type Sessions interface {
 	Handle(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (sessions.Outcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
-	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (*sessions.Conversation, []sessions.Message, error)
+	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	OnReset(fn func(sessions.ResetEvent))
 	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
 	// OnReply and StoredReply bring replies other replicas stored to the
@@ -386,14 +386,14 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		// Not on the sweep's goroutine: opening takes the key's lock.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conv, _, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
+		t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
 		if err != nil {
 			return
 		}
-		frame := encode(resetFrame{Type: "reset", Conversation: conv.ID, Reason: ev.Reason})
+		frame := encode(resetFrame{Type: "reset", Conversation: t.Conversation, Reason: ev.Reason})
 		for _, c := range targets {
 			c.enqueue(frame)
-			c.moved(conv.ID, conv.LastSeq)
+			c.moved(t.Conversation, t.LastSeq)
 		}
 	}()
 }
@@ -686,13 +686,15 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	if resumed && f.LastSeq != nil {
 		afterSeq = *f.LastSeq
 	}
-	conv, msgs, err := ws.sess.Open(ctx, in, afterSeq, 1000)
-	if err == nil && afterSeq >= 0 && f.Conversation != "" && f.Conversation != conv.ID {
+	limit := 1000
+	if afterSeq < 0 {
+		limit = ws.opts.HistoryLimit
+	}
+	t, err := ws.sess.Open(ctx, in, afterSeq, limit)
+	if err == nil && afterSeq >= 0 && f.Conversation != "" && f.Conversation != t.Conversation {
 		// The client's last_seq counts in a conversation that has since
 		// been archived: send the new one's tail instead.
-		_, msgs, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
-	} else if err == nil && afterSeq < 0 {
-		_, msgs, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
+		t, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
 	}
 	if err != nil {
 		if errors.Is(err, sessions.ErrShuttingDown) {
@@ -702,28 +704,16 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 		}
 		return false
 	}
-	last := conv.LastSeq
-	if len(msgs) > 0 {
-		last = max(last, msgs[len(msgs)-1].Seq)
-	}
-	c.moved(conv.ID, last)
-	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: conv.ID, Resumed: resumed, User: c.principal, History: historyItems(msgs)}))
+	c.moved(t.Conversation, t.LastSeq)
+	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries)}))
 	return true
 }
 
-// historyItems keeps what a chat client shows: user messages and final
-// replies (not tool calls or tool results).
-func historyItems(msgs []sessions.Message) []historyItem {
-	out := make([]historyItem, 0, len(msgs))
-	for _, m := range msgs {
-		if m.Role != "user" && (m.Role != "assistant" || m.ToolCalls != "") {
-			continue
-		}
-		item := historyItem{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo}
-		if m.ClientMsgID != nil {
-			item.ID = *m.ClientMsgID
-		}
-		out = append(out, item)
+// historyItems is a transcript's lines as ready carries them.
+func historyItems(entries []sessions.Entry) []historyItem {
+	out := make([]historyItem, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo})
 	}
 	return out
 }

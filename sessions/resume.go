@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/chatgate/chatgate/agent"
 )
 
 // Resume tokens let a channel's client come back to its session after a
@@ -40,27 +42,70 @@ func resumeKey(channel, token string) string {
 	return channel + ":resume:" + hex.EncodeToString(sum[:])
 }
 
-// Open returns the session key's active conversation, opening one if there
-// is none, and its messages after afterSeq (or the last limit messages when
-// afterSeq < 0), at most limit (0: no limit with afterSeq). A running turn's
-// reply, if not yet stored, is not among them; the turn delivers it.
-func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit int) (*Conversation, []Message, error) {
+// Transcript is what a chat client is shown of a session key's active
+// conversation: its id, how far it goes, and its lines.
+type Transcript struct {
+	Conversation string // the active conversation's id
+	// LastSeq is the newest seq read: the conversation's last seq, or
+	// that of a message stored since, whatever the message (tool calls
+	// included). A client shown the transcript has seen everything up to
+	// it.
+	LastSeq int64
+	Entries []Entry
+}
+
+// Entry is one line of a transcript: a user message or a final reply.
+// Tool calls and tool results are not lines.
+type Entry struct {
+	Seq         int64
+	Role        string // user | assistant
+	Text        string
+	Status      string // ok | failed | interrupted
+	ClientMsgID string // a user message's client message id, if it had one
+	ReplyTo     int64  // a reply's user message seq
+}
+
+// toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
+func toTranscript(conv *Conversation, msgs []Message) Transcript {
+	t := Transcript{Conversation: conv.ID, LastSeq: conv.LastSeq, Entries: make([]Entry, 0, len(msgs))}
+	if len(msgs) > 0 {
+		t.LastSeq = max(t.LastSeq, msgs[len(msgs)-1].Seq)
+	}
+	for _, m := range msgs {
+		if m.Role != agent.RoleUser && (m.Role != agent.RoleAssistant || m.ToolCalls != "") {
+			continue
+		}
+		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo}
+		if m.ClientMsgID != nil {
+			e.ClientMsgID = *m.ClientMsgID
+		}
+		t.Entries = append(t.Entries, e)
+	}
+	return t
+}
+
+// Open returns the transcript of the session key's active conversation,
+// opening one if there is none: the lines of the messages after afterSeq
+// (or of the last limit messages when afterSeq < 0), read from at most
+// limit messages (0: no limit with afterSeq). A running turn's reply, if
+// not yet stored, is not among them; the turn delivers it.
+func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit int) (Transcript, error) {
 	if in.Channel == "" || in.SessionKey == "" {
-		return nil, nil, ErrBadInbound
+		return Transcript{}, ErrBadInbound
 	}
 	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
 	if err != nil {
-		return nil, nil, err
+		return Transcript{}, err
 	}
 	if conv == nil {
 		release, err := m.acquire(ctx, in.SessionKey)
 		if err != nil {
-			return nil, nil, err
+			return Transcript{}, err
 		}
 		hc, err := m.load(ctx, in, m.Policy(in.Channel), m.now())
 		release()
 		if err != nil {
-			return nil, nil, err
+			return Transcript{}, err
 		}
 		c := hc.conv
 		conv = &c
@@ -71,7 +116,10 @@ func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit in
 	} else {
 		msgs, err = m.store.RecentMessages(ctx, conv.ID, limit)
 	}
-	return conv, msgs, err
+	if err != nil {
+		return Transcript{}, err
+	}
+	return toTranscript(conv, msgs), nil
 }
 
 // ChannelState reads a value a channel keeps through the store (such as
