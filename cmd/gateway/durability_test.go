@@ -204,15 +204,7 @@ log:
 	// The slow turns never end by themselves (the model is released only
 	// for the restart): the gateway exits because the drain's deadline
 	// interrupts them. The bound only keeps a hang from stalling the run.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
-	}
+	stopGateway(t, p)
 	if logs := p.stderr.String(); !strings.Contains(logs, "drain deadline passed") {
 		t.Fatalf("the drain did not end at its deadline:\n%s", logs)
 	}
@@ -484,15 +476,7 @@ log:
 	}
 	p := startGateway(t, dir, config)
 	api.WaitSent(t, 2) // fast 1 and fast 3 answered; slow 2 hangs
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
-	}
+	stopGateway(t, p)
 	if n := len(api.Messages()); n != 2 {
 		t.Fatalf("%d messages sent before the restart, want 2 (the interrupted turn is not sent half-done)", n)
 	}
@@ -509,15 +493,7 @@ log:
 		api.Push(telegramtest.DM(2, "fast 2c")),
 		api.Push(telegramtest.DM(3, "fast 3c")))
 	api.WaitSent(t, 7)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit after the restart: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
-	}
+	stopGateway(t, p)
 	answers := map[int][]string{}
 	for _, m := range api.Messages() {
 		answers[m.ReplyTo] = append(answers[m.ReplyTo], m.Text)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -282,76 +281,6 @@ func TestRollingDeployRunsEachTurnOnce(t *testing.T) {
 	}
 }
 
-// pgProxy forwards loopback TCP connections to PostgreSQL and can refuse
-// them for a while, cutting the open ones: a database outage.
-type pgProxy struct {
-	t      *testing.T
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]struct{}
-}
-
-func newPGProxy(t *testing.T, target string) *pgProxy {
-	p := &pgProxy{t: t, target: target, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() { p.down() })
-	return p
-}
-
-func (p *pgProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-// down refuses new connections and cuts the open ones.
-func (p *pgProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-// up accepts connections again, on the same address.
-func (p *pgProxy) up() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serve(ln)
-}
-
 // PostgreSQL refuses connections for 4 s while 10 Telegram turns stream:
 // every message is answered exactly once, no reply is sent before it is
 // stored, nothing runs again after a restart, and no session lease is left
@@ -362,8 +291,8 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	if err != nil || u.Host == "" {
 		t.Skipf("the outage test needs a URL-form DSN, got %q", dsn)
 	}
-	proxy := newPGProxy(t, u.Host)
-	u.Host = proxy.addr
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
 	proxied := u.String()
 
 	api := telegramtest.New(t)
@@ -388,7 +317,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	}
 	llm.waitInFlight(t, users) // every message stored and claimed
 
-	proxy.down()
+	proxy.setCut(true)
 	llm.release() // the turns end during the outage
 	eventually(t, "a reply failing to store", func() bool {
 		return strings.Contains(p.stderr.String(), "storing reply failed; retrying while the turn is held")
@@ -397,7 +326,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	if n := len(api.Messages()); n != 0 {
 		t.Fatalf("%d replies sent while the database was down: a reply went out before it was stored", n)
 	}
-	proxy.up()
+	proxy.setCut(false)
 	api.WaitSent(t, users)
 
 	stopGateway(t, p)

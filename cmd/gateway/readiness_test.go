@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -178,15 +177,7 @@ func TestReadyzNamesUnreachableStorage(t *testing.T) {
 
 	proxy.setCut(false)
 	waitReadyz(t, base, http.StatusOK, "ready\n")
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", p.stderr.String())
-	}
+	stopGateway(t, p)
 }
 
 // fakeBot reports its state the way the Telegram bot does.
