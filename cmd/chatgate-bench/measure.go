@@ -282,9 +282,19 @@ func gatewayServer(ctx context.Context, driver string, o options) (string, func(
 	if err != nil {
 		return "", nil, err
 	}
+	return serveGateway(db, closeDB, false)
+}
+
+// serveGateway serves the session manager of db over WebSocket on
+// loopback, its rescuer (and with it the events of other replicas)
+// running when rescue is set. The returned func stops it and closeDB.
+func serveGateway(db *sessions.DB, closeDB func(), rescue bool) (string, func(), error) {
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard, HotConversations: 4096,
 		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20}}})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
+	if rescue {
+		mgr.StartRescuer()
+	}
 	srv := gateway.New(discard)
 	srv.Handle("GET /ws", ws)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

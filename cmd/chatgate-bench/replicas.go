@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/chatgate/chatgate/agent"
-	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -85,26 +82,7 @@ func replicaServer(ctx context.Context, dsn string) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard,
-		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20}}})
-	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
-	mgr.StartRescuer()
-	srv := gateway.New(discard)
-	srv.Handle("GET /ws", ws)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		db.Close()
-		return "", nil, err
-	}
-	go srv.Serve(ln)
-	return "ws://" + ln.Addr().String() + "/ws", func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(c)
-		mgr.Shutdown(c)
-		ws.Shutdown(c)
-		db.Close()
-	}, nil
+	return serveGateway(db, func() { db.Close() }, true)
 }
 
 // crossUser runs one user's turns: sent on A, timed at A's and B's
