@@ -517,3 +517,41 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	}
 	m.Shutdown(context.Background())
 }
+
+// A reply that cannot be stored for as long as the claim's lease lasts is
+// not delivered; the turn is handed back to the ledger and runs again once
+// storage takes it.
+func TestUnstorableReplyIsHandedBackAndRunAgain(t *testing.T) {
+	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	c := newClock(t0)
+	rec := &recorder{}
+	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	m.OnDeliver("websocket", false, noopDeliver)
+	refuse := `CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN NEW.role = 'assistant'
+		BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END`
+	if err := db.Gorm().Exec(refuse).Error; err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Handle(context.Background(), msg("websocket:ann", "hello"), Hooks{})
+	if !errors.Is(err, ErrReplyNotStored) || out.Reply.Text != "" {
+		t.Fatalf("outcome = %+v, %v; want no reply and ErrReplyNotStored", out, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tn := turnAt(t, db, out.ConversationID, 1); tn.Owner != "" || tn.DueAt == nil; tn = turnAt(t, db, out.ConversationID, 1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the turn was not handed back: %+v", tn)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := db.Gorm().Exec("DROP TRIGGER refuse_replies").Error; err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := m.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+		t.Fatalf("Recover = %d, %v; want the handed-back turn run", ran, err)
+	}
+	expectPairedTurns(t, db, "websocket:ann", 1)
+	if n := rec.calls.Load(); n != 2 {
+		t.Fatalf("agent called %d times, want 2 (the reply lost, then the rerun)", n)
+	}
+}

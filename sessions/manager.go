@@ -787,7 +787,9 @@ func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, att
 			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", in.SessionKey),
 				slog.String("conversation", hc.conv.ID), slog.Int64("seq", um.Seq))
 		} else {
-			m.log.Error("storing reply failed", slog.String("session_key", in.SessionKey), slog.String("conversation", hc.conv.ID), slog.String("error", err.Error()))
+			m.log.Error("storing reply failed; the turn is handed back to run again", slog.String("session_key", in.SessionKey),
+				slog.String("conversation", hc.conv.ID), slog.String("error", err.Error()))
+			m.handBack(hc.conv.ID, um.Seq, attempt)
 		}
 		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq}, fmt.Errorf("%w: %w", ErrReplyNotStored, err)
 	}

@@ -98,6 +98,31 @@ func (m *Manager) Delivered(ctx context.Context, t TurnRef, ref string, err erro
 	}
 }
 
+// handBack gives a turn this replica could not finish (its reply could
+// not be stored) back to the ledger, due at once, so that the rescuer —
+// here or on another replica — runs it again. Storage is likely still
+// failing: it retries in the background until the release lands, the
+// claim turns out taken over, or the gateway stops (its heartbeat then
+// stops too, and others take the turn over).
+func (m *Manager) handBack(convID string, seq int64, attempt int) {
+	m.loops.Add(1)
+	go func() {
+		defer m.loops.Done()
+		for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
+			err := m.store.ReleaseTurn(m.base, convID, seq, m.opts.ReplicaID, attempt, m.now(), "reply could not be stored")
+			if err == nil || errors.Is(err, ErrLostClaim) {
+				m.Wake()
+				return
+			}
+			select {
+			case <-m.stopLoops:
+				return
+			case <-time.After(wait):
+			}
+		}
+	}()
+}
+
 // turnKey names a turn in memory.
 type turnKey struct {
 	conv string
