@@ -157,8 +157,9 @@ type Options struct {
 	// ReplicaID names this gateway in the ledger's claims and leases
 	// (default: a random id per process).
 	ReplicaID string
-	// LeaseTTL is how long a claim on a turn lasts unless renewed (default
-	// 30s); a replica that dies holds its turns at most this long.
+	// LeaseTTL is how long this replica holds its turns and session leases
+	// after its last heartbeat (default 30s; it beats every third of
+	// that), and how long a reply that cannot be stored is retried.
 	LeaseTTL time.Duration
 	// RecoveryMaxAge: a turn found claimable longer than this after its
 	// message arrived is not run; the user is asked to send it again

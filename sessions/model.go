@@ -108,8 +108,9 @@ type Message struct {
 }
 
 // SessionLease makes one replica at a time the runner of a session key's
-// turns when several gateways share a PostgreSQL database. A lease expires
-// unless renewed, so a replica that dies does not block a user for long.
+// turns when several gateways share a PostgreSQL database. A lease lasts
+// while its replica heartbeats, so a replica that dies does not block a
+// user for long. ExpiresAt is when it was taken.
 type SessionLease struct {
 	SessionKey string `gorm:"primaryKey;size:255"`
 	// Holder is unique to one acquisition; Replica names the gateway.
