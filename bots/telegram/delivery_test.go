@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
@@ -411,5 +412,58 @@ func TestRetryWaitsDoubleToTheCap(t *testing.T) {
 		16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("waits %v, want %v", got, want)
+	}
+}
+
+// held is an agent whose "slow" messages wait until release is closed.
+type held struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (held) Name() string  { return "held" }
+func (held) Model() string { return "held" }
+func (a held) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	if strings.HasPrefix(req.Input, "slow") {
+		a.started <- struct{}{}
+		select {
+		case <-a.release:
+		case <-ctx.Done():
+			return agent.Reply{}, ctx.Err()
+		}
+	}
+	return agent.Echo{}.Reply(ctx, req, onDelta)
+}
+
+// TestSlowTurnNeverMakesPollingDeaf: a chat's message waiting behind that
+// chat's running turn is not stored yet, so it would hold the offset; with
+// more than one getUpdates answer of later updates behind it, polling
+// would hear nothing new. Waiting updates are held in the stored state
+// instead: every other chat is answered meanwhile, and the waiting one
+// once the turn ahead of it ends — each exactly once.
+func TestSlowTurnNeverMakesPollingDeaf(t *testing.T) {
+	api := telegramtest.New(t)
+	ag := held{started: make(chan struct{}, 1), release: make(chan struct{})}
+	start(t, api, t.TempDir(), setup{agent: ag})
+	slow := api.Push(telegramtest.DM(1, "slow a"))
+	<-ag.started
+	waiting := api.Push(telegramtest.DM(1, "b")) // behind "slow a" in chat 1
+	var ids []int
+	for i := range 150 {
+		ids = append(ids, api.Push(telegramtest.DM(int64(100+i), fmt.Sprintf("m%d", i))))
+	}
+	api.WaitSent(t, 150)
+	late := api.Push(telegramtest.DM(999, "anyone there?"))
+	api.WaitSent(t, 151)
+	close(ag.release)
+	sent := api.WaitSent(t, 153)
+	answers := answersByMessage(sent)
+	for i, id := range append(ids, late, slow, waiting) {
+		if got := answers[id]; len(got) != 1 {
+			t.Errorf("update %d (%d) answered %q, want once", id, i, got)
+		}
+	}
+	if got := answers[waiting]; len(got) != 1 || got[0] != "echo: b (history: 2)" {
+		t.Errorf("the waiting message answered %q, want after the slow one", got)
 	}
 }

@@ -161,8 +161,19 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 			b.dispatch(ctx, u, offsets, nil, time.Time{})
 		}
 		if fresh == 0 {
-			// Only updates still being processed came back: wait for one
-			// to finish instead of asking again at once.
+			// Only updates already taken came back: the offset is held by
+			// updates not stored yet — waiting behind a running turn of
+			// their chat, or failing. Hold them all in the stored state,
+			// so that the offset moves past them and polling hears the
+			// other chats; each leaves the held set once its message is
+			// stored (and a restart takes them up again). Then wait for
+			// progress instead of asking again at once.
+			if ids, st := offsets.holdWaiting(); len(ids) > 0 && b.persist(ctx, offsets, st) {
+				for _, id := range ids {
+					offsets.holdStored(id)
+				}
+				continue
+			}
 			offsets.waitProgress(ctx, b.opts.PollTimeout)
 		}
 	}

@@ -59,20 +59,22 @@ func (q *keyQueues) drain(key string) {
 // returns at most 100 updates from the offset, from reaching newer ones.
 type offsetTracker struct {
 	mu        sync.Mutex
-	pending   map[int]bool        // started, not processed
-	held      map[int]*heldUpdate // not stored yet: retried
-	done      map[int]bool        // processed, above committed
+	pending   map[int]bool            // started, not processed
+	updates   map[int]tgbotapi.Update // the pending updates, to hold them
+	held      map[int]*heldUpdate     // not stored yet: retried
+	done      map[int]bool            // processed, above committed
 	maxSeen   int
 	committed int
 	progress  chan struct{} // a token after each finish
 	retired   bool          // its polling term ended: it stores nothing more
 }
 
-// heldUpdate is an update whose message could not be stored yet.
+// heldUpdate is an update whose message is not stored yet: storing it
+// failed, or it waits in its chat's queue behind a running turn.
 type heldUpdate struct {
 	Update tgbotapi.Update `json:"update"`
-	// Since is when storing it first failed; after giveUpAfter the user
-	// is told, and the update is let go.
+	// Since is when storing it first failed (zero while it only waits);
+	// after giveUpAfter the user is told, and the update is let go.
 	Since time.Time `json:"since"`
 	// durable is set once a stored state holds it.
 	durable bool
@@ -86,7 +88,7 @@ type offsetState struct {
 }
 
 func newOffsetTracker(st offsetState) *offsetTracker {
-	o := &offsetTracker{pending: map[int]bool{}, held: map[int]*heldUpdate{}, done: map[int]bool{},
+	o := &offsetTracker{pending: map[int]bool{}, updates: map[int]tgbotapi.Update{}, held: map[int]*heldUpdate{}, done: map[int]bool{},
 		maxSeen: st.Offset - 1, committed: st.Offset, progress: make(chan struct{}, 1)}
 	for _, id := range st.Done {
 		if id >= st.Offset {
@@ -142,11 +144,13 @@ func (o *offsetTracker) waitProgress(ctx context.Context, max time.Duration) {
 	}
 }
 
-func (o *offsetTracker) start(id int) {
+func (o *offsetTracker) start(u tgbotapi.Update) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	id := u.UpdateID
 	if o.held[id] == nil {
 		o.pending[id] = true
+		o.updates[id] = u
 	}
 	o.maxSeen = max(o.maxSeen, id)
 }
@@ -156,6 +160,7 @@ func (o *offsetTracker) finish(id int) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.pending, id)
+	delete(o.updates, id)
 	delete(o.held, id)
 	o.done[id] = true
 	o.committed = max(o.committed, o.next(0))
@@ -170,10 +175,35 @@ func (o *offsetTracker) hold(u tgbotapi.Update, since time.Time) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.pending, u.UpdateID)
-	if o.held[u.UpdateID] == nil {
+	delete(o.updates, u.UpdateID)
+	if h := o.held[u.UpdateID]; h == nil {
 		o.held[u.UpdateID] = &heldUpdate{Update: u, Since: since}
+	} else if h.Since.IsZero() {
+		h.Since = since // it waited; now storing it failed
 	}
 	return o.state(max(o.committed, o.next(u.UpdateID)))
+}
+
+// holdWaiting holds every update not yet stored (waiting in its chat's
+// queue, being stored now, or held by a state write that failed) and
+// returns their ids and the state to store, whose offset may pass them:
+// the state carries them. Call holdStored for each once that state is
+// stored.
+func (o *offsetTracker) holdWaiting() ([]int, offsetState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id := range o.pending {
+		o.held[id] = &heldUpdate{Update: o.updates[id]}
+		delete(o.pending, id)
+		delete(o.updates, id)
+	}
+	var ids []int
+	for id, h := range o.held {
+		if !h.durable {
+			ids = append(ids, id)
+		}
+	}
+	return ids, o.state(max(o.committed, o.maxSeen+1))
 }
 
 // holdStored marks a held update durable: the offset may pass it now.

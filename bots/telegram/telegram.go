@@ -310,7 +310,7 @@ func (b *Bot) connect(ctx context.Context) bool {
 // set for an update that already failed to be stored (since then).
 func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTracker, settled func(bool), held time.Time) {
 	if offsets != nil {
-		offsets.start(u.UpdateID)
+		offsets.start(u)
 	}
 	var settleOnce sync.Once
 	settle := func(ok bool) {
