@@ -213,6 +213,9 @@ type Manager struct {
 	started   time.Time   // when this replica's heartbeat began
 	rescanAll atomic.Bool // the next rescuer pass reads the whole horizon
 	beating   atomic.Bool // the heartbeat runs
+	// peers: another replica is alive (heartbeats, or one of its events
+	// arrived), so this one publishes its events.
+	peers atomic.Bool
 	beatMu    sync.Mutex
 	loops     sync.WaitGroup // the heartbeat and the rescuer
 	stopLoops chan struct{}

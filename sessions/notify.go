@@ -31,6 +31,7 @@ import (
 const (
 	eventReply = "reply"
 	eventReset = "reset"
+	eventHello = "hello" // a replica started listening
 )
 
 // event is one notification's payload. PostgreSQL limits a payload to
@@ -421,6 +422,10 @@ func (m *Manager) listenEvents() {
 	if err := n.listen(ctx, m.onEvent); err != nil {
 		m.log.Warn("not yet receiving events of other replicas: their replies reach clients here on resume", slog.String("error", err.Error()))
 	}
+	// Replicas publish only while another one lives (peers): this one
+	// tells them it does, rather than wait for their next look.
+	ev := event{Kind: eventHello, Origin: m.opts.ReplicaID}
+	n.notify(ev)
 }
 
 // onEvent handles an event of any replica.
@@ -433,6 +438,10 @@ func (m *Manager) onEvent(ev event) {
 		return
 	}
 	if ev.Origin == m.opts.ReplicaID {
+		return
+	}
+	m.peers.Store(true)
+	if ev.Kind == eventHello {
 		return
 	}
 	// Another replica changed the key's conversation: the cached copy
@@ -469,6 +478,9 @@ func (m *Manager) replyListeners(ev ReplyEvent) {
 // announce publishes an event of this replica, when the store carries
 // events.
 func (m *Manager) announce(ev event) {
+	if !m.peers.Load() {
+		return // nobody else to tell; the rows stay the truth
+	}
 	if n, ok := m.store.(notifier); ok {
 		ev.Origin = m.opts.ReplicaID
 		n.notify(ev)

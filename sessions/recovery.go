@@ -152,9 +152,21 @@ func (m *Manager) holding(k turnKey) bool {
 }
 
 // beat writes this replica's heartbeat, which is the lease of every turn
-// it holds.
+// it holds, and looks whether other replicas live (peers).
 func (m *Manager) beat(ctx context.Context) error {
-	return m.store.Heartbeat(ctx, m.opts.ReplicaID, m.started)
+	if err := m.store.Heartbeat(ctx, m.opts.ReplicaID, m.started); err != nil {
+		return err
+	}
+	m.lookForPeers(ctx)
+	return nil
+}
+
+// lookForPeers notes whether another replica heartbeats; when that cannot
+// be read, it assumes one does (events cost latency when missed, not
+// correctness, but are cheap when sent to nobody).
+func (m *Manager) lookForPeers(ctx context.Context) {
+	_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+	m.peers.Store(err != nil || len(alive) > 1)
 }
 
 // Wake makes the rescuer look for claimable turns now (another replica
@@ -211,6 +223,11 @@ func (m *Manager) startHeartbeat() error {
 // the rescuer and reach OnReply and OnReset listeners. Register the
 // channels' deliverers and listeners first.
 func (m *Manager) StartRescuer() {
+	// A replica that takes over turns and listens is one the others must
+	// see alive (and publish to).
+	if err := m.startHeartbeat(); err != nil {
+		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
+	}
 	m.listenEvents()
 	m.loops.Add(1)
 	go func() {
@@ -281,6 +298,9 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 	if err == nil {
 		gone, alive, rerr := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
 		err = rerr
+		if rerr == nil && len(alive) > 1 {
+			m.peers.Store(true)
+		}
 		since := m.now().Add(-recoveryHorizon)
 		if !full {
 			for i, r := range gone {
