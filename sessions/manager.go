@@ -215,7 +215,7 @@ type Manager struct {
 	beating   atomic.Bool // the heartbeat runs
 	// peers: another replica is alive (heartbeats, or one of its events
 	// arrived), so this one publishes its events.
-	peers atomic.Bool
+	peers     atomic.Bool
 	beatMu    sync.Mutex
 	loops     sync.WaitGroup // the heartbeat and the rescuer
 	stopLoops chan struct{}
