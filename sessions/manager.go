@@ -7,6 +7,8 @@ package sessions
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -282,7 +284,11 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		opts.Observer = noObserver{}
 	}
 	if opts.ReplicaID == "" {
-		opts.ReplicaID = uuid.NewString()
+		// Every user message row carries its owner's id: 64 random bits
+		// tell replicas apart and keep the rows narrow.
+		var b [8]byte
+		rand.Read(b[:])
+		opts.ReplicaID = hex.EncodeToString(b[:])
 	}
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = LeaseTTL
