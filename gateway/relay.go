@@ -75,12 +75,7 @@ func (ws *WebSocket) recheckLater() {
 // was sent, in the conversation it shows: events of other replicas may
 // have been lost while the connection listening for them was down.
 func (ws *WebSocket) recheck() {
-	ws.mu.Lock()
-	conns := make([]*wsConn, 0, len(ws.conns))
-	for c := range ws.conns {
-		conns = append(conns, c)
-	}
-	ws.mu.Unlock()
+	conns := ws.allConns()
 	for _, c := range conns {
 		conv, seen := c.position()
 		if conv == "" {

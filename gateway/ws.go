@@ -138,12 +138,7 @@ func (ws *WebSocket) pingLoop() {
 			return
 		case <-t.C:
 		}
-		ws.mu.Lock()
-		conns := make([]*wsConn, 0, len(ws.conns))
-		for c := range ws.conns {
-			conns = append(conns, c)
-		}
-		ws.mu.Unlock()
+		conns := ws.allConns()
 		for _, c := range conns {
 			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
 				c.close(websocket.CloseAbnormalClosure, "ping failed")
@@ -163,6 +158,17 @@ func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (stri
 		c.saw(d.Turn.ConversationID, d.Reply.Seq)
 	}
 	return "", nil
+}
+
+// allConns returns the open connections.
+func (ws *WebSocket) allConns() []*wsConn {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	conns := make([]*wsConn, 0, len(ws.conns))
+	for c := range ws.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }
 
 // connsOf returns the open connections of a session key.
@@ -322,12 +328,7 @@ func (ws *WebSocket) Shutdown(ctx context.Context) {
 // dropAll closes every connection with code while still accepting new
 // ones, as a network drop or a restart behind a load balancer would.
 func (ws *WebSocket) dropAll(code int) {
-	ws.mu.Lock()
-	conns := make([]*wsConn, 0, len(ws.conns))
-	for c := range ws.conns {
-		conns = append(conns, c)
-	}
-	ws.mu.Unlock()
+	conns := ws.allConns()
 	for _, c := range conns {
 		c.close(code, "dropped")
 	}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -60,20 +58,12 @@ func newChaosLLM() *chaosLLM {
 }
 
 func (l *chaosLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Messages []struct{ Role, Content string }
-	}
-	data, _ := io.ReadAll(r.Body)
-	json.Unmarshal(data, &body)
-	input := body.Messages[len(body.Messages)-1].Content
+	input := modelInput(r)
 	l.mu.Lock()
 	l.runs[input]++
 	l.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(s string) {
-		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", s)
-		w.(http.Flusher).Flush()
-	}
+	chunk := func(s string) { streamChunk(w, s) }
 	chunk("thinking about " + input + "... ")
 	gate := ""
 	for _, g := range []string{gate1, gate2} {
@@ -93,7 +83,7 @@ func (l *chaosLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	chunk("done")
-	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	streamEnd(w)
 }
 
 // hold waits until gate opens; false if the request ended first.

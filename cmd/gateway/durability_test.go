@@ -33,6 +33,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// modelInput is the newest message of a chat-completions request.
+func modelInput(r *http.Request) string {
+	var body struct {
+		Messages []struct{ Role, Content string }
+	}
+	data, _ := io.ReadAll(r.Body)
+	json.Unmarshal(data, &body)
+	return body.Messages[len(body.Messages)-1].Content
+}
+
+// streamChunk writes one piece of a streamed chat completion;
+// streamEnd ends the stream.
+func streamChunk(w http.ResponseWriter, s string) {
+	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", s)
+	w.(http.Flusher).Flush()
+}
+
+func streamEnd(w http.ResponseWriter) {
+	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+}
+
 // slowLLM speaks the chat-completions streaming format. Messages containing
 // "slow" stream one piece and then hang until released (or the request is
 // cancelled); the others answer at once.
@@ -50,17 +71,9 @@ func (l *slowLLM) open() {
 }
 
 func (l *slowLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Messages []struct{ Role, Content string }
-	}
-	data, _ := io.ReadAll(r.Body)
-	json.Unmarshal(data, &body)
-	input := body.Messages[len(body.Messages)-1].Content
+	input := modelInput(r)
 	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(s string) {
-		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", s)
-		w.(http.Flusher).Flush()
-	}
+	chunk := func(s string) { streamChunk(w, s) }
 	chunk("thinking about " + input + "... ")
 	if strings.Contains(input, "slow") && !l.released.Load() {
 		select {
@@ -70,7 +83,7 @@ func (l *slowLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	chunk("done")
-	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	streamEnd(w)
 }
 
 type process struct {

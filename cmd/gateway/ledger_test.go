@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -90,12 +88,7 @@ func (l *countingLLM) counts() (total int, byInput map[string]int, most int) {
 }
 
 func (l *countingLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Messages []struct{ Role, Content string }
-	}
-	data, _ := io.ReadAll(r.Body)
-	json.Unmarshal(data, &body)
-	input := body.Messages[len(body.Messages)-1].Content
+	input := modelInput(r)
 	l.mu.Lock()
 	l.byInput[input]++
 	l.total++
@@ -111,10 +104,7 @@ func (l *countingLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.mu.Unlock()
 	}()
 	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(s string) {
-		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", s)
-		w.(http.Flusher).Flush()
-	}
+	chunk := func(s string) { streamChunk(w, s) }
 	chunk("thinking about " + input + "... ")
 	if strings.Contains(input, "slow") {
 		released := make(chan struct{})
@@ -141,7 +131,7 @@ func (l *countingLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	chunk("done")
-	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	streamEnd(w)
 }
 
 // metric reads one unlabelled counter from a gateway's /metrics.
