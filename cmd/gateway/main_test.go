@@ -110,12 +110,9 @@ func TestServeRunsAndStopsCleanly(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
+	// Healthy as soon as it listens; ready once started.
 	waitHealthy(t, "http://"+addr)
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("readyz = %v %v", resp, err)
-	}
-	resp.Body.Close()
+	waitReadyz(t, "http://"+addr, http.StatusOK, "ready\n")
 	cancel()
 	select {
 	case code := <-done:
