@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/pgtest"
@@ -20,21 +18,7 @@ func newReplica(t *testing.T, dsn string, ag agent.Agent) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := sessions.New(db, ag, sessions.Options{Logger: quiet})
-	ws := NewWebSocket(mgr, WSOptions{Logger: quiet})
-	mgr.StartRescuer()
-	srv := New(quiet)
-	srv.Handle("GET /ws", ws)
-	hs := httptest.NewServer(srv.mux)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ws.Shutdown(ctx)
-		hs.Close()
-		mgr.Shutdown(ctx)
-		db.Close()
-	})
-	return &env{t: t, srv: hs, mgr: mgr, db: db, ws: ws}
+	return serveEnv(t, db, sessions.New(db, ag, sessions.Options{Logger: quiet}), WSOptions{}, true)
 }
 
 // A client sends a slow message to replica A, loses its connection,

@@ -66,8 +66,19 @@ func newEnv(t *testing.T, ag agent.Agent, opts WSOptions, policies map[string]se
 		t.Fatal(err)
 	}
 	mgr := sessions.New(db, ag, sessions.Options{Logger: quiet, Policies: policies, Now: now})
+	return serveEnv(t, db, mgr, opts, false)
+}
+
+// serveEnv serves mgr's WebSocket channel and web page on a loopback HTTP
+// server, its rescuer running when rescue is set, and stops it all when
+// the test ends.
+func serveEnv(t *testing.T, db *sessions.DB, mgr *sessions.Manager, opts WSOptions, rescue bool) *env {
+	t.Helper()
 	opts.Logger = quiet
 	ws := NewWebSocket(mgr, opts)
+	if rescue {
+		mgr.StartRescuer()
+	}
 	srv := New(quiet)
 	srv.Handle("GET /ws", ws)
 	srv.Handle("GET /", WebPage())
