@@ -84,3 +84,7 @@ func (m *Metrics) WatchWebSocket(ws *WebSocket) {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
+
+// TurnStarted implements sessions.Observer. (Metrics for merged turns are
+// added with the busy-mode configuration.)
+func (m *Metrics) TurnStarted(channel string, messages int, wait time.Duration) {}

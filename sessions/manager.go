@@ -59,6 +59,7 @@ type Inbound struct {
 type Policy struct {
 	MaxHistory int
 	Reset      ResetPolicy
+	Busy       BusyPolicy
 }
 
 // ResetEvent tells that a conversation was archived and why.
@@ -129,6 +130,10 @@ type Observer interface {
 	// RecoveryPass: one pass of the rescuer ended, having run and expired
 	// that many turns.
 	RecoveryPass(ran, expired int)
+	// TurnStarted: a live turn started with that many user messages,
+	// having waited that long (debounce, and the turn before it) since
+	// the first of them was stored.
+	TurnStarted(channel string, messages int, wait time.Duration)
 }
 
 type noObserver struct{}
@@ -136,6 +141,7 @@ type noObserver struct{}
 func (noObserver) TurnDone(string, string, time.Duration) {}
 func (noObserver) ResetDone(string, string, int)          {}
 func (noObserver) RecoveryPass(int, int)                  {}
+func (noObserver) TurnStarted(string, int, time.Duration) {}
 
 // Options configures a Manager.
 type Options struct {
