@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // Roles of a message.
@@ -36,7 +37,16 @@ type Request struct {
 	SessionKey   string
 	Instructions string    // system prompt, rebuilt for every call
 	History      []Message // prior messages, already trimmed to max_history
-	Input        string    // the new user message
+	// Earlier are the turn's other new user messages, oldest first, when
+	// several arrived together and are answered by one call (a burst);
+	// Input is the newest. Each is sent as a user message of its own.
+	Earlier []string
+	Input   string // the new user message (the newest of a burst)
+}
+
+// Inputs are the turn's new user messages, oldest first.
+func (r Request) Inputs() []string {
+	return append(append(make([]string, 0, len(r.Earlier)+1), r.Earlier...), r.Input)
 }
 
 // Usage counts tokens.
@@ -74,7 +84,7 @@ type Agent interface {
 
 // Echo is the default backend: it answers "echo: <text> (history: N)" where N
 // is the number of prior messages it was given, so that resets, trimming and
-// resume are visible in a demo.
+// resume are visible in a demo. A burst's messages are echoed one a line.
 type Echo struct{}
 
 // Name implements Agent.
@@ -88,7 +98,7 @@ func (Echo) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
 	}
-	text := fmt.Sprintf("echo: %s (history: %d)", req.Input, len(req.History))
+	text := fmt.Sprintf("echo: %s (history: %d)", strings.Join(req.Inputs(), "\n"), len(req.History))
 	if onDelta != nil {
 		onDelta(text)
 	}

@@ -14,6 +14,17 @@ import (
 	"time"
 )
 
+func TestEchoBurst(t *testing.T) {
+	r, err := Echo{}.Reply(context.Background(), Request{Earlier: []string{"hi", "quick question"}, Input: "how do I reset?",
+		History: []Message{{Role: RoleUser, Content: "a"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "echo: hi\nquick question\nhow do I reset? (history: 1)"; r.Text() != want {
+		t.Fatalf("echo = %q, want %q", r.Text(), want)
+	}
+}
+
 func TestEcho(t *testing.T) {
 	var deltas []string
 	r, err := Echo{}.Reply(context.Background(), Request{
@@ -99,7 +110,8 @@ func TestOpenAIRequestCarriesInstructionsAndHistory(t *testing.T) {
 			{Role: RoleTool, Content: "rain", ToolCallID: "call_1"},
 			{Role: RoleAssistant, Content: "Rain."},
 		},
-		Input: "thanks",
+		Earlier: []string{"ok"},
+		Input:   "thanks",
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +128,7 @@ func TestOpenAIRequestCarriesInstructionsAndHistory(t *testing.T) {
 	for _, m := range msgs {
 		roles = append(roles, m.(map[string]any)["role"].(string))
 	}
-	if strings.Join(roles, ",") != "system,user,assistant,tool,assistant,user" {
+	if strings.Join(roles, ",") != "system,user,assistant,tool,assistant,user,user" {
 		t.Fatalf("roles sent = %v", roles)
 	}
 	tc := msgs[2].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
@@ -125,6 +137,9 @@ func TestOpenAIRequestCarriesInstructionsAndHistory(t *testing.T) {
 	}
 	if msgs[3].(map[string]any)["tool_call_id"] != "call_1" {
 		t.Fatalf("tool message sent = %v", msgs[3])
+	}
+	if msgs[5].(map[string]any)["content"] != "ok" || msgs[6].(map[string]any)["content"] != "thanks" {
+		t.Fatalf("a burst's messages are sent one by one, in order: %v %v", msgs[5], msgs[6])
 	}
 }
 

@@ -201,5 +201,8 @@ func toParams(req Request) []openai.ChatCompletionMessageParamUnion {
 			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		}
 	}
-	return append(out, openai.UserMessage(req.Input))
+	for _, in := range req.Inputs() {
+		out = append(out, openai.UserMessage(in))
+	}
+	return out
 }
