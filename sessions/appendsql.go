@@ -55,7 +55,7 @@ func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
 		if res.Error != nil {
 			return res.Error
 		}
-		if res.RowsAffected != 1 {
+		if res.RowsAffected == 0 {
 			return ErrLostClaim
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,12 +168,31 @@ func expectPairedTurns(t testing.TB, db *DB, key string, turns int) {
 	if len(rows) != 2*turns {
 		t.Fatalf("%d rows, want %d", len(rows), 2*turns)
 	}
+	// Each message is stored when it arrives, so a user's later messages
+	// may come before an earlier one's reply; but each turn answers one
+	// message, after the turn before it, seeing every earlier turn.
+	var users []Message
+	answered := map[int64]int{}
+	lastReply := int64(0)
 	for i, r := range rows {
 		if r.Seq != int64(i+1) {
 			t.Fatalf("seq %d at position %d: a gap or a duplicate", r.Seq, i)
 		}
-		if i%2 == 1 && (r.Role != "assistant" || r.ReplyTo != rows[i-1].Seq || r.Content != fmt.Sprintf("echo: %s (history: %d)", rows[i-1].Content, i-1)) {
-			t.Fatalf("row %d (%s %q) does not answer row %d (%q): turns interleaved", i, r.Role, r.Content, i-1, rows[i-1].Content)
+		if r.Role == "user" {
+			users = append(users, r)
+			continue
 		}
+		k := slices.IndexFunc(users, func(u Message) bool { return u.Seq == r.ReplyTo })
+		if k < 0 || r.ReplyTo <= lastReply {
+			t.Fatalf("row %d (%q) answers %d: not a stored message after the last answered one (%d)", i, r.Content, r.ReplyTo, lastReply)
+		}
+		if want := fmt.Sprintf("echo: %s (history: %d)", users[k].Content, 2*k); r.Content != want {
+			t.Fatalf("row %d = %q, want %q: turns interleaved", i, r.Content, want)
+		}
+		answered[r.ReplyTo]++
+		lastReply = r.ReplyTo
+	}
+	if len(answered) != turns {
+		t.Fatalf("%d messages answered, want %d", len(answered), turns)
 	}
 }

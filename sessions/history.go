@@ -6,7 +6,8 @@ import (
 
 // History builds what the agent sees of earlier messages: at most max
 // messages, newest last. Failed replies are left out (they were error
-// notices, not the assistant speaking). The window never starts with a tool
+// notices, not the assistant speaking), and so are partial replies that a
+// later turn answered again (cut by a shutdown or a newer message). The window never starts with a tool
 // result whose call was cut off, and never keeps an assistant message with
 // tool calls apart from its results, so a model server never sees a broken
 // tool-call sequence.
@@ -18,6 +19,10 @@ func History(msgs []Message, max int) []agent.Message {
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Role == agent.RoleAssistant && m.Status == MsgFailed {
+			continue
+		}
+		if m.Role == agent.RoleAssistant && m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage) {
+			// Cut short and answered again by a later turn.
 			continue
 		}
 		if m.Role == agent.RoleAssistant && m.Content == "" && m.ToolCalls == "" {

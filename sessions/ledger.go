@@ -71,12 +71,19 @@ type Turn struct {
 	DeliveredAt    *time.Time
 	Error          string
 	CreatedAt      time.Time
+	// Lead is the message whose seq the turn's reply answers: the newest
+	// of the burst it was merged into, or Seq itself.
+	Lead int64
 }
 
 func turnOf(m *Message) *Turn {
-	return &Turn{ConversationID: m.ConversationID, Seq: m.Seq, ClientMsgID: m.ClientMsgID, State: m.TurnState, Owner: m.TurnOwner,
+	t := &Turn{ConversationID: m.ConversationID, Seq: m.Seq, ClientMsgID: m.ClientMsgID, State: m.TurnState, Owner: m.TurnOwner,
 		Attempts: m.TurnAttempt, DueAt: m.TurnDue, Track: m.TurnTrack, DeliveryRef: m.DeliveryRef,
-		DeliveredAt: m.DeliveredAt, Error: m.Error, CreatedAt: m.CreatedAt}
+		DeliveredAt: m.DeliveredAt, Error: m.Error, CreatedAt: m.CreatedAt, Lead: m.TurnLead}
+	if t.Lead == 0 {
+		t.Lead = m.Seq
+	}
+	return t
 }
 
 // answered applies a stored final reply to the turn's state.
@@ -101,8 +108,9 @@ const notRunPrefix = "not run:"
 // reply is stored: an assistant message without tool calls after it that
 // answers it and is not the partial reply of a shutdown.
 const finalReplyOf = `EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = %[1]s.conversation_id AND r.seq > %[1]s.seq
-	AND r.reply_to = %[1]s.seq AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
-	AND NOT (r.status = 'interrupted' AND r.error = 'shutdown'))`
+	AND r.reply_to = (CASE WHEN %[1]s.turn_lead > 0 THEN %[1]s.turn_lead ELSE %[1]s.seq END)
+	AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
+	AND NOT (r.status = 'interrupted' AND r.error IN ('shutdown', 'new message')))`
 
 func answeredSQL(row string) string { return fmt.Sprintf(finalReplyOf, row) }
 
@@ -172,8 +180,8 @@ type Replica struct {
 func settleTurns(a *Append) (string, []any) {
 	st := a.Settle
 	return `UPDATE messages SET turn_state = 'interrupted', turn_owner = '', turn_due = ?
-		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`,
-		[]any{st.DueAt, a.Conv.ID, a.TurnSeq, st.Owner, st.Attempt}
+		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND role = 'user' AND turn_owner = ? AND turn_attempt = ?`,
+		[]any{st.DueAt, a.Conv.ID, a.TurnSeq, a.TurnSeq, st.Owner, st.Attempt}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -189,7 +197,7 @@ func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error
 
 // withReply derives the turn's state from its stored final reply.
 func (s *DB) withReply(ctx context.Context, t *Turn) (*Turn, error) {
-	reply, err := s.FinalReply(ctx, t.ConversationID, t.Seq)
+	reply, err := s.FinalReply(ctx, t.ConversationID, t.Lead)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +284,7 @@ func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn,
 // replica died, and once at start.
 func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error) {
 	out, err := s.scanDue(ctx, `WHERE u.role = 'user' AND u.created_at >= ? AND u.turn_due IS NULL AND u.turn_owner <> ''
-		AND u.turn_owner NOT IN ? AND u.turn_state = 'running' AND (u.turn_track OR NOT `+answeredSQL("u")+`)
+		AND u.turn_owner NOT IN ? AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT `+answeredSQL("u")+`)
 		ORDER BY u.created_at, u.conversation_id, u.seq LIMIT ?`, since, alive, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find turns of gone replicas: %w", err)
@@ -343,7 +351,8 @@ func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner 
 // run, or answered and still to deliver) is due again at dueAt. It fails with ErrLostClaim when the claim is no longer held.
 func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
 	return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '', turn_due = ?, error = ?
-		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`, dueAt, why, convID, seq, owner, attempt)
+		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND role = 'user' AND turn_owner = ? AND turn_attempt = ?`,
+		dueAt, why, convID, seq, seq, owner, attempt)
 }
 
 // MarkDelivered records that the turn's reply reached the user (ref: the
@@ -352,7 +361,8 @@ func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner st
 func (s *DB) MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error {
 	return s.claimed(ctx, "mark delivered", convID, seq, `UPDATE messages SET turn_state = 'delivered', turn_due = NULL,
 		delivery_ref = ?, delivered_at = ?, error = ?
-		WHERE conversation_id = ? AND seq = ? AND turn_owner = ? AND turn_attempt = ?`, ref, at, failure, convID, seq, owner, attempt)
+		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND role = 'user' AND turn_owner = ? AND turn_attempt = ?`,
+		ref, at, failure, convID, seq, seq, owner, attempt)
 }
 
 // claimed runs a claim-guarded update of one turn.
@@ -473,4 +483,132 @@ func backfillTurns(tx *gorm.DB, now time.Time) error {
 		turn_state = CASE WHEN `+answered+` THEN 'delivered' WHEN created_at >= ? THEN 'interrupted' ELSE 'expired' END,
 		turn_due = CASE WHEN NOT `+answered+` AND created_at >= ? THEN created_at END
 		WHERE role = 'user' AND turn_state = ''`, horizon, horizon).Error
+}
+
+// Batch is a burst of user messages one claim took as one turn: its
+// rows oldest first, the newest the lead (the reply's reply_to), all
+// under one claim (owner, Attempt).
+type Batch struct {
+	ConversationID string
+	Attempt        int
+	Rows           []BatchRow
+	// Took is true when a row was taken from another runner (a gone
+	// replica's, or one handed back): the claim moved the conversation's
+	// epoch to Epoch.
+	Took  bool
+	Epoch int64
+}
+
+// BatchRow is one message of a batch.
+type BatchRow struct {
+	Seq         int64
+	ClientMsgID string
+	Content     string
+	CreatedAt   time.Time
+}
+
+// Lead is the newest message's seq.
+func (b *Batch) Lead() int64 { return b.Rows[len(b.Rows)-1].Seq }
+
+// Ref names the batch's claim, for delivering its reply.
+func (b *Batch) Ref() TurnRef {
+	return TurnRef{ConversationID: b.ConversationID, Seq: b.Lead(), Claim: strconv.Itoa(b.Attempt)}
+}
+
+// ClaimBatch claims, for owner, the oldest unanswered turns of a
+// conversation as one turn: every message stored and not
+// yet run (pending), turns handed back (interrupted, or released) that are
+// due, owner's own unanswered turns (the caller holds the session's turn
+// lock, so no run of owner holds them), and, with takeOver, turns held by
+// an owner not among busy (the replicas alive other than owner) — at most
+// limit. All get one claim, one lead (the
+// newest), and the delivery tracking (track) on the lead alone. It
+// returns nil when nothing is claimable. Callers hold the session key's
+// lease, so that on several replicas one runs a user's turns at a time;
+// the claim itself is conditional all the same (PostgreSQL locks the
+// conversation's row first, SQLite has one writer).
+func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool, busy []string, now time.Time, limit int, track bool) (*Batch, error) {
+	if len(busy) == 0 {
+		busy = []string{"\x00"} // NOT IN needs a list
+	}
+	var got *Batch
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		got = nil
+		if s.driver == DriverPostgres {
+			if err := tx.Exec("SELECT 1 FROM conversations WHERE id = ? FOR UPDATE", convID).Error; err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt
+			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
+			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner IN ('', ?) OR (? AND u.turn_owner NOT IN ?))
+			AND (u.turn_due IS NULL OR u.turn_due <= ?)
+			AND NOT `+answeredSQL("u")+`
+			ORDER BY u.seq LIMIT ?`, convID, owner, takeOver, busy, now, limit).Rows()
+		if err != nil {
+			return err
+		}
+		b := &Batch{ConversationID: convID}
+		attempt := 0
+		for rows.Next() {
+			var r BatchRow
+			var state string
+			var n int
+			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.CreatedAt, &state, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			b.Rows = append(b.Rows, r)
+			attempt = max(attempt, n)
+			b.Took = b.Took || state == TurnRunning
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(b.Rows) == 0 {
+			return err
+		}
+		b.Attempt = attempt + 1
+		seqs := make([]int64, len(b.Rows))
+		for i, r := range b.Rows {
+			seqs[i] = r.Seq
+		}
+		lead := b.Lead()
+		if err := tx.Exec(`UPDATE messages SET turn_state = 'running', turn_owner = ?, turn_attempt = ?, turn_due = NULL,
+			turn_lead = ?, turn_track = (seq = ? AND ?) WHERE conversation_id = ? AND seq IN ?`,
+			owner, b.Attempt, lead, lead, track, convID, seqs).Error; err != nil {
+			return err
+		}
+		if b.Took {
+			// Whoever ran these before can store nothing more.
+			if err := tx.Raw("UPDATE conversations SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", convID).Scan(&b.Epoch).Error; err != nil {
+				return err
+			}
+		}
+		got = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim turns of %s: %w", convID, err)
+	}
+	return got, nil
+}
+
+// Covers returns the user messages a turn answers — the messages merged
+// into the burst whose lead is lead, oldest first — as their seqs and
+// client message ids.
+func (s *DB) Covers(ctx context.Context, convID string, lead int64) ([]BatchRow, error) {
+	var out []BatchRow
+	rows, err := s.read.WithContext(ctx).Raw(`SELECT seq, COALESCE(client_msg_id, '') FROM messages
+		WHERE conversation_id = ? AND role = 'user' AND (seq = ? OR turn_lead = ?) AND seq <= ? ORDER BY seq`, convID, lead, lead, lead).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("read the messages of turn %s/%d: %w", convID, lead, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r BatchRow
+		if err := rows.Scan(&r.Seq, &r.ClientMsgID); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

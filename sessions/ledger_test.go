@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,14 +238,14 @@ func TestResendAfterSweepIsAnsweredFromStorage(t *testing.T) {
 			t.Fatalf("sweep = %d, %v", n, err)
 		}
 		again := handle(t, m, in)
-		if !again.Duplicate || again.Reply != first.Reply || again.ConversationID != first.ConversationID {
+		if !again.Duplicate || !reflect.DeepEqual(again.Reply, first.Reply) || again.ConversationID != first.ConversationID {
 			t.Fatalf("resend after the sweep = %+v, want %+v", again, first)
 		}
 		// Also after a lazy reset, and from a fresh process.
 		handle(t, m, msg("websocket:ann", "new topic"))
 		c.Advance(2 * time.Minute)
 		m2 := newManager(t, db, rec, c, idle)
-		if again := handle(t, m2, in); !again.Duplicate || again.Reply != first.Reply {
+		if again := handle(t, m2, in); !again.Duplicate || !reflect.DeepEqual(again.Reply, first.Reply) {
 			t.Fatalf("resend after a lazy reset = %+v", again)
 		}
 		if n := rec.calls.Load(); n != 2 {
@@ -350,7 +351,7 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 		die(t, db, m1)
 		m2 := manager()
 		again := handle(t, m2, in)
-		if !again.Duplicate || again.Turn.Claim == "" || again.Reply != first.Reply {
+		if !again.Duplicate || again.Turn.Claim == "" || !reflect.DeepEqual(again.Reply, first.Reply) {
 			t.Fatalf("redelivery to the next process = %+v, want the delivery claimed", again)
 		}
 		if err := m2.Delivered(context.Background(), again.Turn, "tg-0", nil); err != nil {
@@ -373,7 +374,7 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(delivered) != 1 || delivered[0].Reply != second.Reply || delivered[0].ChatID != "7" || delivered[0].ClientMsgID != "7:2" {
+		if len(delivered) != 1 || !reflect.DeepEqual(delivered[0].Reply, second.Reply) || delivered[0].ChatID != "7" || delivered[0].ClientMsgID != "7:2" {
 			t.Fatalf("rescuer delivered %+v", delivered)
 		}
 		if tn := turnAt(t, db, second.ConversationID, 3); tn.State != TurnDelivered || tn.DeliveryRef != "tg-1" {
@@ -491,7 +492,7 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	}
 	c.Advance(time.Minute)
 	g := &gate{started: make(chan struct{}, 2*users), release: make(chan struct{})}
-	m := New(db, g, Options{Now: c.Now, Logger: quiet, RecoveryConcurrency: concurrency})
+	m := New(db, g, Options{Now: c.Now, Logger: quiet, RecoveryConcurrency: concurrency, Policies: queued})
 	m.OnDeliver("websocket", false, noopDeliver)
 	done := make(chan int)
 	go func() {
@@ -511,7 +512,7 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	for i := range users {
 		conv := conversations(t, db, fmt.Sprintf("websocket:u%02d", i))[0]
 		rows := transcript(t, db, conv.ID)
-		if len(rows) != 4 || rows[2].ReplyTo != 1 || rows[3].ReplyTo != 2 || rows[3].Content != "echo: second (history: 1)" {
+		if len(rows) != 4 || rows[2].ReplyTo != 1 || rows[3].ReplyTo != 2 || rows[3].Content != "echo: second (history: 2)" {
 			t.Fatalf("user %d: %+v; want both answered, in order", i, rows)
 		}
 	}

@@ -13,12 +13,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -94,6 +91,10 @@ type Reply struct {
 	Text   string
 	Status string // ok | failed | interrupted
 	Error  string // why, for failed and interrupted
+	// Covers are the client message ids of the user messages the reply
+	// answers, oldest first: several when a burst was merged into one
+	// turn. The reply answers the last of them (its reply_to).
+	Covers []string
 }
 
 // Outcome is the result of one turn.
@@ -107,7 +108,11 @@ type Outcome struct {
 	// Pending is true when another runner (another replica, or the rescuer)
 	// holds the turn: Reply is empty, and that runner delivers it.
 	Pending bool
-	Reset   *ResetEvent
+	// Merged is true when the message was answered together with later
+	// ones of its burst: Reply is theirs, and the outcome of the newest
+	// (Reply.Covers' last) carries it to the user; send nothing for this one.
+	Merged bool
+	Reset  *ResetEvent
 	// Turn names the turn in the ledger. Turn.Claim is set when the caller
 	// holds its delivery: a channel that confirms delivery sends the reply
 	// and then calls Delivered with it.
@@ -229,6 +234,10 @@ type Manager struct {
 	stopLoops chan struct{}
 	stopOnce  sync.Once
 	relay     relay // events of other replicas (notify.go)
+	bursts    map[string]*burst
+	// turnLocks: one turn at a time per key on this replica (the live
+	// runner and the rescuer); the lease does it across replicas.
+	turnLocks *locks.Cache
 }
 
 // hotConv is an active conversation with the tail of its messages. It is
@@ -323,8 +332,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[turnKey]struct{}{},
-		wake: make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		delivery: map[string]deliverer{}, claims: map[turnKey]struct{}{}, bursts: map[string]*burst{},
+		turnLocks: locks.New(locks.Options{Now: opts.Now}),
+		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 	}
 }
 
@@ -381,8 +391,8 @@ func (m *Manager) enter() bool {
 	return true
 }
 
-// acquire counts a turn for the drain and takes the session key's lock;
-// the returned func gives both back.
+// acquire counts work for the drain and takes the session key's state
+// lock; the returned func gives both back.
 func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
 	if !m.enter() {
 		return nil, ErrShuttingDown
@@ -391,7 +401,7 @@ func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
 		m.turns.Done()
 		return nil, err
 	}
-	release, err := m.lock(ctx, key)
+	release, err := m.lockState(ctx, key, true)
 	if err != nil {
 		m.turns.Done()
 		return nil, err
@@ -414,13 +424,17 @@ func (m *Manager) startTurn(key string) (context.Context, func()) {
 	}
 }
 
-// lock takes the session key's lock; waiting ends when ctx does or a
-// shutdown starts.
-func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
+// lockState takes the session key's state lock, which guards its cached
+// conversation and every store of a message to it. It is held for
+// moments (never across an agent call); waiting ends when ctx does and,
+// with drainEnds (new work), when a shutdown starts.
+func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (func(), error) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(m.draining, cancel)
-	defer stop()
+	if drainEnds {
+		stop := context.AfterFunc(m.draining, cancel)
+		defer stop()
+	}
 	release, err := m.locks.Acquire(waitCtx, key)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -428,12 +442,21 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 		}
 		return nil, err
 	}
-	// Then the replicas' lease, so that one user's turns never overlap
-	// across gateways sharing a database.
-	releaseLease, err := m.store.Lease(waitCtx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
+	return release, nil
+}
+
+// lockTurn takes the session key's turn lock, then the replicas' lease,
+// so that one user's turns never overlap, here or across gateways sharing
+// a database. Waiting ends when ctx does.
+func (m *Manager) lockTurn(ctx context.Context, key string) (func(), error) {
+	release, err := m.turnLocks.Acquire(ctx, key)
+	if err != nil {
+		return nil, ErrShuttingDown
+	}
+	releaseLease, err := m.store.Lease(ctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
 	if err != nil {
 		release()
-		if ctx.Err() == nil && m.draining.Err() != nil {
+		if ctx.Err() != nil {
 			return nil, ErrShuttingDown
 		}
 		return nil, err
@@ -441,217 +464,19 @@ func (m *Manager) lock(ctx context.Context, key string) (func(), error) {
 	return func() { releaseLease(); release() }, nil
 }
 
-// Handle runs one turn: lock the session key, load the conversation, apply
-// the reset policy, deduplicate, store the user message (OnAck), call the
-// agent with the trimmed history (OnDelta) and store its reply.
-//
-// ctx bounds only the wait for the lock and the storing of the user
-// message; once stored, the turn runs to its end even if the caller goes
-// away (a WebSocket client that disconnects gets the reply on resume). Stop
-// and Shutdown cancel a running turn; its partial reply is stored as
+// Handle runs one message to its outcome: Submit, then Wait. ctx bounds
+// only the wait for the key's state lock and the storing of the message;
+// once stored, its turn runs to its end even if the caller goes away (a
+// WebSocket client that disconnects gets the reply on resume). Stop and
+// Shutdown cancel a running turn; its partial reply is stored as
 // interrupted. An agent failure is not an error: the outcome's reply has
 // status failed and a plain text for the user, and the user message stays.
 func (m *Manager) Handle(ctx context.Context, in Inbound, h Hooks) (Outcome, error) {
-	start := time.Now()
-	out, err := m.handle(ctx, in, h)
-	status := out.Reply.Status
-	switch {
-	case err != nil:
-		status = "error"
-	case out.Duplicate && out.Reply.Seq != 0:
-		status = "duplicate"
-	}
-	m.opts.Observer.TurnDone(in.Channel, status, time.Since(start))
-	return out, err
-}
-
-func (m *Manager) handle(ctx context.Context, in Inbound, h Hooks) (Outcome, error) {
-	if in.Channel == "" || in.SessionKey == "" {
-		return Outcome{}, ErrBadInbound
-	}
-	if strings.TrimSpace(in.Text) == "" {
-		return Outcome{}, ErrEmptyMessage
-	}
-	if len(in.Text) > m.opts.MaxInputBytes {
-		return Outcome{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(in.Text), m.opts.MaxInputBytes)
-	}
-	if !utf8.ValidString(in.Text) {
-		return Outcome{}, ErrBadText
-	}
-	release, err := m.acquire(ctx, in.SessionKey)
+	t, err := m.Submit(ctx, in, h)
 	if err != nil {
 		return Outcome{}, err
 	}
-	defer release()
-	turnCtx, endTurn := m.startTurn(in.SessionKey)
-	defer endTurn()
-
-	for attempt := 0; ; attempt++ {
-		out, err := m.turn(ctx, turnCtx, in, h)
-		// Only a turn whose message is not stored yet starts over.
-		if errors.Is(err, ErrStale) && !errors.Is(err, ErrReplyNotStored) && attempt < 3 {
-			// The conversation changed underneath (a sweep archived it, a
-			// CLI reset, another replica): reload and start over.
-			m.hot.Remove(in.SessionKey)
-			continue
-		}
-		return out, err
-	}
-}
-
-func (m *Manager) turn(ctx, turnCtx context.Context, in Inbound, h Hooks) (out Outcome, err error) {
-	policy := m.Policy(in.Channel)
-	now := m.now()
-	hc, err := m.load(ctx, in, policy, now)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if in.ClientMsgID != "" {
-		if um := hc.byClientID(in.ClientMsgID); um != nil {
-			return m.resend(ctx, turnCtx, hc, um.ConversationID, um.Seq, in, h)
-		}
-	}
-
-	reason, expired := policy.Reset.Expired(&hc.conv, now)
-	if in.ClientMsgID != "" && (expired || hc.conv.LastSeq == 0) {
-		// A resend of a message stored before a reset or a sweep belongs to
-		// its old conversation, not to a new one.
-		t, err := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if t != nil {
-			return m.resend(ctx, turnCtx, hc, t.ConversationID, t.Seq, in, h)
-		}
-	}
-	var reset *ResetEvent
-	if expired {
-		old := hc.conv.ID
-		// Conditional on the state judged: if another replica used the
-		// conversation since this one cached it, nothing is archived and
-		// the turn starts over from storage.
-		archived, err := m.store.Archive(ctx, old, reason, now, hc.conv.LastSeq)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if !archived {
-			return Outcome{}, fmt.Errorf("archive %s: %w", old, ErrStale)
-		}
-		m.hot.Remove(in.SessionKey)
-		if hc, err = m.create(ctx, in, policy, now); err != nil {
-			return Outcome{}, err
-		}
-		reset = &ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, OldConversation: old, NewConversation: hc.conv.ID, Reason: reason}
-		m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", reason),
-			slog.String("archived", old), slog.String("conversation", hc.conv.ID))
-		if h.OnReset != nil {
-			h.OnReset(*reset)
-		}
-		m.publish(*reset)
-	}
-
-	// The message is stored with its turn already claimed by this
-	// replica: nobody else can run it while this one lives.
-	um := Message{
-		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
-		Content: in.Text, Status: MsgOK, CreatedAt: now,
-		TurnState: TurnRunning, TurnOwner: m.opts.ReplicaID, TurnAttempt: 1, TurnTrack: m.tracks(in.Channel),
-	}
-	if in.ClientMsgID != "" {
-		id := in.ClientMsgID
-		um.ClientMsgID = &id
-	}
-	ref := turnKey{hc.conv.ID, um.Seq}
-	batch := []Message{um}
-	m.hold(ref)
-	defer func() {
-		if out.Turn.Claim == "" {
-			m.unhold(ref) // settled, or lost; else the channel delivers under it
-		}
-	}()
-	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
-	if errors.Is(err, ErrDuplicate) {
-		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
-		if lerr != nil || stored == nil {
-			return Outcome{}, errors.Join(err, lerr)
-		}
-		return m.resend(ctx, turnCtx, hc, stored.ConversationID, stored.Seq, in, h)
-	}
-	if err != nil {
-		return Outcome{}, err
-	}
-	um = batch[0]
-	hc.push(um)
-	if h.OnAck != nil {
-		h.OnAck(Ack{ConversationID: hc.conv.ID, Seq: um.Seq})
-	}
-	out, err = m.runAgent(turnCtx, hc, um, 1, policy, in, h)
-	out.Reset = reset
-	return out, err
-}
-
-// resend answers a message whose client id is already stored, through the
-// ledger: from the stored reply when its turn has one; by claiming and
-// running it when nobody holds it (its replica stopped or died before
-// answering: a first run, not a second); and, when a live runner holds it,
-// by acknowledging it and leaving the reply to that runner.
-func (m *Manager) resend(ctx, turnCtx context.Context, hc *hotConv, convID string, seq int64, in Inbound, h Hooks) (Outcome, error) {
-	out := Outcome{ConversationID: convID, UserSeq: seq, Duplicate: true, Turn: TurnRef{ConversationID: convID, Seq: seq}}
-	t, err := m.store.TurnAt(ctx, convID, seq)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if t == nil {
-		return Outcome{}, fmt.Errorf("message %s/%d vanished", convID, seq)
-	}
-	if t.settled() {
-		reply, err := m.store.Message(ctx, convID, t.ReplySeq)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if reply != nil {
-			out.Reply = toReply(reply)
-		}
-		if t.Track && t.State != TurnDelivered {
-			// Its delivery never completed: whoever claims it delivers.
-			if c, err := m.claimIfFree(ctx, t); err != nil {
-				return Outcome{}, err
-			} else if c != nil {
-				out.Turn = c.Ref()
-			}
-		}
-		return out, nil
-	}
-	c, err := m.claimIfFree(ctx, t)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if h.OnAck != nil {
-		h.OnAck(Ack{ConversationID: convID, Seq: seq})
-	}
-	if c == nil {
-		out.Pending = true
-		return out, nil
-	}
-	ref := turnKey{convID, seq}
-	if convID != hc.conv.ID {
-		// The message belongs to an earlier conversation: answer it there.
-		if hc, err = m.loadConversation(ctx, convID, seq, in.Channel); err != nil {
-			m.unhold(ref)
-			return Outcome{}, err
-		}
-	}
-	um, err := m.store.Message(ctx, convID, seq)
-	if err != nil || um == nil {
-		m.unhold(ref)
-		return Outcome{}, errors.Join(fmt.Errorf("message %s/%d vanished", convID, seq), err)
-	}
-	res, err := m.runAgent(turnCtx, hc, *um, c.Attempt, m.Policy(in.Channel), in, h)
-	if res.Turn.Claim == "" {
-		m.unhold(ref)
-	}
-	res.Duplicate = true
-	return res, err
+	return t.Wait(context.Background())
 }
 
 // claimIfFree claims a turn a resend found, unless a live runner holds
@@ -714,108 +539,6 @@ var ErrReplyNotStored = errors.New("the reply could not be stored; the turn will
 // ToolCallsText is what a user is told when the model asked for tools,
 // which the gateway does not offer.
 const ToolCallsText = "Sorry, the assistant tried to use a tool, which this service does not offer, and could not answer. Please rephrase your message."
-
-// runAgent calls the agent for the stored user message um, whose turn this
-// replica holds under claim, and stores what it produced — the reply, a
-// failure notice, or the partial reply of an interrupted turn — settling
-// the turn in the same transaction. Nothing is returned for delivery that
-// is not stored: if storing fails for as long as the claim lasts, or the
-// claim was taken over, the outcome is an error and nothing is delivered.
-func (m *Manager) runAgent(turnCtx context.Context, hc *hotConv, um Message, attempt int, policy Policy, in Inbound, h Hooks) (Outcome, error) {
-	prior := hc.window
-	for i := range prior {
-		if prior[i].Seq >= um.Seq {
-			prior = prior[:i]
-			break
-		}
-	}
-	req := agent.Request{
-		SessionKey:   in.SessionKey,
-		Instructions: m.opts.Instructions,
-		History:      History(prior, policy.MaxHistory),
-		Input:        um.Content,
-	}
-	var partial strings.Builder
-	reply, err := m.callAgent(turnCtx, req, func(d string) {
-		partial.WriteString(d)
-		if h.OnDelta != nil {
-			h.OnDelta(d)
-		}
-	})
-	now := m.now()
-	var msgs []Message
-	var tokens int64
-	var cost float64
-	state := TurnAnswered
-	failed := func(text, why string) {
-		state = TurnFailed
-		msgs = []Message{{ConversationID: hc.conv.ID, Role: agent.RoleAssistant, Content: text,
-			ReplyTo: um.Seq, Status: MsgFailed, Error: why, CreatedAt: now}}
-	}
-	switch {
-	case err == nil && len(reply.Messages) > 0 && len(reply.Messages[len(reply.Messages)-1].ToolCalls) > 0:
-		// The gateway offers the model no tools; a turn that ends asking
-		// for one cannot be answered, and running it again would not help.
-		var names []string
-		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
-			names = append(names, tc.Name)
-		}
-		m.log.Warn("model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
-			slog.String("tools", strings.Join(names, ",")))
-		failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
-	case err == nil && len(reply.Messages) > 0:
-		for _, am := range reply.Messages {
-			msgs = append(msgs, Message{
-				ConversationID: hc.conv.ID, Role: am.Role, Content: am.Content,
-				ToolCalls: encodeToolCalls(am.ToolCalls), ToolCallID: am.ToolCallID,
-				ReplyTo: um.Seq, Status: MsgOK, CreatedAt: now,
-			})
-		}
-		last := &msgs[len(msgs)-1]
-		last.PromptTokens, last.CompletionTkns, last.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
-		tokens, cost = reply.Usage.TotalTokens, reply.Cost
-	case turnCtx.Err() != nil:
-		why := InterruptedByShutdown
-		if errors.Is(context.Cause(turnCtx), errStoppedByUser) {
-			why = InterruptedByUser
-		} else if !m.opts.NoRerun {
-			// Claimable again at once: by this replica's next start or by
-			// any live replica now.
-			state = TurnInterrupted
-		}
-		msgs = []Message{{ConversationID: hc.conv.ID, Role: agent.RoleAssistant, Content: partial.String(),
-			ReplyTo: um.Seq, Status: MsgInterrupted, Error: why, CreatedAt: now}}
-	default:
-		if err == nil {
-			err = errors.New("agent returned no message")
-		}
-		m.log.Warn("agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", hc.conv.ID),
-			slog.Int64("seq", um.Seq), slog.String("error", err.Error()))
-		failed(m.opts.FailureText, err.Error())
-	}
-	// The reply's append is the transition: it lands only while no claim
-	// moved the conversation's epoch. An interrupted turn is handed back
-	// with its partial reply, due at once; a tracked channel's delivery
-	// stays claimed: the channel sends, then marks it.
-	if err := m.appendReply(turnCtx, hc, msgs, now, tokens, cost, reply.Model, um.Seq, attempt, state); err != nil {
-		m.hot.Remove(in.SessionKey)
-		if errors.Is(err, ErrLostClaim) {
-			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", in.SessionKey),
-				slog.String("conversation", hc.conv.ID), slog.Int64("seq", um.Seq))
-		} else {
-			m.log.Error("storing reply failed; the turn is handed back to run again", slog.String("session_key", in.SessionKey),
-				slog.String("conversation", hc.conv.ID), slog.String("error", err.Error()))
-			m.handBack(hc.conv.ID, um.Seq, attempt)
-		}
-		return Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq}, fmt.Errorf("%w: %w", ErrReplyNotStored, err)
-	}
-	final := &msgs[len(msgs)-1]
-	out := Outcome{ConversationID: hc.conv.ID, UserSeq: um.Seq, Reply: toReply(final), Turn: TurnRef{ConversationID: hc.conv.ID, Seq: um.Seq}}
-	if state != TurnInterrupted && m.tracks(in.Channel) {
-		out.Turn.Claim = strconv.Itoa(attempt)
-	}
-	return out, nil
-}
 
 // callAgent calls the agent; a panicking backend fails the turn (the user
 // message stays, the user is told) instead of taking the gateway down.
@@ -930,7 +653,7 @@ func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.
 
 // windowCap is how many recent messages a hot conversation keeps: the
 // history window plus room for messages History leaves out.
-func windowCap(p Policy) int { return p.MaxHistory + 16 }
+func windowCap(p Policy) int { return p.MaxHistory + 16 + p.Busy.withDefaults().MaxBatch }
 
 func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
 	conv := Conversation{
@@ -962,7 +685,9 @@ func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now tim
 }
 
 // Reset archives the session key's conversation (reason manual) and opens a
-// new one, which it returns. It waits for a running turn of the key to end.
+// new one, which it returns. It does not wait for a running turn: that
+// turn, and the messages stored before the reset, are answered in the
+// archived conversation; the messages after it go to the new one.
 func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return ResetEvent{}, ErrBadInbound
@@ -994,16 +719,27 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	return ev, nil
 }
 
-// Stop cancels the running turn of a session key, if any. Its partial reply
-// is stored as interrupted (stopped) and is not run again on restart.
+// Stop cancels the running turn of a session key — or, when none runs,
+// the turn its waiting messages would start next (debounce). The stopped
+// turn's partial reply is stored as interrupted (stopped) and is not run
+// again; nothing stored is dropped, and messages sent after the stop are
+// answered as usual.
 func (m *Manager) Stop(key string) bool {
 	m.mu.Lock()
-	cancel, ok := m.running[key]
-	m.mu.Unlock()
-	if ok {
+	defer m.mu.Unlock()
+	if cancel, ok := m.running[key]; ok {
 		cancel(errStoppedByUser)
+		return true
 	}
-	return ok
+	if b := m.bursts[key]; b != nil && len(b.waiting) > 0 {
+		b.stop = true
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	return false
 }
 
 // Shutdown stops taking turns, sweeps and recovery, lets running turns and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func TestDuplicateClientMessageIDRunsOnce(t *testing.T) {
 		in.ClientMsgID = "c-1"
 		first := handle(t, m, in)
 		again := handle(t, m, in)
-		if !again.Duplicate || again.Reply != first.Reply || again.UserSeq != first.UserSeq {
+		if !again.Duplicate || !reflect.DeepEqual(again.Reply, first.Reply) || again.UserSeq != first.UserSeq {
 			t.Fatalf("resend = %+v, want the stored outcome %+v", again, first)
 		}
 		// After a restart the hot cache is gone: the database's unique index
@@ -105,7 +106,7 @@ func TestDuplicateClientMessageIDRunsOnce(t *testing.T) {
 		m2 := newManager(t, db, rec, c, nil)
 		handle(t, m2, msg("websocket:ann", "in between"))
 		third := handle(t, m2, in)
-		if !third.Duplicate || third.Reply != first.Reply {
+		if !third.Duplicate || !reflect.DeepEqual(third.Reply, first.Reply) {
 			t.Fatalf("resend after restart = %+v", third)
 		}
 		if n := rec.calls.Load(); n != 2 {
@@ -415,10 +416,13 @@ func TestShutdownDrainsThenInterrupts(t *testing.T) {
 	})
 }
 
+// queued is the busy mode of one turn per message.
+var queued = map[string]Policy{"websocket": {MaxHistory: 100, Busy: BusyPolicy{Mode: BusyQueue}}}
+
 func TestOneUsersTurnsNeverInterleave(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
-		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
+		m := newManager(t, db, agent.Echo{}, newClock(t0), queued)
 		var wg sync.WaitGroup
 		for i := 0; i < 20; i++ {
 			wg.Add(1)

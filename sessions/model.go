@@ -32,6 +32,12 @@ const (
 const (
 	InterruptedByShutdown = "shutdown"
 	InterruptedByUser     = "stopped"
+	// InterruptedByMessage: busy mode interrupt cut the turn for a newer
+	// message; one new turn answers both.
+	InterruptedByMessage = "new message"
+	// InterruptedByShutdownFinal: a shutdown cut the turn and the gateway
+	// is configured not to run such turns again (the partial reply stands).
+	InterruptedByShutdownFinal = "shutdown, not run again"
 )
 
 // Conversation is one conversation of a session key. At most one per key is
@@ -105,6 +111,10 @@ type Message struct {
 	TurnTrack   bool       `gorm:"not null;default:false"`
 	DeliveryRef string     `gorm:"size:255;not null;default:''"`
 	DeliveredAt *time.Time
+	// TurnLead is the seq of the newest message of the burst this
+	// message's turn answers (the reply's reply_to), once a claim put it
+	// in one; 0 before. Every message of a burst names the same lead.
+	TurnLead int64 `gorm:"not null;default:0"`
 }
 
 // SessionLease makes one replica at a time the runner of a session key's

@@ -388,8 +388,9 @@ func (m *Manager) OnReply(fn func(ReplyEvent)) {
 	m.relay.mu.Unlock()
 }
 
-// StoredReply returns a stored reply and the client message id of the
-// user message it answers: what a channel sends for a ReplyEvent.
+// StoredReply returns a stored reply (with the client ids it covers) and
+// the client message id of the user message it answers: what a channel
+// sends for a ReplyEvent.
 func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (string, Reply, error) {
 	reply, err := m.store.Message(ctx, convID, replySeq)
 	if err != nil {
@@ -406,7 +407,13 @@ func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, reply
 	if um != nil && um.ClientMsgID != nil {
 		clientID = *um.ClientMsgID
 	}
-	return clientID, toReply(reply), nil
+	r := toReply(reply)
+	covers, err := m.store.Covers(ctx, convID, userSeq)
+	if err != nil {
+		return "", Reply{}, err
+	}
+	r.Covers = clientIDs(covers)
+	return clientID, r, nil
 }
 
 // listenEvents subscribes the manager to the other replicas' events, when

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -94,7 +95,7 @@ func TestRepliesAndResetsReachTheOtherReplica(t *testing.T) {
 		t.Fatalf("reply event on B = %+v, outcome on A = %+v", ev, out)
 	}
 	id, reply, err := b.StoredReply(context.Background(), ev.ConversationID, ev.Seq, ev.ReplySeq)
-	if err != nil || id != "c-1" || reply != out.Reply {
+	if err != nil || id != "c-1" || !reflect.DeepEqual(reply, out.Reply) {
 		t.Fatalf("StoredReply on B = %q, %+v, %v; want c-1, %+v", id, reply, err, out.Reply)
 	}
 

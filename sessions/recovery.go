@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/chatgate/chatgate/agent"
 )
 
 // ExpiredText is the reply stored for an unanswered message too old to run.
@@ -416,95 +414,83 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 	return nil
 }
 
-// rescue claims one turn under its session key's lock and runs it (or
-// marks it expired), then delivers its reply. It reports what it did:
-// running (ran it), expired, answered (delivered only), or "" (someone
-// else had it).
+// rescue takes a claimable turn over, under its session key's turn lock:
+// an unanswered one is run, with every other claimable message of its
+// conversation (one turn, as live bursts are), or marked expired; an
+// answered one whose delivery never completed is delivered. It reports
+// what it did: running (ran it), expired, answered (delivered only), or
+// "" (someone else had it).
 func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (string, error) {
-	release, err := m.acquire(ctx, d.SessionKey)
+	if !m.enter() {
+		return "", ErrShuttingDown
+	}
+	defer m.turns.Done()
+	if err := m.startHeartbeat(); err != nil {
+		return "", err
+	}
+	release, err := m.lockTurn(ctx, d.SessionKey)
 	if err != nil {
 		return "", err
 	}
 	defer release()
+	in := Inbound{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID}
+	t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq)
+	if err != nil || t == nil {
+		return "", errors.Join(errors.New("turn vanished"), err)
+	}
+	if !t.settled() {
+		_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		if err != nil {
+			return "", err
+		}
+		// The conversation may have moved on (or been archived) since: the
+		// batch works on a fresh copy when it is not the cached one.
+		kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge)
+		if kind == TurnExpired || kind == "" {
+			return kind, err
+		}
+		return TurnRunning, err
+	}
+	if !t.Track || t.State == TurnDelivered || t.Lead != t.Seq {
+		return "", nil
+	}
+	// Answered before; only its delivery is due.
 	c, err := m.claim(ctx, d.ConversationID, d.Seq, d.Owner, d.Attempt)
 	if err != nil || c == nil {
 		return "", err
 	}
-	k := turnKey{c.ConversationID, c.Seq}
-	c.SessionKey, c.Channel, c.UserID, c.ChatID = d.SessionKey, d.Channel, d.UserID, d.ChatID
-	in := Inbound{Channel: c.Channel, SessionKey: c.SessionKey, UserID: c.UserID, ChatID: c.ChatID, ClientMsgID: c.ClientMsgID}
-	kind := TurnRunning
-	if c.Answered {
-		kind = TurnAnswered
+	out, err := m.storedOutcome(ctx, t)
+	if err != nil {
+		m.unhold(turnKey{c.ConversationID, c.Seq})
+		return "", err
 	}
-	var out Outcome
-	if c.Answered {
-		// Answered before; only its delivery is due.
-		t, err := m.store.TurnAt(ctx, c.ConversationID, c.Seq)
-		if err != nil || t == nil {
-			m.unhold(k)
-			return "", errors.Join(errors.New("turn vanished"), err)
-		}
-		reply, err := m.store.Message(ctx, c.ConversationID, t.ReplySeq)
-		if err != nil || reply == nil {
-			m.unhold(k)
-			return "", errors.Join(errors.New("reply vanished"), err)
-		}
-		out = Outcome{ConversationID: c.ConversationID, UserSeq: c.Seq, Reply: toReply(reply)}
-	} else {
-		// The conversation may have moved on (or been archived) since: work
-		// on a fresh copy, and drop the cached one so the next turn reloads.
-		m.hot.Remove(c.SessionKey)
-		hc, err := m.loadConversation(ctx, c.ConversationID, c.Seq, c.Channel)
-		if err != nil {
-			m.unhold(k)
-			return "", err
-		}
-		if now := m.now(); c.CreatedAt.Before(now.Add(-maxAge)) {
-			kind = TurnExpired
-			msgs := []Message{{ConversationID: c.ConversationID, Role: agent.RoleAssistant, Content: ExpiredText,
-				ReplyTo: c.Seq, Status: MsgFailed, Error: notRunPrefix + " older than recovery.max_age", CreatedAt: now}}
-			if err := m.appendReply(ctx, hc, msgs, now, 0, 0, "", c.Seq, c.Attempt, TurnExpired); err != nil {
-				m.unhold(k)
-				return "", err
-			}
-			out = Outcome{ConversationID: c.ConversationID, UserSeq: c.Seq, Reply: toReply(&msgs[0])}
-		} else {
-			um, err := m.store.Message(ctx, c.ConversationID, c.Seq)
-			if err != nil || um == nil {
-				m.unhold(k)
-				return "", errors.Join(errors.New("message vanished"), err)
-			}
-			turnCtx, endTurn := m.startTurn(c.SessionKey)
-			out, err = m.runAgent(turnCtx, hc, *um, c.Attempt, m.Policy(c.Channel), in, Hooks{})
-			endTurn()
-			if err != nil {
-				m.unhold(k)
-				return "", err
-			}
-			if out.Reply.Status == MsgInterrupted && out.Reply.Error == InterruptedByShutdown && !m.opts.NoRerun {
-				m.unhold(k)
-				return kind, nil // interrupted again: claimable, nothing to deliver yet
-			}
-		}
+	clientID := ""
+	if t.ClientMsgID != nil {
+		clientID = *t.ClientMsgID
 	}
-	m.deliver(ctx, in, c, out)
-	return kind, nil
+	m.deliverTurn(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
+		ClientMsgID: clientID, UserSeq: t.Seq, Reply: out.Reply, Turn: c.Ref()})
+	return TurnAnswered, nil
 }
 
-// deliver hands a rescued turn's reply to its channel and, when the
-// channel confirms delivery, records the outcome.
-func (m *Manager) deliver(ctx context.Context, in Inbound, c *Claimed, out Outcome) {
-	dv, _ := m.deliverer(c.Channel)
-	ref := c.Ref()
-	d := Delivery{Channel: c.Channel, SessionKey: c.SessionKey, UserID: in.UserID, ChatID: in.ChatID,
-		ClientMsgID: c.ClientMsgID, UserSeq: c.Seq, Reply: out.Reply, Turn: ref}
-	sent, err := dv.fn(ctx, d)
-	if !dv.track {
-		m.unhold(turnKey{c.ConversationID, c.Seq})
+// deliverTurn hands a reply nobody here waits for to its channel and,
+// when the channel confirms delivery, records the outcome under the
+// claim d.Turn.
+func (m *Manager) deliverTurn(ctx context.Context, d Delivery) {
+	dv, ok := m.deliverer(d.Channel)
+	if !ok {
+		// No channel here to deliver it: a claim for delivering is given
+		// back for a replica (or a later start) that has one.
+		if d.Turn.Claim != "" {
+			m.Delivered(ctx, d.Turn, "", errors.New("no channel to deliver it here"))
+		}
 		return
 	}
-	if err := m.Delivered(ctx, ref, sent, err); err != nil {
-		m.log.Warn("recording a delivery failed", slog.String("session_key", c.SessionKey), slog.Int64("seq", c.Seq), slog.String("error", err.Error()))
+	sent, err := dv.fn(ctx, d)
+	if d.Turn.Claim == "" {
+		return
+	}
+	if err := m.Delivered(ctx, d.Turn, sent, err); err != nil {
+		m.log.Warn("recording a delivery failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
 	}
 }

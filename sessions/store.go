@@ -50,6 +50,8 @@ type Store interface {
 	DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error)
 	OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error)
 	ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*Claimed, error)
+	ClaimBatch(ctx context.Context, convID, owner string, takeOver bool, busy []string, now time.Time, limit int, track bool) (*Batch, error)
+	Covers(ctx context.Context, convID string, lead int64) ([]BatchRow, error)
 	ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error
 	MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error
 	Heartbeat(ctx context.Context, replica string, started time.Time) error
@@ -447,7 +449,10 @@ func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*Mes
 	err := s.read.WithContext(ctx).
 		// A reply follows its message: the primary key's range after the
 		// message's seq holds it.
-		Where("conversation_id = ? AND seq > ? AND reply_to = ? AND role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '')", convID, userSeq, userSeq).
+		// A partial reply a shutdown cut is not final (the turn runs
+		// again), nor one cut for a newer message (one turn answers both).
+		Where("conversation_id = ? AND seq > ? AND reply_to = ? AND role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '') AND NOT (status = 'interrupted' AND error IN ?)",
+			convID, userSeq, userSeq, []string{InterruptedByShutdown, InterruptedByMessage}).
 		Order("seq DESC").Take(&m).Error
 	if notFound(err) {
 		return nil, nil
