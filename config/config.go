@@ -73,6 +73,12 @@ type OpenAI struct {
 type Session struct {
 	MaxHistory *int  `yaml:"max_history"`
 	Reset      Reset `yaml:"reset"`
+	// Busy modes: what a message does while its session has a turn
+	// running or waiting. Each key on its own overrides the level above.
+	BusyMode      *string `yaml:"busy_mode"`
+	DebounceMS    *int    `yaml:"debounce_ms"`
+	DebounceMaxMS *int    `yaml:"debounce_max_ms"`
+	MaxBatch      *int    `yaml:"max_batch"`
 }
 
 // Reset is a reset policy; every field is optional so that a channel can

@@ -31,6 +31,14 @@ func (c *Config) Describe(w io.Writer) {
 		if p.Idle() || p.Daily() {
 			fmt.Fprintf(tw, "  reset.timezone\t%s\t%s\n", p.Timezone.V, p.Timezone.From)
 		}
+		fmt.Fprintf(tw, "  busy_mode\t%s\t%s\n", p.BusyMode.V, p.BusyMode.From)
+		fmt.Fprintf(tw, "  debounce_ms\t%d\t%s\n", p.DebounceMS.V, p.DebounceMS.From)
+		fmt.Fprintf(tw, "  debounce_max_ms\t%d\t%s\n", p.DebounceMaxMS.V, p.DebounceMaxMS.From)
+		batchFrom := p.MaxBatch.From
+		if p.BusyMode.V == BusyQueue {
+			batchFrom += "; unused: queue takes one message per turn"
+		}
+		fmt.Fprintf(tw, "  max_batch\t%d\t%s\n", p.MaxBatch.V, batchFrom)
 	}
 	tw.Flush()
 	for _, warning := range c.Warnings {

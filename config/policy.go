@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -16,6 +17,7 @@ const (
 type Value[T any] struct {
 	V    T
 	From string
+	key  string // the key path that set V; "" for a default
 }
 
 // Policy is one channel's effective conversation policy.
@@ -26,6 +28,13 @@ type Policy struct {
 	IdleMinutes Value[int]
 	AtHour      Value[int] // From is "" when no at_hour is set anywhere
 	Timezone    Value[string]
+
+	// Busy modes: what a message does while its session has a turn
+	// running or waiting.
+	BusyMode      Value[string] // queue, collect or interrupt
+	DebounceMS    Value[int]
+	DebounceMaxMS Value[int] // never below DebounceMS
+	MaxBatch      Value[int]
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -48,6 +57,9 @@ func (p Policy) Idle() bool { return p.ResetMode.V == ResetIdle || p.ResetMode.V
 // max_history: channels.<c>.max_history (legacy, highest) →
 // channels.<c>.session.max_history → session.max_history → 100.
 // reset: channels.<c>.session.reset overrides session.reset field by field.
+// busy_mode, debounce_ms, debounce_max_ms, max_batch: each
+// channels.<c>.session.<key> → session.<key> → default; debounce_ms
+// defaults to 0 for websocket and 1500 for telegram.
 func (c *Config) Policies() []Policy {
 	return []Policy{
 		c.policy(ChannelWebSocket, c.Channels.WebSocket.MaxHistory, c.Channels.WebSocket.Session),
@@ -88,6 +100,28 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	p.Timezone = pick(c, DefaultTimezone,
 		cand[string]{base + ".session.reset.timezone", s.Reset.Timezone},
 		cand[string]{"session.reset.timezone", top.Timezone})
+
+	p.BusyMode = pick(c, DefaultBusyMode,
+		cand[string]{base + ".session.busy_mode", s.BusyMode},
+		cand[string]{"session.busy_mode", c.Session.BusyMode})
+	debounce := DefaultDebounceMS
+	if name == ChannelTelegram {
+		debounce = DefaultTelegramDebounceMS
+	}
+	p.DebounceMS = pick(c, debounce,
+		cand[int]{base + ".session.debounce_ms", s.DebounceMS},
+		cand[int]{"session.debounce_ms", c.Session.DebounceMS})
+	p.DebounceMaxMS = pick(c, DefaultDebounceMaxMS,
+		cand[int]{base + ".session.debounce_max_ms", s.DebounceMaxMS},
+		cand[int]{"session.debounce_max_ms", c.Session.DebounceMaxMS})
+	if p.DebounceMaxMS.key == "" && p.DebounceMaxMS.V < p.DebounceMS.V {
+		// A debounce longer than the default cap is not cut short by
+		// the cap nobody set.
+		p.DebounceMaxMS = Value[int]{V: p.DebounceMS.V, From: "default, raised to debounce_ms"}
+	}
+	p.MaxBatch = pick(c, DefaultMaxBatch,
+		cand[int]{base + ".session.max_batch", s.MaxBatch},
+		cand[int]{"session.max_batch", c.Session.MaxBatch})
 	return p
 }
 
@@ -99,7 +133,7 @@ type cand[T any] struct {
 func pick[T any](c *Config, def T, cands ...cand[T]) Value[T] {
 	for _, k := range cands {
 		if k.v != nil {
-			return Value[T]{V: *k.v, From: fmt.Sprintf("%s (%s)", k.path, c.where(k.path))}
+			return Value[T]{V: *k.v, From: fmt.Sprintf("%s (%s)", k.path, c.where(k.path)), key: k.path}
 		}
 	}
 	return Value[T]{V: def, From: "default"}
@@ -133,4 +167,37 @@ func (c *Config) channelMaxHistory(channel string) (legacy, nested *int) {
 		return c.Channels.Telegram.MaxHistory, c.Channels.Telegram.Session.MaxHistory
 	}
 	return nil, nil
+}
+
+// debounceProblems reports each debounce_max_ms set lower than the
+// effective debounce_ms of a channel it applies to: once per key and
+// debounce_ms, naming the channels.
+func (c *Config) debounceProblems() Errors {
+	type clash struct {
+		maxKey, from  string
+		max, debounce int
+	}
+	var order []clash
+	channels := map[clash][]string{}
+	for _, p := range c.Policies() {
+		mx, d := p.DebounceMaxMS, p.DebounceMS
+		if mx.key == "" || mx.V < 0 || d.V < 0 || mx.V >= d.V {
+			continue
+		}
+		k := clash{mx.key, d.From, mx.V, d.V}
+		if _, ok := channels[k]; !ok {
+			order = append(order, k)
+		}
+		channels[k] = append(channels[k], p.Channel)
+	}
+	var errs Errors
+	for _, k := range order {
+		of := "channel " + channels[k][0]
+		if len(channels[k]) > 1 {
+			of = "channels " + strings.Join(channels[k], " and ")
+		}
+		errs = append(errs, c.errAt(k.maxKey, "%d is lower than debounce_ms %d (%s) of %s; it must be at least debounce_ms",
+			k.max, k.debounce, k.from, of))
+	}
+	return errs
 }

@@ -28,6 +28,12 @@ const (
 	DefaultRateBurst           = 10
 	DefaultLocksTTL            = time.Hour
 	DefaultLocksEntries        = 10_000
+	DefaultBusyMode            = BusyCollect
+	DefaultDebounceMS          = 0    // websocket: a client sends whole messages
+	DefaultTelegramDebounceMS  = 1500 // telegram: people send a thought in several messages
+	DefaultDebounceMaxMS       = 5000
+	DefaultMaxBatch            = 20
+	MaxMaxBatch                = 1000
 
 	// supervisorStopTimeout is the stop timeout of common supervisors
 	// (systemd's DefaultTimeoutStopSec, Kubernetes' grace period).
@@ -40,6 +46,13 @@ const (
 	ResetIdle  = "idle"
 	ResetDaily = "daily"
 	ResetBoth  = "both"
+)
+
+// Busy modes.
+const (
+	BusyQueue     = "queue"
+	BusyCollect   = "collect"
+	BusyInterrupt = "interrupt"
 )
 
 func (c *Config) applyDefaults() {
@@ -224,6 +237,7 @@ func (c *Config) Validate() Errors {
 			errs = append(errs, p.problems(c)...)
 		}
 	}
+	errs = append(errs, c.debounceProblems()...)
 	return errs
 }
 
@@ -253,6 +267,22 @@ func (c *Config) validateSession(path string, s Session) Errors {
 		if _, err := time.LoadLocation(*r.Timezone); err != nil || *r.Timezone == "" {
 			bad("reset.timezone", "%q is not an IANA time zone such as Europe/Berlin", *r.Timezone)
 		}
+	}
+	if s.BusyMode != nil {
+		switch *s.BusyMode {
+		case BusyQueue, BusyCollect, BusyInterrupt:
+		default:
+			bad("busy_mode", "%q is not one of queue, collect, interrupt", *s.BusyMode)
+		}
+	}
+	if s.DebounceMS != nil && *s.DebounceMS < 0 {
+		bad("debounce_ms", "must be 0 or more, got %d", *s.DebounceMS)
+	}
+	if s.DebounceMaxMS != nil && *s.DebounceMaxMS < 0 {
+		bad("debounce_max_ms", "must be 0 or more, got %d", *s.DebounceMaxMS)
+	}
+	if s.MaxBatch != nil && (*s.MaxBatch < 1 || *s.MaxBatch > MaxMaxBatch) {
+		bad("max_batch", "must be 1–%d, got %d", MaxMaxBatch, *s.MaxBatch)
 	}
 	return errs
 }

@@ -18,6 +18,8 @@ type Metrics struct {
 	resets      *prometheus.CounterVec
 	passes      prometheus.Counter
 	recovered   *prometheus.CounterVec
+	turnMsgs    *prometheus.HistogramVec
+	turnWait    *prometheus.HistogramVec
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -46,9 +48,19 @@ func NewMetrics() *Metrics {
 			Name: "chatgate_recovered_turns_total",
 			Help: "Turns the rescuer claimed, by result: ran (answered again) or expired (too old; the user was asked to resend).",
 		}, []string{"result"}),
+		turnMsgs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "chatgate_turn_messages",
+			Help:    "User messages answered by one agent call (merged bursts).",
+			Buckets: []float64{1, 2, 3, 5, 8, 13, 20, 50},
+		}, []string{"channel"}),
+		turnWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "chatgate_turn_wait_seconds",
+			Help:    "Time from a turn's first stored message to its agent call: debounce and the turn before it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"channel"}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered)
+		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait)
 	return m
 }
 
@@ -85,6 +97,9 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// TurnStarted implements sessions.Observer. (Metrics for merged turns are
-// added with the busy-mode configuration.)
-func (m *Metrics) TurnStarted(channel string, messages int, wait time.Duration) {}
+// TurnStarted implements sessions.Observer: how many user messages one agent
+// call answers, and how long the first of them waited for it.
+func (m *Metrics) TurnStarted(channel string, messages int, wait time.Duration) {
+	m.turnMsgs.WithLabelValues(channel).Observe(float64(messages))
+	m.turnWait.WithLabelValues(channel).Observe(wait.Seconds())
+}

@@ -92,6 +92,12 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 				AtHour:   p.AtHour.V,
 				Location: p.Location(),
 			},
+			Busy: sessions.BusyPolicy{
+				Mode:        sessions.BusyMode(p.BusyMode.V),
+				Debounce:    time.Duration(p.DebounceMS.V) * time.Millisecond,
+				DebounceMax: time.Duration(p.DebounceMaxMS.V) * time.Millisecond,
+				MaxBatch:    p.MaxBatch.V,
+			},
 		}
 	}
 	return out
