@@ -529,7 +529,7 @@ func (b *Batch) Ref() TurnRef {
 // conversation's row first, SQLite has one writer).
 func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool, busy []string, now time.Time, limit int, track bool) (*Batch, error) {
 	if len(busy) == 0 {
-		busy = []string{"\x00"} // NOT IN needs a list
+		busy = []string{""} // NOT IN needs a list; no owner is empty there
 	}
 	var got *Batch
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {

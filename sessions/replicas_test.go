@@ -25,8 +25,8 @@ func TestTwoReplicasNeverInterleaveOneUser(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := newClock(t0)
 	replicas := []*Manager{
-		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, nil),
-		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, nil),
+		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, queued),
+		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, queued),
 	}
 	var wg sync.WaitGroup
 	for r, m := range replicas {
