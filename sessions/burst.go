@@ -512,8 +512,15 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	for _, r := range b.Rows {
 		m.hold(turnKey{conv, r.Seq})
 	}
-	if b.Took {
-		hc.conv.Epoch = b.Epoch
+	if b.LastSeq != hc.conv.LastSeq || b.Epoch != hc.conv.Epoch {
+		// Another replica wrote to the conversation since it was cached:
+		// the turn sees what it wrote.
+		if hc, err = m.reload(ctx, in, conv); err != nil {
+			release()
+			m.unholdBatch(b)
+			m.handBack(conv, lead, b.Attempt)
+			return "", nil, err
+		}
 	}
 	members := map[int64]bool{}
 	for _, r := range b.Rows {
@@ -545,19 +552,21 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	var reply agent.Reply
 	kind := TurnRunning
 	state := TurnAnswered
-	if maxAge > 0 && b.Rows[0].CreatedAt.Before(now.Add(-maxAge)) {
+	switch {
+	case maxAge > 0 && b.Rows[0].CreatedAt.Before(now.Add(-maxAge)):
 		kind, state = TurnExpired, TurnExpired
 		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: ExpiredText,
 			ReplyTo: lead, Status: MsgFailed, Error: notRunPrefix + " older than recovery.max_age", CreatedAt: now}}
-	} else {
+	case m.takeStop(key):
+		// Stopped while it waited: settled as stopped, the agent not called.
+		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: MsgInterrupted,
+			Error: InterruptedByUser, CreatedAt: now}}
+	default:
 		var hooks Hooks
 		if leadTicket != nil {
 			hooks = leadTicket.hooks
 		}
 		turnCtx, endTurn := m.startTurn(key)
-		if m.takeStop(key) {
-			m.Stop(key)
-		}
 		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks)
 		endTurn()
 	}
@@ -594,9 +603,14 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		out.Turn.Claim = strconv.Itoa(b.Attempt)
 	}
 	for _, t := range tickets {
-		if t != leadTicket {
+		switch {
+		case t == leadTicket:
+		case members[t.ref.seq]:
 			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Reply: final, Merged: true,
 				Turn: TurnRef{ConversationID: conv, Seq: lead}}, nil)
+		default:
+			// Taken by another runner before this batch: it answers.
+			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Pending: true, Turn: TurnRef{ConversationID: conv, Seq: t.ref.seq}}, nil)
 		}
 	}
 	for _, r := range b.Rows {
@@ -624,6 +638,15 @@ func (m *Manager) unholdBatch(b *Batch) {
 	for _, r := range b.Rows {
 		m.unhold(turnKey{b.ConversationID, r.Seq})
 	}
+}
+
+// reload replaces the cached copy of conversation conv with a fresh one.
+// Called under the state lock.
+func (m *Manager) reload(ctx context.Context, in Inbound, conv string) (*hotConv, error) {
+	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.ID == conv {
+		m.hot.Remove(in.SessionKey)
+	}
+	return m.hotFor(ctx, in, conv)
 }
 
 // hotFor returns the cached copy of the key's conversation conv, or a

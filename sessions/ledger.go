@@ -494,9 +494,10 @@ type Batch struct {
 	Rows           []BatchRow
 	// Took is true when a row was taken from another runner (a gone
 	// replica's, or one handed back): the claim moved the conversation's
-	// epoch to Epoch.
-	Took  bool
-	Epoch int64
+	// epoch. LastSeq and Epoch are the conversation's after the claim.
+	Took    bool
+	LastSeq int64
+	Epoch   int64
 }
 
 // BatchRow is one message of a batch.
@@ -534,10 +535,16 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 	var got *Batch
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
 		got = nil
+		// The conversation's row first (on PostgreSQL locked, so that an
+		// append committing now is waited for): its last seq and epoch tell
+		// the caller whether its cached copy is still the conversation.
+		head := "SELECT last_seq, epoch FROM conversations WHERE id = ?"
 		if s.driver == DriverPostgres {
-			if err := tx.Exec("SELECT 1 FROM conversations WHERE id = ? FOR UPDATE", convID).Error; err != nil {
-				return err
-			}
+			head += " FOR UPDATE"
+		}
+		b := &Batch{ConversationID: convID}
+		if err := tx.Raw(head, convID).Row().Scan(&b.LastSeq, &b.Epoch); err != nil {
+			return err
 		}
 		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt
 			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
@@ -548,7 +555,6 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		if err != nil {
 			return err
 		}
-		b := &Batch{ConversationID: convID}
 		attempt := 0
 		for rows.Next() {
 			var r BatchRow
@@ -579,9 +585,10 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		}
 		if b.Took {
 			// Whoever ran these before can store nothing more.
-			if err := tx.Raw("UPDATE conversations SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", convID).Scan(&b.Epoch).Error; err != nil {
+			if err := tx.Exec("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", convID).Error; err != nil {
 				return err
 			}
+			b.Epoch++
 		}
 		got = b
 		return nil

@@ -568,7 +568,6 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 	}
 	giveUp := time.Now().Add(m.opts.LeaseTTL)
 	wait := 50 * time.Millisecond
-	stale := 0
 	for {
 		for i := range msgs {
 			msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
@@ -602,10 +601,11 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 				return nil
 			case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
 				return fmt.Errorf("%w (%v)", ErrLostClaim, err)
-			case stale >= 3:
+			case time.Now().After(giveUp):
 				return err
 			}
-			stale++
+			// Still this runner's: others stored messages meanwhile (a user
+			// writing on, on another replica). Append after them.
 			fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
 			if lerr != nil || fresh == nil {
 				return errors.Join(err, lerr)
