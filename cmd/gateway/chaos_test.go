@@ -590,7 +590,10 @@ func TestChaosTwoReplicas(t *testing.T) {
 		byName = map[string]*process{}
 	)
 	start := func(i int, name string) {
-		p := startGateway(t, dirs[i], replicaConfig(load.addrs[i], dsn, llmSrv.URL, "1s", telegram))
+		// One turn per message (busy mode queue): the load checks each
+		// message's own reply. Merged bursts under failures are tested in
+		// sessions (TestShutdownDuringABurst, TestBurstSplitAcrossReplicasIsOneTurn).
+		p := startGateway(t, dirs[i], replicaConfig(load.addrs[i], dsn, llmSrv.URL, "1s", telegram)+"session:\n  busy_mode: queue\n  debounce_ms: 0\n")
 		procMu.Lock()
 		procs[i] = p
 		names = append(names, name)

@@ -396,6 +396,10 @@ agent:
 channels:
   websocket:
     rate_limit: {per_second: 1000, burst: 1000}
+# One turn per message: this test is about one user's turns on two
+# replicas never overlapping.
+session:
+  busy_mode: queue
 log:
   level: warn
 `, addr, dsn, llmSrv.URL))
@@ -417,9 +421,16 @@ log:
 			for i := 0; i < each; i++ {
 				cl.c.WriteJSON(map[string]any{"type": "message", "id": fmt.Sprintf("%s%d", name, i), "text": fmt.Sprintf("%s%d", name, i)})
 			}
-			for i := 0; i < each; i++ {
-				if r := cl.next(t, "reply"); r["status"] != "ok" {
+			// Replies to the other connection's messages reach this one
+			// too (one user): wait for its own.
+			mine := map[string]bool{}
+			for len(mine) < each {
+				r := cl.next(t, "reply")
+				if r["status"] != "ok" {
 					t.Errorf("reply on %s: %v", name, r)
+				}
+				if id, _ := r["reply_to"].(string); strings.HasPrefix(id, name) {
+					mine[id] = true
 				}
 			}
 		}()
@@ -439,13 +450,24 @@ log:
 	if len(msgs) != 4*each {
 		t.Fatalf("%d messages stored, want %d", len(msgs), 4*each)
 	}
+	// Messages are stored as they arrive, so replies may come after later
+	// messages; but each answers one message, in the order they were
+	// stored (one turn at a time), and every message once.
+	bySeq := map[int64]sessions.Message{}
+	lastAnswered := int64(0)
 	for i, m := range msgs {
 		if m.Seq != int64(i+1) {
 			t.Fatalf("seq %d at position %d", m.Seq, i)
 		}
-		if i%2 == 1 && (m.Role != "assistant" || m.ReplyTo != msgs[i-1].Seq || m.Content != "thinking about "+msgs[i-1].Content+"... done") {
-			t.Fatalf("message %d %q does not answer %q: turns interleaved", m.Seq, m.Content, msgs[i-1].Content)
+		bySeq[m.Seq] = m
+		if m.Role != "assistant" {
+			continue
 		}
+		u := bySeq[m.ReplyTo]
+		if u.Role != "user" || m.ReplyTo <= lastAnswered || m.Content != "thinking about "+u.Content+"... done" {
+			t.Fatalf("message %d %q answers %d %q after %d was answered: turns interleaved", m.Seq, m.Content, m.ReplyTo, u.Content, lastAnswered)
+		}
+		lastAnswered = m.ReplyTo
 	}
 	// A client that left replica A resumes on replica B with everything.
 	_, ready := dialClient(t, addrs[1], map[string]any{"session": a.session, "last_seq": 0, "conversation": a.conv})
@@ -476,6 +498,10 @@ channels:
     token: %q
     api_url: %s
     poll_timeout: 1s
+# One turn per update: this test is about which update's turn runs where.
+session:
+  busy_mode: queue
+  debounce_ms: 0
 shutdown:
   drain_timeout: 1s
 log:
