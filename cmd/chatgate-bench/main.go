@@ -4,6 +4,7 @@
 //	A. a bare gorilla/websocket echo server driven by the same client code;
 //	B. raw storage: message rows inserted with the best batching the driver allows;
 //	the gateway (echo agent, real storage, WebSocket) at 1, 50 and 500 clients;
+//	busy mode collect: bursts of 5 messages at 50 clients, one reply each;
 //	with PostgreSQL, what delivery to a client on another replica adds;
 //	memory per idle WebSocket connection (a child process holding 10,000);
 //	the daily reset sweep over 1,000,000 conversations;
@@ -139,11 +140,12 @@ type report struct {
 	Postgres []loadResult `json:"gateway_postgres,omitempty"`
 	// Cross is the latency a reply's cross-replica delivery adds
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
-	Cross  *loadResult   `json:"cross_replica_postgres,omitempty"`
-	Idle   *idleResult   `json:"idle_connections,omitempty"`
-	Sweeps []sweepResult `json:"daily_sweep"`
-	Locks  locksResult   `json:"lock_cache"`
-	Goals  []goal        `json:"goals"`
+	Cross   *loadResult   `json:"cross_replica_postgres,omitempty"`
+	Collect *burstResult  `json:"collect_bursts,omitempty"`
+	Idle    *idleResult   `json:"idle_connections,omitempty"`
+	Sweeps  []sweepResult `json:"daily_sweep"`
+	Locks   locksResult   `json:"lock_cache"`
+	Goals   []goal        `json:"goals"`
 }
 
 type loadResult struct {
@@ -208,6 +210,10 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\n", b.Driver, b.PerSecond)
 	}
 	tw.Flush()
+	if c := r.Collect; c != nil {
+		fmt.Fprintf(w, "\ncollect (%s): %d clients, bursts of %d: %.0f bursts/s (%.0f messages/s), %.2f agent calls per burst, p50 %.2f ms, p99 %.2f ms, %d errors\n",
+			r.Store, c.Clients, c.Burst, c.PerSecond, c.MessagesPerSecond, c.CallsPerBurst, c.P50Millis, c.P99Millis, c.ErrorCount)
+	}
 	fmt.Fprintln(w)
 	if r.Idle != nil {
 		fmt.Fprintf(w, "idle WebSocket connections: %d, %.1f KiB RSS and %.1f KiB heap each\n", r.Idle.Connections, r.Idle.RSSPerConnKiB, r.Idle.HeapPerConnKB)

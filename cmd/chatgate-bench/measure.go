@@ -82,6 +82,13 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 	}
 
+	step("collect: bursts of 5 messages at 50 clients on " + o.store)
+	collect, err := collectBursts(ctx, o.store, 50, 5, o)
+	if err != nil {
+		return nil, err
+	}
+	rep.Collect = &collect
+
 	if o.dsn != "" {
 		step("replies delivered on another replica (two gateways on postgres)")
 		c, err := crossReplica(ctx, o)
