@@ -118,7 +118,7 @@ func insertMessages(rows []*Message) (string, []any) {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
 		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at,
-		turn_state, turn_owner, turn_attempt, turn_due, turn_track) VALUES `)
+		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead) VALUES `)
 	args := make([]any, 0, 14*len(rows))
 	for i, m := range rows {
 		if i > 0 {
@@ -142,6 +142,8 @@ func insertMessages(rows []*Message) (string, []any) {
 			q.WriteString(", NULL, ")
 		}
 		q.WriteString(strconv.FormatBool(m.TurnTrack))
+		q.WriteString(", ")
+		q.WriteString(strconv.FormatInt(m.TurnLead, 10))
 		q.WriteString(")")
 	}
 	return q.String(), args

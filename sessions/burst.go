@@ -44,6 +44,7 @@ type Ticket struct {
 	resend  bool // the message was stored before (Outcome.Duplicate)
 	reset   *ResetEvent
 	started time.Time // wall clock: for the turn's duration
+	claimed *Batch    // the message was stored claimed, as this turn
 
 	once sync.Once
 	done chan struct{}
@@ -229,11 +230,18 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		m.publish(*t.reset)
 	}
 	// Stored pending, owned by this replica: if it dies before a turn
-	// takes the message, the others find it by its owner.
+	// takes the message, the others find it by its owner. When nothing
+	// else of the key is waiting or running here, no debounce applies and
+	// no other gateway shares the database, the message is stored already
+	// claimed, as its own turn: the claim would find it alone anyway.
 	um := Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
 		Content: in.Text, Status: MsgOK, CreatedAt: now,
 		TurnState: TurnPending, TurnOwner: m.opts.ReplicaID,
+	}
+	solo := policy.Busy.Debounce == 0 && !m.store.Shared() && m.idle(in.SessionKey)
+	if solo {
+		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = TurnRunning, 1, um.Seq, m.tracks(in.Channel)
 	}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
@@ -253,6 +261,10 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	hc.push(batch[0])
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
+	if solo {
+		t.claimed = &Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
+			Rows: []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, CreatedAt: now}}}
+	}
 	if t.hooks.OnAck != nil {
 		t.hooks.OnAck(Ack{ConversationID: hc.conv.ID, Seq: t.ref.seq})
 	}
@@ -333,6 +345,15 @@ func clientIDs(rows []BatchRow) []string {
 		}
 	}
 	return ids
+}
+
+// idle reports whether nothing of the key waits or runs here.
+func (m *Manager) idle(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, running := m.running[key]
+	b := m.bursts[key]
+	return !running && (b == nil || len(b.waiting) == 0)
 }
 
 // enqueue adds a stored message to its key's burst and makes sure a
@@ -428,7 +449,7 @@ func (m *Manager) runNext(b *burst) error {
 		return nil
 	}
 	defer release()
-	_, b2, err := m.runBatch(m.base, in, head.ref.conv, nil, 0)
+	_, b2, err := m.runBatch(m.base, in, head.ref.conv, nil, 0, head.claimed)
 	if err != nil && b2 != nil {
 		return nil // claimed, and the claim's tickets have their error
 	}
@@ -477,9 +498,10 @@ func (m *Manager) takeStop(key string) bool {
 // hold are left to them); the rescuer passes the replicas alive, and the
 // turns of the others are taken over. A batch whose oldest message is
 // older than maxAge (when > 0) is not run: the user is asked to send it
-// again. It reports what it did: running (ran), expired, or "" (nothing
-// was claimable).
-func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration) (string, *Batch, error) {
+// again. claimed, when set, is the turn its message was stored as
+// (nothing to claim). It reports what it did: running (ran), expired, or
+// "" (nothing was claimable).
+func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *Batch) (string, *Batch, error) {
 	key := in.SessionKey
 	policy := m.Policy(in.Channel)
 	busy := policy.Busy.withDefaults()
@@ -494,7 +516,12 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	}
 	others := slices.DeleteFunc(slices.Clone(alive), func(id string) bool { return id == m.opts.ReplicaID })
 	now := m.now()
-	b, err := m.store.ClaimBatch(ctx, conv, m.opts.ReplicaID, alive != nil, others, now, busy.MaxBatch, m.tracks(in.Channel))
+	b := claimed
+	if b == nil {
+		b, err = m.store.ClaimBatch(ctx, conv, m.opts.ReplicaID, alive != nil, others, now, busy.MaxBatch, m.tracks(in.Channel))
+	} else {
+		b.LastSeq, b.Epoch = hc.conv.LastSeq, hc.conv.Epoch // stored by this process, under this lock
+	}
 	if err != nil {
 		release()
 		return "", nil, err

@@ -445,7 +445,7 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		}
 		// The conversation may have moved on (or been archived) since: the
 		// batch works on a fresh copy when it is not the cached one.
-		kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge)
+		kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil)
 		if kind == TurnExpired || kind == "" {
 			return kind, err
 		}

@@ -65,6 +65,9 @@ type Store interface {
 	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
 	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	Resign(ctx context.Context, name, holder string) error
+	// Shared reports whether several gateways may use the database at
+	// once (PostgreSQL); SQLite serves one.
+	Shared() bool
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
 	Close() error
@@ -311,6 +314,9 @@ func migrateModels(tx *gorm.DB) error {
 
 // Driver names the database driver.
 func (s *DB) Driver() string { return s.driver }
+
+// Shared reports whether several gateways may share the database.
+func (s *DB) Shared() bool { return s.driver == DriverPostgres }
 
 // Gorm is the writer handle, for the store's own commands and tests.
 func (s *DB) Gorm() *gorm.DB { return s.write }
