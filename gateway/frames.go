@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // Protocol v1 frames. Names and fields are a public contract
@@ -122,9 +124,17 @@ type deltaFrame struct {
 type replyFrame struct {
 	Type    string `json:"type"`
 	ReplyTo string `json:"reply_to"`
-	Seq     int64  `json:"seq"`
-	Text    string `json:"text"`
-	Status  string `json:"status"`
+	// Covers are the client ids of every message the reply answers, oldest
+	// first, when a burst was merged into one turn; ReplyTo is the last.
+	Covers []string `json:"covers,omitempty"`
+	Seq    int64    `json:"seq"`
+	Text   string   `json:"text"`
+	Status string   `json:"status"`
+}
+
+// newReplyFrame is the reply frame of a stored reply to message replyTo.
+func newReplyFrame(replyTo string, r sessions.Reply) replyFrame {
+	return replyFrame{Type: "reply", ReplyTo: replyTo, Covers: r.Covers, Seq: r.Seq, Text: r.Text, Status: r.Status}
 }
 
 type resetFrame struct {

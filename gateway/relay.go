@@ -40,7 +40,7 @@ func (ws *WebSocket) onReply(ev sessions.ReplyEvent) {
 				slog.String("session_key", ev.SessionKey), slog.Int64("seq", ev.ReplySeq), slog.String("error", err.Error()))
 			return
 		}
-		frame := encode(replyFrame{Type: "reply", ReplyTo: id, Seq: r.Seq, Text: r.Text, Status: r.Status})
+		frame := encode(newReplyFrame(id, r))
 		for _, c := range ws.connsOf(ev.SessionKey) {
 			c.enqueue(frame)
 			c.saw(ev.ConversationID, r.Seq)
@@ -92,24 +92,16 @@ func (ws *WebSocket) recheckConn(ctx context.Context, c *wsConn, conv string, se
 	if err != nil || t.Conversation != conv {
 		return // a reset since: the client learns of it with its next message
 	}
-	ids := map[int64]string{} // the client message ids of the user messages read
-	for _, e := range t.Entries {
-		if e.Role == "user" {
-			ids[e.Seq] = e.ClientMsgID
-		}
-	}
 	for _, e := range t.Entries {
 		if e.Role != "assistant" {
 			continue
 		}
-		id, ok := ids[e.ReplyTo]
-		if !ok {
-			// The message came before what the connection was sent.
-			if id, _, err = ws.sess.StoredReply(ctx, conv, e.ReplyTo, e.Seq); err != nil {
-				continue
-			}
+		// Read with the reply: the client ids of the messages it answers.
+		id, r, err := ws.sess.StoredReply(ctx, conv, e.ReplyTo, e.Seq)
+		if err != nil {
+			continue
 		}
-		c.enqueue(encode(replyFrame{Type: "reply", ReplyTo: id, Seq: e.Seq, Text: e.Text, Status: e.Status}))
+		c.enqueue(encode(newReplyFrame(id, r)))
 		c.saw(conv, e.Seq)
 	}
 }
@@ -128,6 +120,14 @@ func (c *wsConn) moved(conv string, seq int64) {
 	c.posMu.Lock()
 	c.conv, c.seen = conv, seq
 	c.posMu.Unlock()
+}
+
+// shows reports whether the connection shows conversation conv, or has
+// not been told of one yet.
+func (c *wsConn) shows(conv string) bool {
+	c.posMu.Lock()
+	defer c.posMu.Unlock()
+	return c.conv == "" || conv == "" || c.conv == conv
 }
 
 // position is the conversation the connection shows and the last seq of

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
@@ -41,7 +42,8 @@ func TestReplyFromAnotherReplicaArrivesLive(t *testing.T) {
 	}
 	close(g.release) // A stores the reply
 	r := c2.expect("reply")
-	if r["reply_to"] != "c-1" || num(r["seq"]) != 2 || r["text"] != "echo: slow question (history: 0)" || r["status"] != "ok" {
+	if r["reply_to"] != "c-1" || num(r["seq"]) != 2 || r["text"] != "echo: slow question (history: 0)" || r["status"] != "ok" ||
+		fmt.Sprint(strs(r["covers"])) != "[c-1]" {
 		t.Fatalf("reply on B = %v", r)
 	}
 }
@@ -85,7 +87,7 @@ func TestMissedEventsAreRecheckedFromStorage(t *testing.T) {
 	}
 	e.ws.onReply(sessions.ReplyEvent{Missed: true})
 	r := c.expect("reply")
-	if r["reply_to"] != "x-1" || num(r["seq"]) != 4 || r["text"] != "echo: elsewhere (history: 2)" {
+	if r["reply_to"] != "x-1" || num(r["seq"]) != 4 || r["text"] != "echo: elsewhere (history: 2)" || fmt.Sprint(strs(r["covers"])) != "[x-1]" {
 		t.Fatalf("re-checked reply = %v", r)
 	}
 	// Nothing else was re-sent: the next frames answer the next message.

@@ -26,7 +26,9 @@ const Channel = "websocket"
 
 // Sessions is what the WebSocket channel needs from the session manager.
 type Sessions interface {
-	Handle(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (sessions.Outcome, error)
+	// Submit stores and acknowledges a message without waiting for any
+	// turn; its Ticket yields the outcome of the turn that answers it.
+	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
@@ -55,7 +57,7 @@ type WSOptions struct {
 	HelloTimeout time.Duration // first frame deadline (10s)
 	PingInterval time.Duration // keepalive ping period (25s); a peer silent for 2.5× this is dropped
 	WriteTimeout time.Duration // per frame (10s)
-	QueueSize    int           // messages waiting per connection (32)
+	QueueSize    int           // messages waiting for their replies per connection (32)
 	Logger       *slog.Logger
 }
 
@@ -152,7 +154,7 @@ func (ws *WebSocket) pingLoop() {
 // open connections; others get it on resume. WebSocket cannot confirm
 // delivery, so the turn does not wait for it.
 func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (string, error) {
-	frame := encode(replyFrame{Type: "reply", ReplyTo: d.ClientMsgID, Seq: d.Reply.Seq, Text: d.Reply.Text, Status: d.Reply.Status})
+	frame := encode(newReplyFrame(d.ClientMsgID, d.Reply))
 	for _, c := range ws.connsOf(d.SessionKey) {
 		c.enqueue(frame)
 		c.saw(d.Turn.ConversationID, d.Reply.Seq)
@@ -282,10 +284,11 @@ func (ws *WebSocket) StopAccepting() {
 	ws.mu.Unlock()
 }
 
-// Shutdown waits (until ctx ends) for the connections' workers to hand over
-// their last frames, then closes every connection with 1001 (going away),
-// through the same path as a client disconnect, and waits for their
-// goroutines. Call it after the session manager has drained.
+// Shutdown waits (until ctx ends) for the connections' workers and
+// waiters to hand over their last frames, then closes every connection
+// with 1001 (going away), through the same path as a client disconnect,
+// and waits for their goroutines. Call it after the session manager has
+// drained.
 func (ws *WebSocket) Shutdown(ctx context.Context) {
 	ws.mu.Lock()
 	ws.closing = true
@@ -301,7 +304,7 @@ func (ws *WebSocket) Shutdown(ctx context.Context) {
 		busy = false
 		for _, c := range conns {
 			c.workMu.Lock()
-			busy = busy || c.working
+			busy = busy || c.working || c.open > 0
 			c.workMu.Unlock()
 		}
 		if busy {
@@ -401,9 +404,10 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 
 // wsConn is one connection. An idle connection has one goroutine, its
 // reader; a writer goroutine exists only while frames wait to be written,
-// and a worker only while messages wait to be run (arrival order). Pings come
-// from one goroutine for the whole channel. done is closed once, by close;
-// queue is never closed.
+// a worker only while messages and resets wait to be submitted (arrival
+// order), and a waiter per message only until its turn has answered it.
+// Pings come from one goroutine for the whole channel. done is closed
+// once, by close; queue is never closed.
 type wsConn struct {
 	ws      *WebSocket
 	conn    *websocket.Conn
@@ -418,6 +422,14 @@ type wsConn struct {
 
 	workMu  sync.Mutex
 	working bool // a worker goroutine is running the queue
+	// open counts the messages and resets taken from the client and not
+	// yet done with: queued, or submitted and waiting for their turn's
+	// outcome. It bounds what one connection has waiting (QueueSize).
+	open int
+	// sent is closed once the newest waiter has handed over its frames:
+	// each waiter sends after the one before it, so replies go out in the
+	// order their messages came.
+	sent chan struct{}
 
 	outMu     sync.Mutex
 	out       [][]byte // frames waiting for the writer
@@ -517,16 +529,23 @@ func (c *wsConn) writeLoop() {
 // deliver sends a turn's frame to the connection that sent the message or,
 // if that one has gone, to the key's live connections: a client that
 // resumed while its turn was running gets the rest of the stream and the
-// reply there.
-func (c *wsConn) deliver(frame []byte) {
+// reply there. shown is the conversation the sender showed when the
+// message was acknowledged: a connection told of a reset since shows a
+// new conversation, and the frames of the archived one's turns are not
+// sent to it.
+func (c *wsConn) deliver(shown string, frame []byte) {
 	select {
 	case <-c.done:
 	default:
-		c.enqueue(frame)
+		if c.shows(shown) {
+			c.enqueue(frame)
+		}
 		return
 	}
 	for _, other := range c.ws.connsOf(c.key) {
-		other.enqueue(frame)
+		if other.shows(shown) {
+			other.enqueue(frame)
+		}
 	}
 }
 
@@ -611,12 +630,12 @@ func (c *wsConn) readLoop() {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
 		default: // message, reset: in arrival order, on the worker
-			select {
-			case c.queue <- f:
-				c.kick()
-			default:
+			if !c.admit() {
 				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
+				continue
 			}
+			c.queue <- f // never blocks: open counts what the queue holds
+			c.kick()
 		}
 	}
 }
@@ -719,6 +738,24 @@ func historyItems(entries []sessions.Entry) []historyItem {
 	return out
 }
 
+// admit counts a message or reset in, unless QueueSize of them are open.
+func (c *wsConn) admit() bool {
+	c.workMu.Lock()
+	defer c.workMu.Unlock()
+	if c.open >= c.ws.opts.QueueSize {
+		return false
+	}
+	c.open++
+	return true
+}
+
+// finish counts a message or reset out.
+func (c *wsConn) finish() {
+	c.workMu.Lock()
+	c.open--
+	c.workMu.Unlock()
+}
+
 // kick starts the worker unless it runs. The worker exists only while
 // messages wait, so an idle connection costs no goroutine for it.
 func (c *wsConn) kick() {
@@ -732,9 +769,12 @@ func (c *wsConn) kick() {
 	go c.workLoop()
 }
 
-// workLoop runs the connection's messages and resets in arrival order,
-// until the queue is empty. A message already received is run even if the
-// client has gone: its reply is stored and delivered on resume.
+// workLoop submits the connection's messages and runs its resets in
+// arrival order, until the queue is empty. Submitting waits for no turn:
+// each message is acknowledged once stored, and messages that arrive
+// while a turn runs can join the next one (busy_mode). A message already
+// received is submitted even if the client has gone: its reply is stored
+// and delivered on resume.
 func (c *wsConn) workLoop() {
 	defer c.ws.wg.Done()
 	for {
@@ -758,6 +798,7 @@ func (c *wsConn) run(f *clientFrame) {
 	ctx := context.Background()
 	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal, ClientMsgID: f.ID}
 	if f.Type == "reset" {
+		defer c.finish()
 		if _, err := c.ws.sess.Reset(ctx, in); err != nil {
 			c.sendError(handleError(err))
 		}
@@ -767,34 +808,89 @@ func (c *wsConn) run(f *clientFrame) {
 	}
 	in.Text = *f.Text
 	acked := false
-	out, err := c.ws.sess.Handle(ctx, in, sessions.Hooks{
-		OnAck: func(a sessions.Ack) {
-			acked = true
-			c.saw(a.ConversationID, a.Seq)
-			c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: a.Seq}))
-		},
+	// The conversation this connection shows once the message is stored
+	// (after a reset the message itself triggered). Set before the turn
+	// can start, read by its deltas on the turn's goroutine.
+	var shown atomic.Pointer[string]
+	ack := func(conv string, seq int64) {
+		acked = true
+		c.saw(conv, seq)
+		pos, _ := c.position()
+		shown.Store(&pos)
+		c.deliver(pos, encode(ackFrame{Type: "ack", ID: f.ID, Seq: seq}))
+	}
+	t, err := c.ws.sess.Submit(ctx, in, sessions.Hooks{
+		OnAck: func(a sessions.Ack) { ack(a.ConversationID, a.Seq) },
 		OnDelta: func(d string) {
-			c.deliver(encode(deltaFrame{Type: "delta", ReplyTo: f.ID, Text: d}))
+			if pos := shown.Load(); pos != nil {
+				c.deliver(*pos, encode(deltaFrame{Type: "delta", ReplyTo: f.ID, Text: d}))
+			}
 		},
 	})
 	if err != nil {
-		we := handleError(err)
-		if f.ID != "" {
-			we = we.with("%s (message %s)", we.Message, f.ID)
-		}
-		c.sendError(we)
+		c.finish()
+		c.sendError(messageError(err, f.ID))
 		return
 	}
 	if !acked {
-		c.deliver(encode(ackFrame{Type: "ack", ID: f.ID, Seq: out.UserSeq}))
+		ack(t.ConversationID(), t.Seq())
 	}
-	if out.Pending {
-		// Another runner holds this turn (the rescuer, or another replica):
-		// it delivers the reply to the key's connections.
-		return
+	c.workMu.Lock()
+	prev := c.sent
+	sent := make(chan struct{})
+	c.sent = sent
+	c.workMu.Unlock()
+	c.ws.wg.Add(1)
+	go c.await(t, f.ID, *shown.Load(), prev, sent)
+}
+
+// await waits for the outcome of a submitted message and, once the
+// message before it has had its frames, sends its own: the reply, or an
+// error, or nothing when a later message's reply answers it too (merged)
+// or another runner holds its turn and delivers the reply (pending).
+func (c *wsConn) await(t *sessions.Ticket, id, shown string, prev <-chan struct{}, sent chan struct{}) {
+	defer c.ws.wg.Done()
+	defer c.finish()
+	defer close(sent)
+	out, err := t.Wait(context.Background())
+	if prev != nil {
+		<-prev
 	}
-	c.saw(out.ConversationID, out.Reply.Seq)
-	c.deliver(encode(replyFrame{Type: "reply", ReplyTo: f.ID, Seq: out.Reply.Seq, Text: out.Reply.Text, Status: out.Reply.Status}))
+	switch {
+	case err != nil:
+		c.sendError(messageError(err, id))
+	case out.Merged, out.Pending:
+	default:
+		c.saw(out.ConversationID, out.Reply.Seq)
+		c.deliver(shown, encode(newReplyFrame(c.replyTo(id, out), out.Reply)))
+	}
+}
+
+// replyTo is the client id of the message a reply answers: the message's
+// own, unless it is a resend of a message that a later one's turn answered
+// with it — then the id of that later message, the last the reply covers.
+func (c *wsConn) replyTo(id string, out sessions.Outcome) string {
+	if out.Turn.Seq == 0 || out.Turn.Seq == out.UserSeq {
+		return id
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
+	defer cancel()
+	if last, _, err := c.ws.sess.StoredReply(ctx, out.ConversationID, out.Turn.Seq, out.Reply.Seq); err == nil {
+		return last
+	}
+	if n := len(out.Reply.Covers); n > 0 {
+		return out.Reply.Covers[n-1]
+	}
+	return id
+}
+
+// messageError is the error frame for a message that got no reply.
+func messageError(err error, id string) *wsError {
+	we := handleError(err)
+	if id != "" {
+		we = we.with("%s (message %s)", we.Message, id)
+	}
+	return we
 }
 
 func handleError(err error) *wsError {

@@ -557,7 +557,12 @@ func TestShutdownCloses1001(t *testing.T) {
 }
 
 func TestManyConcurrentClients(t *testing.T) {
-	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
+	// Queue mode: each message is its own turn, so every client gets one
+	// reply per message, in order (collect would merge the ones sent
+	// while a turn runs).
+	e := newEnv(t, agent.Echo{}, WSOptions{}, map[string]sessions.Policy{
+		Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}},
+	}, nil)
 	const clients, msgs = 200, 3
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
@@ -716,20 +721,157 @@ func TestRecoveredReplyReachesConnectedClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A message stored by an earlier process that died before answering:
-	// its turn is held by a replica that no longer heartbeats.
-	id := "lost-1"
+	// Two messages stored by an earlier process that died before answering:
+	// their turns are held by a replica that no longer heartbeats.
+	id1, id2 := "lost-1", "lost-2"
 	now := time.Now().UTC()
 	if err := e.db.Append(context.Background(), sessions.Append{Conv: conv, RequireActive: true, At: now,
-		Messages: []sessions.Message{{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id, Status: "ok", CreatedAt: now,
-			TurnState: sessions.TurnRunning, TurnOwner: "dead-replica", TurnAttempt: 1}}}); err != nil {
+		Messages: []sessions.Message{
+			{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id1, Status: "ok", CreatedAt: now,
+				TurnState: sessions.TurnRunning, TurnOwner: "dead-replica", TurnAttempt: 1},
+			{ConversationID: conv.ID, Seq: 2, Role: "user", Content: "hello?", ClientMsgID: &id2, Status: "ok", CreatedAt: now,
+				TurnState: sessions.TurnRunning, TurnOwner: "dead-replica", TurnAttempt: 1},
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	if ran, _, err := e.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("Recover = %d, %v", ran, err)
 	}
+	// One turn answers both (busy mode collect); its reply covers them.
 	r := c.expect("reply")
-	if r["reply_to"] != "lost-1" || r["text"] != "echo: are you back? (history: 0)" || num(r["seq"]) != 2 {
+	if r["reply_to"] != "lost-2" || r["text"] != "echo: are you back?\nhello? (history: 0)" || num(r["seq"]) != 3 ||
+		fmt.Sprint(strs(r["covers"])) != "[lost-1 lost-2]" {
 		t.Fatalf("recovered reply = %v", r)
+	}
+}
+
+// strs is a JSON array of strings as a []string.
+func strs(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}
+
+// Messages sent while a turn runs are acknowledged at once and answered
+// by one reply that covers them; a resend of a covered id gets that reply.
+func TestBurstIsAckedAtOnceAndAnsweredOnce(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, g, WSOptions{}, map[string]sessions.Policy{
+		Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}},
+	}, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "c-1", "text": "first"})
+	c.expect("ack")
+	<-g.started // c-1's turn runs until released
+	for i, id := range []string{"c-2", "c-3", "c-4"} {
+		c.send(map[string]any{"type": "message", "id": id, "text": fmt.Sprint("more ", i)})
+	}
+	for i, id := range []string{"c-2", "c-3", "c-4"} {
+		// The turn is still held: these acks did not wait for it.
+		if a := c.expect("ack"); a["id"] != id || num(a["seq"]) != int64(i+2) {
+			t.Fatalf("ack = %v, want %s", a, id)
+		}
+	}
+	close(g.release)
+	r1 := c.expect("reply")
+	if r1["reply_to"] != "c-1" || r1["text"] != "echo: first (history: 0)" || fmt.Sprint(strs(r1["covers"])) != "[c-1]" {
+		t.Fatalf("first reply = %v", r1)
+	}
+	r2 := c.expect("reply")
+	if r2["reply_to"] != "c-4" || r2["text"] != "echo: more 0\nmore 1\nmore 2 (history: 2)" ||
+		fmt.Sprint(strs(r2["covers"])) != "[c-2 c-3 c-4]" || r2["status"] != "ok" {
+		t.Fatalf("burst reply = %v", r2)
+	}
+	// Nothing else comes for the burst: the next frames are the next
+	// message's.
+	c.send(map[string]any{"type": "message", "id": "c-5", "text": "after"})
+	if a := c.expect("ack"); a["id"] != "c-5" {
+		t.Fatalf("ack = %v", a)
+	}
+	if r := c.expect("reply"); r["reply_to"] != "c-5" || fmt.Sprint(strs(r["covers"])) != "[c-5]" {
+		t.Fatalf("reply after the burst = %v", r)
+	}
+	g.mu.Lock()
+	calls := g.calls
+	g.mu.Unlock()
+	if calls != 3 {
+		t.Fatalf("%d agent calls, want 3 (first, the burst, after)", calls)
+	}
+	// A covered id that is not the last one, resent: its ack, and the
+	// reply that answered it, from storage.
+	c.send(map[string]any{"type": "message", "id": "c-3", "text": "more 1"})
+	if a := c.expect("ack"); a["id"] != "c-3" || num(a["seq"]) != 3 {
+		t.Fatalf("ack of the resent id = %v", a)
+	}
+	if r := c.expect("reply"); r["reply_to"] != "c-4" || num(r["seq"]) != num(r2["seq"]) || r["text"] != r2["text"] ||
+		fmt.Sprint(strs(r["covers"])) != "[c-2 c-3 c-4]" {
+		t.Fatalf("reply to the resent id = %v", r)
+	}
+}
+
+// A message sent before a reset is answered in the archived conversation;
+// the connection, told of the reset, gets none of that turn's frames.
+func TestResetDuringTurnSendsNoFramesOfTheArchivedConversation(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, g, WSOptions{}, nil, nil)
+	c, ready := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "old", "text": "before"})
+	c.expect("ack")
+	<-g.started
+	c.send(map[string]any{"type": "reset"})
+	if r := c.expect("reset"); r["conversation"] == ready["conversation"] {
+		t.Fatalf("reset = %v", r)
+	}
+	c.send(map[string]any{"type": "message", "id": "new", "text": "after"})
+	if a := c.expect("ack"); a["id"] != "new" || num(a["seq"]) != 1 {
+		t.Fatalf("ack = %v", a)
+	}
+	close(g.release)
+	for {
+		f, err := c.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f["reply_to"] == "old" {
+			t.Fatalf("frame of the archived conversation's turn after the reset: %v", f)
+		}
+		if f["type"] == "reply" {
+			if f["reply_to"] != "new" || f["text"] != "echo: after (history: 0)" {
+				t.Fatalf("reply = %v", f)
+			}
+			break
+		}
+	}
+	// The old turn was answered, in the archived conversation.
+	msgs, err := e.db.MessagesAfter(context.Background(), ready["conversation"].(string), 0, 0)
+	if err != nil || len(msgs) != 2 || msgs[1].Content != "echo: before (history: 0)" {
+		t.Fatalf("archived conversation = %+v, %v", msgs, err)
+	}
+}
+
+// QueueSize bounds the messages a connection has waiting for replies.
+func TestWaitingMessagesAreBounded(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, g, WSOptions{QueueSize: 2}, nil, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "c-1", "text": "one"})
+	c.expect("ack")
+	<-g.started
+	c.send(map[string]any{"type": "message", "id": "c-2", "text": "two"})
+	c.expect("ack")
+	c.send(map[string]any{"type": "message", "id": "c-3", "text": "three"})
+	if f := c.expect("error"); f["code"] != "rate_limited" {
+		t.Fatalf("third message waiting = %v", f)
+	}
+	close(g.release)
+	c.expect("reply")
+	if r := c.expect("reply"); r["reply_to"] != "c-2" {
+		t.Fatalf("reply = %v", r)
+	}
+	c.send(map[string]any{"type": "message", "id": "c-3", "text": "three"})
+	if r := c.expect("reply"); r["reply_to"] != "c-3" {
+		t.Fatalf("reply once the others were answered = %v", r)
 	}
 }
