@@ -53,6 +53,15 @@
     return false;
   }
   function pendingEl(id) { return log.querySelector('[data-id="' + CSS.escape(id) + '"]'); }
+  // A user message is "waiting" from its ack until a reply answers it. One
+  // reply can answer several: those its covers name (a merged burst), or,
+  // in history, every message up to the seq it replies to.
+  function answered(ids) {
+    for (const id of ids) { const el = pendingEl(id); if (el) el.classList.remove("pending", "waiting"); }
+  }
+  function answeredUpTo(seq) {
+    for (const el of log.querySelectorAll(".msg.user.waiting")) { if (Number(el.dataset.seq) <= seq) el.classList.remove("waiting"); }
+  }
 
   function showHistory(items) {
     for (const m of items) {
@@ -60,14 +69,16 @@
       shown.add(m.seq);
       if (m.role === "user" && m.id) {
         const el = pendingEl(m.id);
-        if (el) { el.classList.remove("pending"); seen(m.seq); continue; }
+        if (el) { el.classList.remove("pending"); el.classList.add("waiting"); el.dataset.seq = m.seq; seen(m.seq); continue; }
       }
       if (m.role === "assistant" && m.reply_to) {
         // A reply streamed before the drop: replace the partial bubble.
         for (const [id, el] of bubbles) { if (el.dataset.replyTo === String(m.reply_to)) { el.remove(); bubbles.delete(id); } }
       }
-      const el = bubble(m.role, m.text, statusClass(m.status));
+      const el = bubble(m.role, m.text, m.role === "user" ? "waiting" : statusClass(m.status));
       if (m.id) el.dataset.id = m.id;
+      el.dataset.seq = m.seq;
+      if (m.role === "assistant") answeredUpTo(m.reply_to);
       seen(m.seq);
     }
   }
@@ -107,7 +118,11 @@
           pending = pending.filter(function (p) { return p.id !== f.id; });
           store.set("pending", pending);
           const el = pendingEl(f.id);
-          if (el) el.classList.remove("pending");
+          if (el) {
+            el.classList.remove("pending");
+            // Not yet shown as stored (else history said whether it was answered).
+            if (!shown.has(f.seq)) { el.classList.add("waiting"); el.dataset.seq = f.seq; }
+          }
           shown.add(f.seq);
           seen(f.seq);
           break;
@@ -120,10 +135,17 @@
           break;
         }
         case "reply": {
+          // One reply answers every message it covers; it is shown once,
+          // after the last of them (reply_to).
+          answered(f.covers && f.covers.length ? f.covers : [f.reply_to]);
           let el = bubbles.get(f.reply_to);
           bubbles.delete(f.reply_to);
           if (shown.has(f.seq)) { if (el) el.remove(); break; }
-          if (!el) el = bubble("assistant", "");
+          if (!el) {
+            el = bubble("assistant", "");
+            const last = f.reply_to && pendingEl(f.reply_to);
+            if (last) last.after(el); // not streamed: placed after the message it answers
+          }
           el.className = "msg assistant " + statusClass(f.status);
           el.textContent = f.text;
           shown.add(f.seq);
