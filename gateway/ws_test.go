@@ -875,3 +875,28 @@ func TestWaitingMessagesAreBounded(t *testing.T) {
 		t.Fatalf("reply once the others were answered = %v", r)
 	}
 }
+
+// Stop while messages wait for their turn (debounce): the turn is not run,
+// and its reply, stopped, covers them.
+func TestStopWhileBurstWaits(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, g, WSOptions{}, map[string]sessions.Policy{
+		Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: time.Hour, DebounceMax: time.Hour}},
+	}, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "c-1", "text": "one"})
+	c.expect("ack")
+	c.send(map[string]any{"type": "message", "id": "c-2", "text": "two"})
+	c.expect("ack")
+	c.send(map[string]any{"type": "stop"})
+	r := c.expect("reply")
+	if r["reply_to"] != "c-2" || r["status"] != "interrupted" || r["text"] != "" || fmt.Sprint(strs(r["covers"])) != "[c-1 c-2]" {
+		t.Fatalf("stopped burst = %v", r)
+	}
+	g.mu.Lock()
+	calls := g.calls
+	g.mu.Unlock()
+	if calls != 0 {
+		t.Fatalf("%d agent calls for a stopped burst", calls)
+	}
+}
