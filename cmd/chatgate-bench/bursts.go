@@ -18,9 +18,10 @@ import (
 // burstResult is the collect row: clients each sending bursts of a few
 // messages back to back and waiting for the one reply that covers them.
 type burstResult struct {
-	Clients int `json:"clients"`
-	Burst   int `json:"burst"`
-	Bursts  int `json:"bursts"`
+	Clients    int     `json:"clients"`
+	Burst      int     `json:"burst"`
+	DebounceMs float64 `json:"debounce_ms"`
+	Bursts     int     `json:"bursts"`
 	// PerSecond counts bursts answered; MessagesPerSecond their messages.
 	PerSecond         float64 `json:"bursts_per_second"`
 	MessagesPerSecond float64 `json:"messages_per_second"`
@@ -45,14 +46,14 @@ func (c *countingEcho) Reply(ctx context.Context, req agent.Request, onDelta fun
 
 // collectBursts serves a gateway on driver in busy mode collect and
 // drives it with bursts.
-func collectBursts(ctx context.Context, driver string, clients, burst int, o options) (burstResult, error) {
+func collectBursts(ctx context.Context, driver string, clients, burst int, debounce time.Duration, o options) (burstResult, error) {
 	db, closeDB, err := openStore(ctx, driver, o)
 	if err != nil {
 		return burstResult{}, err
 	}
 	ag := &countingEcho{}
 	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096,
-		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20, Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}}})
+		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20, Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: debounce}}}})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	srv := gateway.New(discard)
 	srv.Handle("GET /ws", ws)
@@ -71,6 +72,7 @@ func collectBursts(ctx context.Context, driver string, clients, burst int, o opt
 		closeDB()
 	}()
 	r := driveBursts(ctx, "ws://"+ln.Addr().String()+"/ws", clients, burst, o)
+	r.DebounceMs = float64(debounce.Milliseconds())
 	if r.Bursts > 0 {
 		r.CallsPerBurst = float64(ag.calls.Load()) / float64(r.Bursts)
 	}

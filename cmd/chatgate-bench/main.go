@@ -141,7 +141,7 @@ type report struct {
 	// Cross is the latency a reply's cross-replica delivery adds
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
 	Cross   *loadResult   `json:"cross_replica_postgres,omitempty"`
-	Collect *burstResult  `json:"collect_bursts,omitempty"`
+	Collect []burstResult `json:"collect_bursts,omitempty"`
 	Idle    *idleResult   `json:"idle_connections,omitempty"`
 	Sweeps  []sweepResult `json:"daily_sweep"`
 	Locks   locksResult   `json:"lock_cache"`
@@ -210,9 +210,12 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\n", b.Driver, b.PerSecond)
 	}
 	tw.Flush()
-	if c := r.Collect; c != nil {
-		fmt.Fprintf(w, "\ncollect (%s): %d clients, bursts of %d: %.0f bursts/s (%.0f messages/s), %.2f agent calls per burst, p50 %.2f ms, p99 %.2f ms, %d errors\n",
-			r.Store, c.Clients, c.Burst, c.PerSecond, c.MessagesPerSecond, c.CallsPerBurst, c.P50Millis, c.P99Millis, c.ErrorCount)
+	for _, c := range r.Collect {
+		fmt.Fprintf(w, "\ncollect (%s, debounce %.0f ms): %d clients, bursts of %d: %.0f bursts/s (%.0f messages/s), %.2f agent calls per burst, p50 %.2f ms, p99 %.2f ms, %d errors",
+			r.Store, c.DebounceMs, c.Clients, c.Burst, c.PerSecond, c.MessagesPerSecond, c.CallsPerBurst, c.P50Millis, c.P99Millis, c.ErrorCount)
+	}
+	if len(r.Collect) > 0 {
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 	if r.Idle != nil {

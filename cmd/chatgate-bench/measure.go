@@ -82,12 +82,14 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 	}
 
-	step("collect: bursts of 5 messages at 50 clients on " + o.store)
-	collect, err := collectBursts(ctx, o.store, 50, 5, o)
-	if err != nil {
-		return nil, err
+	for _, debounce := range []time.Duration{0, 100 * time.Millisecond} {
+		step(fmt.Sprintf("collect: bursts of 5 messages at 50 clients on %s, debounce %s", o.store, debounce))
+		collect, err := collectBursts(ctx, o.store, 50, 5, debounce, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.Collect = append(rep.Collect, collect)
 	}
-	rep.Collect = &collect
 
 	if o.dsn != "" {
 		step("replies delivered on another replica (two gateways on postgres)")
