@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,12 +144,22 @@ func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 		t.resolve(Outcome{}, err)
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
+	giveUp := time.Now().Add(10 * time.Second)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		err := m.accept(ctx, t)
-		if errors.Is(err, ErrStale) && attempt < 3 {
+		if errors.Is(err, ErrStale) && time.Now().Before(giveUp) && ctx.Err() == nil {
 			// The conversation changed underneath (a sweep archived it, a
-			// CLI reset, another replica): reload and start over.
+			// CLI reset, another replica storing the same user's messages):
+			// reload and start over. Each refusal means another writer got
+			// through, so this ends; a short, growing pause lets a burst of
+			// writers on several replicas pass each other.
 			m.hot.Remove(in.SessionKey)
+			pause := time.NewTimer(time.Duration(rand.Int64N(int64(wait)) + 1))
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+			}
 			continue
 		}
 		if err != nil {
@@ -538,6 +549,11 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	lead := b.Lead()
 	for _, r := range b.Rows {
 		m.hold(turnKey{conv, r.Seq})
+	}
+	if b.Foreign {
+		// Another replica lives (it stored one of these messages): it
+		// hears of the reply, for the clients it serves.
+		m.peers.Store(true)
 	}
 	if b.LastSeq != hc.conv.LastSeq || b.Epoch != hc.conv.Epoch {
 		// Another replica wrote to the conversation since it was cached:

@@ -498,6 +498,9 @@ type Batch struct {
 	Took    bool
 	LastSeq int64
 	Epoch   int64
+	// Foreign is true when a message came to another replica: its
+	// clients there learn of the reply through this replica's events.
+	Foreign bool
 }
 
 // BatchRow is one message of a batch.
@@ -546,7 +549,7 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		if err := tx.Raw(head, convID).Row().Scan(&b.LastSeq, &b.Epoch); err != nil {
 			return err
 		}
-		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt
+		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
 			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
 			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner IN ('', ?) OR (? AND u.turn_owner NOT IN ?))
 			AND (u.turn_due IS NULL OR u.turn_due <= ?)
@@ -558,15 +561,16 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		attempt := 0
 		for rows.Next() {
 			var r BatchRow
-			var state string
+			var state, by string
 			var n int
-			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.CreatedAt, &state, &n); err != nil {
+			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.CreatedAt, &state, &n, &by); err != nil {
 				rows.Close()
 				return err
 			}
 			b.Rows = append(b.Rows, r)
 			attempt = max(attempt, n)
 			b.Took = b.Took || state == TurnRunning
+			b.Foreign = b.Foreign || (by != owner && by != "")
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(b.Rows) == 0 {
