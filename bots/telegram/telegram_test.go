@@ -21,6 +21,8 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
+var queued = map[string]sessions.Policy{Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}
+
 type harness struct {
 	t     *testing.T
 	api   *telegramtest.Server
@@ -529,8 +531,9 @@ func (g gated) Reply(ctx context.Context, req agent.Request, onDelta func(string
 }
 
 // TestRestartMidBatch stops the gateway while a batch of updates is being
-// processed — one turn running, one waiting behind it, others done — and
-// starts it again: every message is answered exactly once.
+// processed — one turn running, one stored and waiting behind it, others
+// done — and starts it again: every message is answered exactly once. It
+// runs in busy mode queue: the test is about each message's own turn.
 func TestRestartMidBatch(t *testing.T) {
 	api := telegramtest.New(t)
 	dir := t.TempDir()
@@ -541,16 +544,18 @@ func TestRestartMidBatch(t *testing.T) {
 	}{{1, "a1"}, {2, "b1"}, {1, "a2"}, {2, "b2"}, {1, "a3"}, {2, "b3"}} {
 		ids = append(ids, api.Push(telegramtest.DM(u.user, u.text)))
 	}
+	last := api.LastUpdateID()
 	g := gated{block: map[string]bool{"a2": true}, started: make(chan string, 1)}
-	h1 := start(t, api, dir, setup{agent: g})
+	h1 := start(t, api, dir, setup{agent: g, policies: queued})
 	<-g.started
-	api.WaitSent(t, 4) // a1, b1, b2, b3 answered; a2 running; a3 queued
-	h1.shutdown(0)     // drain_timeout 0: a2 is interrupted at once
+	api.WaitSent(t, 4)         // a1, b1, b2, b3 answered; a2 running
+	api.WaitConfirmed(t, last) // a3 stored, waiting behind a2
+	h1.shutdown(0)             // drain_timeout 0: a2 is interrupted at once, a3 not started
 
-	h2 := start(t, api, dir, setup{})
+	h2 := start(t, api, dir, setup{policies: queued})
 	waitConnected(t, h2.bot) // the rescuer leaves Telegram's turns until the bot can deliver
-	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
-		t.Fatalf("recovery ran %d (%v), want the interrupted a2", ran, err)
+	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 2 || err != nil {
+		t.Fatalf("recovery ran %d (%v), want the interrupted a2 and the waiting a3", ran, err)
 	}
 	api.WaitSent(t, 6)
 	// Each user's next message runs behind anything still queued for them:
