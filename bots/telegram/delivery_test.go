@@ -302,11 +302,12 @@ func TestOnePollerAcrossReplicas(t *testing.T) {
 		h.bot.leadTTL, h.bot.leadEvery, h.bot.leadRetry = 2*time.Second, 500*time.Millisecond, 200*time.Millisecond
 	}
 	var lc1, lc2 *leadCounter
-	h1 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, beforeStart: func(h *harness) { fast(h); h.bot.skipResign = true },
+	// Busy mode queue: the test is about each message's own turn.
+	h1 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, policies: queued, beforeStart: func(h *harness) { fast(h); h.bot.skipResign = true },
 		sess: func(m *sessions.Manager) Sessions { lc1 = &leadCounter{Manager: m}; return lc1 }})
 	first := api.Push(telegramtest.DM(1, "first"))
 	api.WaitSent(t, 1)
-	h2 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, beforeStart: fast,
+	h2 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, policies: queued, beforeStart: fast,
 		sess: func(m *sessions.Manager) Sessions { lc2 = &leadCounter{Manager: m}; return lc2 }})
 	// Wait until the second replica has been refused the role twice.
 	for lc2.refused.Load() < 2 {

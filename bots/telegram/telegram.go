@@ -26,7 +26,10 @@ const Channel = "telegram"
 
 // Sessions is what the bot needs from the session manager.
 type Sessions interface {
-	Handle(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (sessions.Outcome, error)
+	// Submit stores a message and calls OnAck, without waiting for a
+	// turn; the ticket's Wait returns the outcome of the turn that
+	// answers it.
+	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
 	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
@@ -91,8 +94,12 @@ type Bot struct {
 	api   *tgbotapi.BotAPI
 	log   *slog.Logger
 	ctx   *ctxClient
-	queue *keyQueues
-	seen  *recentUpdates // webhook update ids taken, bounded
+	queue *keyQueues // per session key: updates, until their message is stored
+	// replies are sent per session key in the order the key's messages
+	// came, each once the turn that answers its message has ended, while
+	// the key's updates go on.
+	replies *keyQueues
+	seen    *recentUpdates // webhook update ids taken, bounded
 
 	self    atomic.Pointer[tgbotapi.User] // set once getMe succeeded
 	startMu sync.Mutex
@@ -109,6 +116,7 @@ type Bot struct {
 	stopping     chan struct{}  // closed by StopTaking
 	refused      map[int64]bool // chats that got the private-bot refusal
 	warned       map[string]bool
+	typers       map[int64]*typer // chats shown "typing…"
 	persistMu    sync.Mutex
 	inflight     sync.WaitGroup
 	registerOnce sync.Once // the deliverer, once connected
@@ -178,8 +186,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
 		ctx:     &ctxClient{client: opts.HTTPClient, poll: context.Background()},
 		queue:   newKeyQueues(),
+		replies: newKeyQueues(),
 		seen:    newRecentUpdates(4096),
-		refused: map[int64]bool{}, warned: map[string]bool{},
+		refused: map[int64]bool{}, warned: map[string]bool{}, typers: map[int64]*typer{},
 		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
@@ -384,7 +393,7 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
 				slog.Int("update_id", u.UpdateID), slog.Duration("failing_for", now.Sub(since)))
-			b.send(ctx, m.Chat.ID, unstoredText, m.MessageID)
+			b.later(key, func() { b.send(ctx, m.Chat.ID, unstoredText, m.MessageID) })
 			done(true)
 			return
 		}
@@ -486,18 +495,25 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 // (sessions.ErrShuttingDown, or ctx ended), or storage failed. stored is
 // called as soon as the message is stored. first is false on a retry,
 // whose failure is logged quietly.
+//
+// process returns once the message is stored, so that the chat's next
+// update is taken at once — a burst of messages is merged into one turn
+// only if each is stored while the one before it waits. What process
+// sends goes out on the key's reply queue (later): the reply is sent when
+// the turn that answers the message has ended, in the order the key's
+// messages came.
 func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
 	if !b.addressed(m) {
 		return nil
 	}
 	if !b.allowed(m) {
-		b.refuse(ctx, m)
+		b.refuse(ctx, m, key)
 		return nil
 	}
 	in := sessions.Inbound{
 		Channel: Channel, SessionKey: key,
 		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: strconv.FormatInt(m.Chat.ID, 10),
-		ClientMsgID: strconv.FormatInt(m.Chat.ID, 10) + ":" + strconv.Itoa(m.MessageID),
+		ClientMsgID: clientMsgID(m.Chat.ID, m.MessageID),
 	}
 	if m.IsCommand() {
 		return b.command(ctx, m, in, first)
@@ -505,31 +521,31 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	text := strings.TrimSpace(b.stripMention(m))
 	if text == "" {
 		if m.Chat.IsPrivate() && m.Text == "" {
-			b.send(ctx, m.Chat.ID, nonTextText, m.MessageID)
+			b.later(key, func() { b.send(ctx, m.Chat.ID, nonTextText, m.MessageID) })
 		}
 		return nil
 	}
 	in.Text = text
 	stopTyping := b.typing(m.Chat.ID)
-	out, err := b.sess.Handle(ctx, in, sessions.Hooks{
+	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
 		OnAck: func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) {
 			if ev.Reason != sessions.ReasonManual {
 				why := map[string]string{sessions.ReasonIdle: "was idle", sessions.ReasonDaily: "ended for the day"}[ev.Reason]
-				b.send(ctx, m.Chat.ID, fmt.Sprintf(resetNotice, why), 0)
+				b.later(key, func() { b.send(ctx, m.Chat.ID, fmt.Sprintf(resetNotice, why), 0) })
 			}
 		},
 	})
-	stopTyping()
+	if err != nil {
+		stopTyping()
+	}
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		return err
 	case errors.Is(err, sessions.ErrTooLong):
-		b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
-		return nil
-	case errors.Is(err, sessions.ErrReplyNotStored):
-		// Stored, but the reply was not: the ledger runs the turn again
-		// and delivers that reply.
+		b.later(key, func() {
+			b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
+		})
 		return nil
 	case err != nil:
 		if ctx.Err() == nil { // else polling stopped: nothing failed
@@ -537,21 +553,95 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		}
 		return err
 	}
-	if out.Turn.Claim == "" {
-		// Nothing for this update to send: a shutdown interrupted the turn
-		// (whoever runs it again sends that reply), another runner holds
-		// it, or its reply was delivered already (a repeated update).
-		return nil
+	b.later(key, func() {
+		// The turn runs to its end whatever happens to polling: its
+		// reply is sent during a drain too.
+		out, err := t.Wait(context.WithoutCancel(ctx))
+		stopTyping()
+		b.answer(ctx, m, key, out, err)
+	})
+	return nil
+}
+
+// answer sends the reply of the turn that answered m, when m's outcome
+// carries it, and records its delivery.
+func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error) {
+	switch {
+	case errors.Is(err, sessions.ErrShuttingDown):
+		// Stored but not run: the next start (or another replica) runs it
+		// and sends the reply.
+		return
+	case errors.Is(err, sessions.ErrReplyNotStored):
+		// The ledger runs the turn again and delivers that reply.
+		return
+	case err != nil:
+		b.log.Warn("telegram: a turn ended without a reply to send", slog.String("session_key", key), slog.String("error", err.Error()))
+		return
+	case out.Turn.Claim == "":
+		// Nothing for this message to send: a later message of its burst
+		// carries the reply (Merged); another runner holds the turn and
+		// delivers it (Pending); a newer message cut the turn (busy mode
+		// interrupt: the next turn answers both) or a shutdown did
+		// (whoever runs it again sends that reply); or its reply was
+		// delivered already (a repeated update).
+		return
 	}
-	text = out.Reply.Text
-	if out.Reply.Status == sessions.MsgInterrupted && text == "" {
-		text = stoppedText
+	// The reply answers the newest message of the burst: this one, or,
+	// for a repeated update of an earlier one whose delivery never
+	// completed, the newest it covers.
+	replyTo := m.MessageID
+	if n := len(out.Reply.Covers); n > 0 {
+		if id, ok := messageIn(out.Reply.Covers[n-1], m.Chat.ID); ok {
+			replyTo = id
+		}
 	}
-	ref, serr := b.send(ctx, m.Chat.ID, text, m.MessageID)
+	var ref string
+	var serr error
+	if text, ok := replyText(out.Reply); ok {
+		ref, serr = b.send(ctx, m.Chat.ID, text, replyTo)
+	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
 	}
-	return nil
+}
+
+// replyText is what the chat is sent for a stored reply, and false when
+// nothing is: a turn stopped by /stop before anything was written (the
+// answer to /stop said so).
+func replyText(r sessions.Reply) (string, bool) {
+	if r.Status != sessions.MsgInterrupted || r.Text != "" {
+		return r.Text, true
+	}
+	if r.Error == sessions.InterruptedByUser {
+		return "", false
+	}
+	return stoppedText, true
+}
+
+// clientMsgID is a message's client id in the ledger: chat and message id.
+func clientMsgID(chatID int64, messageID int) string {
+	return strconv.FormatInt(chatID, 10) + ":" + strconv.Itoa(messageID)
+}
+
+// messageIn returns the message id of a client id of chat chatID.
+func messageIn(clientID string, chatID int64) (int, bool) {
+	chat, msg, ok := strings.Cut(clientID, ":")
+	if !ok || chat != strconv.FormatInt(chatID, 10) {
+		return 0, false
+	}
+	id, err := strconv.Atoi(msg)
+	return id, err == nil
+}
+
+// later queues fn on the key's reply queue: a key's replies go out one at
+// a time, in the order its messages came, while its updates go on. Wait
+// waits for them.
+func (b *Bot) later(key string, fn func()) {
+	b.inflight.Add(1)
+	b.replies.submit(key, func() {
+		defer b.inflight.Done()
+		fn()
+	})
 }
 
 // stripMention removes the bot's @mention from a group message.
@@ -572,10 +662,15 @@ func (b *Bot) failed(first bool, msg, key string, err error) {
 	b.log.Log(context.Background(), level, msg, slog.String("session_key", key), slog.String("error", err.Error()))
 }
 
+// command runs a command; its answer goes out on the key's reply queue,
+// after the replies to the messages before it. A /new or /reset archives
+// the conversation at once: messages before it are answered in the old
+// conversation, those after it in the new one.
 func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound, first bool) error {
+	text := helpText // help, and unknown commands
 	switch m.Command() {
 	case "start":
-		b.send(ctx, m.Chat.ID, startText, m.MessageID)
+		text = startText
 	case "new", "reset":
 		if _, err := b.sess.Reset(ctx, in); err != nil {
 			if !errors.Is(err, sessions.ErrShuttingDown) {
@@ -583,53 +678,84 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 			}
 			return err
 		}
-		b.send(ctx, m.Chat.ID, resetText, m.MessageID)
-	default: // help, and unknown commands
-		b.send(ctx, m.Chat.ID, helpText, m.MessageID)
+		text = resetText
 	}
+	b.later(in.SessionKey, func() { b.send(ctx, m.Chat.ID, text, m.MessageID) })
 	return nil
 }
 
+// stop stops the key's running turn, or the turn its waiting messages
+// would start once their debounce has passed, and answers at once.
 func (b *Bot) stop(m *tgbotapi.Message, key string) {
 	text := idleStopText
 	if b.sess.Stop(key) {
 		text = stoppedText
 	}
-	go b.send(context.Background(), m.Chat.ID, text, m.MessageID)
+	b.inflight.Add(1)
+	go func() {
+		defer b.inflight.Done()
+		b.send(context.Background(), m.Chat.ID, text, m.MessageID)
+	}()
 }
 
 // refuse answers a user outside allowed_users once per chat; nothing of
 // theirs is stored.
-func (b *Bot) refuse(ctx context.Context, m *tgbotapi.Message) {
+func (b *Bot) refuse(ctx context.Context, m *tgbotapi.Message, key string) {
 	b.mu.Lock()
 	first := !b.refused[m.Chat.ID]
 	b.refused[m.Chat.ID] = true
 	b.mu.Unlock()
 	if first {
-		b.send(ctx, m.Chat.ID, refusalText, m.MessageID)
+		b.later(key, func() { b.send(ctx, m.Chat.ID, refusalText, m.MessageID) })
 	}
 }
 
-// typing shows "typing…" until the returned func is called. A failing
-// typing action is logged once and never delays the reply.
+// typer shows "typing…" in one chat while any of its messages waits for
+// a reply: one action every TypingEvery however many wait.
+type typer struct {
+	waiting int
+	stop    chan struct{}
+}
+
+// typing shows "typing…" in the chat until the returned func is called
+// (and no other message of the chat waits). A failing typing action is
+// logged once and never delays the reply.
 func (b *Bot) typing(chatID int64) func() {
-	stop := make(chan struct{})
+	b.mu.Lock()
+	t := b.typers[chatID]
+	if t == nil {
+		t = &typer{stop: make(chan struct{})}
+		b.typers[chatID] = t
+		go b.showTyping(chatID, t.stop)
+	}
+	t.waiting++
+	b.mu.Unlock()
 	var once sync.Once
-	go func() {
-		t := time.NewTicker(b.opts.TypingEvery)
-		defer t.Stop()
-		for {
-			if _, err := b.api.Request(tgbotapi.NewChatAction(chatID, tgbotapi.ChatTyping)); err != nil {
-				b.warnOnce("sendChatAction", err)
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if t.waiting--; t.waiting == 0 {
+				delete(b.typers, chatID)
+				close(t.stop)
 			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
+		})
+	}
+}
+
+func (b *Bot) showTyping(chatID int64, stop <-chan struct{}) {
+	t := time.NewTicker(b.opts.TypingEvery)
+	defer t.Stop()
+	for {
+		if _, err := b.api.Request(tgbotapi.NewChatAction(chatID, tgbotapi.ChatTyping)); err != nil {
+			b.warnOnce("sendChatAction", err)
 		}
-	}()
-	return func() { once.Do(func() { close(stop) }) }
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // send delivers text, split to Telegram's limit, and returns the ids of
@@ -692,13 +818,11 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	if err != nil {
 		return "", fmt.Errorf("%w: chat id %q", sessions.ErrUndeliverable, d.ChatID)
 	}
-	replyTo := 0
-	if _, id, ok := strings.Cut(d.ClientMsgID, ":"); ok {
-		replyTo, _ = strconv.Atoi(id)
-	}
-	text := d.Reply.Text
-	if d.Reply.Status == sessions.MsgInterrupted && text == "" {
-		text = stoppedText
+	// The reply answers the newest message its turn covers.
+	replyTo, _ := messageIn(d.ClientMsgID, chatID)
+	text, ok := replyText(d.Reply)
+	if !ok {
+		return "", nil
 	}
 	return b.send(ctx, chatID, text, replyTo)
 }
