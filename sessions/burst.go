@@ -250,7 +250,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		Content: in.Text, Status: MsgOK, CreatedAt: now,
 		TurnState: TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
-	solo := policy.Busy.Debounce == 0 && !m.store.Shared() && m.idle(in.SessionKey)
+	solo := policy.Busy.Debounce == 0 && !m.store.Shared() && m.idle(in.SessionKey) && settledTail(hc)
 	if solo {
 		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = TurnRunning, 1, um.Seq, m.tracks(in.Channel)
 	}
@@ -356,6 +356,21 @@ func clientIDs(rows []BatchRow) []string {
 		}
 	}
 	return ids
+}
+
+// settledTail reports whether the conversation's newest message is a
+// final reply (or there is none): then no earlier message waits for a
+// turn, and a new one can be stored as its own.
+func settledTail(hc *hotConv) bool {
+	if hc.conv.LastSeq == 0 {
+		return true
+	}
+	if len(hc.window) == 0 {
+		return false
+	}
+	last := &hc.window[len(hc.window)-1]
+	return last.Seq == hc.conv.LastSeq && last.isFinalReply() &&
+		!(last.Status == MsgInterrupted && (last.Error == InterruptedByShutdown || last.Error == InterruptedByMessage))
 }
 
 // idle reports whether nothing of the key waits or runs here.

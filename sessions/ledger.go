@@ -522,10 +522,10 @@ func (b *Batch) Ref() TurnRef {
 // ClaimBatch claims, for owner, the oldest unanswered turns of a
 // conversation as one turn: every message stored and not
 // yet run (pending), turns handed back (interrupted, or released) that are
-// due, owner's own unanswered turns (the caller holds the session's turn
-// lock, so no run of owner holds them), and, with takeOver, turns held by
-// an owner not among busy (the replicas alive other than owner) — at most
-// limit. All get one claim, one lead (the
+// due, and, with takeOver, turns held by an owner not among busy (the
+// replicas alive other than owner) — at most limit. owner's own running
+// turns are never taken: a message stored already claimed is run by its
+// own runner. All get one claim, one lead (the
 // newest), and the delivery tracking (track) on the lead alone. It
 // returns nil when nothing is claimable. Callers hold the session key's
 // lease, so that on several replicas one runs a user's turns at a time;
@@ -551,10 +551,10 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		}
 		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
 			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
-			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner IN ('', ?) OR (? AND u.turn_owner NOT IN ?))
+			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = '' OR (? AND u.turn_owner NOT IN ?))
 			AND (u.turn_due IS NULL OR u.turn_due <= ?)
 			AND NOT `+answeredSQL("u")+`
-			ORDER BY u.seq LIMIT ?`, convID, owner, takeOver, busy, now, limit).Rows()
+			ORDER BY u.seq LIMIT ?`, convID, takeOver, busy, now, limit).Rows()
 		if err != nil {
 			return err
 		}

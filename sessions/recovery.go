@@ -445,11 +445,21 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		}
 		// The conversation may have moved on (or been archived) since: the
 		// batch works on a fresh copy when it is not the cached one.
-		kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil)
-		if kind == TurnExpired || kind == "" {
-			return kind, err
+		// A claim takes the oldest claimable messages first (one, in busy
+		// mode queue): run turns until this one's is done.
+		ran := ""
+		for {
+			kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil)
+			if kind != "" && ran != TurnRunning {
+				ran = kind
+			}
+			if err != nil || kind == "" {
+				return ran, err
+			}
+			if t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq); err != nil || t == nil || t.settled() {
+				return ran, err
+			}
 		}
-		return TurnRunning, err
 	}
 	if !t.Track || t.State == TurnDelivered || t.Lead != t.Seq {
 		return "", nil
