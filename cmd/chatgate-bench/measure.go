@@ -41,7 +41,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	step("baseline A: bare WebSocket echo")
 	echoURL, stopEcho := echoServer()
 	for _, n := range o.clients {
-		rep.Echo = append(rep.Echo, drive(ctx, echoURL, n, o, false))
+		rep.Echo = append(rep.Echo, drive(ctx, echoURL, n, o, false, 1))
 	}
 	stopEcho()
 
@@ -66,7 +66,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		defer stop()
 		var out []loadResult
 		for _, n := range o.clients {
-			out = append(out, drive(ctx, url, n, o, true))
+			out = append(out, drive(ctx, url, n, o, true, 1))
 		}
 		return out, nil
 	}
@@ -119,17 +119,24 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	return rep, nil
 }
 
-// drive runs n WebSocket clients against url, each sending messages one at
-// a time and timing each until its answer: for the gateway the reply frame,
-// for the echo server the echoed frame. Bounded by o.messages and
-// o.duration.
-func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bool) loadResult {
+// drive runs n WebSocket clients against url, each sending burst
+// messages at once (one, for a turn's round trip) and timing each round
+// until its answer: for the gateway the reply frame to the round's last
+// message (replies to earlier ones, if answered apart, are read past), for
+// the echo server the echoed frame. A result's Turns counts rounds.
+// Bounded by o.messages (per client) and o.duration.
+func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bool, burst int) loadResult {
 	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(o.duration)
 	var mu sync.Mutex
 	var lat []time.Duration
 	errors := 0
+	fail := func() {
+		mu.Lock()
+		errors++
+		mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	start := time.Now()
@@ -139,50 +146,39 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 			defer wg.Done()
 			c, _, err := dialer.DialContext(ctx, url, nil)
 			if err != nil {
-				mu.Lock()
-				errors++
-				mu.Unlock()
+				fail()
 				return
 			}
 			defer c.Close()
-			user := fmt.Sprintf("bench-%d-%s", i, shortID())
 			if gatewayProtocol {
-				c.WriteJSON(map[string]any{"type": "hello", "user": user})
+				c.WriteJSON(map[string]any{"type": "hello", "user": fmt.Sprintf("bench-%d-%s", i, shortID())})
 				var ready map[string]any
 				if c.ReadJSON(&ready) != nil {
-					mu.Lock()
-					errors++
-					mu.Unlock()
+					fail()
 					return
 				}
 			}
-			mine := make([]time.Duration, 0, o.messages)
-			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+			mine := make([]time.Duration, 0, o.messages/burst+1)
+			for m := 0; m < o.messages && time.Now().Before(deadline); m += burst {
 				t0 := time.Now()
-				frame := map[string]any{"type": "message", "id": fmt.Sprint("m", m), "text": "hello gateway"}
-				if err := c.WriteJSON(frame); err != nil {
-					break
+				last := ""
+				for k := 0; k < burst; k++ {
+					last = fmt.Sprint("m", m+k)
+					if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
+						fail()
+						return
+					}
 				}
-				ok := false
 				for {
 					c.SetReadDeadline(time.Now().Add(30 * time.Second))
 					var f map[string]any
-					if c.ReadJSON(&f) != nil {
+					if c.ReadJSON(&f) != nil || f["type"] == "error" {
+						fail()
+						return
+					}
+					if !gatewayProtocol || (f["type"] == "reply" && f["reply_to"] == last) {
 						break
 					}
-					if !gatewayProtocol || f["type"] == "reply" {
-						ok = true
-						break
-					}
-					if f["type"] == "error" {
-						break
-					}
-				}
-				if !ok {
-					mu.Lock()
-					errors++
-					mu.Unlock()
-					break
 				}
 				mine = append(mine, time.Since(t0))
 			}
@@ -192,8 +188,7 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 		}(i)
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	return summarize(n, lat, elapsed, errors)
+	return summarize(n, lat, time.Since(start), errors)
 }
 
 func summarize(clients int, lat []time.Duration, elapsed time.Duration, errors int) loadResult {
@@ -291,15 +286,16 @@ func gatewayServer(ctx context.Context, driver string, o options) (string, func(
 	if err != nil {
 		return "", nil, err
 	}
-	return serveGateway(db, closeDB, false)
+	return serveGateway(db, closeDB, false, agent.Echo{}, sessions.Policy{MaxHistory: 20})
 }
 
-// serveGateway serves the session manager of db over WebSocket on
+// serveGateway serves a session manager of db (agent ag, the WebSocket
+// channel's policy) over WebSocket on
 // loopback, its rescuer (and with it the events of other replicas)
 // running when rescue is set. The returned func stops it and closeDB.
-func serveGateway(db *sessions.DB, closeDB func(), rescue bool) (string, func(), error) {
-	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard, HotConversations: 4096,
-		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: 20}}})
+func serveGateway(db *sessions.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy) (string, func(), error) {
+	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096,
+		Policies: map[string]sessions.Policy{gateway.Channel: policy}})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
 		mgr.StartRescuer()

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -82,7 +83,7 @@ func replicaServer(ctx context.Context, dsn string) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return serveGateway(db, func() { db.Close() }, true)
+	return serveGateway(db, func() { db.Close() }, true, agent.Echo{}, sessions.Policy{MaxHistory: 20})
 }
 
 // crossUser runs one user's turns: sent on A, timed at A's and B's
