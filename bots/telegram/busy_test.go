@@ -56,45 +56,6 @@ func (c *calls) byKey() map[string][][]string {
 
 func (c *calls) count() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.got) }
 
-// storedNotes tells the test the text of each message the bot has stored.
-type storedNotes struct {
-	*sessions.Manager
-	stored chan<- string
-}
-
-func (s storedNotes) Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error) {
-	t, err := s.Manager.Submit(ctx, in, h)
-	if err == nil {
-		s.stored <- in.Text
-	}
-	return t, err
-}
-
-// noteStored is a setup.sess that sends each stored message's text to ch,
-// which must have room for every message of the test.
-func noteStored(ch chan<- string) func(*sessions.Manager) Sessions {
-	return func(m *sessions.Manager) Sessions { return storedNotes{Manager: m, stored: ch} }
-}
-
-// waitStored waits until the bot has stored a message with each of these
-// texts (and maybe others), bounded.
-func waitStored(t *testing.T, ch <-chan string, texts ...string) {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	missing := map[string]bool{}
-	for _, text := range texts {
-		missing[text] = true
-	}
-	for len(missing) > 0 {
-		select {
-		case got := <-ch:
-			delete(missing, got)
-		case <-timeout:
-			t.Fatalf("never stored: %v", missing)
-		}
-	}
-}
-
 // transcript is the stored conversation of key, oldest first.
 func transcript(t *testing.T, h *harness, key string) []sessions.Message {
 	t.Helper()

@@ -436,12 +436,12 @@ func (a held) Reply(ctx context.Context, req agent.Request, onDelta func(string)
 	return agent.Echo{}.Reply(ctx, req, onDelta)
 }
 
-// TestSlowTurnNeverMakesPollingDeaf: a chat's message waiting behind that
-// chat's running turn is not stored yet, so it would hold the offset; with
-// more than one getUpdates answer of later updates behind it, polling
-// would hear nothing new. Waiting updates are held in the stored state
-// instead: every other chat is answered meanwhile, and the waiting one
-// once the turn ahead of it ends — each exactly once.
+// TestSlowTurnNeverMakesPollingDeaf: a chat's message sent while that
+// chat's turn runs is stored at once and waits for the turn in the ledger,
+// not in the chat's update queue, so it never holds the offset: with more
+// than one getUpdates answer of later updates behind it, every other chat
+// is answered meanwhile, and the waiting one once the turn ahead of it
+// ends — each exactly once.
 func TestSlowTurnNeverMakesPollingDeaf(t *testing.T) {
 	api := telegramtest.New(t)
 	ag := held{started: make(chan struct{}, 1), release: make(chan struct{})}
@@ -466,5 +466,60 @@ func TestSlowTurnNeverMakesPollingDeaf(t *testing.T) {
 	}
 	if got := answers[waiting]; len(got) != 1 || got[0] != "echo: b (history: 2)" {
 		t.Errorf("the waiting message answered %q, want after the slow one", got)
+	}
+}
+
+// TestMessageBehindAnUnstoredOneNeverMakesPollingDeaf: a chat's message
+// queued behind one of its own that the database refuses is not stored
+// yet either, so it would hold the offset; with more than one getUpdates
+// answer of later updates behind it, polling would hear nothing new.
+// Updates not yet stored are held in the stored state instead: 150 later
+// updates from other users are answered meanwhile, and once the fault is
+// gone both messages are, in order, each once.
+func TestMessageBehindAnUnstoredOneNeverMakesPollingDeaf(t *testing.T) {
+	api := telegramtest.New(t)
+	fixed := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	h := start(t, api, t.TempDir(), setup{
+		opts:  Options{Now: func() time.Time { return fixed }}, // never long enough to give up
+		sleep: scaled,
+		beforeStart: func(h *harness) {
+			if err := h.db.Gorm().Exec(poison).Error; err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	poisoned := api.Push(telegramtest.DM(1000, "poison"))
+	behind := api.Push(telegramtest.DM(1000, "behind"))
+	var ids []int
+	for i := range 150 {
+		ids = append(ids, api.Push(telegramtest.DM(int64(i+1), fmt.Sprintf("m%d", i))))
+	}
+	sent := api.WaitSent(t, 150)
+	for _, m := range sent {
+		if m.ReplyTo == poisoned || m.ReplyTo == behind {
+			t.Fatalf("chat 1000 was answered while its first message could not be stored: %+v", m)
+		}
+	}
+	if err := h.db.Gorm().Exec("DROP TRIGGER poison").Error; err != nil {
+		t.Fatal(err)
+	}
+	sent = api.WaitSent(t, 152)
+	answers := answersByMessage(sent)
+	if got := answers[poisoned]; len(got) != 1 || got[0] != "echo: poison (history: 0)" {
+		t.Errorf("the refused message answered %q, want once", got)
+	}
+	if got := answers[behind]; len(got) != 1 || got[0] != "echo: behind (history: 2)" {
+		t.Errorf("the message behind it answered %q, want once, after it", got)
+	}
+	for i, id := range ids {
+		if got := answers[id]; len(got) != 1 {
+			t.Errorf("m%d answered %q, want once", i, got)
+		}
+	}
+	// The chat's next message is answered after both: nothing more came.
+	next := api.Push(telegramtest.DM(1000, "next"))
+	sent = api.WaitSent(t, 153)
+	if len(sent) != 153 || sent[152].ReplyTo != next {
+		t.Fatalf("sent %d messages, the last %+v; want 153, the last answering the next message", len(sent), sent[len(sent)-1])
 	}
 }

@@ -162,12 +162,12 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 		}
 		if fresh == 0 {
 			// Only updates already taken came back: the offset is held by
-			// updates not stored yet — waiting behind a running turn of
-			// their chat, or failing. Hold them all in the stored state,
-			// so that the offset moves past them and polling hears the
-			// other chats; each leaves the held set once its message is
-			// stored (and a restart takes them up again). Then wait for
-			// progress instead of asking again at once.
+			// updates not stored yet — being stored now, failing, or
+			// queued in their chat behind one that fails. Hold them all in
+			// the stored state, so that the offset moves past them and
+			// polling hears the other chats; each leaves the held set once
+			// its message is stored (and a restart takes them up again).
+			// Then wait for progress instead of asking again at once.
 			if ids, st := offsets.holdWaiting(); len(ids) > 0 && b.persist(ctx, offsets, st) {
 				for _, id := range ids {
 					offsets.holdStored(id)

@@ -70,7 +70,8 @@ type offsetTracker struct {
 }
 
 // heldUpdate is an update whose message is not stored yet: storing it
-// failed, or it waits in its chat's queue behind a running turn.
+// failed, or it waits in its chat's queue (behind an update of its chat
+// being stored, or retried).
 type heldUpdate struct {
 	Update tgbotapi.Update `json:"update"`
 	// Since is when storing it first failed (zero while it only waits);

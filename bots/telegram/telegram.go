@@ -311,9 +311,10 @@ func (b *Bot) connect(ctx context.Context) bool {
 	}
 }
 
-// dispatch queues an update behind the earlier ones of the same chat, so
-// one user's messages run in order while different chats run side by side,
-// and a /stop is never stuck behind the turn it should stop. settled, if
+// dispatch queues an update behind the earlier ones of the same session
+// key, so one user's messages are stored in order while different chats
+// run side by side; a /stop is not queued, so it is never stuck behind a
+// message its chat is still storing. settled, if
 // given, is called once: with true as soon as the update's message is
 // stored (or needs no storing), with false if it was not taken. held is
 // set for an update that already failed to be stored (since then).
@@ -838,7 +839,8 @@ func (b *Bot) StopTaking() {
 	b.mu.Unlock()
 }
 
-// Wait waits until queued updates are processed or ctx ends.
+// Wait waits until queued updates are processed and their replies sent,
+// or ctx ends.
 func (b *Bot) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
