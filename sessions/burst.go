@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -658,7 +657,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}
 	if state != TurnInterrupted && m.tracks(in.Channel) {
-		out.Turn.Claim = strconv.Itoa(b.Attempt)
+		out.Turn = b.Ref()
 	}
 	for _, t := range tickets {
 		switch {

@@ -513,20 +513,6 @@ func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner
 	return c, err
 }
 
-// loadConversation returns a hot copy of a conversation (active or not)
-// with the messages before seq, for running a turn out of the cache.
-func (m *Manager) loadConversation(ctx context.Context, convID string, seq int64, channel string) (*hotConv, error) {
-	conv, err := m.store.Conversation(ctx, convID)
-	if err != nil || conv == nil {
-		return nil, errors.Join(fmt.Errorf("conversation %s vanished", convID), err)
-	}
-	hc := &hotConv{conv: *conv, cap: windowCap(m.Policy(channel))}
-	if hc.window, err = m.store.MessagesAfter(ctx, conv.ID, max(0, seq-int64(hc.cap)), hc.cap); err != nil {
-		return nil, err
-	}
-	return hc, nil
-}
-
 func toReply(msg *Message) Reply {
 	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
 }
