@@ -510,7 +510,7 @@ log:
 	ids := []int{
 		api.Push(telegramtest.DM(1, "fast 1")),
 		api.Push(telegramtest.DM(2, "slow 2")),  // running at SIGTERM: interrupted
-		api.Push(telegramtest.DM(2, "fast 2b")), // queued behind it: not taken
+		api.Push(telegramtest.DM(2, "fast 2b")), // stored on arrival; its turn waits behind slow 2 (queue)
 		api.Push(telegramtest.DM(3, "fast 3")),
 	}
 	p := startGateway(t, dir, config)
