@@ -31,7 +31,8 @@ type Config struct {
 	// Warnings are problems that do not stop the gateway, as "file:line: text".
 	Warnings []string `yaml:"-"`
 
-	lines map[string]int // key path → line of its value
+	lines  map[string]int  // key path → line of its value
+	broken map[string]bool // key paths whose value could not be read
 }
 
 // Gateway is the HTTP listener shared by the WebSocket channel, the web page,
@@ -166,11 +167,13 @@ type Duration time.Duration
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as \"10s\"", n.Line)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a duration such as \"10s\"", n.Line)}}
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (write it as \"10s\", \"5m\" or \"1h\")", n.Line, n.Value)
+		// A *yaml.TypeError, unlike any other error, lets yaml.v3 go on
+		// decoding the rest of the document.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (write it as \"10s\", \"5m\" or \"1h\")", n.Line, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil

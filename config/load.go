@@ -47,24 +47,33 @@ func Parse(data []byte, file string, env LookupEnv) (*Config, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
-	cfg := &Config{File: file, lines: map[string]int{}}
+	cfg := &Config{File: file, lines: map[string]int{}, broken: map[string]bool{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, Errors{yamlError(file, err)}
 	}
+	// Every stage runs on whatever the one before it could read, so that a
+	// file's problems of every kind are reported together: unknown keys
+	// and unset variables, values of the wrong type, then the checks of
+	// values and of keys against each other. A key that failed an earlier
+	// stage keeps its zero value and is not checked again.
+	var errs Errors
 	if len(doc.Content) > 0 {
 		root := doc.Content[0]
 		w := walker{file: file, env: env, lines: cfg.lines}
 		w.walk(root, reflect.TypeFor[Config](), "")
-		if len(w.errs) > 0 {
-			return nil, w.errs
+		for _, e := range w.errs {
+			cfg.broken[e.Key] = true
 		}
-		if err := root.Decode(cfg); err != nil {
-			return nil, decodeErrors(cfg, err)
-		}
+		d := decoder{file: file, broken: cfg.broken}
+		d.decode(root, reflect.ValueOf(cfg).Elem(), "")
+		errs = append(w.errs, d.errs...)
+		// What could not be read, in the order of the file.
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 	}
 	cfg.applyDefaults()
-	if errs := cfg.Validate(); len(errs) > 0 {
+	errs = append(errs, cfg.Validate()...)
+	if len(errs) > 0 {
 		return nil, errs
 	}
 	return cfg, nil
@@ -79,36 +88,6 @@ func yamlError(file string, err error) *Error {
 		return &Error{File: file, Line: line, Msg: "invalid YAML: " + m[2]}
 	}
 	return &Error{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
-}
-
-// decodeErrors turns yaml.v3's type errors ("line 4: cannot unmarshal …")
-// into Errors that also name the key on that line.
-func decodeErrors(cfg *Config, err error) error {
-	var te *yaml.TypeError
-	var msgs []string
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
-	}
-	byLine := map[int]string{}
-	for k, l := range cfg.lines {
-		if cur, ok := byLine[l]; !ok || len(k) > len(cur) {
-			byLine[l] = k
-		}
-	}
-	var errs Errors
-	for _, m := range msgs {
-		e := &Error{File: cfg.File, Msg: m}
-		if sm := yamlLineRE.FindStringSubmatch(m); sm != nil {
-			e.Line, _ = strconv.Atoi(sm[1])
-			e.Key = byLine[e.Line]
-			e.Msg = sm[2]
-		}
-		e.Msg = strings.Replace(e.Msg, "cannot unmarshal", "cannot use", 1)
-		errs = append(errs, e)
-	}
-	return errs
 }
 
 // walker checks the node tree against the Go types before decoding: unknown

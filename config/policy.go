@@ -18,6 +18,9 @@ type Value[T any] struct {
 	V    T
 	From string
 	key  string // the key path that set V; "" for a default
+	// unread: the key that would set V has a value that could not be
+	// read; V is the default, and nothing may be concluded from it.
+	unread bool
 }
 
 // Policy is one channel's effective conversation policy.
@@ -132,6 +135,9 @@ type cand[T any] struct {
 
 func pick[T any](c *Config, def T, cands ...cand[T]) Value[T] {
 	for _, k := range cands {
+		if isBroken(c.broken, k.path) {
+			return Value[T]{V: def, From: fmt.Sprintf("%s (%s, unreadable)", k.path, c.where(k.path)), key: k.path, unread: true}
+		}
 		if k.v != nil {
 			return Value[T]{V: *k.v, From: fmt.Sprintf("%s (%s)", k.path, c.where(k.path)), key: k.path}
 		}
@@ -139,18 +145,11 @@ func pick[T any](c *Config, def T, cands ...cand[T]) Value[T] {
 	return Value[T]{V: def, From: "default"}
 }
 
-// problems reports what is wrong with a resolved policy, and records a warning
-// when both max_history keys of the channel are set to different values.
+// problems records a warning when both max_history keys of the channel are
+// set to different values.
 func (p Policy) problems(c *Config) Errors {
 	var errs Errors
 	base := "channels." + p.Channel
-	if p.Daily() && p.AtHour.From == "" {
-		modeKey := base + ".session.reset.mode"
-		if c.lines[modeKey] == 0 {
-			modeKey = "session.reset.mode"
-		}
-		errs = append(errs, c.errAt(modeKey, "reset mode %q for channel %s needs reset.at_hour (0–23), set in session.reset or %s.session.reset", p.ResetMode.V, p.Channel, base))
-	}
 	legacy, nested := c.channelMaxHistory(p.Channel)
 	if legacy != nil && nested != nil && *legacy != *nested {
 		c.warn(base+".max_history", "%s.max_history (%d) and %s.session.max_history (%d, %s) are both set; using %d from the legacy key %s.max_history",
@@ -169,6 +168,38 @@ func (c *Config) channelMaxHistory(channel string) (legacy, nested *int) {
 	return nil, nil
 }
 
+// dailyProblems reports each reset mode that resets daily for a channel
+// that has no at_hour: once per mode key, naming the channels (a top-level
+// mode daily without at_hour is one mistake, not one per channel).
+func (c *Config) dailyProblems() Errors {
+	var order []string
+	channels := map[string][]Policy{}
+	for _, p := range c.Policies() {
+		if !p.Daily() || p.AtHour.From != "" {
+			continue
+		}
+		k := p.ResetMode.key
+		if _, ok := channels[k]; !ok {
+			order = append(order, k)
+		}
+		channels[k] = append(channels[k], p)
+	}
+	var errs Errors
+	for _, k := range order {
+		ps := channels[k]
+		of, where := "channel "+ps[0].Channel, "channels."+ps[0].Channel+".session.reset"
+		if len(ps) > 1 {
+			names := make([]string, len(ps))
+			for i, p := range ps {
+				names[i] = p.Channel
+			}
+			of, where = "channels "+strings.Join(names, " and "), "each channel's session.reset"
+		}
+		errs = append(errs, c.errAt(k, "reset mode %q for %s needs reset.at_hour (0–23), set in session.reset or %s", ps[0].ResetMode.V, of, where))
+	}
+	return errs
+}
+
 // debounceProblems reports each debounce_max_ms set lower than the
 // effective debounce_ms of a channel it applies to: once per key and
 // debounce_ms, naming the channels.
@@ -181,7 +212,7 @@ func (c *Config) debounceProblems() Errors {
 	channels := map[clash][]string{}
 	for _, p := range c.Policies() {
 		mx, d := p.DebounceMaxMS, p.DebounceMS
-		if mx.key == "" || mx.V < 0 || d.V < 0 || mx.V >= d.V {
+		if mx.key == "" || mx.unread || d.unread || mx.V < 0 || d.V < 0 || mx.V >= d.V {
 			continue
 		}
 		k := clash{mx.key, d.From, mx.V, d.V}

@@ -231,14 +231,31 @@ func (c *Config) Validate() Errors {
 	oneOf("log.format", c.Log.Format, "text", "json")
 
 	// Effective policies: a channel can combine top-level and channel fields
-	// into something invalid (mode daily here, no at_hour anywhere).
-	if len(errs) == 0 {
-		for _, p := range c.Policies() {
-			errs = append(errs, p.problems(c)...)
+	// into something invalid (mode daily here, no at_hour anywhere). They
+	// are checked even when other keys are wrong, so that one run shows
+	// every problem.
+	for _, p := range c.Policies() {
+		errs = append(errs, p.problems(c)...)
+	}
+	errs = append(errs, c.dailyProblems()...)
+	errs = append(errs, c.debounceProblems()...)
+	return c.dropBroken(errs)
+}
+
+// dropBroken leaves out the problems of keys whose value could not be read:
+// their error is already reported, and the zero value they kept in its
+// place says nothing about the file.
+func (c *Config) dropBroken(errs Errors) Errors {
+	if len(c.broken) == 0 {
+		return errs
+	}
+	out := errs[:0]
+	for _, e := range errs {
+		if !isBroken(c.broken, e.Key) {
+			out = append(out, e)
 		}
 	}
-	errs = append(errs, c.debounceProblems()...)
-	return errs
+	return out
 }
 
 func (c *Config) validateSession(path string, s Session) Errors {

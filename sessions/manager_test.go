@@ -292,7 +292,7 @@ func TestSchedules(t *testing.T) {
 		"telegram":  {Reset: ResetPolicy{Mode: ResetNone}},
 	}, RetentionDays: 30})
 	got := fmt.Sprint(m.Schedules())
-	want := "[{idle * * * * *} {daily:websocket CRON_TZ=Europe/Berlin 0 4 * * *} {purge @hourly}]"
+	want := "[idle: * * * * * daily:websocket: daily at 04:00 Europe/Berlin purge: @hourly]"
 	if got != want {
 		t.Fatalf("schedules = %s, want %s", got, want)
 	}

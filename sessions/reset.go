@@ -79,10 +79,7 @@ func (p ResetPolicy) Expired(c *Conversation, now time.Time) (reason string, exp
 // instant after the gap; on a day when it occurs twice (DST ends) it is the
 // first occurrence. Either way there is exactly one boundary per local day.
 func (p ResetPolicy) Boundary(now time.Time) time.Time {
-	loc := p.Location
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc := p.location()
 	local := now.In(loc)
 	b := dayBoundary(local.Year(), local.Month(), local.Day(), p.AtHour, loc)
 	if b.After(now) {
@@ -91,6 +88,30 @@ func (p ResetPolicy) Boundary(now time.Time) time.Time {
 		b = dayBoundary(prev.Year(), prev.Month(), prev.Day(), p.AtHour, loc)
 	}
 	return b
+}
+
+// NextBoundary is the first daily reset instant after t: the instant at
+// which Boundary moves on. The daily sweep is scheduled by it, so the sweep
+// and the check on every message agree on each day's reset: at the end of
+// a DST gap that swallowed AtHour, and once on a day AtHour repeats.
+func (p ResetPolicy) NextBoundary(t time.Time) time.Time {
+	loc := p.location()
+	local := t.In(loc)
+	// Today's boundary, else tomorrow's; days are stepped at noon, safely
+	// away from any DST change.
+	for d := 0; ; d++ {
+		day := time.Date(local.Year(), local.Month(), local.Day()+d, 12, 0, 0, 0, loc)
+		if b := dayBoundary(day.Year(), day.Month(), day.Day(), p.AtHour, loc); b.After(t) {
+			return b
+		}
+	}
+}
+
+func (p ResetPolicy) location() *time.Location {
+	if p.Location == nil {
+		return time.UTC
+	}
+	return p.Location
 }
 
 // dayBoundary returns the first instant of hour:00 on the given local day.

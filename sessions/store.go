@@ -577,7 +577,10 @@ func sweepQuery(driver, where string) string {
 // is left to the next run, or to the check on the user's next message.
 func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bound time.Time) (int, error) {
 	query := sweepQuery(s.driver, where)
-	params := []any{StatusArchived, at, reason, channel, bound, s.chunk}
+	// SQLite compares the stored times as text, which orders instants only
+	// in one offset: every time is stored in UTC, and a daily boundary
+	// comes in its policy's zone.
+	params := []any{StatusArchived, at.UTC(), reason, channel, bound.UTC(), s.chunk}
 	total := 0
 	got := make([]Archived, 0, s.chunk)
 	for {

@@ -14,8 +14,22 @@ import (
 // Schedule is one cron job the manager runs.
 type Schedule struct {
 	Name string // "idle", "daily:<channel>", "purge"
-	Spec string // robfig/cron spec, with CRON_TZ for daily sweeps
+	// Spec is the robfig/cron spec of the job; for a daily sweep, whose
+	// instants come from Every, it only describes them.
+	Spec string
+	// Every, when set, gives the job's instants instead of Spec.
+	Every cron.Schedule
 }
+
+func (s Schedule) String() string { return s.Name + ": " + s.Spec }
+
+// dailySchedule fires a daily sweep at each instant its policy's Boundary
+// moves on. A cron spec "0 <hour> * * *" cannot: robfig/cron skips the day
+// whose hour falls in a DST gap and fires twice on a day the hour repeats.
+type dailySchedule struct{ p ResetPolicy }
+
+// Next implements cron.Schedule.
+func (d dailySchedule) Next(t time.Time) time.Time { return d.p.NextBoundary(t) }
 
 // Schedules lists the sweeps the channels' policies need: an idle sweep
 // every minute when any channel resets on idleness, a daily sweep per daily
@@ -33,11 +47,8 @@ func (m *Manager) Schedules() []Schedule {
 		p := m.opts.Policies[ch].Reset
 		idle = idle || p.idle()
 		if p.daily() {
-			loc := p.Location
-			if loc == nil {
-				loc = time.UTC
-			}
-			out = append(out, Schedule{Name: "daily:" + ch, Spec: fmt.Sprintf("CRON_TZ=%s 0 %d * * *", loc.String(), p.AtHour)})
+			out = append(out, Schedule{Name: "daily:" + ch, Spec: fmt.Sprintf("daily at %02d:00 %s", p.AtHour, p.location()),
+				Every: dailySchedule{p}})
 		}
 	}
 	if idle {
@@ -64,7 +75,12 @@ func (m *Manager) Start() error {
 	m.cronIDs = map[string]cron.EntryID{}
 	for _, s := range m.Schedules() {
 		name := s.Name
-		id, err := c.AddFunc(s.Spec, func() { m.runSchedule(name) })
+		job := cron.FuncJob(func() { m.runSchedule(name) })
+		if s.Every != nil {
+			m.cronIDs[name] = c.Schedule(s.Every, job)
+			continue
+		}
+		id, err := c.AddJob(s.Spec, job)
 		if err != nil {
 			return fmt.Errorf("schedule %s sweep %q: %w", name, s.Spec, err)
 		}
