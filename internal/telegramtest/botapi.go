@@ -41,6 +41,8 @@ type Server struct {
 	webhook  map[string]string
 	fail429  int // sendMessage answers 429 this many times first
 	conflict int // getUpdates answers 409 this many times first
+	// failParse: the next HTML messages refused as unparsable, valid or not
+	failParse int
 	polls    int
 	calls    []Call
 	// waiting is the getUpdates request now waiting, if any; a newer one
@@ -65,6 +67,8 @@ type Sent struct {
 	ChatID  int64
 	Text    string
 	ReplyTo int
+	// ParseMode is the message's parse_mode ("" for plain text).
+	ParseMode string
 }
 
 // New returns an empty server.
@@ -130,9 +134,13 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}`)
 			return
 		}
+		if a.refuseEntities(w, r) {
+			a.mu.Unlock()
+			return
+		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
-		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo, ParseMode: r.FormValue("parse_mode")})
 		id := a.nextMsg
 		a.nextMsg++
 		a.cond.Broadcast()
@@ -290,6 +298,36 @@ func (a *Server) Webhook() map[string]string { a.mu.Lock(); defer a.mu.Unlock();
 
 // Fail429 makes the next n sendMessage calls answer 429 retry_after 3.
 func (a *Server) Fail429(n int) { a.mu.Lock(); a.fail429 = n; a.mu.Unlock() }
+
+// FailParse makes the next n messages sent with parse_mode HTML answer 400
+// "can't parse entities" even when their HTML is valid, as Telegram does
+// for markup it cannot take.
+func (a *Server) FailParse(n int) { a.mu.Lock(); a.failParse = n; a.mu.Unlock() }
+
+// refuseEntities answers 400 "can't parse entities", as the Bot API does,
+// when r carries parse_mode HTML and its text fails CheckHTML (or FailParse
+// asked for a refusal), and reports whether it did. Methods that take a
+// parse_mode (sendMessage, editMessageText) call it, under a.mu, before
+// taking the message.
+func (a *Server) refuseEntities(w http.ResponseWriter, r *http.Request) bool {
+	mode := r.FormValue("parse_mode")
+	if !strings.EqualFold(mode, "HTML") {
+		return false
+	}
+	why := ""
+	if err := CheckHTML(r.FormValue("text")); err != nil {
+		why = err.Error()
+	} else if a.failParse > 0 {
+		a.failParse--
+		why = "refused by FailParse"
+	} else {
+		return false
+	}
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400,
+		"description": "Bad Request: can't parse entities: " + why})
+	return true
+}
 
 // Conflict makes the next n getUpdates calls answer 409.
 func (a *Server) Conflict(n int) { a.mu.Lock(); a.conflict = n; a.mu.Unlock() }
