@@ -43,8 +43,8 @@ type Server struct {
 	conflict int // getUpdates answers 409 this many times first
 	// failParse: the next HTML messages refused as unparsable, valid or not
 	failParse int
-	polls    int
-	calls    []Call
+	polls     int
+	calls     []Call
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
