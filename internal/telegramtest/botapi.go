@@ -41,14 +41,15 @@ type Server struct {
 	webhook  map[string]string
 	fail429  int // sendMessage answers 429 this many times first
 	conflict int // getUpdates answers 409 this many times first
-	// failParse: the next HTML messages refused as unparsable, valid or not
-	failParse int
-	polls     int
-	calls     []Call
+	polls    int
+	calls    []Call
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
 	conflicts int // live long polls ended by a newer one
+
+	// failParse: the next HTML messages refused as unparsable, valid or not
+	failParse int
 }
 
 // Call is one request the bot made: its method and form parameters.
