@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/yuin/goldmark"
@@ -50,6 +51,7 @@ var md = goldmark.New(goldmark.WithExtensions(extension.Strikethrough, extension
 
 // HTML converts markdown to Telegram HTML, whole, however long.
 func HTML(markdown string) string {
+	markdown = clean(markdown)
 	d := render(markdown)
 	if d.empty() {
 		return escapeText(markdown)
@@ -81,6 +83,7 @@ func HTML(markdown string) string {
 // link) is returned as its own escaped text, so that nothing of it is lost.
 func Split(markdown string, limit int) []Part {
 	limit = max(limit, 2)
+	markdown = clean(markdown)
 	d := render(markdown)
 	if d.empty() {
 		var out []Part
@@ -92,6 +95,10 @@ func Split(markdown string, limit int) []Part {
 	var out []Part
 	for s := 0; s < len(d.plain); {
 		e := s + prefixWithin(d.plain[s:], limit)
+		if e == s { // never with limit ≥ 2; a part is never empty
+			_, n := utf8.DecodeRuneInString(d.plain[s:])
+			e += n
+		}
 		if e < len(d.plain) {
 			e = d.cut(s, e)
 		}
@@ -140,22 +147,27 @@ type doc struct {
 func (d *doc) empty() bool { return strings.TrimSpace(d.plain) == "" }
 
 // cut picks the end of a part that starts at s and may run up to e: the
-// last block end, else line break, else space in the second half.
+// last block end, else line break, else space in the second half, and
+// after the part's first visible character (a part of only whitespace is
+// empty to Telegram).
 func (d *doc) cut(s, e int) int {
-	half := s + (e-s)/2
+	lo := s + (e-s)/2
+	first := strings.IndexFunc(d.plain[s:e], func(r rune) bool { return !unicode.IsSpace(r) })
+	if first < 0 {
+		return e // whitespace longer than a part: left out by Split
+	}
+	lo = max(lo, s+first+1)
 	i := sort.SearchInts(d.blocks, e+1) - 1
-	if i >= 0 && d.blocks[i] > half {
+	if i >= 0 && d.blocks[i] >= lo {
 		return d.blocks[i]
 	}
-	if j := strings.LastIndexByte(d.plain[half:e], '\n'); j >= 0 && half+j+1 > s {
-		return half + j + 1
-	}
-	if j := strings.LastIndexByte(d.plain[half:e], ' '); j >= 0 && half+j+1 > s {
-		return half + j + 1
-	}
-	if e == s { // never happens with limit ≥ 2; kept so a part is never empty
-		_, n := utf8.DecodeRuneInString(d.plain[s:])
-		return s + n
+	if lo < e {
+		if j := strings.LastIndexByte(d.plain[lo:e], '\n'); j >= 0 {
+			return lo + j + 1
+		}
+		if j := strings.LastIndexByte(d.plain[lo:e], ' '); j >= 0 {
+			return lo + j + 1
+		}
 	}
 	return e
 }
@@ -202,8 +214,14 @@ type renderer struct {
 	inLink bool
 }
 
+// clean makes text what Telegram takes: valid UTF-8 without NUL (U+FFFD
+// stands for what is not).
+func clean(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 func render(markdown string) *doc {
-	src := []byte(strings.ToValidUTF8(markdown, "\uFFFD"))
+	src := []byte(markdown)
 	root := md.Parser().Parse(text.NewReader(src))
 	r := &renderer{src: src}
 	r.block(root)
