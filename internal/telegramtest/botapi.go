@@ -50,6 +50,7 @@ type Server struct {
 
 	// failParse: the next HTML messages refused as unparsable, valid or not
 	failParse int
+	sentModes []string // parse_mode of each of sent
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -68,8 +69,6 @@ type Sent struct {
 	ChatID  int64
 	Text    string
 	ReplyTo int
-	// ParseMode is the message's parse_mode ("" for plain text).
-	ParseMode string
 }
 
 // New returns an empty server.
@@ -141,7 +140,8 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
-		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo, ParseMode: r.FormValue("parse_mode")})
+		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		a.sentModes = append(a.sentModes, r.FormValue("parse_mode"))
 		id := a.nextMsg
 		a.nextMsg++
 		a.cond.Broadcast()
@@ -299,6 +299,14 @@ func (a *Server) Webhook() map[string]string { a.mu.Lock(); defer a.mu.Unlock();
 
 // Fail429 makes the next n sendMessage calls answer 429 retry_after 3.
 func (a *Server) Fail429(n int) { a.mu.Lock(); a.fail429 = n; a.mu.Unlock() }
+
+// ParseModes returns the parse_mode of each message Messages returns, in
+// the same order ("" for plain text).
+func (a *Server) ParseModes() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.sentModes...)
+}
 
 // FailParse makes the next n messages sent with parse_mode HTML answer 400
 // "can't parse entities" even when their HTML is valid, as Telegram does

@@ -114,9 +114,11 @@ func TestSendMessageParseMode(t *testing.T) {
 		t.Fatalf("after FailParse ran out: %v", err)
 	}
 	got := a.Messages()
-	want := []Sent{{ChatID: 5, Text: "<b>unclosed"}, {ChatID: 5, Text: "<b>bold</b> &amp; more", ParseMode: "HTML"},
-		{ChatID: 5, Text: "<b>bold</b>", ParseMode: "HTML"}}
+	want := []Sent{{ChatID: 5, Text: "<b>unclosed"}, {ChatID: 5, Text: "<b>bold</b> &amp; more"}, {ChatID: 5, Text: "<b>bold</b>"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("sent %+v, want %+v", got, want)
+	}
+	if modes := a.ParseModes(); !reflect.DeepEqual(modes, []string{"", "HTML", "HTML"}) {
+		t.Fatalf("parse modes %q", modes)
 	}
 }
