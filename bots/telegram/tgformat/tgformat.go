@@ -22,6 +22,7 @@ import (
 	"html"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -384,7 +385,7 @@ func (r *renderer) list(n *ast.List) {
 		}
 		marker := "•"
 		if n.IsOrdered() {
-			marker = itoa(num) + "."
+			marker = strconv.Itoa(num) + "."
 			num++
 		}
 		r.write(marker + " ")
@@ -393,16 +394,6 @@ func (r *renderer) list(n *ast.List) {
 		r.children(item, "\n")
 		r.indent = saved
 	}
-}
-
-func itoa(n int) string {
-	if n < 0 {
-		return "-" + itoa(-n)
-	}
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }
 
 // table writes a table as preformatted text, its columns padded to line
