@@ -33,8 +33,11 @@ func RuneUnits(r rune) int {
 // a cut is dropped; nothing else is lost.
 func SplitText(text string, limit int) []string {
 	var out []string
-	for Units(text) > limit {
+	for {
 		cut := prefixWithin(text, limit) // bytes of the longest prefix that fits
+		if cut == len(text) {
+			break
+		}
 		if cut == 0 {
 			// A limit below one character: the character goes alone.
 			_, cut = utf8.DecodeRuneInString(text)
