@@ -133,6 +133,9 @@ type Telegram struct {
 	GroupScope   string   `yaml:"group_scope"`
 	MaxHistory   *int     `yaml:"max_history"`
 	Session      Session  `yaml:"session"`
+	// Format is how replies are sent: html (Markdown converted to
+	// Telegram's HTML) or plain (as written).
+	Format string `yaml:"format"`
 }
 
 // Webhook configures Telegram's webhook mode.

@@ -18,6 +18,7 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
+	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -63,7 +64,17 @@ type Options struct {
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
 	TypingEvery time.Duration
+	// Format is how replies are sent: FormatHTML (the default) converts
+	// the model's Markdown to Telegram's HTML; FormatPlain sends the text
+	// as written.
+	Format string
 }
+
+// Reply formats (Options.Format).
+const (
+	FormatHTML  = "html"
+	FormatPlain = "plain"
+)
 
 // Texts the bot sends.
 const (
@@ -181,6 +192,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	if opts.TypingEvery <= 0 {
 		opts.TypingEvery = 4 * time.Second
+	}
+	if opts.Format == "" {
+		opts.Format = FormatHTML
 	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
@@ -394,7 +408,7 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
 				slog.Int("update_id", u.UpdateID), slog.Duration("failing_for", now.Sub(since)))
-			b.later(key, func() { b.send(ctx, m.Chat.ID, unstoredText, m.MessageID) })
+			b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, unstoredText, m.MessageID) })
 			done(true)
 			return
 		}
@@ -522,7 +536,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	text := strings.TrimSpace(b.stripMention(m))
 	if text == "" {
 		if m.Chat.IsPrivate() && m.Text == "" {
-			b.later(key, func() { b.send(ctx, m.Chat.ID, nonTextText, m.MessageID) })
+			b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, nonTextText, m.MessageID) })
 		}
 		return nil
 	}
@@ -533,7 +547,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		OnReset: func(ev sessions.ResetEvent) {
 			if ev.Reason != sessions.ReasonManual {
 				why := map[string]string{sessions.ReasonIdle: "was idle", sessions.ReasonDaily: "ended for the day"}[ev.Reason]
-				b.later(key, func() { b.send(ctx, m.Chat.ID, fmt.Sprintf(resetNotice, why), 0) })
+				b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, fmt.Sprintf(resetNotice, why), 0) })
 			}
 		},
 	})
@@ -545,7 +559,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		return err
 	case errors.Is(err, sessions.ErrTooLong):
 		b.later(key, func() {
-			b.send(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
+			b.sendPlain(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
 		})
 		return nil
 	case err != nil:
@@ -681,7 +695,7 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 		}
 		text = resetText
 	}
-	b.later(in.SessionKey, func() { b.send(ctx, m.Chat.ID, text, m.MessageID) })
+	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.Chat.ID, text, m.MessageID) })
 	return nil
 }
 
@@ -695,7 +709,7 @@ func (b *Bot) stop(m *tgbotapi.Message, key string) {
 	b.inflight.Add(1)
 	go func() {
 		defer b.inflight.Done()
-		b.send(context.Background(), m.Chat.ID, text, m.MessageID)
+		b.sendPlain(context.Background(), m.Chat.ID, text, m.MessageID)
 	}()
 }
 
@@ -707,7 +721,7 @@ func (b *Bot) refuse(ctx context.Context, m *tgbotapi.Message, key string) {
 	b.refused[m.Chat.ID] = true
 	b.mu.Unlock()
 	if first {
-		b.later(key, func() { b.send(ctx, m.Chat.ID, refusalText, m.MessageID) })
+		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, refusalText, m.MessageID) })
 	}
 }
 
@@ -759,16 +773,42 @@ func (b *Bot) showTyping(chatID int64, stop <-chan struct{}) {
 	}
 }
 
-// send delivers text, split to Telegram's limit, and returns the ids of
-// the messages sent, comma-separated. 429 answers are waited out as
-// retry_after says; other failures are retried with backoff, then logged
-// and returned — the reply stays stored either way. A 4xx other than 429
-// will not get better and wraps sessions.ErrUndeliverable.
+// send delivers a reply the model wrote, split to Telegram's limit, and
+// returns the ids of the messages sent, comma-separated. With format html
+// the Markdown goes as Telegram HTML, each part valid on its own; a part
+// Telegram still refuses ("can't parse entities") goes again as its plain
+// text. 429 answers are waited out as retry_after says; other failures are
+// retried with backoff, then logged and returned — the reply stays stored
+// either way. A 4xx other than 429 will not get better and wraps
+// sessions.ErrUndeliverable.
 func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
+	if b.opts.Format == FormatPlain {
+		return b.sendPlain(ctx, chatID, text, replyTo)
+	}
+	return b.sendParts(ctx, chatID, tgformat.Split(text, MaxMessageUnits), true, replyTo)
+}
+
+// sendPlain delivers text as written, without a parse mode: the bot's own
+// texts (help, notices), which are not Markdown, and replies with format
+// plain.
+func (b *Bot) sendPlain(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
+	var parts []tgformat.Part
+	for _, p := range Split(text, MaxMessageUnits) {
+		parts = append(parts, tgformat.Part{Plain: p})
+	}
+	return b.sendParts(ctx, chatID, parts, false, replyTo)
+}
+
+// sendParts sends parts in order, each as HTML when html is set, else as
+// its plain text; the first answers replyTo.
+func (b *Bot) sendParts(ctx context.Context, chatID int64, parts []tgformat.Part, html bool, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	var ids []string
-	for i, part := range Split(text, MaxMessageUnits) {
-		msg := tgbotapi.NewMessage(chatID, part)
+	for i, part := range parts {
+		msg := tgbotapi.NewMessage(chatID, part.Plain)
+		if html {
+			msg.Text, msg.ParseMode = part.HTML, tgbotapi.ModeHTML
+		}
 		if i == 0 && replyTo != 0 {
 			msg.ReplyToMessageID = replyTo
 			msg.AllowSendingWithoutReply = true
@@ -782,6 +822,14 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 			var apiErr *tgbotapi.Error
 			wait := time.Duration(1<<attempt) * 500 * time.Millisecond
 			if errors.As(err, &apiErr) {
+				if msg.ParseMode != "" && refusedEntities(apiErr) {
+					// The markup will not get better: the same words go
+					// without it, at once.
+					b.warnParse(chatID, err)
+					msg.Text, msg.ParseMode = part.Plain, ""
+					attempt--
+					continue
+				}
 				if apiErr.RetryAfter > 0 {
 					wait = time.Duration(apiErr.RetryAfter) * time.Second
 				} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
@@ -804,6 +852,25 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 		ids = append(ids, strconv.Itoa(sent.MessageID))
 	}
 	return strings.Join(ids, ","), nil
+}
+
+// refusedEntities reports whether Telegram refused a message's markup.
+func refusedEntities(e *tgbotapi.Error) bool {
+	return e.Code == http.StatusBadRequest && strings.Contains(e.Message, "can't parse entities")
+}
+
+// warnParse logs, once, that Telegram refused the HTML of a reply, which
+// was then sent as plain text: a fault of the conversion worth a report,
+// not worth a line per message.
+func (b *Bot) warnParse(chatID int64, err error) {
+	b.mu.Lock()
+	seen := b.warned["parse entities"]
+	b.warned["parse entities"] = true
+	b.mu.Unlock()
+	if !seen {
+		b.log.Warn("telegram: a reply's HTML was refused; it was sent as plain text (logged once)",
+			slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
+	}
 }
 
 // deliverStored sends a reply produced outside a live turn (by the

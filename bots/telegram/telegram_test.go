@@ -314,7 +314,9 @@ func TestLongReplyIsSplit(t *testing.T) {
 	}
 	long := strings.TrimSpace(b.String())
 	api := telegramtest.New(t)
-	start(t, api, t.TempDir(), setup{agent: longAgent{text: long}})
+	// Plain text, split as written (TestLongMarkdownReplyIsSplitValid
+	// splits HTML).
+	start(t, api, t.TempDir(), setup{agent: longAgent{text: long}, opts: Options{Format: FormatPlain}})
 	api.Push(telegramtest.DM(7, "tell me everything"))
 	api.WaitSent(t, 3)
 	// The chat's next message runs after the long reply's every part went

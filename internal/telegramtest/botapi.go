@@ -47,6 +47,10 @@ type Server struct {
 	// ends it with 409, as Telegram does.
 	waiting   *poller
 	conflicts int // live long polls ended by a newer one
+
+	// failParse: the next HTML messages refused as unparsable, valid or not
+	failParse int
+	sentModes []string // parse_mode of each of sent
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -130,9 +134,14 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}`)
 			return
 		}
+		if a.refuseEntities(w, r) {
+			a.mu.Unlock()
+			return
+		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
 		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		a.sentModes = append(a.sentModes, r.FormValue("parse_mode"))
 		id := a.nextMsg
 		a.nextMsg++
 		a.cond.Broadcast()
@@ -290,6 +299,44 @@ func (a *Server) Webhook() map[string]string { a.mu.Lock(); defer a.mu.Unlock();
 
 // Fail429 makes the next n sendMessage calls answer 429 retry_after 3.
 func (a *Server) Fail429(n int) { a.mu.Lock(); a.fail429 = n; a.mu.Unlock() }
+
+// ParseModes returns the parse_mode of each message Messages returns, in
+// the same order ("" for plain text).
+func (a *Server) ParseModes() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.sentModes...)
+}
+
+// FailParse makes the next n messages sent with parse_mode HTML answer 400
+// "can't parse entities" even when their HTML is valid, as Telegram does
+// for markup it cannot take.
+func (a *Server) FailParse(n int) { a.mu.Lock(); a.failParse = n; a.mu.Unlock() }
+
+// refuseEntities answers 400 "can't parse entities", as the Bot API does,
+// when r carries parse_mode HTML and its text fails CheckHTML (or FailParse
+// asked for a refusal), and reports whether it did. Methods that take a
+// parse_mode (sendMessage, editMessageText) call it, under a.mu, before
+// taking the message.
+func (a *Server) refuseEntities(w http.ResponseWriter, r *http.Request) bool {
+	mode := r.FormValue("parse_mode")
+	if !strings.EqualFold(mode, "HTML") {
+		return false
+	}
+	why := ""
+	if err := CheckHTML(r.FormValue("text")); err != nil {
+		why = err.Error()
+	} else if a.failParse > 0 {
+		a.failParse--
+		why = "refused by FailParse"
+	} else {
+		return false
+	}
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400,
+		"description": "Bad Request: can't parse entities: " + why})
+	return true
+}
 
 // Conflict makes the next n getUpdates calls answer 409.
 func (a *Server) Conflict(n int) { a.mu.Lock(); a.conflict = n; a.mu.Unlock() }
