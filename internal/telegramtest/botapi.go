@@ -43,7 +43,7 @@ type Server struct {
 	conflict int // getUpdates answers 409 this many times first
 	polls    int
 	calls    []Call
-	files files // files.go
+	files    files // files.go
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
