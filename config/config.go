@@ -66,6 +66,8 @@ type OpenAI struct {
 	Stream               *bool    `yaml:"stream"`
 	PricePer1KPrompt     float64  `yaml:"price_per_1k_prompt"`
 	PricePer1KCompletion float64  `yaml:"price_per_1k_completion"`
+	// Vision: the model reads images; users' pictures are sent to it.
+	Vision bool `yaml:"vision"`
 }
 
 // Session is a conversation policy: at the top level it applies to every
@@ -132,6 +134,8 @@ type Telegram struct {
 	GroupScope   string   `yaml:"group_scope"`
 	MaxHistory   *int     `yaml:"max_history"`
 	Session      Session  `yaml:"session"`
+	// MaxImageBytes: the largest picture fetched for the model.
+	MaxImageBytes int `yaml:"max_image_bytes"`
 }
 
 // Webhook configures Telegram's webhook mode.
