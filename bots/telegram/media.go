@@ -144,6 +144,11 @@ func (b *Bot) readMedia(ctx context.Context, m *tgbotapi.Message, text string) i
 			in.notices = append(in.notices, unsupportedTexts["other"])
 		}
 	}
+	if !m.Chat.IsPrivate() && strings.TrimSpace(in.text) == "" {
+		// In a group, media nobody wrote to the bot about (no caption)
+		// gets no notices: the group is not told about every sticker.
+		in.notices = nil
+	}
 	return in
 }
 
