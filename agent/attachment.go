@@ -17,6 +17,10 @@ const (
 // image that can no longer be fetched.
 const MissingImageText = "[image no longer available]"
 
+// UnseenImageText stands for a message that is only a picture, to a model
+// that does not read images.
+const UnseenImageText = "[the user sent a picture, which you cannot see]"
+
 // Attachment is something a user message carries besides its text. Its
 // metadata is stored with the message; Data (an image's bytes) never is:
 // it is fetched from the channel when a turn is built, and Missing tells

@@ -32,6 +32,10 @@ func TestUserMessagesCarryImagesOnlyWithVision(t *testing.T) {
 	if without := enc(false); strings.Contains(without, "image") || !strings.Contains(without, `{"content":"new","role":"user"}`) {
 		t.Fatalf("without vision: %s", without)
 	}
+	alone := Request{Input: "", InputAttachments: [][]Attachment{{{Kind: KindImage, Mime: "image/png"}}}}
+	if b, _ := json.Marshal(toParams(alone, false)); !strings.Contains(string(b), UnseenImageText) {
+		t.Fatalf("a picture alone without vision: %s", b)
+	}
 	r, _ := Echo{}.Reply(t.Context(), req, nil)
 	if got := r.Text(); got != "echo: new [image image/png, 3 bytes] [document a.txt] (history: 2)" {
 		t.Fatalf("echo = %q", got)

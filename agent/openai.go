@@ -219,14 +219,17 @@ func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion
 // than images are in the text already.
 func userParam(m Message, vision bool) openai.ChatCompletionMessageParamUnion {
 	var images []Attachment
-	if vision {
-		for _, a := range m.Attachments {
-			if a.Kind == KindImage {
-				images = append(images, a)
-			}
+	for _, a := range m.Attachments {
+		if a.Kind == KindImage {
+			images = append(images, a)
 		}
 	}
-	if len(images) == 0 {
+	if !vision && len(images) > 0 && strings.TrimSpace(m.Content) == "" {
+		// A picture alone, to a model without vision: it is told, rather
+		// than given an empty message.
+		return openai.UserMessage(UnseenImageText)
+	}
+	if !vision || len(images) == 0 {
 		return openai.UserMessage(m.Content)
 	}
 	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images)+1)
