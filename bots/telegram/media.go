@@ -42,7 +42,7 @@ const (
 // Texts about what the bot cannot read.
 const (
 	noVisionText    = "I can't see pictures here — I only read the text you send with them."
-	imageTooBigText = "That picture is too large for me to look at (over %d MiB)."
+	imageTooBigText = "That picture is too large for me to look at (over %s)."
 	imageTypeText   = "I can't read this kind of picture (%s); please send it as a photo."
 	fileTypeText    = "I can't read this kind of file (%s) yet — please paste its text."
 	fileTooBigText  = "The file %s is too long for me to read (%d KiB; I read up to %d KiB)."
@@ -111,7 +111,7 @@ func (b *Bot) readMedia(ctx context.Context, m *tgbotapi.Message, text string) i
 		if p, ok := b.pickPhoto(m.Photo); ok {
 			b.image(m, &in, agent.Attachment{Kind: agent.KindImage, Type: "photo", Mime: "image/jpeg", FileID: p.FileID, Size: int64(p.FileSize)})
 		} else {
-			in.notices = append(in.notices, fmt.Sprintf(imageTooBigText, b.opts.MaxImageBytes>>20))
+			in.notices = append(in.notices, fmt.Sprintf(imageTooBigText, byteSize(b.opts.MaxImageBytes)))
 		}
 	case m.Animation != nil: // also carries a document: checked first
 		b.unsupported(&in, "animation", agent.Attachment{FileID: m.Animation.FileID, Mime: m.Animation.MimeType, Name: m.Animation.FileName, Size: int64(m.Animation.FileSize)})
@@ -206,7 +206,7 @@ func (b *Bot) document(ctx context.Context, m *tgbotapi.Message, in *inbound) {
 	switch {
 	case imageMimes[mime]:
 		if a.Size > b.opts.MaxImageBytes {
-			in.notices = append(in.notices, fmt.Sprintf(imageTooBigText, b.opts.MaxImageBytes>>20))
+			in.notices = append(in.notices, fmt.Sprintf(imageTooBigText, byteSize(b.opts.MaxImageBytes)))
 			return
 		}
 		a.Kind, a.Type = agent.KindImage, "document"
@@ -347,3 +347,16 @@ func (b *Bot) fetch(ctx context.Context, a agent.Attachment) ([]byte, error) {
 // Fetcher is the bot's fetcher of stored images, for the session manager
 // (sessions.Manager.OnFetch).
 func (b *Bot) Fetcher() sessions.Fetcher { return b.fetch }
+
+// byteSize is n for people: "5 MiB", "300 KiB", "512 bytes".
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -192,3 +192,45 @@ func TestVoiceNoteGetsItsReply(t *testing.T) {
 		t.Fatalf("stored = %+v", rows)
 	}
 }
+
+func TestImageFilesAndGroups(t *testing.T) {
+	api := telegramtest.New(t)
+	llm, ag := llmAgent(t, true)
+	start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Vision: true, MaxImageBytes: 2048}})
+	api.AddFile("f-png", []byte("\x89PNG-bytes"))
+	// An image sent as a file goes to the model as an image.
+	api.Push(telegramtest.Document(7, "", "f-png", "shot.png", "image/png", 10))
+	api.WaitSent(t, 1)
+	if in := lastUser(llm.Requests()[0]); len(in.Parts) != 1 || len(in.Images()) != 1 || !strings.HasPrefix(in.Images()[0], "data:image/png;base64,") {
+		t.Fatalf("model got %+v", in)
+	}
+	// Over max_image_bytes, or a type a model does not read: said so.
+	api.Push(telegramtest.Document(7, "", "f-big", "big.png", "image/png", 4096))
+	api.Push(telegramtest.Document(7, "", "f-heic", "x.heic", "image/heic", 10))
+	sent := api.WaitSent(t, 3)
+	if sent[1].Text != "That picture is too large for me to look at (over 2 KiB)." ||
+		sent[2].Text != "I can't read this kind of picture (image/heic); please send it as a photo." {
+		t.Fatalf("sent = %q", texts(sent))
+	}
+	// In a group: a photo whose caption mentions the bot is answered; a
+	// sticker nobody addressed gets nothing.
+	group := func(m map[string]any) map[string]any {
+		m["chat"] = map[string]any{"id": -100, "type": "supergroup", "title": "G"}
+		return m
+	}
+	sticker := group(telegramtest.DM(8, ""))
+	delete(sticker, "text")
+	sticker["sticker"] = map[string]any{"file_id": "s", "file_unique_id": "us", "width": 1, "height": 1, "is_animated": false}
+	api.Push(sticker)
+	caption := "@" + telegramtest.BotName + " what is it"
+	photo := group(telegramtest.Photo(8, caption, telegramtest.PhotoSize{FileID: "f-png", Width: 5, Height: 5, Size: 10}))
+	photo["caption_entities"] = []map[string]any{{"type": "mention", "offset": 0, "length": len(telegramtest.BotName) + 1}}
+	api.Push(photo)
+	sent = api.WaitSent(t, 4)
+	if sent[3].Text != llmtest.Reply || sent[3].ChatID != -100 {
+		t.Fatalf("sent = %+v", sent)
+	}
+	if in := lastUser(llm.Requests()[1]); in.Text() != "what is it" || len(in.Images()) != 1 {
+		t.Fatalf("model got %+v", in)
+	}
+}
