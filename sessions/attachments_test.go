@@ -119,3 +119,36 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 		}
 	})
 }
+
+// A turn fetches at most MaxTurnImages pictures, the newest.
+func TestATurnFetchesTheNewestImagesOnly(t *testing.T) {
+	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	rec := &recorder{}
+	m := newManager(t, db, seeing{rec}, newClock(time.Now()), nil)
+	im := &images{byHash: map[string][]byte{}}
+	m.OnFetch("websocket", im.fetch)
+	n := MaxTurnImages + 2
+	for i := range n {
+		hash := string(rune('a' + i))
+		im.byHash[hash] = []byte(hash)
+		in := msg("websocket:dan", "pic "+hash)
+		in.Attachments = []agent.Attachment{{Kind: agent.KindImage, Mime: "image/png", Hash: hash}}
+		handle(t, m, in)
+	}
+	im.fetched = 0
+	handle(t, m, msg("websocket:dan", "which was first?"))
+	h := rec.last().History
+	var missing, present []string
+	for _, msg := range h {
+		for _, a := range msg.Attachments {
+			if a.Missing {
+				missing = append(missing, a.Hash)
+			} else {
+				present = append(present, string(a.Data))
+			}
+		}
+	}
+	if im.fetched != MaxTurnImages || strings.Join(missing, "") != "ab" || len(present) != MaxTurnImages || present[0] != "c" {
+		t.Fatalf("fetched %d; missing %v, present %v", im.fetched, missing, present)
+	}
+}
