@@ -29,6 +29,9 @@ type Message struct {
 	Content    string
 	ToolCalls  []ToolCall // assistant messages only
 	ToolCallID string     // tool messages only: the call this answers
+	// Attachments of a user message (images, files), with an image's
+	// bytes when the agent reads images.
+	Attachments []Attachment
 }
 
 // Request is everything an agent is given for one turn. The gateway sends the
@@ -42,6 +45,23 @@ type Request struct {
 	// Input is the newest. Each is sent as a user message of its own.
 	Earlier []string
 	Input   string // the new user message (the newest of a burst)
+	// InputAttachments are the attachments of each of Inputs(), in the
+	// same order; nil, or shorter, when the last ones have none.
+	InputAttachments [][]Attachment
+}
+
+// InputMessages are the turn's new user messages, oldest first, with
+// their attachments.
+func (r Request) InputMessages() []Message {
+	ins := r.Inputs()
+	out := make([]Message, len(ins))
+	for i, in := range ins {
+		out[i] = Message{Role: RoleUser, Content: in}
+		if i < len(r.InputAttachments) {
+			out[i].Attachments = r.InputAttachments[i]
+		}
+	}
+	return out
 }
 
 // Inputs are the turn's new user messages, oldest first.
@@ -84,8 +104,14 @@ type Agent interface {
 
 // Echo is the default backend: it answers "echo: <text> (history: N)" where N
 // is the number of prior messages it was given, so that resets, trimming and
-// resume are visible in a demo. A burst's messages are echoed one a line.
+// resume are visible in a demo. A burst's messages are echoed one a line;
+// an attachment is named after its message's text ("[image image/png, N
+// bytes]"), so that a demo shows what reached the agent.
 type Echo struct{}
+
+// ReadsImages implements ImageReader: images are fetched for echo so that
+// it can tell whether they arrived.
+func (Echo) ReadsImages() bool { return true }
 
 // Name implements Agent.
 func (Echo) Name() string { return "echo" }
@@ -98,7 +124,13 @@ func (Echo) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
 	}
-	text := fmt.Sprintf("echo: %s (history: %d)", strings.Join(req.Inputs(), "\n"), len(req.History))
+	lines := req.Inputs()
+	for i, m := range req.InputMessages() {
+		if d := describe(m.Attachments); d != "" {
+			lines[i] = strings.TrimSpace(lines[i] + " " + d)
+		}
+	}
+	text := fmt.Sprintf("echo: %s (history: %d)", strings.Join(lines, "\n"), len(req.History))
 	if onDelta != nil {
 		onDelta(text)
 	}

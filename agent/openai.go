@@ -24,6 +24,9 @@ type OpenAIConfig struct {
 	PricePer1KPrompt     float64
 	PricePer1KCompletion float64
 	HTTPClient           *http.Client // nil: the library's default
+	// Vision sends a user message's images to the model as image parts
+	// (data: URLs); without it the model gets the text only.
+	Vision bool
 }
 
 // OpenAI talks to any server that speaks the chat-completions API.
@@ -57,11 +60,14 @@ func (o *OpenAI) Name() string { return o.cfg.Name }
 // Model implements Agent.
 func (o *OpenAI) Model() string { return o.cfg.Model }
 
+// ReadsImages implements ImageReader: true with Vision.
+func (o *OpenAI) ReadsImages() bool { return o.cfg.Vision }
+
 // Reply implements Agent.
 func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error) {
 	params := openai.ChatCompletionNewParams{
 		Model:    o.cfg.Model,
-		Messages: toParams(req),
+		Messages: toParams(req, o.cfg.Vision),
 	}
 	var (
 		text  string
@@ -170,7 +176,7 @@ func (o *OpenAI) wrap(err error) error {
 	return &Error{Err: err}
 }
 
-func toParams(req Request) []openai.ChatCompletionMessageParamUnion {
+func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion {
 	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.History)+2)
 	if req.Instructions != "" {
 		out = append(out, openai.SystemMessage(req.Instructions))
@@ -178,7 +184,7 @@ func toParams(req Request) []openai.ChatCompletionMessageParamUnion {
 	for _, m := range req.History {
 		switch m.Role {
 		case RoleUser:
-			out = append(out, openai.UserMessage(m.Content))
+			out = append(out, userParam(m, vision))
 		case RoleTool:
 			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
 		case RoleAssistant:
@@ -201,8 +207,41 @@ func toParams(req Request) []openai.ChatCompletionMessageParamUnion {
 			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		}
 	}
-	for _, in := range req.Inputs() {
-		out = append(out, openai.UserMessage(in))
+	for _, in := range req.InputMessages() {
+		out = append(out, userParam(in, vision))
 	}
 	return out
+}
+
+// userParam is a user message: its text alone, or, with vision and
+// images, an array of content parts — the text, then each image (or, for
+// one that could not be fetched, a text saying so). Attachments other
+// than images are in the text already.
+func userParam(m Message, vision bool) openai.ChatCompletionMessageParamUnion {
+	var images []Attachment
+	for _, a := range m.Attachments {
+		if a.Kind == KindImage {
+			images = append(images, a)
+		}
+	}
+	if !vision && len(images) > 0 && strings.TrimSpace(m.Content) == "" {
+		// A picture alone, to a model without vision: it is told, rather
+		// than given an empty message.
+		return openai.UserMessage(UnseenImageText)
+	}
+	if !vision || len(images) == 0 {
+		return openai.UserMessage(m.Content)
+	}
+	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images)+1)
+	if m.Content != "" {
+		parts = append(parts, openai.TextContentPart(m.Content))
+	}
+	for _, a := range images {
+		if a.Missing || len(a.Data) == 0 {
+			parts = append(parts, openai.TextContentPart(MissingImageText))
+			continue
+		}
+		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: a.DataURL()}))
+	}
+	return openai.UserMessage(parts)
 }

@@ -67,6 +67,8 @@ type OpenAI struct {
 	Stream               *bool    `yaml:"stream"`
 	PricePer1KPrompt     float64  `yaml:"price_per_1k_prompt"`
 	PricePer1KCompletion float64  `yaml:"price_per_1k_completion"`
+	// Vision: the model reads images; users' pictures are sent to it.
+	Vision bool `yaml:"vision"`
 }
 
 // Session is a conversation policy: at the top level it applies to every
@@ -136,6 +138,8 @@ type Telegram struct {
 	// Format is how replies are sent: html (Markdown converted to
 	// Telegram's HTML) or plain (as written).
 	Format string `yaml:"format"`
+	// MaxImageBytes: the largest picture fetched for the model.
+	MaxImageBytes int `yaml:"max_image_bytes"`
 }
 
 // Webhook configures Telegram's webhook mode.

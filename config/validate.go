@@ -22,6 +22,8 @@ const (
 	DefaultOpenAIBaseURL       = "https://api.openai.com/v1"
 	DefaultOpenAITimeout       = 60 * time.Second
 	DefaultTelegramAPI         = "https://api.telegram.org"
+	DefaultMaxImageBytes       = 5 << 20
+	MaxTelegramDownload        = 20 << 20 // the Bot API's limit on files a bot downloads
 	DefaultWebhookPath         = "/telegram/webhook"
 	DefaultPollTimeout         = 30 * time.Second
 	DefaultRatePerSecond       = 5
@@ -96,6 +98,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.GroupPolicy, "mention")
 	setStr(&tg.GroupScope, "user")
 	setStr(&tg.Format, "html")
+	setInt(&tg.MaxImageBytes, DefaultMaxImageBytes)
 	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
 	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
@@ -204,6 +207,9 @@ func (c *Config) Validate() Errors {
 	}
 	if tg.PollTimeout < 0 {
 		bad("channels.telegram.poll_timeout", "must not be negative")
+	}
+	if tg.MaxImageBytes < 1024 || tg.MaxImageBytes > MaxTelegramDownload {
+		bad("channels.telegram.max_image_bytes", "must be between 1024 and %d (the Bot API's download limit), got %d", MaxTelegramDownload, tg.MaxImageBytes)
 	}
 	if c.TelegramEnabled() && tg.Mode == "webhook" {
 		if u, err := url.Parse(tg.Webhook.URL); err != nil || u.Scheme != "https" || u.Host == "" {

@@ -24,6 +24,8 @@ type clientFrame struct {
 	// message
 	ID   string  `json:"id,omitempty"`
 	Text *string `json:"text,omitempty"`
+	// Attachments: images (images.go); with one, text may be empty.
+	Attachments []frameAttachment `json:"attachments,omitempty"`
 }
 
 // Error codes of error frames, declared once with their default text.
@@ -74,8 +76,14 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 			return nil, errBadFrame.with("last_seq must not be negative")
 		}
 	case "message":
-		if f.Text == nil {
+		if f.Text == nil && len(f.Attachments) == 0 {
 			return nil, errBadFrame.with("message needs a text")
+		}
+		if f.Text == nil {
+			f.Text = new(string) // an image alone
+		}
+		if err := checkAttachments(f.Attachments); err != nil {
+			return nil, err
 		}
 		if len(f.ID) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
@@ -98,6 +106,8 @@ type historyItem struct {
 	Status  string `json:"status"`
 	ID      string `json:"id,omitempty"`       // the client message id of a user message
 	ReplyTo int64  `json:"reply_to,omitempty"` // the user message's seq, for replies
+	// Attachments of a user message: metadata only.
+	Attachments []historyAttachment `json:"attachments,omitempty"`
 }
 
 type readyFrame struct {

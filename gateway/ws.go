@@ -58,7 +58,10 @@ type WSOptions struct {
 	PingInterval time.Duration // keepalive ping period (25s); a peer silent for 2.5× this is dropped
 	WriteTimeout time.Duration // per frame (10s)
 	QueueSize    int           // messages waiting for their replies per connection (32)
-	Logger       *slog.Logger
+	// ImageCacheBytes bounds the memory kept for images clients sent
+	// (images.go; default DefaultImageCacheBytes).
+	ImageCacheBytes int64
+	Logger          *slog.Logger
 }
 
 // WebSocket is the channel serving GET /ws.
@@ -78,6 +81,7 @@ type WebSocket struct {
 	wg      sync.WaitGroup // connection goroutines
 
 	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
+	images   *imageCache  // images.go
 }
 
 // NewWebSocket returns the channel and subscribes it to reset notices.
@@ -109,9 +113,18 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ImageCacheBytes <= 0 {
+		opts.ImageCacheBytes = DefaultImageCacheBytes
+	}
 	ws := &WebSocket{
 		opts: opts, sess: sess, log: opts.Logger,
 		conns: map[*wsConn]struct{}{}, byKey: map[string]map[*wsConn]struct{}{},
+		images: newImageCache(opts.ImageCacheBytes),
+	}
+	if f, ok := sess.(interface {
+		OnFetch(channel string, f sessions.Fetcher)
+	}); ok {
+		f.OnFetch(Channel, ws.images.fetch)
 	}
 	ws.upgrader = websocket.Upgrader{
 		ReadBufferSize:  1024,
@@ -733,7 +746,8 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 func historyItems(entries []sessions.Entry) []historyItem {
 	out := make([]historyItem, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo})
+		out = append(out, historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo,
+			Attachments: historyAttachments(e.Attachments)})
 	}
 	return out
 }
@@ -807,6 +821,7 @@ func (c *wsConn) run(f *clientFrame) {
 		return
 	}
 	in.Text = *f.Text
+	in.Attachments = c.ws.attachments(f.Attachments)
 	acked := false
 	// The conversation this connection shows once the message is stored
 	// (after a reset the message itself triggered). Set before the turn
@@ -898,7 +913,7 @@ func handleError(err error) *wsError {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		return errUnavailable
 	case errors.Is(err, sessions.ErrEmptyMessage):
-		return errBadFrame.with("message text is empty")
+		return errBadFrame.with("message text is empty (and it carries no image)")
 	case errors.Is(err, sessions.ErrTooLong):
 		return errTooLarge.with("%v", err)
 	case errors.Is(err, sessions.ErrBadText):

@@ -117,16 +117,16 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 func insertMessages(rows []*Message) (string, []any) {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
-		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at,
+		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
 		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead) VALUES `)
-	args := make([]any, 0, 14*len(rows))
+	args := make([]any, 0, 15*len(rows))
 	for i, m := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ")
 		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
-			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt)
+			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt, m.Attachments)
 		// The turn's columns are constants of the row or of the process
 		// (state, owner, attempt, tracking), written as literals: binding
 		// them would cost the driver more than the rows' own values.

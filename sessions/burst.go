@@ -173,7 +173,7 @@ func (m *Manager) check(in Inbound) error {
 	switch {
 	case in.Channel == "" || in.SessionKey == "":
 		return ErrBadInbound
-	case strings.TrimSpace(in.Text) == "":
+	case strings.TrimSpace(in.Text) == "" && len(in.Attachments) == 0:
 		return ErrEmptyMessage
 	case len(in.Text) > m.opts.MaxInputBytes:
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(in.Text), m.opts.MaxInputBytes)
@@ -246,7 +246,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	// claimed, as its own turn: the claim would find it alone anyway.
 	um := Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
-		Content: in.Text, Status: MsgOK, CreatedAt: now,
+		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Status: MsgOK, CreatedAt: now,
 		TurnState: TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
 	solo := policy.Busy.Debounce == 0 && !m.store.Shared() && m.idle(in.SessionKey) && settledTail(hc)
@@ -273,7 +273,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
 	if solo {
 		t.claimed = &Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
-			Rows: []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, CreatedAt: now}}}
+			Rows: []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}}
 	}
 	if t.hooks.OnAck != nil {
 		t.hooks.OnAck(Ack{ConversationID: hc.conv.ID, Seq: t.ref.seq})
@@ -734,16 +734,20 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior []Message, policy Policy, in Inbound, h Hooks) ([]Message, agent.Reply, string) {
 	lead := b.Lead()
 	texts := make([]string, len(b.Rows))
+	atts := make([][]agent.Attachment, len(b.Rows))
 	for i, r := range b.Rows {
 		texts[i] = r.Content
+		atts[i] = decodeAttachments(r.Attachments)
 	}
 	req := agent.Request{
-		SessionKey:   in.SessionKey,
-		Instructions: m.opts.Instructions,
-		History:      History(prior, policy.MaxHistory),
-		Earlier:      texts[:len(texts)-1],
-		Input:        texts[len(texts)-1],
+		SessionKey:       in.SessionKey,
+		Instructions:     m.opts.Instructions,
+		History:          History(prior, policy.MaxHistory),
+		Earlier:          texts[:len(texts)-1],
+		Input:            texts[len(texts)-1],
+		InputAttachments: atts,
 	}
+	m.fetchImages(turnCtx, hc.conv.Channel, &req)
 	var partial strings.Builder
 	reply, err := m.callAgent(turnCtx, req, func(d string) {
 		partial.WriteString(d)

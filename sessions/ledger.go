@@ -508,6 +508,7 @@ type BatchRow struct {
 	Seq         int64
 	ClientMsgID string
 	Content     string
+	Attachments string // stored JSON, see Message.Attachments
 	CreatedAt   time.Time
 }
 
@@ -549,7 +550,7 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		if err := tx.Raw(head, convID).Row().Scan(&b.LastSeq, &b.Epoch); err != nil {
 			return err
 		}
-		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
+		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.attachments, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
 			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
 			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = '' OR (? AND u.turn_owner NOT IN ?))
 			AND (u.turn_due IS NULL OR u.turn_due <= ?)
@@ -563,7 +564,7 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 			var r BatchRow
 			var state, by string
 			var n int
-			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.CreatedAt, &state, &n, &by); err != nil {
+			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.Attachments, &r.CreatedAt, &state, &n, &by); err != nil {
 				rows.Close()
 				return err
 			}

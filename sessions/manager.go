@@ -50,6 +50,10 @@ type Inbound struct {
 	ChatID      string
 	ClientMsgID string // optional; a repeated id is answered from storage
 	Text        string
+	// Attachments are stored as metadata with the message (never an
+	// image's bytes, which the channel's Fetcher gives when a turn needs
+	// them). A message with attachments may have an empty text.
+	Attachments []agent.Attachment
 }
 
 // Policy is one channel's conversation policy.
@@ -221,6 +225,7 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
+	fetchers  sync.Map             // channel → Fetcher (fetch.go)
 	claims    map[turnKey]struct{} // turns a run of this replica holds now
 	wake      chan struct{}
 	started   time.Time   // when this replica's heartbeat began

@@ -115,6 +115,10 @@ type Message struct {
 	// message's turn answers (the reply's reply_to), once a claim put it
 	// in one; 0 before. Every message of a burst names the same lead.
 	TurnLead int64 `gorm:"not null;default:0"`
+	// Attachments of a user message: a JSON array of agent.Attachment's
+	// metadata (kind, file id or hash, mime type, size, file name), never
+	// an image's bytes; "" when none.
+	Attachments string `gorm:"type:text;not null;default:''"`
 }
 
 // SessionLease makes one replica at a time the runner of a session key's
@@ -142,7 +146,27 @@ func (m *Message) agentMessage() agent.Message {
 	if m.ToolCalls != "" {
 		_ = json.Unmarshal([]byte(m.ToolCalls), &am.ToolCalls)
 	}
+	am.Attachments = decodeAttachments(m.Attachments)
 	return am
+}
+
+// encodeAttachments is the stored form of attachments: their metadata,
+// without bytes (agent.Attachment's Data is not encoded).
+func encodeAttachments(atts []agent.Attachment) string {
+	if len(atts) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(atts)
+	return string(b)
+}
+
+func decodeAttachments(s string) []agent.Attachment {
+	if s == "" {
+		return nil
+	}
+	var atts []agent.Attachment
+	_ = json.Unmarshal([]byte(s), &atts)
+	return atts
 }
 
 func encodeToolCalls(calls []agent.ToolCall) string {

@@ -63,6 +63,8 @@ type Entry struct {
 	Status      string // ok | failed | interrupted
 	ClientMsgID string // a user message's client message id, if it had one
 	ReplyTo     int64  // a reply's user message seq
+	// Attachments of a user message: metadata only, no bytes.
+	Attachments []agent.Attachment
 }
 
 // toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
@@ -75,7 +77,7 @@ func toTranscript(conv *Conversation, msgs []Message) Transcript {
 		if m.Role != agent.RoleUser && (m.Role != agent.RoleAssistant || m.ToolCalls != "") {
 			continue
 		}
-		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo}
+		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo, Attachments: decodeAttachments(m.Attachments)}
 		if m.ClientMsgID != nil {
 			e.ClientMsgID = *m.ClientMsgID
 		}

@@ -68,6 +68,15 @@ type Options struct {
 	// the model's Markdown to Telegram's HTML; FormatPlain sends the text
 	// as written.
 	Format string
+	// Vision: the agent reads images (media.go); without it a caption is
+	// answered and the chat told once that images are not read.
+	Vision bool
+	// MaxImageBytes: the largest image fetched for the model (default
+	// DefaultMaxImageBytes); MaxTextBytes: the session manager's limit on
+	// a message's text, which a text document must fit in (default
+	// DefaultMaxTextBytes).
+	MaxImageBytes int64
+	MaxTextBytes  int
 }
 
 // Reply formats (Options.Format).
@@ -85,7 +94,6 @@ const (
 	stoppedText  = "Stopped."
 	idleStopText = "Nothing is running."
 	refusalText  = "Sorry, this bot is private."
-	nonTextText  = "I can only read text messages."
 	resetNotice  = "(A new conversation started: the last one %s.)"
 	unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 )
@@ -128,6 +136,7 @@ type Bot struct {
 	refused      map[int64]bool // chats that got the private-bot refusal
 	warned       map[string]bool
 	typers       map[int64]*typer // chats shown "typing…"
+	media        mediaState
 	persistMu    sync.Mutex
 	inflight     sync.WaitGroup
 	registerOnce sync.Once // the deliverer, once connected
@@ -196,6 +205,12 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	if opts.Format == "" {
 		opts.Format = FormatHTML
 	}
+	if opts.MaxImageBytes <= 0 {
+		opts.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if opts.MaxTextBytes <= 0 {
+		opts.MaxTextBytes = DefaultMaxTextBytes
+	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
 		ctx:     &ctxClient{client: opts.HTTPClient, poll: context.Background()},
@@ -209,6 +224,13 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
+	if f, ok := sess.(interface {
+		OnFetch(channel string, f sessions.Fetcher)
+	}); ok {
+		// Stored images are fetched again through the bot for every turn
+		// that needs them.
+		f.OnFetch(Channel, b.fetch)
+	}
 	return b, nil
 }
 
@@ -470,10 +492,14 @@ func (b *Bot) addressed(m *tgbotapi.Message) bool {
 }
 
 func (b *Bot) mentioned(m *tgbotapi.Message) bool {
-	for _, e := range m.Entities {
+	text, entities := m.Text, m.Entities
+	if text == "" {
+		text, entities = m.Caption, m.CaptionEntities // a media message's caption
+	}
+	for _, e := range entities {
 		switch e.Type {
 		case "mention":
-			if strings.EqualFold(entityText(m.Text, e), "@"+b.Username()) {
+			if strings.EqualFold(entityText(text, e), "@"+b.Username()) {
 				return true
 			}
 		case "text_mention":
@@ -533,14 +559,14 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	if m.IsCommand() {
 		return b.command(ctx, m, in, first)
 	}
-	text := strings.TrimSpace(b.stripMention(m))
-	if text == "" {
-		if m.Chat.IsPrivate() && m.Text == "" {
-			b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, nonTextText, m.MessageID) })
-		}
+	media := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+	for _, notice := range media.notices {
+		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, notice, m.MessageID) })
+	}
+	if strings.TrimSpace(media.text) == "" && len(media.atts) == 0 {
 		return nil
 	}
-	in.Text = text
+	in.Text, in.Attachments = media.text, media.atts
 	stopTyping := b.typing(m.Chat.ID)
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
 		OnAck: func(sessions.Ack) { stored() },
@@ -662,9 +688,9 @@ func (b *Bot) later(key string, fn func()) {
 // stripMention removes the bot's @mention from a group message.
 func (b *Bot) stripMention(m *tgbotapi.Message) string {
 	if m.Chat.IsPrivate() {
-		return m.Text
+		return messageText(m)
 	}
-	return strings.ReplaceAll(m.Text, "@"+b.Username(), "")
+	return strings.ReplaceAll(messageText(m), "@"+b.Username(), "")
 }
 
 // failed logs a failure to store: loudly the first time, quietly on the

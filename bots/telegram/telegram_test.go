@@ -241,7 +241,7 @@ func TestDMConversation(t *testing.T) {
 	delete(sticker, "text")
 	sticker["sticker"] = map[string]any{"file_id": "x", "file_unique_id": "y", "width": 1, "height": 1, "is_animated": false}
 	api.Push(sticker)
-	if got := api.WaitSent(t, 3)[2].Text; got != nonTextText {
+	if got := api.WaitSent(t, 3)[2].Text; got != unsupportedTexts["sticker"] {
 		t.Fatalf("sticker answer = %q", got)
 	}
 	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "telegram:dm:7"})

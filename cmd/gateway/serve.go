@@ -67,6 +67,10 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// maxInputBytes bounds a stored message's text: a Telegram text document
+// (up to telegram.MaxDocumentBytes) and its caption fit.
+const maxInputBytes = telegram.MaxDocumentBytes + 64<<10
+
 func newAgent(cfg *config.Config) agent.Agent {
 	if cfg.Agent.Backend == "openai" {
 		o := cfg.Agent.OpenAI
@@ -74,6 +78,7 @@ func newAgent(cfg *config.Config) agent.Agent {
 			Name: cfg.Agent.Name, BaseURL: o.BaseURL, APIKey: o.APIKey, Model: o.Model,
 			Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(), Stream: cfg.OpenAIStream(),
 			PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,
+			Vision: o.Vision,
 		})
 	}
 	return agent.Echo{}
@@ -196,7 +201,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer store.Close()
 
 	metrics := gateway.NewMetrics()
-	mgr := sessions.New(store, newAgent(cfg), sessions.Options{
+	ag := newAgent(cfg)
+	mgr := sessions.New(store, ag, sessions.Options{
 		Observer:            metrics,
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
@@ -207,6 +213,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
 		InterruptGrace:      interruptGrace,
+		// Room for a Telegram text document read into a message, beside
+		// its caption; WebSocket text is bounded by max_frame_bytes.
+		MaxInputBytes: maxInputBytes,
 	})
 	if err := mgr.Start(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cfg.File, err)
@@ -262,6 +271,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 			Format: tg.Format,
+			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
 			Logger: log,
 		})
 		if err != nil {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -123,6 +125,7 @@ type exportMessage struct {
 	ToolCalls   json.RawMessage `json:"tool_calls,omitempty"`
 	ToolCallID  string          `json:"tool_call_id,omitempty"`
 	ClientMsgID string          `json:"client_msg_id,omitempty"`
+	Attachments json.RawMessage `json:"attachments,omitempty"` // metadata, as stored
 	ReplyTo     int64           `json:"reply_to,omitempty"`
 	Status      string          `json:"status"`
 	Error       string          `json:"error,omitempty"`
@@ -155,6 +158,9 @@ func export(ctx context.Context, store *sessions.DB, id, format string, stdout, 
 			if m.ToolCalls != "" {
 				em.ToolCalls = json.RawMessage(m.ToolCalls)
 			}
+			if m.Attachments != "" {
+				em.Attachments = json.RawMessage(m.Attachments)
+			}
 			if m.ClientMsgID != nil {
 				em.ClientMsgID = *m.ClientMsgID
 			}
@@ -178,11 +184,38 @@ func export(ctx context.Context, store *sessions.DB, id, format string, stdout, 
 			if m.Status != sessions.MsgOK {
 				status = " [" + m.Status + "]"
 			}
-			fmt.Fprintf(stdout, "%4d %-9s %s%s\n", m.Seq, m.Role, m.Content, status)
+			fmt.Fprintf(stdout, "%4d %-9s %s%s%s\n", m.Seq, m.Role, m.Content, attachmentsNote(m.Attachments), status)
 		}
 	default:
 		fmt.Fprintf(stderr, "unknown export format %q (want json or text)\n", format)
 		return 2
 	}
 	return 0
+}
+
+// attachmentsNote names a message's stored attachments for the text
+// transcript: " [image image/jpeg 48213 bytes]".
+func attachmentsNote(stored string) string {
+	var atts []agent.Attachment
+	if stored == "" || json.Unmarshal([]byte(stored), &atts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, a := range atts {
+		kind := a.Kind
+		if a.Type != "" {
+			kind = a.Type
+		}
+		fmt.Fprintf(&b, " [%s", kind)
+		for _, s := range []string{a.Name, a.Mime} {
+			if s != "" {
+				b.WriteString(" " + s)
+			}
+		}
+		if a.Size > 0 {
+			fmt.Fprintf(&b, " %d bytes", a.Size)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
 }

@@ -23,6 +23,11 @@
   let conversation = store.get("conversation", "");
   let pending = store.get("pending", []); // [{id, text}] sent but not acknowledged
   const bubbles = new Map(); // client id -> reply bubble being streamed
+  // Pictures: the ones waiting in the composer, and those of messages sent
+  // and not yet acknowledged (by id, in memory only: too large for
+  // localStorage, so a reload resends such a message without them).
+  let composing = []; // [{mime, data (base64), url (object URL)}]
+  const sentImages = new Map(); // client id -> attachments
   const shown = new Set(); // seqs already on screen
 
   function setStatus(s, cls) { statusEl.textContent = s; statusEl.className = "status " + (cls || ""); }
@@ -76,10 +81,91 @@
         for (const [id, el] of bubbles) { if (el.dataset.replyTo === String(m.reply_to)) { el.remove(); bubbles.delete(id); } }
       }
       const el = bubble(m.role, m.text, m.role === "user" ? "waiting" : statusClass(m.status));
+      showAttachmentNames(el, m.attachments);
       if (m.id) el.dataset.id = m.id;
       el.dataset.seq = m.seq;
       if (m.role === "assistant") answeredUpTo(m.reply_to);
       seen(m.seq);
+    }
+  }
+
+  // Pictures in: picked with the + button or pasted into the message,
+  // shown as thumbnails until sent, then in the user's own message.
+  const imageTypes = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+  const maxImageBytes = 5 << 20;
+  const maxImages = 4;
+  function setupImages() {
+    const picker = document.getElementById("file");
+    document.getElementById("attach").addEventListener("click", function () { picker.click(); });
+    picker.addEventListener("change", function () {
+      for (const f of picker.files) addImage(f);
+      picker.value = "";
+    });
+    text.addEventListener("paste", function (ev) {
+      const items = (ev.clipboardData && ev.clipboardData.items) || [];
+      for (const it of items) {
+        if (it.kind === "file" && it.type.startsWith("image/")) { const f = it.getAsFile(); if (f) { addImage(f); ev.preventDefault(); } }
+      }
+    });
+  }
+  function addImage(file) {
+    if (imageTypes.indexOf(file.type) < 0) { notice("Only PNG, JPEG, GIF and WebP pictures can be sent."); return; }
+    if (file.size > maxImageBytes) { notice("That picture is over 5 MiB."); return; }
+    if (composing.length >= maxImages) { notice("At most " + maxImages + " pictures per message."); return; }
+    const reader = new FileReader();
+    reader.onload = function () {
+      const s = String(reader.result);
+      composing.push({ mime: file.type, data: s.slice(s.indexOf(",") + 1), url: URL.createObjectURL(file) });
+      renderComposing();
+    };
+    reader.readAsDataURL(file);
+  }
+  function renderComposing() {
+    const box = document.getElementById("images");
+    box.textContent = "";
+    box.hidden = composing.length === 0;
+    composing.forEach(function (img, i) {
+      const t = document.createElement("span");
+      t.className = "thumb";
+      const el = document.createElement("img");
+      el.src = img.url;
+      el.alt = "picture to send";
+      const rm = document.createElement("button");
+      rm.type = "button";
+      rm.textContent = "×";
+      rm.title = "Remove";
+      rm.addEventListener("click", function () { composing.splice(i, 1); renderComposing(); });
+      t.append(el, rm);
+      box.appendChild(t);
+    });
+  }
+  // takeImages moves the composer's pictures to message id.
+  function takeImages(id) {
+    if (composing.length) sentImages.set(id, composing);
+    composing = [];
+    renderComposing();
+  }
+  function withImages(frame) {
+    const imgs = sentImages.get(frame.id);
+    if (imgs) frame.attachments = imgs.map(function (i) { return { kind: "image", mime: i.mime, data: i.data }; });
+    return frame;
+  }
+  function showImages(el, imgs) {
+    for (const i of imgs || []) {
+      const img = document.createElement("img");
+      img.className = "attached";
+      img.src = i.url;
+      img.alt = "picture sent";
+      el.appendChild(img);
+    }
+  }
+  // History carries what a message had attached, not the pictures.
+  function showAttachmentNames(el, atts) {
+    for (const a of atts || []) {
+      const s = document.createElement("span");
+      s.className = "attachment";
+      s.textContent = a.kind === "image" ? "[picture]" : "[" + (a.name || a.kind) + "]";
+      el.appendChild(s);
     }
   }
 
@@ -108,15 +194,16 @@
           firstConnect = false;
           showHistory(f.history || []);
           for (const p of pending) {
-            if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; }
+            if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
           }
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
-          for (const p of pending) send({ type: "message", id: p.id, text: p.text });
+          for (const p of pending) send(withImages({ type: "message", id: p.id, text: p.text }));
           break;
         case "ack": {
           pending = pending.filter(function (p) { return p.id !== f.id; });
           store.set("pending", pending);
+          sentImages.delete(f.id);
           const el = pendingEl(f.id);
           if (el) {
             el.classList.remove("pending");
@@ -181,14 +268,16 @@
   document.getElementById("composer").addEventListener("submit", function (ev) {
     ev.preventDefault();
     const body = text.value.trim();
-    if (!body) return;
+    if (!body && composing.length === 0) return;
     const id = newId();
+    takeImages(id);
     pending.push({ id: id, text: body });
     store.set("pending", pending);
     const el = bubble("user", body, "pending");
     el.dataset.id = id;
+    showImages(el, sentImages.get(id));
     text.value = "";
-    send({ type: "message", id: id, text: body });
+    send(withImages({ type: "message", id: id, text: body }));
   });
   text.addEventListener("keydown", function (ev) {
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("send").click(); }
@@ -197,5 +286,6 @@
     if (!send({ type: "reset" })) notice("offline: try again when connected");
   });
   stopBtn.addEventListener("click", function () { send({ type: "stop" }); });
+  setupImages();
   connect();
 })();

@@ -43,6 +43,7 @@ type Server struct {
 	conflict int // getUpdates answers 409 this many times first
 	polls    int
 	calls    []Call
+	files    files // files.go
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
@@ -79,6 +80,10 @@ func New(t testing.TB) *Server {
 }
 
 func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/file/") {
+		a.serveFile(w, r) // files.go
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	prefix := "/bot" + Token + "/"
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, prefix) {
@@ -165,6 +170,8 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ok(true)
 	case "deleteWebhook":
 		ok(true)
+	case "getFile":
+		a.getFile(w, r) // files.go
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"ok":false,"error_code":404,"description":"Not Found: method %s"}`, method)
