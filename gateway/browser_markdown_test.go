@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -150,6 +152,23 @@ func checkHostile(t *testing.T, ctx context.Context, where string) {
 	}
 }
 
+// saveScreenshot writes the page to $CHATGATE_SCREENSHOT_DIR, when set, to
+// look at.
+func saveScreenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("CHATGATE_SCREENSHOT_DIR")
+	if dir == "" {
+		return
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // withoutCSP serves h with its Content-Security-Policy header removed, so
 // that a test sees what the sanitizer alone lets through.
 func withoutCSP(h http.Handler) http.Handler {
@@ -220,6 +239,9 @@ func TestWebPageRendersMarkdownSafely(t *testing.T) {
 			t.Fatalf("%s, second turn: %v", variant, err)
 		}
 		checkHostile(t, ctx, variant+", after another turn")
+		if variant == "as served" {
+			saveScreenshot(t, ctx, "webchat-markdown.png")
+		}
 	}
 }
 
@@ -291,6 +313,7 @@ func TestWebPageStreamsMarkdown(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("%d reply bubbles (%v), want the streamed one replaced by the final one", n, err)
 	}
+	saveScreenshot(t, ctx, "webchat-streamed.png")
 
 	// The copy button puts the code, and only the code, on the clipboard.
 	for _, perm := range []string{"clipboard-read", "clipboard-write"} {
