@@ -252,7 +252,7 @@ func TestWebPageStreamsMarkdown(t *testing.T) {
 			"ld** text:\n\n- a\n- b\n\n```go\nfunc main() {\n",
 			"\tprintln(\"<hi>\")\n",
 		},
-		final:    "Here is **bold** text:\n\n- a\n- b\n\n```go\nfunc main() {\n\tprintln(\"<hi>\")\n}\n```\n\nSee [the docs](https://example.com/docs).",
+		final:    "Here is **bold** text:\n\n- a\n- b\n\n```go\nfunc main() {\n\tprintln(\"<hi>\")\n}\n```\n\nSee [the docs](https://example.com/docs).\n\n```\n" + strings.Repeat("wide ", 80) + "\n```",
 		streamed: make(chan struct{}, 1),
 		release:  make(chan struct{}),
 	}
@@ -299,7 +299,7 @@ func TestWebPageStreamsMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Strong != "bold" || v.Code != "func main() {\n\tprintln(\"<hi>\")\n}\n" || v.Copy != 1 || !strings.HasSuffix(v.Text, "See the docs.") {
+	if v.Strong != "bold" || v.Code != "func main() {\n\tprintln(\"<hi>\")\n}\n" || v.Copy != 2 || !strings.Contains(v.Text, "See the docs.") {
 		t.Fatalf("the final reply shows %+v", v)
 	}
 	links, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#log a')).map(a => a.outerHTML)`))
@@ -312,6 +312,13 @@ func TestWebPageStreamsMarkdown(t *testing.T) {
 	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#log .msg.assistant').length`))
 	if err != nil || n != 1 {
 		t.Fatalf("%d reply bubbles (%v), want the streamed one replaced by the final one", n, err)
+	}
+	// A long code line scrolls inside its block; the page itself stays
+	// as wide as the (phone-sized) window.
+	wide, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth ||
+	  document.getElementById('log').scrollWidth > document.getElementById('log').clientWidth`))
+	if err != nil || wide {
+		t.Fatalf("a long code line widens the page (%v)", err)
 	}
 	saveScreenshot(t, ctx, "webchat-streamed.png")
 
