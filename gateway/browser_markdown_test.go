@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
@@ -17,21 +18,30 @@ import (
 	"github.com/chatgate/chatgate/agent"
 )
 
-// mdAgent replies with fixed Markdown. It first streams pieces; when
-// release is set it then tells streamed and waits for release before
-// returning final, the text that is stored.
+// mdAgent replies with fixed Markdown. It first streams pieces (on its
+// first call only, when firstOnly is set); when release is set it then
+// tells streamed and waits for release before returning final, the text
+// that is stored.
 type mdAgent struct {
-	pieces   []string
-	final    string
-	streamed chan struct{}
-	release  chan struct{}
+	pieces    []string
+	firstOnly bool
+	final     string
+	streamed  chan struct{}
+	release   chan struct{}
+
+	mu    sync.Mutex
+	calls int
 }
 
 func (a *mdAgent) Name() string  { return "md" }
 func (a *mdAgent) Model() string { return "md" }
 func (a *mdAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	a.mu.Lock()
+	a.calls++
+	stream := a.calls == 1 || !a.firstOnly
+	a.mu.Unlock()
 	for _, p := range a.pieces {
-		if onDelta != nil {
+		if onDelta != nil && stream {
 			onDelta(p)
 		}
 	}
@@ -192,7 +202,8 @@ func (d dropCSP) Write(b []byte) (int, error) {
 func TestWebPageRendersMarkdownSafely(t *testing.T) {
 	ctx := browser(t)
 	for _, variant := range []string{"as served", "without CSP"} {
-		ag := &mdAgent{pieces: []string{hostile}, final: hostile}
+		// The first reply streams; the second comes as a reply frame only.
+		ag := &mdAgent{pieces: []string{hostile}, firstOnly: true, final: hostile}
 		e := newEnv(t, ag, WSOptions{}, nil, nil)
 		url := e.srv.URL
 		if variant == "without CSP" {
@@ -229,9 +240,9 @@ func TestWebPageRendersMarkdownSafely(t *testing.T) {
 		}
 		checkHostile(t, ctx, variant+", history")
 
-		// Another turn, answered, proves the page went on running: an
-		// error event or a handler of the hostile reply would have fired
-		// by now.
+		// Another turn, answered without deltas, proves the page went on
+		// running: an error event or a handler of the hostile reply would
+		// have fired by now.
 		if err := chromedp.Do(ctx,
 			sendText("again"),
 			waitJS(`document.querySelectorAll('#log .msg.assistant:not(.streaming) .md').length === 2`),
@@ -344,6 +355,33 @@ func TestWebPageStreamsMarkdown(t *testing.T) {
 	}
 	if got != "func main() {\n\tprintln(\"<hi>\")\n}\n" {
 		t.Fatalf("copied %q", got)
+	}
+
+	// Where the clipboard API is refused (as on a plain-http page that is
+	// not localhost) the button copies the old way.
+	if _, err := chromedp.CallBrowser(ctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+		Permission: &cdpbrowser.PermissionDescriptor{Name: "clipboard-write"},
+		Setting:    cdpbrowser.PermissionSettingDenied,
+		Origin:     e.srv.URL,
+	}); err != nil {
+		t.Fatalf("clipboard permission: %v", err)
+	}
+	refused, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`navigator.clipboard.writeText('x').then(() => false, () => true)`, chromedp.EvalAwaitPromise))
+	if err != nil || !refused {
+		t.Fatalf("the clipboard API still writes (%v)", err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click("#log .md > .code:last-of-type button.copy"),
+		waitText("#log .md > .code:last-of-type button.copy", "Copied"),
+	); err != nil {
+		t.Fatalf("copy without the clipboard API: %v", err)
+	}
+	got, err = chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("reading the clipboard: %v", err)
+	}
+	if got != strings.Repeat("wide ", 80)+"\n" {
+		t.Fatalf("copied %q without the clipboard API", got)
 	}
 }
 
