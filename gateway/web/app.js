@@ -15,6 +15,12 @@
   const statusEl = document.getElementById("status");
   const text = document.getElementById("text");
   const stopBtn = document.getElementById("stop");
+  // Replies are Markdown, rendered sanitized by render.js; plain text if it
+  // did not load.
+  const render = window.chatgateRender || {
+    markdown(el, t) { el.textContent = t; },
+    append(el, t, then) { el.textContent += t; if (then) then(); },
+  };
 
   let ws = null;
   let backoff = 500;
@@ -38,7 +44,7 @@
   function bubble(role, body, cls) {
     const el = document.createElement("div");
     el.className = "msg " + role + (cls ? " " + cls : "");
-    el.textContent = body;
+    if (role === "assistant") render.markdown(el, body); else el.textContent = body;
     log.appendChild(el);
     scroll();
     return el;
@@ -217,8 +223,7 @@
         case "delta": {
           let el = bubbles.get(f.reply_to);
           if (!el) { el = bubble("assistant", "", "streaming"); bubbles.set(f.reply_to, el); stopBtn.hidden = false; }
-          el.textContent += f.text;
-          scroll();
+          render.append(el, f.text, scroll);
           break;
         }
         case "reply": {
@@ -234,7 +239,7 @@
             if (last) last.after(el); // not streamed: placed after the message it answers
           }
           el.className = "msg assistant " + statusClass(f.status);
-          el.textContent = f.text;
+          render.markdown(el, f.text);
           shown.add(f.seq);
           seen(f.seq);
           if (bubbles.size === 0) stopBtn.hidden = true;
