@@ -63,6 +63,9 @@ type Options struct {
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
 	TypingEvery time.Duration
+	// Streaming is how a reply shows while the model writes it: auto
+	// (default), draft, edits or off (see stream.go).
+	Streaming string
 }
 
 // Texts the bot sends.
@@ -120,6 +123,9 @@ type Bot struct {
 	persistMu    sync.Mutex
 	inflight     sync.WaitGroup
 	registerOnce sync.Once // the deliverer, once connected
+	// draftsRefused is set once the Bot API answered that it has no
+	// sendMessageDraft: previews are edits from then on.
+	draftsRefused atomic.Bool
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
@@ -181,6 +187,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	if opts.TypingEvery <= 0 {
 		opts.TypingEvery = 4 * time.Second
+	}
+	if opts.Streaming == "" {
+		opts.Streaming = StreamAuto
 	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
@@ -528,8 +537,16 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	}
 	in.Text = text
 	stopTyping := b.typing(m.Chat.ID)
+	// Deltas reach the hooks of the turn's lead message only: a burst
+	// streams once, into the reply to its last message.
+	st := b.newStream(m, key)
+	var onDelta func(string)
+	if st != nil {
+		onDelta = st.delta
+	}
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
-		OnAck: func(sessions.Ack) { stored() },
+		OnDelta: onDelta,
+		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) {
 			if ev.Reason != sessions.ReasonManual {
 				why := map[string]string{sessions.ReasonIdle: "was idle", sessions.ReasonDaily: "ended for the day"}[ev.Reason]
@@ -539,6 +556,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	})
 	if err != nil {
 		stopTyping()
+		st.end()
 	}
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
@@ -559,14 +577,16 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		// reply is sent during a drain too.
 		out, err := t.Wait(context.WithoutCancel(ctx))
 		stopTyping()
-		b.answer(ctx, m, key, out, err)
+		st.end()
+		b.answer(ctx, m, key, out, err, st)
 	})
 	return nil
 }
 
 // answer sends the reply of the turn that answered m, when m's outcome
-// carries it, and records its delivery.
-func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error) {
+// carries it — into the preview st made, if any — and records its
+// delivery.
+func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error, st *stream) {
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		// Stored but not run: the next start (or another replica) runs it
@@ -599,7 +619,7 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 	var ref string
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
-		ref, serr = b.send(ctx, m.Chat.ID, text, replyTo)
+		ref, serr = b.deliverReply(ctx, st, m.Chat.ID, text, replyTo)
 	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
@@ -825,7 +845,7 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	if !ok {
 		return "", nil
 	}
-	return b.send(ctx, chatID, text, replyTo)
+	return b.deliverStoredText(ctx, d, chatID, text, replyTo)
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued

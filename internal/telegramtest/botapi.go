@@ -46,13 +46,15 @@ type Server struct {
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
-	conflicts int // live long polls ended by a newer one
+	conflicts int         // live long polls ended by a newer one
+	stream    streamState // sendMessageDraft and editMessageText
 }
 
 // Call is one request the bot made: its method and form parameters.
 type Call struct {
 	Method string
 	Params url.Values
+	At     time.Time // when it arrived, on the server's clock (SetClock)
 }
 
 type poller struct {
@@ -87,7 +89,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	method := strings.TrimPrefix(r.URL.Path, prefix)
 	a.mu.Lock()
-	a.calls = append(a.calls, Call{Method: method, Params: r.Form})
+	a.calls = append(a.calls, Call{Method: method, Params: r.Form, At: a.clockNow()})
 	a.cond.Broadcast()
 	a.mu.Unlock()
 	ok := func(result any) {
@@ -135,6 +137,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
 		id := a.nextMsg
 		a.nextMsg++
+		a.noteSent(chat, id)
 		a.cond.Broadcast()
 		a.mu.Unlock()
 		ok(map[string]any{"message_id": id, "date": 1, "chat": map[string]any{"id": chat, "type": "private"},
@@ -157,6 +160,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "deleteWebhook":
 		ok(true)
 	default:
+		if a.serveStreaming(method, w, r) {
+			return
+		}
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"ok":false,"error_code":404,"description":"Not Found: method %s"}`, method)
 	}
