@@ -66,9 +66,9 @@ func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
 	}()
 	for {
 		c.mu.Lock()
-		if c.free && c.now.Before(deadline) {
-			c.now = deadline
-		}
+		// Going free releases no sleeper: a preview waiting for its
+		// time when the model ends is cut by the turn's end, as it
+		// would be on a real clock.
 		if !c.now.Before(deadline) {
 			c.mu.Unlock()
 			return nil
