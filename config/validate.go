@@ -95,6 +95,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.Webhook.Path, DefaultWebhookPath)
 	setStr(&tg.GroupPolicy, "mention")
 	setStr(&tg.GroupScope, "user")
+	setStr(&tg.Streaming, "auto")
 	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
 	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
@@ -197,6 +198,7 @@ func (c *Config) Validate() Errors {
 	oneOf("channels.telegram.mode", tg.Mode, "polling", "webhook")
 	oneOf("channels.telegram.group_policy", tg.GroupPolicy, "mention", "all")
 	oneOf("channels.telegram.group_scope", tg.GroupScope, "user", "chat")
+	oneOf("channels.telegram.streaming", tg.Streaming, "auto", "draft", "edits", "off")
 	if u, err := url.Parse(tg.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("channels.telegram.api_url", "%q is not an http(s) URL", tg.APIURL)
 	}

@@ -261,7 +261,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
-			Logger: log,
+			Streaming: tg.Streaming, Logger: log,
 		})
 		if err != nil {
 			log.Error(err.Error())
