@@ -72,7 +72,7 @@ type stream struct {
 	lead    string // the client id of the message the deltas answer
 	replyTo int
 	draftID int
-	every   time.Duration
+	pace    *pacer
 	ctx     context.Context // ends with end: cuts a wait between previews
 	cancel  context.CancelFunc
 	kick    chan struct{}
@@ -87,7 +87,6 @@ type stream struct {
 	mode     string // methodDraft or methodEdit
 	shown    string // the text the preview shows
 	msgID    int    // the preview message (edits)
-	next     time.Time
 	failures int
 	off      bool // previews given up
 }
@@ -117,7 +116,7 @@ func (b *Bot) newStream(m *tgbotapi.Message, key string) *stream {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &stream{b: b, chatID: m.Chat.ID, key: key, lead: clientMsgID(m.Chat.ID, m.MessageID), replyTo: m.MessageID,
-		draftID: m.MessageID, every: every, ctx: ctx, cancel: cancel, mode: method,
+		draftID: m.MessageID, pace: b.pacerFor(m.Chat.ID, every), ctx: ctx, cancel: cancel, mode: method,
 		kick: make(chan struct{}, 1), exited: make(chan struct{})}
 }
 
@@ -162,7 +161,7 @@ func (s *stream) run() {
 			if preview == s.shown || strings.TrimSpace(preview) == "" {
 				break
 			}
-			if wait := s.next.Sub(s.b.opts.Now()); wait > 0 {
+			if wait := s.pace.take(s.b.opts.Now()); wait > 0 {
 				if s.b.opts.Sleep(s.ctx, wait) != nil {
 					return
 				}
@@ -186,6 +185,7 @@ func (s *stream) show(text, parseMode string) {
 		if _, err = b.api.MakeRequest(methodDraft, params); err != nil && draftRefused(err) {
 			b.refuseDrafts(err)
 			s.mode = methodEdit // at once: the refused call showed nothing
+			s.pace.abort()
 			return
 		}
 	case s.msgID == 0:
@@ -205,19 +205,16 @@ func (s *stream) show(text, parseMode string) {
 			err = nil
 		}
 	}
-	now := b.opts.Now()
+	s.pace.done(b.opts.Now(), err) // a 429 slows the chat down as Telegram says
 	if err == nil {
-		s.shown, s.failures, s.next = text, 0, now.Add(s.every)
+		s.shown, s.failures = text, 0
 		return
 	}
 	var apiErr *tgbotapi.Error
 	if errors.As(err, &apiErr) && apiErr.RetryAfter > 0 {
-		// Slow down as Telegram says; the text waits, nothing is lost.
-		s.next = now.Add(max(time.Duration(apiErr.RetryAfter)*time.Second, s.every))
-		return
+		return // the text waits; nothing is lost
 	}
 	b.warnOnce(s.mode, err)
-	s.next = now.Add(s.every)
 	s.failures++
 	if s.failures >= previewFailures || (s.mode == methodEdit && isClientError(err)) {
 		s.off = true // the final reply goes out as without previews
@@ -240,13 +237,20 @@ func (s *stream) end() {
 	}
 }
 
+// release lets go of the chat's pacer, once the reply is delivered.
+func (s *stream) release() {
+	if s != nil {
+		s.b.releasePacer(s.chatID)
+	}
+}
+
 // deliverReply sends a live turn's reply: into its preview message when
 // the stream made one, else as today's messages. Call it after end.
 func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text string, replyTo int) (string, error) {
 	if s == nil || s.msgID == 0 {
 		return b.send(ctx, chatID, text, replyTo)
 	}
-	ref, err := b.finishPreview(ctx, chatID, s.msgID, s.shown, s.next, text, replyTo)
+	ref, err := b.finishPreview(ctx, chatID, s.msgID, s.shown, s.pace, text, replyTo)
 	if err == nil {
 		b.clearPreview(s.key)
 	}
@@ -254,15 +258,15 @@ func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text st
 }
 
 // finishPreview turns preview message msgID, showing shown, into the
-// reply: its first part by an edit (not before notBefore, as the chat's
-// pace says), the rest as new messages. An edit that fails for good (the
+// reply: its first part by an edit (when pace, the chat's pacer, allows),
+// the rest as new messages. An edit that fails for good (the
 // message was deleted, or is too old) sends the whole reply as new
 // messages instead: the reply is never lost to a preview.
-func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown string, notBefore time.Time, text string, replyTo int) (string, error) {
+func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown string, pace *pacer, text string, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	parts := finalParts(text)
 	if parts[0] != shown {
-		if err := b.editFinal(ctx, chatID, msgID, parts[0], notBefore); err != nil {
+		if err := b.editFinal(ctx, chatID, msgID, parts[0], pace); err != nil {
 			b.log.Warn("telegram: the preview could not be turned into the reply; sending it anew",
 				slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
 			return b.send(ctx, chatID, text, replyTo)
@@ -282,31 +286,128 @@ func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown 
 }
 
 // editFinal edits msgID to text, waiting out 429s and retrying other
-// failures with backoff; an edit that would change nothing succeeded.
-func (b *Bot) editFinal(ctx context.Context, chatID int64, msgID int, text string, notBefore time.Time) error {
+// failures with backoff, at the pace of pace (nil: at once); an edit that
+// would change nothing succeeded.
+func (b *Bot) editFinal(ctx context.Context, chatID int64, msgID int, text string, pace *pacer) error {
 	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chatID, 10), "text": text}
 	params.AddNonZero("message_id", msgID)
+	if pace == nil {
+		pace = &pacer{every: 0}
+	}
 	var err error
 	for attempt := 0; attempt < 6; attempt++ {
-		if wait := notBefore.Sub(b.opts.Now()); wait > 0 {
+		for {
+			wait := pace.take(b.opts.Now())
+			if wait <= 0 {
+				break
+			}
 			if err := b.opts.Sleep(ctx, wait); err != nil {
 				return err
 			}
 		}
-		if _, err = b.api.MakeRequest(methodEdit, params); err == nil || notModified(err) {
+		_, err = b.api.MakeRequest(methodEdit, params)
+		pace.done(b.opts.Now(), err)
+		if err == nil || notModified(err) {
 			return nil
 		}
 		var apiErr *tgbotapi.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
-			notBefore = b.opts.Now().Add(time.Duration(apiErr.RetryAfter) * time.Second)
+			// The pacer waits it out.
 		case isClientError(err):
 			return err // deleted, too old, …: it will not get better
 		default:
-			notBefore = b.opts.Now().Add(time.Duration(1<<attempt) * 500 * time.Millisecond)
+			pace.delay(b.opts.Now().Add(time.Duration(1<<attempt) * 500 * time.Millisecond))
 		}
 	}
 	return err
+}
+
+// pacer spaces the preview calls of one chat — of every reply streaming
+// into it at once — at least every apart, each counted from the end of
+// the call before, and as far apart as a 429's retry_after says.
+type pacer struct {
+	users int // streams using it; guarded by Bot.mu
+
+	mu       sync.Mutex
+	every    time.Duration
+	inflight bool
+	next     time.Time
+}
+
+// take returns how long to wait before the chat's next call; zero means
+// call now, and the caller must report the call's end with done.
+func (p *pacer) take(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.inflight:
+		return max(p.every, time.Millisecond) // another stream's call: look again after a while
+	case now.Before(p.next):
+		return p.next.Sub(now)
+	}
+	p.inflight = true
+	return 0
+}
+
+// done ends a call taken at take: the next comes every later, or when a
+// 429 said.
+func (p *pacer) done(now time.Time, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight = false
+	wait := p.every
+	var apiErr *tgbotapi.Error
+	if errors.As(err, &apiErr) && apiErr.RetryAfter > 0 {
+		wait = max(wait, time.Duration(apiErr.RetryAfter)*time.Second)
+	}
+	if t := now.Add(wait); t.After(p.next) {
+		p.next = t
+	}
+}
+
+// delay puts the next call off until at least t.
+func (p *pacer) delay(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.After(p.next) {
+		p.next = t
+	}
+}
+
+// abort ends a call taken at take that did not count: the next may
+// come at once.
+func (p *pacer) abort() {
+	p.mu.Lock()
+	p.inflight = false
+	p.mu.Unlock()
+}
+
+// pacerFor returns chat's pacer, shared by the replies streaming into it;
+// releasePacer lets go of it once the reply is delivered.
+func (b *Bot) pacerFor(chatID int64, every time.Duration) *pacer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pacers == nil {
+		b.pacers = map[int64]*pacer{}
+	}
+	p := b.pacers[chatID]
+	if p == nil {
+		p = &pacer{every: every}
+		b.pacers[chatID] = p
+	}
+	p.users++
+	return p
+}
+
+func (b *Bot) releasePacer(chatID int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.pacers[chatID]; p != nil {
+		if p.users--; p.users <= 0 {
+			delete(b.pacers, chatID)
+		}
+	}
 }
 
 // draftRefused reports whether the Bot API said it has no
@@ -391,7 +492,7 @@ func (b *Bot) deliverStoredText(ctx context.Context, d sessions.Delivery, chatID
 	if !ok {
 		return b.send(ctx, chatID, text, replyTo)
 	}
-	ref, err := b.finishPreview(ctx, chatID, r.Message, "", time.Time{}, text, replyTo)
+	ref, err := b.finishPreview(ctx, chatID, r.Message, "", nil, text, replyTo)
 	if err == nil {
 		b.clearPreview(d.SessionKey)
 	}

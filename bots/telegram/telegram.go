@@ -126,6 +126,7 @@ type Bot struct {
 	// draftsRefused is set once the Bot API answered that it has no
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
+	pacers        map[int64]*pacer // per chat with a reply streaming
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
@@ -557,6 +558,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	if err != nil {
 		stopTyping()
 		st.end()
+		st.release()
 	}
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
@@ -579,6 +581,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		stopTyping()
 		st.end()
 		b.answer(ctx, m, key, out, err, st)
+		st.release()
 	})
 	return nil
 }
