@@ -89,6 +89,9 @@ type stream struct {
 	msgID    int    // the preview message (edits)
 	failures int
 	off      bool // previews given up
+	// delivered is set once the reply went into the preview message: its
+	// record is cleared after the delivery is marked.
+	delivered bool
 }
 
 // newStream returns the stream for m's reply, or nil when this chat gets
@@ -237,10 +240,17 @@ func (s *stream) end() {
 	}
 }
 
-// release lets go of the chat's pacer, once the reply is delivered.
+// release lets go of the chat's pacer once the reply is delivered and
+// marked, and forgets the preview message the reply went into. (Cleared
+// after the mark, a crash between the two costs no duplicate: the
+// delivery done again edits the message to the text it has.)
 func (s *stream) release() {
-	if s != nil {
-		s.b.releasePacer(s.chatID)
+	if s == nil {
+		return
+	}
+	s.b.releasePacer(s.chatID)
+	if s.delivered {
+		s.b.clearPreview(s.key)
 	}
 }
 
@@ -251,9 +261,7 @@ func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text st
 		return b.send(ctx, chatID, text, replyTo)
 	}
 	ref, err := b.finishPreview(ctx, chatID, s.msgID, s.shown, s.pace, text, replyTo)
-	if err == nil {
-		b.clearPreview(s.key)
-	}
+	s.delivered = err == nil
 	return ref, err
 }
 
