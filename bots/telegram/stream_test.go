@@ -565,3 +565,41 @@ func TestStoredReplyReplacesPreview(t *testing.T) {
 		t.Fatalf("%d sendMessage calls, want the preview only", n)
 	}
 }
+
+// TestStreamGroupPaceIsPerChat: two members' replies stream into one
+// group at once; together their preview calls stay at most one per 3 s,
+// and each message ends as its member's stored reply.
+func TestStreamGroupPaceIsPerChat(t *testing.T) {
+	const chat = -1001
+	api := telegramtest.New(t)
+	ag := &streamAgent{chunks: chunks(24, 30), step: 250 * time.Millisecond, lockstep: true}
+	s := startStreaming(t, api, t.TempDir(), StreamEdits, ag)
+	s.post(t, 500, telegramtest.Group(chat, 7, "@"+telegramtest.BotName+" write"))
+	s.post(t, 501, telegramtest.Group(chat, 8, "@"+telegramtest.BotName+" write too"))
+	for range 2 {
+		select {
+		case <-s.deliveries:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no delivery recorded")
+		}
+	}
+	reply7, _ := stored(t, s.h, sessions.TelegramGroupKey(chat, 7, true))
+	reply8, _ := stored(t, s.h, sessions.TelegramGroupKey(chat, 8, true))
+	var previews []telegramtest.Call
+	for _, c := range api.Calls("") {
+		if c.Method == "sendMessage" || c.Method == "editMessageText" {
+			previews = append(previews, c)
+		}
+	}
+	if len(previews) < 4 {
+		t.Fatalf("%d preview calls, want two messages and edits", len(previews))
+	}
+	checkPace(t, "preview call", previews, 3*time.Second, nil)
+	got := map[int]string{}
+	for _, m := range api.Messages() {
+		got[m.ReplyTo] = m.Text
+	}
+	if len(got) != 2 || got[500] != reply7 || got[501] != reply8 {
+		t.Fatalf("messages %+v, want one per member ending as their reply", api.Messages())
+	}
+}
