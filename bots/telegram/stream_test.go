@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/telegramtest"
@@ -601,5 +604,26 @@ func TestStreamGroupPaceIsPerChat(t *testing.T) {
 	}
 	if len(got) != 2 || got[500] != reply7 || got[501] != reply8 {
 		t.Fatalf("messages %+v, want one per member ending as their reply", api.Messages())
+	}
+}
+
+// TestDraftRefusal: which Bot API answers mean "no sendMessageDraft here"
+// (edits from then on) and which are a failed call like any other.
+func TestDraftRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&tgbotapi.Error{Code: 404, Message: "Not Found"}, true},
+		{&tgbotapi.Error{Code: 400, Message: "Bad Request: method not found"}, true},
+		{&tgbotapi.Error{Code: 400, Message: "Bad Request: unknown method"}, true},
+		{&tgbotapi.Error{Code: 400, Message: "Bad Request: chat not found"}, false},
+		{&tgbotapi.Error{Code: 429, Message: "Too Many Requests: retry after 2", ResponseParameters: tgbotapi.ResponseParameters{RetryAfter: 2}}, false},
+		{&tgbotapi.Error{Code: 500, Message: "Internal Server Error"}, false},
+		{errors.New("connection refused"), false},
+	} {
+		if got := draftRefused(tc.err); got != tc.want {
+			t.Errorf("draftRefused(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
