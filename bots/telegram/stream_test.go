@@ -131,6 +131,9 @@ type streamAgent struct {
 	// block, when set, writes that many chunks, then waits for the turn
 	// to be cancelled.
 	block int
+	// before, when set, runs before each chunk; it may end the lockstep
+	// (the bot is not expected to show anything more).
+	before func(i int) (lockstep bool)
 
 	mu     sync.Mutex
 	lost   []string // chunks the bot never dealt with
@@ -152,6 +155,9 @@ func (a *streamAgent) Reply(ctx context.Context, req agent.Request, onDelta func
 			a.clock.setFree(true)
 			<-ctx.Done()
 			return agent.Reply{}, ctx.Err()
+		}
+		if a.before != nil && !a.before(i) {
+			a.lockstep = false
 		}
 		a.clock.advance(a.step)
 		soFar.WriteString(c)
@@ -625,5 +631,30 @@ func TestDraftRefusal(t *testing.T) {
 		if got := draftRefused(tc.err); got != tc.want {
 			t.Errorf("draftRefused(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestStreamPreviewDeleted: the user deletes the preview message while
+// the reply streams. The bot stops editing it and sends the whole reply
+// as a new message, marked delivered with that message's id.
+func TestStreamPreviewDeleted(t *testing.T) {
+	api := telegramtest.New(t)
+	ag := &streamAgent{chunks: chunks(16, 40), step: 250 * time.Millisecond, lockstep: true}
+	ag.before = func(i int) bool {
+		if i == 6 {
+			api.DeleteMessage(7, api.SentIDs()[0])
+			return false
+		}
+		return true
+	}
+	s := startStreaming(t, api, t.TempDir(), StreamEdits, ag)
+	s.post(t, 500, telegramtest.DM(7, "write"))
+	reply, ref := s.delivered(t, sessions.TelegramDMKey(7))
+	sent := api.Messages()
+	if len(sent) != 2 || sent[1] != (telegramtest.Sent{ChatID: 7, Text: reply, ReplyTo: 500}) {
+		t.Fatalf("messages %+v, want the deleted preview, then the reply %q", sent, reply)
+	}
+	if ids := api.SentIDs(); ref != strconv.Itoa(ids[1]) {
+		t.Fatalf("delivery ref %q, want the new message's id %d", ref, ids[1])
 	}
 }
