@@ -55,10 +55,11 @@ type Options struct {
 	GroupScope    string // user | chat
 	Logger        *slog.Logger
 	HTTPClient    *http.Client
-	// Sleep waits between retries; tests pass one that records instead.
+	// Sleep waits between retries and between a chat's previews; tests
+	// pass one that records instead.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now tells how long an update has failed to be stored, which decides
-	// when the bot gives up on it (default time.Now).
+	// when the bot gives up on it, and paces previews (default time.Now).
 	Now func() time.Time
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
