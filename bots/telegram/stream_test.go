@@ -575,41 +575,38 @@ func TestStoredReplyReplacesPreview(t *testing.T) {
 	}
 }
 
-// TestStreamGroupPaceIsPerChat: two members' replies stream into one
-// group at once; together their preview calls stay at most one per 3 s,
-// and each message ends as its member's stored reply.
-func TestStreamGroupPaceIsPerChat(t *testing.T) {
-	const chat = -1001
-	api := telegramtest.New(t)
-	ag := &streamAgent{chunks: chunks(24, 30), step: 250 * time.Millisecond, lockstep: true}
-	s := startStreaming(t, api, t.TempDir(), StreamEdits, ag)
-	s.post(t, 500, telegramtest.Group(chat, 7, "@"+telegramtest.BotName+" write"))
-	s.post(t, 501, telegramtest.Group(chat, 8, "@"+telegramtest.BotName+" write too"))
-	for range 2 {
-		select {
-		case <-s.deliveries:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no delivery recorded")
+// TestPacerIsPerChat: the replies streaming into one chat share its
+// pacer: a call waits while another is in flight, the next comes every
+// after the end of the one before, a 429 puts it off by retry_after, and
+// the pacer is let go once the last reply using it is delivered.
+func TestPacerIsPerChat(t *testing.T) {
+	b := &Bot{}
+	p1, p2 := b.pacerFor(-1001, groupEvery), b.pacerFor(-1001, groupEvery)
+	if p1 != p2 || b.pacerFor(7, privateEvery) == p1 {
+		t.Fatal("two replies in one chat have different pacers, or two chats share one")
+	}
+	t0 := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	check := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: wait %v, want %v", what, got, want)
 		}
 	}
-	reply7, _ := stored(t, s.h, sessions.TelegramGroupKey(chat, 7, true))
-	reply8, _ := stored(t, s.h, sessions.TelegramGroupKey(chat, 8, true))
-	var previews []telegramtest.Call
-	for _, c := range api.Calls("") {
-		if c.Method == "sendMessage" || c.Method == "editMessageText" {
-			previews = append(previews, c)
-		}
+	check("first call", p1.take(t0), 0)
+	check("another reply's call while one is in flight", p2.take(at(time.Second)), groupEvery)
+	p1.done(at(500*time.Millisecond), nil)
+	check("another reply's call 1 s after the end", p2.take(at(1500*time.Millisecond)), 2*time.Second)
+	check("its call 3 s after the end", p2.take(at(3500*time.Millisecond)), 0)
+	p2.done(at(4*time.Second), &tgbotapi.Error{Code: 429, ResponseParameters: tgbotapi.ResponseParameters{RetryAfter: 5}})
+	check("a call after a 429", p1.take(at(4*time.Second)), 5*time.Second)
+	b.releasePacer(-1001)
+	if b.pacers[-1001] == nil {
+		t.Fatal("the pacer went while a reply still uses it")
 	}
-	if len(previews) < 4 {
-		t.Fatalf("%d preview calls, want two messages and edits", len(previews))
-	}
-	checkPace(t, "preview call", previews, 3*time.Second, nil)
-	got := map[int]string{}
-	for _, m := range api.Messages() {
-		got[m.ReplyTo] = m.Text
-	}
-	if len(got) != 2 || got[500] != reply7 || got[501] != reply8 {
-		t.Fatalf("messages %+v, want one per member ending as their reply", api.Messages())
+	b.releasePacer(-1001)
+	if b.pacers[-1001] != nil {
+		t.Fatal("the pacer stayed after its last reply")
 	}
 }
 
