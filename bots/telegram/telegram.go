@@ -127,7 +127,7 @@ type Bot struct {
 	// draftsRefused is set once the Bot API answered that it has no
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
-	pacers        map[int64]*pacer // per chat with a reply streaming
+	pacers        map[int64]*pacer // per chat with a reply streaming; guarded by mu
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
