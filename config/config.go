@@ -133,6 +133,7 @@ type Telegram struct {
 	AllowedUsers []int64  `yaml:"allowed_users"`
 	GroupPolicy  string   `yaml:"group_policy"`
 	GroupScope   string   `yaml:"group_scope"`
+	Streaming    string   `yaml:"streaming"` // auto | draft | edits | off
 	MaxHistory   *int     `yaml:"max_history"`
 	Session      Session  `yaml:"session"`
 	// Format is how replies are sent: html (Markdown converted to

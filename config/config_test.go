@@ -231,6 +231,12 @@ channels:
     webhook:
       url: https://bot.example.com/telegram/webhook
 `, []string{"channels.telegram.webhook.secret: webhook mode needs a secret"}},
+		{"unknown streaming mode", `
+channels:
+  telegram:
+    token: "1:x"
+    streaming: typewriter
+`, []string{`bot.yaml:4: channels.telegram.streaming: "typewriter" is not one of [auto draft edits off]`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -99,6 +99,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.GroupScope, "user")
 	setStr(&tg.Format, "html")
 	setInt(&tg.MaxImageBytes, DefaultMaxImageBytes)
+	setStr(&tg.Streaming, "auto")
 	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
 	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
@@ -202,6 +203,7 @@ func (c *Config) Validate() Errors {
 	oneOf("channels.telegram.group_policy", tg.GroupPolicy, "mention", "all")
 	oneOf("channels.telegram.group_scope", tg.GroupScope, "user", "chat")
 	oneOf("channels.telegram.format", tg.Format, "html", "plain")
+	oneOf("channels.telegram.streaming", tg.Streaming, "auto", "draft", "edits", "off")
 	if u, err := url.Parse(tg.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("channels.telegram.api_url", "%q is not an http(s) URL", tg.APIURL)
 	}

@@ -152,7 +152,7 @@ func TestPhotoWithoutVisionIsAnsweredAsText(t *testing.T) {
 
 func TestTextDocumentIsRead(t *testing.T) {
 	api := telegramtest.New(t)
-	h := start(t, api, t.TempDir(), setup{})
+	h := start(t, api, t.TempDir(), setup{opts: Options{Format: FormatPlain}}) // the echo reply compared as written
 	api.AddFile("d1", []byte("buy milk\nbuy ```bread```\n"))
 	api.Push(telegramtest.Document(7, "what do I need?", "d1", "notes.txt", "text/plain; charset=utf-8", 25))
 	body := "file notes.txt:\n````\nbuy milk\nbuy ```bread```\n````\n\nwhat do I need?"

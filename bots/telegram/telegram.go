@@ -56,10 +56,11 @@ type Options struct {
 	GroupScope    string // user | chat
 	Logger        *slog.Logger
 	HTTPClient    *http.Client
-	// Sleep waits between retries; tests pass one that records instead.
+	// Sleep waits between retries and between a chat's previews; tests
+	// pass one that records instead.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now tells how long an update has failed to be stored, which decides
-	// when the bot gives up on it (default time.Now).
+	// when the bot gives up on it, and paces previews (default time.Now).
 	Now func() time.Time
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
@@ -77,6 +78,9 @@ type Options struct {
 	// DefaultMaxTextBytes).
 	MaxImageBytes int64
 	MaxTextBytes  int
+	// Streaming is how a reply shows while the model writes it: auto
+	// (default), draft, edits or off (see stream.go).
+	Streaming string
 }
 
 // Reply formats (Options.Format).
@@ -140,6 +144,10 @@ type Bot struct {
 	persistMu    sync.Mutex
 	inflight     sync.WaitGroup
 	registerOnce sync.Once // the deliverer, once connected
+	// draftsRefused is set once the Bot API answered that it has no
+	// sendMessageDraft: previews are edits from then on.
+	draftsRefused atomic.Bool
+	pacers        map[int64]*pacer // per chat with a reply streaming; guarded by mu
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
@@ -210,6 +218,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	if opts.MaxTextBytes <= 0 {
 		opts.MaxTextBytes = DefaultMaxTextBytes
+	}
+	if opts.Streaming == "" {
+		opts.Streaming = StreamAuto
 	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
@@ -568,8 +579,16 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	}
 	in.Text, in.Attachments = media.text, media.atts
 	stopTyping := b.typing(m.Chat.ID)
+	// Deltas reach the hooks of the turn's lead message only: a burst
+	// streams once, into the reply to its last message.
+	st := b.newStream(m, key)
+	var onDelta func(string)
+	if st != nil {
+		onDelta = st.delta
+	}
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
-		OnAck: func(sessions.Ack) { stored() },
+		OnDelta: onDelta,
+		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) {
 			if ev.Reason != sessions.ReasonManual {
 				why := map[string]string{sessions.ReasonIdle: "was idle", sessions.ReasonDaily: "ended for the day"}[ev.Reason]
@@ -579,6 +598,8 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	})
 	if err != nil {
 		stopTyping()
+		st.end()
+		st.release()
 	}
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
@@ -599,14 +620,17 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		// reply is sent during a drain too.
 		out, err := t.Wait(context.WithoutCancel(ctx))
 		stopTyping()
-		b.answer(ctx, m, key, out, err)
+		st.end()
+		b.answer(ctx, m, key, out, err, st)
+		st.release()
 	})
 	return nil
 }
 
 // answer sends the reply of the turn that answered m, when m's outcome
-// carries it, and records its delivery.
-func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error) {
+// carries it — into the preview st made, if any — and records its
+// delivery.
+func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error, st *stream) {
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		// Stored but not run: the next start (or another replica) runs it
@@ -639,7 +663,7 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 	var ref string
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
-		ref, serr = b.send(ctx, m.Chat.ID, text, replyTo)
+		ref, serr = b.deliverReply(ctx, st, m.Chat.ID, text, replyTo)
 	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
@@ -818,11 +842,17 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) 
 // texts (help, notices), which are not Markdown, and replies with format
 // plain.
 func (b *Bot) sendPlain(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
+	return b.sendParts(ctx, chatID, plainParts(text), false, replyTo)
+}
+
+// plainParts are text's messages without markup, split at Telegram's
+// limit.
+func plainParts(text string) []tgformat.Part {
 	var parts []tgformat.Part
 	for _, p := range Split(text, MaxMessageUnits) {
 		parts = append(parts, tgformat.Part{Plain: p})
 	}
-	return b.sendParts(ctx, chatID, parts, false, replyTo)
+	return parts
 }
 
 // sendParts sends parts in order, each as HTML when html is set, else as
@@ -918,7 +948,7 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	if !ok {
 		return "", nil
 	}
-	return b.send(ctx, chatID, text, replyTo)
+	return b.deliverStoredText(ctx, d, chatID, text, replyTo)
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued

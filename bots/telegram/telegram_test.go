@@ -94,6 +94,11 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	if opts.Mode == "" {
 		opts.Mode = "polling"
 	}
+	if opts.Streaming == "" {
+		// Drafts in private chats, nothing in groups: a test that waits for
+		// a group's message waits for the reply, not for a preview.
+		opts.Streaming = StreamDraft
+	}
 	opts.Sleep = func(ctx context.Context, d time.Duration) error {
 		h.mu.Lock()
 		h.waits = append(h.waits, d)

@@ -272,7 +272,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
-			Logger: log,
+			Streaming: tg.Streaming, Logger: log,
 		})
 		if err != nil {
 			log.Error(err.Error())

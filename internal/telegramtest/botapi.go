@@ -51,13 +51,15 @@ type Server struct {
 
 	// failParse: the next HTML messages refused as unparsable, valid or not
 	failParse int
-	sentModes []string // parse_mode of each of sent
+	sentModes []string    // parse_mode of each of sent
+	stream    streamState // sendMessageDraft and editMessageText
 }
 
 // Call is one request the bot made: its method and form parameters.
 type Call struct {
 	Method string
 	Params url.Values
+	At     time.Time // when it arrived, on the server's clock (SetClock)
 }
 
 type poller struct {
@@ -96,7 +98,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	method := strings.TrimPrefix(r.URL.Path, prefix)
 	a.mu.Lock()
-	a.calls = append(a.calls, Call{Method: method, Params: r.Form})
+	a.calls = append(a.calls, Call{Method: method, Params: r.Form, At: a.clockNow()})
 	a.cond.Broadcast()
 	a.mu.Unlock()
 	ok := func(result any) {
@@ -149,6 +151,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.sentModes = append(a.sentModes, r.FormValue("parse_mode"))
 		id := a.nextMsg
 		a.nextMsg++
+		a.noteSent(chat, id)
 		a.cond.Broadcast()
 		a.mu.Unlock()
 		ok(map[string]any{"message_id": id, "date": 1, "chat": map[string]any{"id": chat, "type": "private"},
@@ -173,6 +176,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "getFile":
 		a.getFile(w, r) // files.go
 	default:
+		if a.serveStreaming(method, w, r) {
+			return
+		}
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"ok":false,"error_code":404,"description":"Not Found: method %s"}`, method)
 	}

@@ -1,7 +1,9 @@
 package telegramtest
 
 import (
+	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -58,5 +60,62 @@ func TestGetUpdatesRules(t *testing.T) {
 	}
 	if n := len(a.Calls("getMe")); n != 1 {
 		t.Fatalf("%d getMe calls recorded, want 1", n)
+	}
+}
+
+// TestStreamingCalls checks the fake's drafts and edits through the real
+// client library: a draft needs a non-zero draft_id; an edit changes the
+// sent message's text, and is refused as the Bot API refuses it — 400
+// "message is not modified" for the same text, 400 "message to edit not
+// found" for an unknown message; the variants answer drafts 404 Not
+// Found and every n-th edit 429 with retry_after 2.
+func TestStreamingCalls(t *testing.T) {
+	a := New(t)
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiErr := func(err error) *tgbotapi.Error {
+		t.Helper()
+		var e *tgbotapi.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("error %v is not the Bot API's", err)
+		}
+		return e
+	}
+	if _, err := api.MakeRequest("sendMessageDraft", tgbotapi.Params{"chat_id": "7", "draft_id": "5", "text": "Hel"}); err != nil {
+		t.Fatalf("draft: %v", err)
+	}
+	if _, err := api.MakeRequest("sendMessageDraft", tgbotapi.Params{"chat_id": "7", "text": "Hel"}); apiErr(err).Code != 400 {
+		t.Fatalf("draft without draft_id: %v", err)
+	}
+	sent, err := api.Send(tgbotapi.NewMessage(7, "Hel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, "Hello")); err != nil {
+		t.Fatalf("edit: %v", err)
+	}
+	if m := a.Messages(); len(m) != 1 || m[0].Text != "Hello" {
+		t.Fatalf("after the edit the messages are %+v", m)
+	}
+	if _, err := api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, "Hello")); !strings.Contains(apiErr(err).Message, "message is not modified") {
+		t.Fatalf("same text: %v", err)
+	}
+	if _, err := api.Request(tgbotapi.NewEditMessageText(7, 12345, "x")); !strings.Contains(apiErr(err).Message, "message to edit not found") {
+		t.Fatalf("unknown message: %v", err)
+	}
+	a.RefuseDrafts()
+	if _, err := api.MakeRequest("sendMessageDraft", tgbotapi.Params{"chat_id": "7", "draft_id": "5", "text": "Hel"}); apiErr(err).Code != 404 || apiErr(err).Message != "Not Found" {
+		t.Fatalf("refused draft: %v", err)
+	}
+	a.Throttle429Edits(1)
+	if _, err := api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, "Hello!")); apiErr(err).Code != 429 || apiErr(err).RetryAfter != 2 {
+		t.Fatalf("throttled edit: %v", err)
+	}
+	if m := a.Messages(); m[0].Text != "Hello" || a.EditsRefused() != 1 {
+		t.Fatalf("a throttled edit changed the message: %+v", m)
 	}
 }

@@ -1,0 +1,207 @@
+package telegramtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// streamState is what the streaming calls need: where each sent message
+// is (edits change its text in place), the server's clock, and the
+// variants that refuse drafts or throttle edits.
+type streamState struct {
+	now          func() time.Time
+	index        map[msgKey]int // chat and message id → index in sent
+	refuseDrafts bool
+	editEvery429 int // every n-th editMessageText answers 429
+	editCalls    int
+	editsRefused int
+	notModified  int
+}
+
+type msgKey struct {
+	chat int64
+	id   int
+}
+
+// SetClock makes the server stamp each call (Call.At) with now instead of
+// the wall clock, so that a test driving the bot on a fake clock measures
+// the bot's pace on that clock.
+func (a *Server) SetClock(now func() time.Time) {
+	a.mu.Lock()
+	a.stream.now = now
+	a.mu.Unlock()
+}
+
+// RefuseDrafts makes sendMessageDraft answer as a Bot API server that
+// does not know the method: HTTP 404 {"ok":false,"error_code":404,
+// "description":"Not Found"}.
+func (a *Server) RefuseDrafts() {
+	a.mu.Lock()
+	a.stream.refuseDrafts = true
+	a.mu.Unlock()
+}
+
+// Throttle429Edits makes every n-th editMessageText answer 429 Too Many
+// Requests with parameters.retry_after 2, changing nothing.
+func (a *Server) Throttle429Edits(n int) {
+	a.mu.Lock()
+	a.stream.editEvery429 = n
+	a.mu.Unlock()
+}
+
+// EditsRefused counts editMessageText calls answered 429.
+func (a *Server) EditsRefused() int { a.mu.Lock(); defer a.mu.Unlock(); return a.stream.editsRefused }
+
+// clockNow is the time a call is stamped with. Called under a.mu.
+func (a *Server) clockNow() time.Time {
+	if a.stream.now != nil {
+		return a.stream.now()
+	}
+	return time.Now()
+}
+
+// noteSent remembers where message id of chat is in the sent list, for
+// editMessageText. Called under a.mu.
+func (a *Server) noteSent(chat int64, id int) {
+	if a.stream.index == nil {
+		a.stream.index = map[msgKey]int{}
+	}
+	a.stream.index[msgKey{chat, id}] = len(a.sent) - 1
+}
+
+// serveStreaming answers sendMessageDraft and editMessageText as the Bot
+// API does, and reports whether method was one of them.
+func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Request) bool {
+	fail := func(code int, body string) {
+		w.WriteHeader(code)
+		fmt.Fprint(w, body)
+	}
+	switch method {
+	case "sendMessageDraft":
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.stream.refuseDrafts {
+			fail(http.StatusNotFound, `{"ok":false,"error_code":404,"description":"Not Found"}`)
+			return true
+		}
+		draft, _ := strconv.Atoi(r.FormValue("draft_id"))
+		if draft == 0 {
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: draft_id must be non-zero"}`)
+			return true
+		}
+		if n := utf16Count(r.FormValue("text")); n > 4096 {
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: text is too long"}`)
+			return true
+		}
+		if a.refuseEntities(w, r) {
+			return true
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
+		return true
+	case "editMessageText":
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.stream.editCalls++
+		if n := a.stream.editEvery429; n > 0 && a.stream.editCalls%n == 0 {
+			a.stream.editsRefused++
+			fail(http.StatusTooManyRequests, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 2","parameters":{"retry_after":2}}`)
+			return true
+		}
+		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
+		id, _ := strconv.Atoi(r.FormValue("message_id"))
+		i, ok := a.stream.index[msgKey{chat, id}]
+		if !ok {
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message to edit not found"}`)
+			return true
+		}
+		if a.refuseEntities(w, r) {
+			return true
+		}
+		text := r.FormValue("text")
+		if utf16Count(text) > 4096 {
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: MESSAGE_TOO_LONG"}`)
+			return true
+		}
+		if a.sent[i].Text == text {
+			a.stream.notModified++
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}`)
+			return true
+		}
+		a.sent[i].Text = text
+		a.cond.Broadcast()
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": map[string]any{"message_id": id, "date": 1, "edit_date": 2,
+			"chat": map[string]any{"id": chat, "type": "private"}, "from": map[string]any{"id": BotID, "is_bot": true, "first_name": "Gate"}, "text": text}})
+		return true
+	}
+	return false
+}
+
+// NotModified counts editMessageText calls refused because the text was
+// unchanged.
+func (a *Server) NotModified() int { a.mu.Lock(); defer a.mu.Unlock(); return a.stream.notModified }
+
+// DeleteMessage makes a sent message disappear, as if the user deleted
+// it: editing it answers "message to edit not found".
+func (a *Server) DeleteMessage(chat int64, id int) {
+	a.mu.Lock()
+	delete(a.stream.index, msgKey{chat, id})
+	a.mu.Unlock()
+}
+
+// SentIDs returns the message ids of the messages sent so far, in the
+// order of Messages.
+func (a *Server) SentIDs() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]int, len(a.sent))
+	for k, i := range a.stream.index {
+		ids[i] = k.id
+	}
+	return ids
+}
+
+func utf16Count(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r >= 0x10000 {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitCalls waits until cond holds for the calls made so far, or within
+// has passed, and reports whether it held; it never fails the test, so
+// it may wait on any goroutine. Every request wakes it, and so does Poke;
+// cond runs under the server's lock and must not keep calls.
+func (a *Server) WaitCalls(cond func(calls []Call) bool, within time.Duration) bool {
+	expired := false
+	timer := time.AfterFunc(within, func() {
+		a.mu.Lock()
+		expired = true
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer timer.Stop()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for !cond(a.calls) {
+		if expired {
+			return false
+		}
+		a.cond.Wait()
+	}
+	return true
+}
+
+// Poke wakes WaitCalls to test its condition again, for a condition that
+// also looks at something other than the calls.
+func (a *Server) Poke() {
+	a.mu.Lock()
+	a.cond.Broadcast()
+	a.mu.Unlock()
+}
