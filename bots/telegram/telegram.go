@@ -203,9 +203,10 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		replies: newKeyQueues(),
 		seen:    newRecentUpdates(4096),
 		refused: map[int64]bool{}, warned: map[string]bool{}, typers: map[int64]*typer{},
-		stopping: make(chan struct{}), connected: make(chan struct{}),
+		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
+	b.connected = make(chan struct{})
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
@@ -551,7 +552,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	in.Text = text
 	stopTyping := b.typing(m.Chat.ID)
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
-		OnAck: func(sessions.Ack) { stored() },
+		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.Chat.ID, key, ev) },
 	})
 	if err != nil {
