@@ -132,6 +132,9 @@ type Telegram struct {
 	GroupScope   string   `yaml:"group_scope"`
 	MaxHistory   *int     `yaml:"max_history"`
 	Session      Session  `yaml:"session"`
+	// NotifyResets tells private chats at once when a sweep archived
+	// their conversation (default false; groups are never told).
+	NotifyResets bool `yaml:"notify_resets"`
 }
 
 // Webhook configures Telegram's webhook mode.

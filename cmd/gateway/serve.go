@@ -261,12 +261,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
-			Logger: log,
+			NotifyResets: tg.NotifyResets,
+			Logger:       log,
 		})
 		if err != nil {
 			log.Error(err.Error())
 		} else {
 			bot = b
+			if tg.NotifyResets {
+				metrics.WatchResetNotices(func() (sent, dropped, failed int64) {
+					st := bot.NoticeStats()
+					return st.Sent, st.Dropped, st.Failed
+				})
+			}
 			if tg.Mode == "webhook" {
 				srv.Handle("POST "+tg.Webhook.Path, bot.WebhookHandler())
 			}
