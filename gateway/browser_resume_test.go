@@ -54,6 +54,25 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 		t.Fatalf("after going back: %v", err)
 	}
 
+	// A sweep while the page is closed: when it comes back it says so and
+	// offers the conversation back.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(time.Hour)
+	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
+		t.Fatalf("sweep = %d, %v", n, err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/?user=eve"),
+		waitText(".notice", "closed while you were away"),
+		chromedp.Click(".notice button.previous"),
+		waitText(".notice", "Back to your previous conversation"),
+		waitText(".msg.assistant", "echo: three (history: 2)"),
+	); err != nil {
+		t.Fatalf("reset while away: %v", err)
+	}
+
 	// An idle sweep: the notice says why and offers the conversation back.
 	clock.advance(time.Hour)
 	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {

@@ -100,10 +100,12 @@
         case "ready":
           backoff = 500;
           store.set("session", f.session);
+          const away = conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
             lastSeq = 0;
           }
+          if (away) resetWhileAway();
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
@@ -199,6 +201,7 @@
   // "resume" carries the reopened conversation's history.
   let ownReset = false; // this page's "New conversation" awaits its reset frame
   function switchConversation(f) {
+    const had = shown.size > 0; // an empty conversation's reset needs no word
     clear();
     conversation = f.conversation;
     lastSeq = 0;
@@ -214,7 +217,7 @@
       notice("New conversation");
       return;
     }
-    noticeWithPrevious(resetWhy(f));
+    if (had) noticeWithPrevious(resetWhy(f));
   }
   function resetWhy(f) {
     switch (f.reason) {
@@ -243,6 +246,9 @@
     el.appendChild(btn);
     log.appendChild(el);
     scroll();
+  }
+  function resetWhileAway() {
+    noticeWithPrevious("New conversation: the last one was closed while you were away.");
   }
   function askPrevious() {
     if (!send({ type: "resume_previous" })) notice("offline: try again when connected");
