@@ -100,12 +100,12 @@
         case "ready":
           backoff = 500;
           store.set("session", f.session);
-          const away = conversation && f.conversation !== conversation && lastSeq > 0;
+          wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
             lastSeq = 0;
           }
-          if (away) resetWhileAway();
+          if (wasAway) resetWhileAway();
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
@@ -200,6 +200,7 @@
   // so and offers the previous conversation back. A reset with reason
   // "resume" carries the reopened conversation's history.
   let ownReset = false; // this page's "New conversation" awaits its reset frame
+  let wasAway = false; // ready: the conversation shown before was closed meanwhile
   function switchConversation(f) {
     const had = shown.size > 0; // an empty conversation's reset needs no word
     clear();
