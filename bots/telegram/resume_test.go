@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,3 +249,73 @@ func TestIdleFor(t *testing.T) {
 		}
 	}
 }
+
+// Only this replica's sweeps are noticed: a reset forwarded from another
+// replica (whose own bot sends that notice), a lazy reset (told with the
+// answer), a manual one and a group's are not queued.
+func TestOnlyThisReplicasSweepsAreNoticed(t *testing.T) {
+	api := telegramtest.New(t)
+	done := make(chan struct{}, 16)
+	h := start(t, api, t.TempDir(), setup{policies: idle30, beforeStart: countNotices(done), opts: Options{NotifyResets: true}})
+	dm := sessions.TelegramDMKey(31)
+	for _, ev := range []sessions.ResetEvent{
+		{Channel: Channel, SessionKey: dm, OldConversation: "a", Reason: sessions.ReasonIdle, OldMessages: 2, Remote: true},
+		{Channel: Channel, SessionKey: dm, OldConversation: "b", NewConversation: "c", Reason: sessions.ReasonIdle, OldMessages: 2},
+		{Channel: Channel, SessionKey: dm, OldConversation: "d", Reason: sessions.ReasonManual, OldMessages: 2},
+		{Channel: Channel, SessionKey: sessions.TelegramGroupKey(-5, 31, true), OldConversation: "e", Reason: sessions.ReasonIdle, OldMessages: 2},
+		{Channel: Channel, SessionKey: sessions.TelegramGroupKey(-5, 31, false), OldConversation: "f", Reason: sessions.ReasonDaily, OldMessages: 2},
+		{Channel: "websocket", SessionKey: "websocket:31", OldConversation: "g", Reason: sessions.ReasonIdle, OldMessages: 2},
+		{Channel: Channel, SessionKey: dm, OldConversation: "h", Reason: sessions.ReasonDaily, OldMessages: 2},
+	} {
+		h.bot.onSweep(ev)
+	}
+	// The queue is first in, first out: once the last one is done, any
+	// before it would have been too.
+	waitNotices(t, done, 1)
+	sent := api.WaitSent(t, 1)
+	if len(sent) != 1 || sent[0].ChatID != 31 || sent[0].Text != dailySweepText {
+		t.Fatalf("sent %+v, want only the daily notice to chat 31", sent)
+	}
+	if st := h.bot.NoticeStats(); st != (NoticeStats{Sent: 1}) {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+// Notices still queued when the bot stops are not sent; the stop logs how
+// many (those users are told when they next write).
+func TestQueuedNoticesAreCountedAtTheStop(t *testing.T) {
+	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, t.TempDir()+"/g.db", sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	mgr := sessions.New(db, nil, sessions.Options{Logger: quiet})
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	bot, err := New(mgr, Options{Token: telegramtest.Token, Logger: log, NotifyResets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the bot never connected: its sender waits
+		bot.onSweep(sessions.ResetEvent{Channel: Channel, SessionKey: sessions.TelegramDMKey(int64(40 + i)), OldConversation: "x",
+			Reason: sessions.ReasonIdle, OldMessages: 1})
+	}
+	bot.StopTaking()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bot.Wait(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), `reset notices not sent before the stop; those users are told when they next write" channel=telegram notices=3`) {
+		t.Fatalf("log = %s", logged.String())
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.w.Write(p) }
