@@ -356,7 +356,8 @@ func (m *Manager) Policy(channel string) Policy {
 	return m.opts.DefaultPolicy
 }
 
-// OnReset registers a listener for every archive: manual, lazy and swept.
+// OnReset registers a listener for every archive: manual, lazy and swept,
+// and for every return to an earlier conversation (reason resume).
 // Listeners run synchronously and must be quick.
 func (m *Manager) OnReset(fn func(ResetEvent)) {
 	m.mu.Lock()
