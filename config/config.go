@@ -141,6 +141,9 @@ type Telegram struct {
 	Format string `yaml:"format"`
 	// MaxImageBytes: the largest picture fetched for the model.
 	MaxImageBytes int `yaml:"max_image_bytes"`
+	// NotifyResets tells private chats at once when a sweep archived
+	// their conversation (default false; groups are never told).
+	NotifyResets bool `yaml:"notify_resets"`
 }
 
 // Webhook configures Telegram's webhook mode.

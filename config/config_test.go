@@ -349,3 +349,23 @@ func documented(data []byte, key string) bool {
 	re := regexp.MustCompile(`(?m)^\s*#\s*` + regexp.QuoteMeta(leaf) + `:`)
 	return re.Match(data)
 }
+
+func TestNotifyResets(t *testing.T) {
+	c := mustParse(t, "session:\n  reset:\n    mode: idle\nchannels:\n  telegram:\n    token: \"123456:abcdefghijklmnop\"\n    notify_resets: true\n")
+	if !c.Channels.Telegram.NotifyResets || len(c.Warnings) != 0 {
+		t.Fatalf("notify_resets = %v, warnings %q", c.Channels.Telegram.NotifyResets, c.Warnings)
+	}
+	var out strings.Builder
+	c.Describe(&out)
+	if !regexp.MustCompile(`notify_resets +true +channels\.telegram\.notify_resets \(bot\.yaml:7\)`).MatchString(out.String()) {
+		t.Fatalf("Describe lacks notify_resets:\n%s", out.String())
+	}
+	// Without a reset policy there is nothing to notify of: warned.
+	c = mustParse(t, "channels:\n  telegram:\n    notify_resets: true\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "bot.yaml:3: channels.telegram.notify_resets: has no effect") {
+		t.Fatalf("warnings = %q", c.Warnings)
+	}
+	if _, err := parse(t, "channels:\n  telegram:\n    notify_resets: sometimes\n"); err == nil {
+		t.Fatal("notify_resets: sometimes was accepted")
+	}
+}

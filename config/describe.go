@@ -39,6 +39,13 @@ func (c *Config) Describe(w io.Writer) {
 			batchFrom += "; unused: queue takes one message per turn"
 		}
 		fmt.Fprintf(tw, "  max_batch\t%d\t%s\n", p.MaxBatch.V, batchFrom)
+		if p.Channel == ChannelTelegram && (p.Idle() || p.Daily()) {
+			from := "default"
+			if c.lines["channels.telegram.notify_resets"] > 0 {
+				from = "channels.telegram.notify_resets (" + c.where("channels.telegram.notify_resets") + ")"
+			}
+			fmt.Fprintf(tw, "  notify_resets\t%t\t%s\n", c.Channels.Telegram.NotifyResets, from)
+		}
 	}
 	tw.Flush()
 	for _, warning := range c.Warnings {

@@ -224,6 +224,9 @@ func (c *Config) Validate() Errors {
 	if tg.Webhook.Path == "" || tg.Webhook.Path[0] != '/' {
 		bad("channels.telegram.webhook.path", "must start with /, got %q", tg.Webhook.Path)
 	}
+	if tg.NotifyResets && !c.Policy(ChannelTelegram).Idle() && !c.Policy(ChannelTelegram).Daily() {
+		c.warn("channels.telegram.notify_resets", "has no effect: the telegram channel's reset.mode is none, so no sweep archives its conversations")
+	}
 
 	if c.Shutdown.DrainTimeout < 0 {
 		bad("shutdown.drain_timeout", "must not be negative")

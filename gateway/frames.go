@@ -88,7 +88,7 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if len(f.ID) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
 		}
-	case "reset", "stop":
+	case "reset", "stop", "resume_previous":
 	case "":
 		return nil, errBadFrame.with("frame has no type")
 	default:
@@ -151,6 +151,12 @@ type resetFrame struct {
 	Type         string `json:"type"`
 	Conversation string `json:"conversation"`
 	Reason       string `json:"reason"`
+	// IdleMinutes is the idle period of an idle reset, so a client can
+	// say why.
+	IdleMinutes int `json:"idle_minutes,omitempty"`
+	// History is the reopened conversation's recent lines, on a reset
+	// with reason resume (resume.go).
+	History []historyItem `json:"history,omitempty"`
 }
 
 type errorFrame struct {

@@ -30,6 +30,11 @@ type Sessions interface {
 	// turn; its Ticket yields the outcome of the turn that answers it.
 	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
+	// ResumePrevious and ConversationTranscript take a session back to its
+	// previous conversation (resume.go); Policy tells a reset's why.
+	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
+	ConversationTranscript(ctx context.Context, convID string, limit int) (sessions.Transcript, error)
+	Policy(channel string) sessions.Policy
 	Stop(key string) bool
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	OnReset(fn func(sessions.ResetEvent))
@@ -387,12 +392,16 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 	if ev.Channel != Channel {
 		return
 	}
+	if ev.Reason == sessions.ReasonResume {
+		ws.onResume(ev)
+		return
+	}
 	targets := ws.connsOf(ev.SessionKey)
 	if len(targets) == 0 {
 		return
 	}
 	if ev.NewConversation != "" {
-		frame := encode(resetFrame{Type: "reset", Conversation: ev.NewConversation, Reason: ev.Reason})
+		frame := encode(ws.resetFrame(ev.NewConversation, ev.Reason))
 		for _, c := range targets {
 			c.enqueue(frame)
 			c.moved(ev.NewConversation, 0)
@@ -407,7 +416,7 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		if err != nil {
 			return
 		}
-		frame := encode(resetFrame{Type: "reset", Conversation: t.Conversation, Reason: ev.Reason})
+		frame := encode(ws.resetFrame(t.Conversation, ev.Reason))
 		for _, c := range targets {
 			c.enqueue(frame)
 			c.moved(t.Conversation, t.LastSeq)
@@ -642,7 +651,7 @@ func (c *wsConn) readLoop() {
 			if !c.ws.sess.Stop(c.key) {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
-		default: // message, reset: in arrival order, on the worker
+		default: // message, reset, resume_previous: in arrival order, on the worker
 			if !c.admit() {
 				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
 				continue
@@ -811,6 +820,10 @@ func (c *wsConn) workLoop() {
 func (c *wsConn) run(f *clientFrame) {
 	ctx := context.Background()
 	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal, ClientMsgID: f.ID}
+	if f.Type == "resume_previous" {
+		c.resumePrevious(ctx, in)
+		return
+	}
 	if f.Type == "reset" {
 		defer c.finish()
 		if _, err := c.ws.sess.Reset(ctx, in); err != nil {

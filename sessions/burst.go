@@ -216,7 +216,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		}
 	}
 	if expired {
-		old := hc.conv.ID
+		old, oldSeq := hc.conv.ID, hc.conv.LastSeq
 		// Conditional on the state judged: if another replica used the
 		// conversation since this one cached it, nothing is archived and
 		// the message starts over from storage.
@@ -231,13 +231,16 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		if hc, err = m.create(ctx, in, policy, now); err != nil {
 			return err
 		}
-		t.reset = &ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, OldConversation: old, NewConversation: hc.conv.ID, Reason: reason}
+		t.reset = &ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, OldConversation: old, NewConversation: hc.conv.ID, Reason: reason,
+			OldMessages: oldSeq}
 		m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", reason),
 			slog.String("archived", old), slog.String("conversation", hc.conv.ID))
 		if t.hooks.OnReset != nil {
 			t.hooks.OnReset(*t.reset)
 		}
 		m.publish(*t.reset)
+	} else if err := m.tellEarlierReset(ctx, t, hc, policy); err != nil {
+		return err
 	}
 	// Stored pending, owned by this replica: if it dies before a turn
 	// takes the message, the others find it by its owner. When nothing

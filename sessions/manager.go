@@ -69,10 +69,17 @@ type ResetEvent struct {
 	SessionKey      string
 	OldConversation string
 	NewConversation string // empty for sweeps: the next message opens one
-	Reason          string
+	Reason          string // manual, idle, daily, or resume (ResumePrevious)
 	// Remote is true for a reset another replica made, forwarded here:
 	// a listener acting once per reset rather than per client skips it.
 	Remote bool
+	// OldMessages is how many messages the archived conversation holds
+	// (its last seq); 0 when it was empty, and in forwarded events.
+	OldMessages int64
+	// Earlier is set on the OnReset hook of the first message after a
+	// sweep archived the key's conversation: the archive happened then
+	// (and was published then); this message opened the next one.
+	Earlier bool
 }
 
 // Ack tells that the user message is durably stored.
@@ -354,7 +361,8 @@ func (m *Manager) Policy(channel string) Policy {
 	return m.opts.DefaultPolicy
 }
 
-// OnReset registers a listener for every archive: manual, lazy and swept.
+// OnReset registers a listener for every archive: manual, lazy and swept,
+// and for every return to an earlier conversation (reason resume).
 // Listeners run synchronously and must be quick.
 func (m *Manager) OnReset(fn func(ResetEvent)) {
 	m.mu.Lock()
@@ -696,7 +704,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 		if _, err := m.store.Archive(ctx, conv.ID, ReasonManual, now, -1); err != nil {
 			return ResetEvent{}, err
 		}
-		ev.OldConversation = conv.ID
+		ev.OldConversation, ev.OldMessages = conv.ID, conv.LastSeq
 	}
 	m.hot.Remove(in.SessionKey)
 	hc, err := m.create(ctx, in, m.Policy(in.Channel), now)

@@ -45,6 +45,10 @@ type Store interface {
 	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
 	Append(ctx context.Context, a Append) error
 	Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error)
+	// LastArchived and Reopen take a key back to its previous
+	// conversation (reopen.go).
+	LastArchived(ctx context.Context, key string) (*Conversation, error)
+	Reopen(ctx context.Context, r Reopen) error
 	TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error)
 	TurnByClientID(ctx context.Context, key, clientID string) (*Turn, error)
 	DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error)
@@ -524,6 +528,7 @@ type Archived struct {
 	ID         string
 	SessionKey string
 	Channel    string
+	LastSeq    int64 // 0: the conversation was empty
 }
 
 // defaultChunk is how many conversations one sweep or purge transaction
@@ -554,7 +559,7 @@ const (
 )
 
 // sweepQuery archives one chunk of the conversations matching where and
-// returns their ids and session keys. Its parameters: status, archived_at,
+// returns their ids, session keys and last seqs. Its parameters: status, archived_at,
 // reset_reason, where's arguments, the chunk size.
 func sweepQuery(driver, where string) string {
 	if driver == DriverPostgres {
@@ -563,12 +568,12 @@ func sweepQuery(driver, where string) string {
 		// that a conversation active again is left alone. The ids as an
 		// array make the update find each by its primary key.
 		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE id = ANY(ARRAY(SELECT id FROM conversations WHERE " +
-			where + " LIMIT ? FOR UPDATE)) RETURNING id, session_key"
+			where + " LIMIT ? FOR UPDATE)) RETURNING id, session_key, last_seq"
 	}
 	// SQLite: the one writer runs the statement alone, so the rows the
 	// subquery picks still match; the update finds them by rowid.
 	return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE rowid IN (SELECT rowid FROM conversations WHERE " +
-		where + " LIMIT ?) RETURNING id, session_key"
+		where + " LIMIT ?) RETURNING id, session_key, last_seq"
 }
 
 // sweep archives the channel's conversations matching where (its bound
@@ -596,7 +601,7 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 			defer rows.Close()
 			for rows.Next() {
 				a := Archived{Channel: channel}
-				if err := rows.Scan(&a.ID, &a.SessionKey); err != nil {
+				if err := rows.Scan(&a.ID, &a.SessionKey, &a.LastSeq); err != nil {
 					return err
 				}
 				got = append(got, a)

@@ -170,7 +170,7 @@ func (m *Manager) afterSweep(reason string) func([]Archived) {
 	return func(archived []Archived) {
 		for _, c := range archived {
 			m.hot.Remove(c.SessionKey)
-			m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason})
+			m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})
 		}
 	}
 }

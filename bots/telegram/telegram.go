@@ -41,6 +41,12 @@ type Sessions interface {
 	// it up. Polling runs only while the bot's poller role is held.
 	Lead(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	Resign(ctx context.Context, name string) error
+	// ResumePrevious, Open and Policy serve /resume, /history and the
+	// reset notices (resume.go); OnReset tells of sweeps (notices.go).
+	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
+	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
+	Policy(channel string) sessions.Policy
+	OnReset(fn func(sessions.ResetEvent))
 }
 
 // Options configures the bot.
@@ -81,6 +87,12 @@ type Options struct {
 	// Streaming is how a reply shows while the model writes it: auto
 	// (default), draft, edits or off (see stream.go).
 	Streaming string
+	// NotifyResets tells a private chat's user at once when a sweep
+	// archived their conversation (notices.go); NoticesPerSecond (default
+	// 20) and NoticeQueue (default 10000) bound how fast and how many.
+	NotifyResets     bool
+	NoticesPerSecond float64
+	NoticeQueue      int
 }
 
 // Reply formats (Options.Format).
@@ -92,13 +104,13 @@ const (
 // Texts the bot sends.
 const (
 	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
-		"/new or /reset — start a new conversation\n/stop — stop the answer being written\n/help — this message"
+		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
+		"/history — the last messages of this conversation\n/stop — stop the answer being written\n/help — this message"
 	startText    = "Hello! " + helpText
 	resetText    = "Started a new conversation."
 	stoppedText  = "Stopped."
 	idleStopText = "Nothing is running."
 	refusalText  = "Sorry, this bot is private."
-	resetNotice  = "(A new conversation started: the last one %s.)"
 	unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 )
 
@@ -148,6 +160,8 @@ type Bot struct {
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
 	pacers        map[int64]*pacer // per chat with a reply streaming; guarded by mu
+	connected     chan struct{}    // closed once connected
+	notices       *notifier        // sweep notices (NotifyResets), or nil
 }
 
 // ctxClient is the HTTP client given to the library, whose requests carry
@@ -232,6 +246,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
+	b.connected = make(chan struct{})
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
@@ -241,6 +256,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		// Stored images are fetched again through the bot for every turn
 		// that needs them.
 		f.OnFetch(Channel, b.fetch)
+	}
+	if opts.NotifyResets {
+		b.startNotices()
 	}
 	return b, nil
 }
@@ -312,6 +330,8 @@ func (b *Bot) Start(ctx context.Context) error {
 	cmds := tgbotapi.NewSetMyCommands(
 		tgbotapi.BotCommand{Command: "new", Description: "Start a new conversation"},
 		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
+		tgbotapi.BotCommand{Command: "resume", Description: "Go back to the previous conversation"},
+		tgbotapi.BotCommand{Command: "history", Description: "Show the last messages of this conversation"},
 		tgbotapi.BotCommand{Command: "stop", Description: "Stop the answer being written"},
 		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
 		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
@@ -339,7 +359,10 @@ func (b *Bot) connect(ctx context.Context) bool {
 			b.setErr(nil)
 			// Only now can the bot deliver what the rescuer finds: until
 			// here its turns are left for later (or another replica).
-			b.registerOnce.Do(func() { b.sess.OnDeliver(Channel, true, b.deliverStored) })
+			b.registerOnce.Do(func() {
+				b.sess.OnDeliver(Channel, true, b.deliverStored)
+				close(b.connected)
+			})
 			return true
 		}
 		if ctx.Err() != nil {
@@ -589,12 +612,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
 		OnDelta: onDelta,
 		OnAck:   func(sessions.Ack) { stored() },
-		OnReset: func(ev sessions.ResetEvent) {
-			if ev.Reason != sessions.ReasonManual {
-				why := map[string]string{sessions.ReasonIdle: "was idle", sessions.ReasonDaily: "ended for the day"}[ev.Reason]
-				b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, fmt.Sprintf(resetNotice, why), 0) })
-			}
-		},
+		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.Chat.ID, key, ev) },
 	})
 	if err != nil {
 		stopTyping()
@@ -744,6 +762,15 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 			return err
 		}
 		text = resetText
+	case "resume":
+		t, err := b.resume(ctx, in, first)
+		if err != nil {
+			return err
+		}
+		text = t
+	case "history":
+		b.later(in.SessionKey, func() { b.send(ctx, m.Chat.ID, b.history(ctx, in), m.MessageID) })
+		return nil
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.Chat.ID, text, m.MessageID) })
 	return nil
@@ -952,7 +979,8 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued
-// updates are left for Telegram to send again.
+// updates are left for Telegram to send again. Reset notices not yet sent
+// are left too (their users are told when they next write).
 func (b *Bot) StopTaking() {
 	b.mu.Lock()
 	if !b.draining {
@@ -963,11 +991,14 @@ func (b *Bot) StopTaking() {
 }
 
 // Wait waits until queued updates are processed and their replies sent,
-// or ctx ends.
+// and the reset notices stopped (notices.go), or ctx ends.
 func (b *Bot) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		b.inflight.Wait()
+		if b.notices != nil {
+			<-b.notices.done
+		}
 		close(done)
 	}()
 	select {

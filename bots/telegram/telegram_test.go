@@ -233,7 +233,7 @@ func TestDMConversation(t *testing.T) {
 		t.Fatalf("second reply = %q", got)
 	}
 	commands, actions := api.Commands(), api.Actions()
-	for _, c := range []string{"new", "reset", "stop", "help", "start"} {
+	for _, c := range []string{"new", "reset", "resume", "history", "stop", "help", "start"} {
 		if !strings.Contains(commands, `"command":"`+c+`"`) {
 			t.Fatalf("setMyCommands lacks /%s: %s", c, commands)
 		}
@@ -293,7 +293,7 @@ func TestIdleResetWithFakeClock(t *testing.T) {
 	mu.Unlock()
 	api.Push(telegramtest.DM(7, "after"))
 	sent := api.WaitSent(t, 3)
-	if sent[1].Text != "(A new conversation started: the last one was idle.)" || sent[2].Text != "echo: after (history: 0)" {
+	if sent[1].Text != "(A new conversation started: the last one was idle for 30 minutes. Send /resume to go back to it.)" || sent[2].Text != "echo: after (history: 0)" {
 		t.Fatalf("after idle period: %q", texts(sent))
 	}
 }

@@ -272,12 +272,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
-			Streaming: tg.Streaming, Logger: log,
+			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets, Logger: log,
 		})
 		if err != nil {
 			log.Error(err.Error())
 		} else {
 			bot = b
+			if tg.NotifyResets {
+				metrics.WatchResetNotices(func() (sent, dropped, failed int64) {
+					st := bot.NoticeStats()
+					return st.Sent, st.Dropped, st.Failed
+				})
+			}
 			if tg.Mode == "webhook" {
 				srv.Handle("POST "+tg.Webhook.Path, bot.WebhookHandler())
 			}

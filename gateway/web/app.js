@@ -192,10 +192,12 @@
         case "ready":
           backoff = 500;
           store.set("session", f.session);
+          wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
             lastSeq = 0;
           }
+          if (wasAway) resetWhileAway();
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
@@ -247,12 +249,7 @@
           break;
         }
         case "reset":
-          clear();
-          conversation = f.conversation;
-          lastSeq = 0;
-          store.set("conversation", conversation);
-          store.set("lastSeq", 0);
-          notice(f.reason === "manual" ? "New conversation" : "New conversation (" + f.reason + " reset)");
+          switchConversation(f);
           break;
         case "error":
           notice(f.message);
@@ -292,5 +289,67 @@
   });
   stopBtn.addEventListener("click", function () { send({ type: "stop" }); });
   setupImages();
+
+  // Resets and going back (docs/protocol.md): a reset frame says why the
+  // conversation is new; unless this page asked for it, a notice line says
+  // so and offers the previous conversation back. A reset with reason
+  // "resume" carries the reopened conversation's history.
+  let ownReset = false; // this page's "New conversation" awaits its reset frame
+  let wasAway = false; // ready: the conversation shown before was closed meanwhile
+  function switchConversation(f) {
+    const had = shown.size > 0; // an empty conversation's reset needs no word
+    clear();
+    conversation = f.conversation;
+    lastSeq = 0;
+    store.set("conversation", conversation);
+    store.set("lastSeq", 0);
+    if (f.reason === "resume") {
+      notice("Back to your previous conversation");
+      showHistory(f.history || []);
+      return;
+    }
+    if (f.reason === "manual" && ownReset) {
+      ownReset = false;
+      notice("New conversation");
+      return;
+    }
+    if (had) noticeWithPrevious(resetWhy(f));
+  }
+  function resetWhy(f) {
+    switch (f.reason) {
+      case "idle":
+        return f.idle_minutes ? "New conversation: the last one was idle for " + duration(f.idle_minutes) + "." : "New conversation: the last one was idle.";
+      case "daily": return "New conversation for the new day.";
+      case "manual": return "New conversation: reset from another device.";
+      default: return "New conversation.";
+    }
+  }
+  function duration(minutes) {
+    const h = Math.floor(minutes / 60), m = minutes % 60;
+    const part = function (n, w) { return n + " " + w + (n === 1 ? "" : "s"); };
+    if (h === 0) return part(m, "minute");
+    return m === 0 ? part(h, "hour") : part(h, "hour") + " " + part(m, "minute");
+  }
+  function noticeWithPrevious(s) {
+    const el = document.createElement("div");
+    el.className = "notice";
+    el.textContent = s + " ";
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.className = "previous";
+    btn.textContent = "Previous conversation";
+    btn.addEventListener("click", askPrevious);
+    el.appendChild(btn);
+    log.appendChild(el);
+    scroll();
+  }
+  function resetWhileAway() {
+    noticeWithPrevious("New conversation: the last one was closed while you were away.");
+  }
+  function askPrevious() {
+    if (!send({ type: "resume_previous" })) notice("offline: try again when connected");
+  }
+  document.getElementById("previous").addEventListener("click", askPrevious);
+  document.getElementById("reset").addEventListener("click", function () { ownReset = !!ws && ws.readyState === WebSocket.OPEN; });
   connect();
 })();

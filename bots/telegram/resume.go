@@ -1,0 +1,145 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// Texts of going back and of reset notices. Every notice says why the
+// conversation is new and how to go back.
+const (
+	resumedText     = "Back to your previous conversation (%s)."
+	noResumeText    = "There is no earlier conversation to go back to."
+	emptyHistory    = "This conversation has no messages yet."
+	historyHeader   = "The last messages of this conversation:"
+	idleNotice      = "(A new conversation started: the last one was idle for %s. Send /resume to go back to it.)"
+	dailyNotice     = "(A new conversation started for the new day. Send /resume to go back to the last one.)"
+	idleSweepNotice = "Your conversation was idle for %s, so I closed it: your next message starts a new one. Send /resume to go back to it."
+	dailySweepText  = "A new day: your next message starts a new conversation. Send /resume to go back to the last one."
+)
+
+// /history shows at most historyLines lines (the last few exchanges), each
+// cut to historyLineRunes, read from at most historyRead messages.
+const (
+	historyLines     = 10
+	historyLineRunes = 300
+	historyRead      = 60
+)
+
+// resume answers /resume: the key goes back to its previous conversation.
+func (b *Bot) resume(ctx context.Context, in sessions.Inbound, first bool) (string, error) {
+	res, err := b.sess.ResumePrevious(ctx, in)
+	switch {
+	case errors.Is(err, sessions.ErrNothingToResume):
+		return noResumeText, nil
+	case err != nil:
+		if !errors.Is(err, sessions.ErrShuttingDown) {
+			b.failed(first, "telegram: resume failed; retrying", in.SessionKey, err)
+		}
+		return "", err
+	}
+	return fmt.Sprintf(resumedText, plural(res.Conversation.LastSeq, "message")), nil
+}
+
+// history is the answer to /history: the last exchanges of the active
+// conversation, each line cut short, as one message.
+func (b *Bot) history(ctx context.Context, in sessions.Inbound) string {
+	t, err := b.sess.Open(ctx, in, -1, historyRead)
+	if err != nil {
+		return "Sorry, I could not read this conversation just now. Please try again."
+	}
+	entries := t.Entries
+	if len(entries) > historyLines {
+		entries = entries[len(entries)-historyLines:]
+	}
+	// Start at a user message, so the first exchange is whole.
+	for len(entries) > 1 && entries[0].Role != "user" {
+		entries = entries[1:]
+	}
+	if len(entries) == 0 {
+		return emptyHistory
+	}
+	var sb strings.Builder
+	sb.WriteString(historyHeader)
+	for _, e := range entries {
+		who := "You"
+		if e.Role != "user" {
+			who = "Bot"
+		}
+		sb.WriteString("\n\n" + who + ": " + cut(e.Text, historyLineRunes))
+	}
+	return sb.String()
+}
+
+// cut shortens text to at most n runes, ending it with "…" when cut.
+func cut(text string, n int) string {
+	text = strings.TrimSpace(text)
+	if utf8.RuneCountInString(text) <= n {
+		return text
+	}
+	r := []rune(text)
+	return strings.TrimSpace(string(r[:n-1])) + "…"
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// tellReset tells the chat, before the answer to the message that found
+// it, that a policy reset started a new conversation, why, and how to go
+// back. A reset a sweep made earlier is told only if its notice was not
+// sent at once (notices.go). A user's own /new is answered by /new.
+func (b *Bot) tellReset(ctx context.Context, chatID int64, key string, ev sessions.ResetEvent) {
+	if ev.Reason != sessions.ReasonIdle && ev.Reason != sessions.ReasonDaily {
+		return
+	}
+	b.later(key, func() {
+		if ev.Earlier && b.noticeSent(ctx, key, ev.OldConversation) {
+			return
+		}
+		b.sendPlain(ctx, chatID, b.resetNotice(ev.Reason, false), 0)
+	})
+}
+
+// resetNotice is the text telling why a conversation was archived: for the
+// next message (the new conversation has started) or, swept, at once.
+func (b *Bot) resetNotice(reason string, swept bool) string {
+	if reason == sessions.ReasonDaily {
+		if swept {
+			return dailySweepText
+		}
+		return dailyNotice
+	}
+	idle := idleFor(b.sess.Policy(Channel).Reset.IdleFor)
+	if swept {
+		return fmt.Sprintf(idleSweepNotice, idle)
+	}
+	return fmt.Sprintf(idleNotice, idle)
+}
+
+// idleFor says a duration of whole minutes as people do: "30 minutes",
+// "1 hour", "1 hour 30 minutes".
+func idleFor(d time.Duration) string {
+	mins := int64(d / time.Minute)
+	if mins <= 0 {
+		return "a while"
+	}
+	h, m := mins/60, mins%60
+	switch {
+	case h == 0:
+		return plural(m, "minute")
+	case m == 0:
+		return plural(h, "hour")
+	default:
+		return plural(h, "hour") + " " + plural(m, "minute")
+	}
+}
