@@ -164,8 +164,12 @@ type Options struct {
 	// MaxInputBytes refuses longer messages (default 64 KiB).
 	MaxInputBytes int
 	FailureText   string
-	// RetentionDays purges archived conversations older than this (0 keeps).
+	// RetentionDays purges archived conversations older than this, and
+	// guests' conversations idle this long (0 keeps).
 	RetentionDays int
+	// ResumeTTL is how long a resume token is valid after it was issued
+	// (0: no expiry). Expired tokens are purged hourly.
+	ResumeTTL time.Duration
 	Observer      Observer
 	// ReplicaID names this gateway in the ledger's claims and leases
 	// (default: a random id per process).
