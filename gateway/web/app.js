@@ -87,6 +87,7 @@
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
     ws = new WebSocket(url);
+    let gotReady = false; // this connection's hello was answered
     ws.onopen = function () {
       const hello = { type: "hello", session: store.get("session", "") };
       if (user) hello.user = user;
@@ -98,6 +99,7 @@
       try { f = JSON.parse(ev.data); } catch (e) { return; }
       switch (f.type) {
         case "ready":
+          gotReady = true;
           backoff = 500;
           store.set("session", f.session);
           if (firstConnect || f.conversation !== conversation) {
@@ -163,6 +165,12 @@
           notice(f.reason === "manual" ? "New conversation" : "New conversation (" + f.reason + " reset)");
           break;
         case "error":
+          if (f.code === "not_found" && !gotReady && store.get("session", "")) {
+            // The resume token expired: start a new session without it.
+            store.set("session", "");
+            ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
+            break;
+          }
           notice(f.message);
           break;
       }
