@@ -170,7 +170,7 @@ type Options struct {
 	// ResumeTTL is how long a resume token is valid after it was issued
 	// (0: no expiry). Expired tokens are purged hourly.
 	ResumeTTL time.Duration
-	Observer      Observer
+	Observer  Observer
 	// ReplicaID names this gateway in the ledger's claims and leases
 	// (default: a random id per process).
 	ReplicaID string
