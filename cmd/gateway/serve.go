@@ -203,6 +203,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
 		Logger:              log,
 		RetentionDays:       cfg.Storage.RetentionDays,
+		ResumeTTL:           cfg.Channels.WebSocket.ResumeTTL.D(),
 		RecoveryMaxAge:      cfg.Recovery.MaxAge.D(),
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
@@ -217,20 +218,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wsPolicy := cfg.Policy(config.ChannelWebSocket)
 	wsCfg := cfg.Channels.WebSocket
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{
-		AuthTokens:     wsCfg.AuthTokens,
-		AllowedOrigins: wsCfg.AllowedOrigins,
-		MaxFrameBytes:  int64(wsCfg.MaxFrameBytes),
-		RatePerSecond:  wsCfg.RateLimit.PerSecond,
-		RateBurst:      wsCfg.RateLimit.Burst,
-		HistoryLimit:   max(wsPolicy.MaxHistory.V, 1),
-		Logger:         log,
+		AuthTokens:          wsCfg.AuthTokens,
+		Anonymous:           cfg.AnonymousWebSocket(),
+		AllowedOrigins:      wsCfg.AllowedOrigins,
+		MaxFrameBytes:       int64(wsCfg.MaxFrameBytes),
+		RatePerSecond:       wsCfg.RateLimit.PerSecond,
+		RateBurst:           wsCfg.RateLimit.Burst,
+		RateGlobalPerSecond: wsCfg.RateLimit.GlobalPerSecond,
+		RateGlobalBurst:     wsCfg.RateLimit.GlobalBurst,
+		RateLimited:         metrics.RateLimited(gateway.Channel),
+		HistoryLimit:        max(wsPolicy.MaxHistory.V, 1),
+		Logger:              log,
 	})
-	srv.Handle("GET /metrics", metrics.Handler())
+	metricsSrv, err := serveMetrics(cfg, metrics, srv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: metrics.listen: %v\n", cfg.File, err)
+		mgr.Shutdown(context.Background())
+		return 1
+	}
 	if cfg.WebSocketEnabled() {
 		metrics.WatchWebSocket(ws)
 		srv.Handle("GET /ws", ws)
-		if ws.DevMode() {
-			log.Warn("websocket: no channels.websocket.auth_tokens: development mode, any client may name itself any user")
+		switch {
+		case cfg.AnonymousWebSocket():
+			log.Warn("websocket: allow_anonymous: every client is a generated guest; set channels.websocket.auth_tokens to know your users")
+		case ws.DevMode():
+			log.Warn("websocket: no channels.websocket.auth_tokens: development mode on loopback, any client may name itself any user")
 		}
 	}
 	if cfg.WebPageEnabled() {
@@ -358,6 +371,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Warn("http shutdown", slog.String("error", err.Error()))
 		}
 	})
+	if metricsSrv != nil {
+		closed.Go(func() { metricsSrv.Shutdown(finishCtx) })
+	}
 	closed.Wait()
 	if err := store.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))
