@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/robfig/cron/v3"
 
 	"github.com/chatgate/chatgate/agent"
@@ -159,8 +158,10 @@ type Options struct {
 	Now          func() time.Time
 	Logger       *slog.Logger
 	// HotConversations bounds the in-memory cache of active conversations
-	// (default 1024).
+	// (default 1024), and CacheBytes their estimated size (default
+	// DefaultCacheBytes); the least recently used go first.
 	HotConversations int
+	CacheBytes       int64
 	// MaxInputBytes refuses longer messages (default 64 KiB).
 	MaxInputBytes int
 	FailureText   string
@@ -210,7 +211,7 @@ type Manager struct {
 	locks   *locks.Cache
 	now     func() time.Time
 	log     *slog.Logger
-	hot     *lru.Cache[string, *hotConv]
+	hot     *hotCache
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
 	base    context.Context // parent of every turn; cancelled at the end of a drain
@@ -327,7 +328,10 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.DefaultPolicy.MaxHistory == 0 && opts.DefaultPolicy.Reset.Mode == "" {
 		opts.DefaultPolicy = Policy{MaxHistory: 100, Reset: ResetPolicy{Mode: ResetNone}}
 	}
-	hot, _ := lru.New[string, *hotConv](opts.HotConversations)
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	return &Manager{
@@ -566,6 +570,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			TurnSeq: userSeq, Settle: release})
 		if err == nil {
 			hc.push(msgs...)
+			m.hot.Update(hc.conv.SessionKey, hc)
 			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 			return nil
 		}

@@ -204,6 +204,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger:              log,
 		RetentionDays:       cfg.Storage.RetentionDays,
 		ResumeTTL:           cfg.Channels.WebSocket.ResumeTTL.D(),
+		CacheBytes:          int64(cfg.Session.CacheBytes),
 		RecoveryMaxAge:      cfg.Recovery.MaxAge.D(),
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
