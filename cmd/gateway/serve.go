@@ -275,7 +275,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
-			Logger: log,
+			RatePerSecond: tg.RateLimit.PerSecond, RateBurst: tg.RateLimit.Burst,
+			RateGlobalPerSecond: tg.RateLimit.GlobalPerSecond, RateGlobalBurst: tg.RateLimit.GlobalBurst,
+			RateLimited: metrics.RateLimited(telegram.Channel),
+			Logger:      log,
 		})
 		if err != nil {
 			log.Error(err.Error())
