@@ -208,18 +208,27 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 // retention runs the hourly purge: archived conversations past the
 // retention period, idle guests, then the states that pointed at them.
 func (m *Manager) retention(ctx context.Context) (int64, error) {
-	n, err := m.Purge(ctx)
-	if err != nil {
-		return n, err
-	}
-	g, err := m.PurgeGuests(ctx)
-	n += g
-	if err != nil {
-		return n, err
-	}
-	s, err := m.PurgeStates(ctx)
+	n, s, err := m.RunRetention(ctx)
 	if s > 0 {
 		m.log.Info("purged channel states", slog.Int64("rows", s))
 	}
 	return n, err
+}
+
+// RunRetention runs the retention purge once: archived conversations past
+// storage.retention_days, guests' conversations idle that long, then the
+// channel_states rows nobody can use any more. It returns how many
+// conversations and state rows it deleted.
+func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err error) {
+	convs, err = m.Purge(ctx)
+	if err != nil {
+		return convs, 0, err
+	}
+	g, err := m.PurgeGuests(ctx)
+	convs += g
+	if err != nil {
+		return convs, 0, err
+	}
+	states, err = m.PurgeStates(ctx)
+	return convs, states, err
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // startServe runs serve with config until the test ends.
@@ -84,5 +87,49 @@ func TestServeMetricsProtection(t *testing.T) {
 	}
 	if got := status(t, "http://"+maddr+"/metrics", ""); got != http.StatusOK {
 		t.Fatalf("/metrics on metrics.listen: %d", got)
+	}
+}
+
+// gateway sessions purge runs the retention purge at once: an expired
+// resume token goes, a live one stays.
+func TestSessionsPurgeCommand(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "g.db")
+	store, err := sessions.Open(ctx, sessions.DriverSQLite, dbPath, sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sessions.New(store, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
+	live, err := m.NewResumeToken(ctx, "websocket", "ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Open(ctx, sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann"}, -1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetState(ctx, "websocket:resume:old", `{"principal":"ann","issued":"2020-01-01T00:00:00Z"}`); err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(ctx)
+	store.Close()
+
+	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
+	code, out, errOut := runCmd(t, "sessions", "purge", "-c", path)
+	if code != 0 || !strings.Contains(out, "purged 0 conversations") || !strings.Contains(out, "and 1 channel states") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	store, err = sessions.Open(ctx, sessions.DriverSQLite, dbPath, sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	m = sessions.New(store, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
+	defer m.Shutdown(ctx)
+	if p, err := m.ResumePrincipal(ctx, "websocket", live); err != nil || p != "ann" {
+		t.Fatalf("the live token after the purge: %q, %v", p, err)
+	}
+	if v, _ := store.GetState(ctx, "websocket:resume:old"); v != "" {
+		t.Fatalf("the expired binding is still there: %s", v)
 	}
 }
