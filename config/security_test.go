@@ -48,3 +48,21 @@ func TestSecurityDefaultsAndSizes(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribeSecurity(t *testing.T) {
+	c := mustParse(t, "gateway:\n  listen: 0.0.0.0:8765\nchannels:\n  websocket:\n    allow_anonymous: true\n    rate_limit: {global_per_second: 100, global_burst: 200}\nmetrics:\n  token: aaaaaaaaaaaaaaaaaaaa\nstorage:\n  retention_days: 30\n")
+	var b strings.Builder
+	c.Describe(&b)
+	for _, want := range []string{
+		"websocket.auth        allow_anonymous: generated guest principals only",
+		"websocket.resume_ttl  720h0m0s",
+		"websocket.rate_limit  5/s burst 10 per principal; channel 100/s burst 200",
+		"metrics               bearer token",
+		"session.cache_bytes   67108864",
+		"storage.retention_days  30 days",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("check output lacks %q:\n%s", want, b.String())
+		}
+	}
+}

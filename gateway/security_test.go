@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -186,5 +188,43 @@ func TestMetricsToken(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("the metrics listener served /ws: %d", resp.StatusCode)
+	}
+}
+
+// The web page whose stored resume token has expired gets not_found, drops
+// the token and says hello again: it comes back online as a new guest
+// instead of retrying the dead token.
+func TestWebPageExpiredResumeToken(t *testing.T) {
+	ctx := context.Background()
+	db, err := sessions.Open(ctx, sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
+	e := serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false)
+	bctx := browser(t)
+	status := func() string {
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(e.srv.URL+"/"),
+		waitText("#status", "online as guest-"),
+		sendText("hi"),
+		waitText(".msg.assistant", "echo: hi (history: 0)"),
+	); err != nil {
+		t.Fatal(err)
+	}
+	first := status()
+	clk.Advance(2 * time.Hour)
+	if err := chromedp.Do(bctx,
+		chromedp.Reload(),
+		waitJS(`document.getElementById('status').textContent.startsWith('online as guest-') && document.getElementById('status').textContent !== `+jsString(first)),
+	); err != nil {
+		t.Fatalf("after the token expired the page did not come back as a new guest (was %q, now %q): %v", first, status(), err)
 	}
 }
