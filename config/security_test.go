@@ -66,3 +66,19 @@ func TestDescribeSecurity(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenMetricsWarns(t *testing.T) {
+	c := mustParse(t, "gateway:\n  listen: 0.0.0.0:8765\nchannels:\n  websocket:\n    allow_anonymous: true\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "bot.yaml:2: gateway.listen: /metrics is served") {
+		t.Fatalf("warnings = %q", c.Warnings)
+	}
+	c = mustParse(t, "metrics:\n  listen: 0.0.0.0:9102\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "metrics.token is not set") {
+		t.Fatalf("warnings = %q", c.Warnings)
+	}
+	for _, ok := range []string{"", "metrics:\n  listen: 127.0.0.1:9102\n", "gateway:\n  listen: 0.0.0.0:8765\nchannels:\n  websocket:\n    allow_anonymous: true\nmetrics:\n  token: aaaaaaaaaaaaaaaaaaaa\n"} {
+		if c := mustParse(t, ok); len(c.Warnings) != 0 {
+			t.Fatalf("%q warns: %q", ok, c.Warnings)
+		}
+	}
+}

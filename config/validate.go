@@ -262,6 +262,14 @@ func (c *Config) Validate() Errors {
 	if c.Metrics.Token != "" && len(c.Metrics.Token) < 16 {
 		bad("metrics.token", "token is shorter than 16 characters")
 	}
+	if c.Metrics.Token == "" {
+		switch {
+		case c.Metrics.Listen != "" && !IsLoopback(c.Metrics.Listen):
+			c.warn("metrics.listen", "%q accepts scrapes from other hosts and metrics.token is not set: anyone who reaches it reads the metrics", c.Metrics.Listen)
+		case c.Metrics.Listen == "" && !IsLoopback(c.Gateway.Listen):
+			c.warn("gateway.listen", "/metrics is served on %q to anyone who reaches it: set metrics.token, or metrics.listen on an internal address", c.Gateway.Listen)
+		}
+	}
 	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	oneOf("log.format", c.Log.Format, "text", "json")
 

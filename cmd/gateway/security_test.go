@@ -57,7 +57,13 @@ func TestServeRefusesOpenListenerWithoutTokens(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	cfg := fmt.Sprintf("gateway:\n  listen: 0.0.0.0:%s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n", port, filepath.Join(dir, "g.db"))
 	path := writeConfig(t, cfg)
-	code, _, errOut := runCmd(t, "serve", "-c", path)
+	// A hang guard: were the file not refused, serve would run until the
+	// context ends, and exit 0.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errb bytes.Buffer
+	code := run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &errb)
+	errOut := errb.String()
 	if code == 0 || !strings.Contains(errOut, "allow_anonymous") || !strings.Contains(errOut, path+":2: gateway.listen") {
 		t.Fatalf("serve on 0.0.0.0 without tokens: exit %d\n%s", code, errOut)
 	}
