@@ -7,6 +7,9 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -25,6 +28,7 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	Recovery Recovery `yaml:"recovery"`
 	Log      Log      `yaml:"log"`
+	Metrics  Metrics  `yaml:"metrics"`
 
 	// File is where the configuration came from, for messages.
 	File string `yaml:"-"`
@@ -82,6 +86,9 @@ type Session struct {
 	DebounceMS    *int    `yaml:"debounce_ms"`
 	DebounceMaxMS *int    `yaml:"debounce_max_ms"`
 	MaxBatch      *int    `yaml:"max_batch"`
+	// CacheBytes bounds the memory of the hot conversation cache (top
+	// level only).
+	CacheBytes ByteSize `yaml:"cache_bytes"`
 }
 
 // Reset is a reset policy; every field is optional so that a channel can
@@ -115,12 +122,32 @@ type WebSocket struct {
 	RateLimit      RateLimit         `yaml:"rate_limit"`
 	MaxHistory     *int              `yaml:"max_history"`
 	Session        Session           `yaml:"session"`
+	// AllowAnonymous lets a gateway without auth_tokens listen beyond
+	// loopback: clients then get generated guest principals only.
+	AllowAnonymous bool `yaml:"allow_anonymous"`
+	// ResumeTTL is how long a resume token stays valid after it was issued.
+	ResumeTTL Duration `yaml:"resume_ttl"`
 }
 
-// RateLimit is a token bucket per connection.
+// RateLimit is a token bucket per principal (WebSocket, shared by all its
+// connections) or per user (Telegram), plus an optional ceiling for the
+// whole channel.
 type RateLimit struct {
 	PerSecond float64 `yaml:"per_second"`
 	Burst     int     `yaml:"burst"`
+	// GlobalPerSecond and GlobalBurst bound the channel as a whole; 0
+	// leaves it unbounded.
+	GlobalPerSecond float64 `yaml:"global_per_second"`
+	GlobalBurst     int     `yaml:"global_burst"`
+}
+
+// Metrics protects GET /metrics.
+type Metrics struct {
+	// Token, when set, is the bearer token a scrape must carry.
+	Token string `yaml:"token"`
+	// Listen, when set, serves /metrics only on this separate address
+	// (and not on gateway.listen).
+	Listen string `yaml:"listen"`
 }
 
 // Telegram configures the Telegram bot.
@@ -144,6 +171,9 @@ type Telegram struct {
 	// NotifyResets tells private chats at once when a sweep archived
 	// their conversation (default false; groups are never told).
 	NotifyResets bool `yaml:"notify_resets"`
+	// RateLimit bounds the messages run per Telegram user, and for the
+	// whole bot.
+	RateLimit RateLimit `yaml:"rate_limit"`
 }
 
 // Webhook configures Telegram's webhook mode.
@@ -196,6 +226,49 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// ByteSize is a size in bytes, written as a number of bytes or with a
+// binary unit ("64MiB", "512KiB", "1GiB").
+type ByteSize int64
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a size such as \"64MiB\"", n.Line)
+	}
+	v, err := parseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a size (write it as bytes, or with KiB, MiB or GiB: \"64MiB\")", n.Line, n.Value)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (b ByteSize) MarshalYAML() (any, error) { return int64(b), nil }
+
+func parseByteSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n > (1<<62)/mult || n < -(1<<62)/mult {
+		return 0, fmt.Errorf("too large")
+	}
+	return n * mult, nil
+}
+
 // WebSocketEnabled reports whether GET /ws is served.
 func (c *Config) WebSocketEnabled() bool { return boolOr(c.Channels.WebSocket.Enabled, true) }
 
@@ -207,6 +280,27 @@ func (c *Config) WebPageEnabled() bool {
 // TelegramEnabled reports whether the Telegram channel runs: it does when a
 // token is set.
 func (c *Config) TelegramEnabled() bool { return c.Channels.Telegram.Token != "" }
+
+// AnonymousWebSocket reports whether WebSocket clients without auth tokens
+// get generated guest principals only (hello.user ignored).
+func (c *Config) AnonymousWebSocket() bool {
+	return len(c.Channels.WebSocket.AuthTokens) == 0 && c.Channels.WebSocket.AllowAnonymous
+}
+
+// IsLoopback reports whether a listen address only accepts connections
+// from this host: 127.0.0.0/8, ::1 or localhost. An empty host (":8765")
+// and 0.0.0.0 listen on every interface.
+func IsLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // RerunInterrupted reports whether interrupted turns are run again on start.
 func (c *Config) RerunInterrupted() bool { return boolOr(c.Recovery.RerunInterrupted, true) }

@@ -47,8 +47,55 @@ func (c *Config) Describe(w io.Writer) {
 			fmt.Fprintf(tw, "  notify_resets\t%t\t%s\n", c.Channels.Telegram.NotifyResets, from)
 		}
 	}
+	c.describeSecurity(tw)
 	tw.Flush()
 	for _, warning := range c.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warning)
 	}
+}
+
+// describeSecurity prints who may connect, the rate limits, token and
+// memory bounds in effect.
+func (c *Config) describeSecurity(tw io.Writer) {
+	ws := c.Channels.WebSocket
+	fmt.Fprintf(tw, "security\n")
+	if c.WebSocketEnabled() {
+		auth := "development: clients name themselves (hello.user); loopback only"
+		switch {
+		case len(ws.AuthTokens) > 0:
+			auth = fmt.Sprintf("auth_tokens (%d principals)", len(ws.AuthTokens))
+		case ws.AllowAnonymous:
+			auth = "allow_anonymous: generated guest principals only"
+		}
+		fmt.Fprintf(tw, "  websocket.auth\t%s\n", auth)
+		fmt.Fprintf(tw, "  websocket.resume_ttl\t%s\n", ws.ResumeTTL.D())
+		fmt.Fprintf(tw, "  websocket.rate_limit\t%s\n", describeRate(ws.RateLimit, "principal"))
+	}
+	if c.TelegramEnabled() {
+		fmt.Fprintf(tw, "  telegram.rate_limit\t%s\n", describeRate(c.Channels.Telegram.RateLimit, "user"))
+	}
+	metrics := "open on gateway.listen"
+	switch {
+	case c.Metrics.Listen != "" && c.Metrics.Token != "":
+		metrics = "on " + c.Metrics.Listen + ", bearer token"
+	case c.Metrics.Listen != "":
+		metrics = "on " + c.Metrics.Listen + " only"
+	case c.Metrics.Token != "":
+		metrics = "bearer token"
+	}
+	fmt.Fprintf(tw, "  metrics\t%s\n", metrics)
+	fmt.Fprintf(tw, "  session.cache_bytes\t%d\n", int64(c.Session.CacheBytes))
+	retention := "forever"
+	if c.Storage.RetentionDays > 0 {
+		retention = fmt.Sprintf("%d days", c.Storage.RetentionDays)
+	}
+	fmt.Fprintf(tw, "  storage.retention_days\t%s\n", retention)
+}
+
+func describeRate(r RateLimit, per string) string {
+	s := fmt.Sprintf("%g/s burst %d per %s", r.PerSecond, r.Burst, per)
+	if r.GlobalPerSecond > 0 {
+		s += fmt.Sprintf("; channel %g/s burst %d", r.GlobalPerSecond, r.GlobalBurst)
+	}
+	return s
 }

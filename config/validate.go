@@ -36,6 +36,11 @@ const (
 	DefaultDebounceMaxMS       = 5000
 	DefaultMaxBatch            = 20
 	MaxMaxBatch                = 1000
+	DefaultResumeTTL           = 30 * 24 * time.Hour
+	DefaultCacheBytes          = 64 << 20
+	DefaultTelegramRatePerSec  = 1
+	DefaultTelegramRateBurst   = 10
+	MinCacheBytes              = 64 << 10
 
 	// supervisorStopTimeout is the stop timeout of common supervisors
 	// (systemd's DefaultTimeoutStopSec, Kubernetes' grace period).
@@ -90,6 +95,10 @@ func (c *Config) applyDefaults() {
 		ws.RateLimit.PerSecond = DefaultRatePerSecond
 	}
 	setInt(&ws.RateLimit.Burst, DefaultRateBurst)
+	setDur(&ws.ResumeTTL, DefaultResumeTTL)
+	if c.Session.CacheBytes == 0 {
+		c.Session.CacheBytes = DefaultCacheBytes
+	}
 	tg := &c.Channels.Telegram
 	setStr(&tg.APIURL, DefaultTelegramAPI)
 	setStr(&tg.Mode, "polling")
@@ -100,6 +109,10 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.Format, "html")
 	setInt(&tg.MaxImageBytes, DefaultMaxImageBytes)
 	setStr(&tg.Streaming, "auto")
+	if tg.RateLimit.PerSecond == 0 {
+		tg.RateLimit.PerSecond = DefaultTelegramRatePerSec
+	}
+	setInt(&tg.RateLimit.Burst, DefaultTelegramRateBurst)
 	setDur(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 	setDur(&c.Recovery.MaxAge, DefaultRecoveryAge)
 	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
@@ -172,8 +185,16 @@ func (c *Config) Validate() Errors {
 	if ws.MaxFrameBytes < 256 {
 		bad("channels.websocket.max_frame_bytes", "must be at least 256, got %d", ws.MaxFrameBytes)
 	}
-	if ws.RateLimit.PerSecond < 0 || ws.RateLimit.Burst < 0 {
-		bad("channels.websocket.rate_limit", "must not be negative")
+	errs = append(errs, c.validateRate("channels.websocket.rate_limit", ws.RateLimit)...)
+	if ws.ResumeTTL < 0 {
+		bad("channels.websocket.resume_ttl", "must not be negative")
+	}
+	if c.WebSocketEnabled() && len(ws.AuthTokens) == 0 && !ws.AllowAnonymous && !IsLoopback(c.Gateway.Listen) {
+		bad("gateway.listen", "%q accepts connections from other hosts, and channels.websocket has no auth_tokens: anyone could chat as any user. "+
+			"Set channels.websocket.auth_tokens, listen on 127.0.0.1, or set channels.websocket.allow_anonymous: true to serve generated guest users only", c.Gateway.Listen)
+	}
+	if ws.AllowAnonymous && len(ws.AuthTokens) > 0 {
+		c.warn("channels.websocket.allow_anonymous", "has no effect: auth_tokens are set, and every client needs one")
 	}
 	seen := map[string]string{}
 	for name, tok := range ws.AuthTokens {
@@ -200,6 +221,7 @@ func (c *Config) Validate() Errors {
 		bad("channels.telegram.max_history", "must be 0 or more, got %d", *tg.MaxHistory)
 	}
 	oneOf("channels.telegram.mode", tg.Mode, "polling", "webhook")
+	errs = append(errs, c.validateRate("channels.telegram.rate_limit", tg.RateLimit)...)
 	oneOf("channels.telegram.group_policy", tg.GroupPolicy, "mention", "all")
 	oneOf("channels.telegram.group_scope", tg.GroupScope, "user", "chat")
 	oneOf("channels.telegram.format", tg.Format, "html", "plain")
@@ -240,6 +262,27 @@ func (c *Config) Validate() Errors {
 	if c.Recovery.Concurrency < 1 || c.Recovery.Concurrency > 1024 {
 		bad("recovery.concurrency", "must be 1–1024, got %d", c.Recovery.Concurrency)
 	}
+	if c.Session.CacheBytes < MinCacheBytes {
+		bad("session.cache_bytes", "must be at least %d (64KiB), got %d", MinCacheBytes, c.Session.CacheBytes)
+	}
+	if c.Metrics.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			bad("metrics.listen", "%q is not host:port", c.Metrics.Listen)
+		} else if c.Metrics.Listen == c.Gateway.Listen {
+			bad("metrics.listen", "must differ from gateway.listen (leave it out to serve /metrics there)")
+		}
+	}
+	if c.Metrics.Token != "" && len(c.Metrics.Token) < 16 {
+		bad("metrics.token", "token is shorter than 16 characters")
+	}
+	if c.Metrics.Token == "" {
+		switch {
+		case c.Metrics.Listen != "" && !IsLoopback(c.Metrics.Listen):
+			c.warn("metrics.listen", "%q accepts scrapes from other hosts and metrics.token is not set: anyone who reaches it reads the metrics", c.Metrics.Listen)
+		case c.Metrics.Listen == "" && !IsLoopback(c.Gateway.Listen):
+			c.warn("gateway.listen", "/metrics is served on %q to anyone who reaches it: set metrics.token, or metrics.listen on an internal address", c.Gateway.Listen)
+		}
+	}
 	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	oneOf("log.format", c.Log.Format, "text", "json")
 
@@ -279,6 +322,9 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	if s.MaxHistory != nil && *s.MaxHistory < 0 {
 		bad("max_history", "must be 0 or more, got %d", *s.MaxHistory)
 	}
+	if path != "session" && s.CacheBytes != 0 {
+		bad("cache_bytes", "is a setting of the top-level session only")
+	}
 	r := s.Reset
 	if r.Mode != nil {
 		switch *r.Mode {
@@ -313,6 +359,29 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	}
 	if s.MaxBatch != nil && (*s.MaxBatch < 1 || *s.MaxBatch > MaxMaxBatch) {
 		bad("max_batch", "must be 1–%d, got %d", MaxMaxBatch, *s.MaxBatch)
+	}
+	return errs
+}
+
+func (c *Config) validateRate(path string, r RateLimit) Errors {
+	var errs Errors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, c.errAt(path+"."+key, format, args...))
+	}
+	if r.PerSecond < 0 {
+		bad("per_second", "must not be negative")
+	}
+	if r.Burst < 0 {
+		bad("burst", "must not be negative")
+	}
+	if r.GlobalPerSecond < 0 {
+		bad("global_per_second", "must not be negative (0: no ceiling)")
+	}
+	if r.GlobalBurst < 0 {
+		bad("global_burst", "must not be negative")
+	}
+	if r.GlobalPerSecond > 0 && r.GlobalBurst == 0 {
+		bad("global_burst", "required with global_per_second (the most messages the channel takes at once)")
 	}
 	return errs
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	recovered   *prometheus.CounterVec
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
+	rateLimited *prometheus.CounterVec
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -58,9 +59,13 @@ func NewMetrics() *Metrics {
 			Help:    "Time from a turn's first stored message to its agent call: debounce and the turn before it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"channel"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatgate_rate_limited_total",
+			Help: "Messages and frames refused by a rate limit, by channel and limit (connection, principal, user, global).",
+		}, []string{"channel", "limit"}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait)
+		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
 	return m
 }
 

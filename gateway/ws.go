@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 	"golang.org/x/time/rate"
 
+	"github.com/chatgate/chatgate/internal/ratelimit"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -51,11 +52,23 @@ type Sessions interface {
 type WSOptions struct {
 	// AuthTokens maps a principal's name to its token. Empty: development
 	// mode, where a client names itself in hello.
-	AuthTokens     map[string]string
+	AuthTokens map[string]string
+	// Anonymous (without AuthTokens): clients get generated guest
+	// principals only, and hello.user is ignored.
+	Anonymous      bool
 	AllowedOrigins []string
 	MaxFrameBytes  int64
-	RatePerSecond  float64
-	RateBurst      int
+	// RatePerSecond and RateBurst are each principal's token bucket,
+	// shared by all its connections (before hello, each connection's);
+	// RateGlobalPerSecond and RateGlobalBurst the channel's (0: none).
+	RatePerSecond       float64
+	RateBurst           int
+	RateGlobalPerSecond float64
+	RateGlobalBurst     int
+	// RateLimited is told which limit refused a frame (metrics).
+	RateLimited func(limit string)
+	// Now is the rate limiters' clock (default time.Now).
+	Now func() time.Time
 	// HistoryLimit is how many messages ready carries without last_seq
 	// (the channel's max_history).
 	HistoryLimit int
@@ -87,6 +100,8 @@ type WebSocket struct {
 
 	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
 	images   *imageCache  // images.go
+
+	limits *ratelimit.Limiter // per principal and channel-wide (security.go)
 }
 
 // NewWebSocket returns the channel and subscribes it to reset notices.
@@ -121,10 +136,14 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	if opts.ImageCacheBytes <= 0 {
 		opts.ImageCacheBytes = DefaultImageCacheBytes
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	ws := &WebSocket{
 		opts: opts, sess: sess, log: opts.Logger,
 		conns: map[*wsConn]struct{}{}, byKey: map[string]map[*wsConn]struct{}{},
 		images: newImageCache(opts.ImageCacheBytes),
+		limits: newLimits(opts),
 	}
 	if f, ok := sess.(interface {
 		OnFetch(channel string, f sessions.Fetcher)
@@ -202,7 +221,8 @@ func (ws *WebSocket) connsOf(key string) []*wsConn {
 	return out
 }
 
-// DevMode reports whether clients may name themselves (no auth tokens).
+// DevMode reports whether clients come without auth tokens: they name
+// themselves in hello, unless the channel is anonymous.
 func (ws *WebSocket) DevMode() bool { return len(ws.opts.AuthTokens) == 0 }
 
 func (ws *WebSocket) checkOrigin(r *http.Request) bool {
@@ -609,7 +629,7 @@ func (c *wsConn) readLoop() {
 		if c.hello {
 			c.conn.SetReadDeadline(time.Now().Add(pongWait))
 		}
-		if !c.limiter.Allow() {
+		if !c.allow() {
 			c.sendError(errRateLimited)
 			continue
 		}
@@ -630,6 +650,9 @@ func (c *wsConn) readLoop() {
 			if c.hello {
 				c.sendError(errBadFrame.with("hello was already sent"))
 				continue
+			}
+			if c.resumeExpired(f) {
+				continue // the client may send hello again, without the token
 			}
 			if !c.doHello(f) {
 				return
@@ -685,6 +708,9 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 			return false
 		}
 	}
+	if ws.anonymous() {
+		f.User = "" // a guest never names itself
+	}
 	if ws.DevMode() && f.User != "" && !userRE.MatchString(f.User) {
 		c.sendError(errBadFrame.with("user must be 1–64 of A–Z a–z 0–9 _ . @ + -"))
 		c.close(websocket.ClosePolicyViolation, "bad user")
@@ -711,7 +737,7 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	if c.principal == "" {
 		var b [8]byte
 		rand.Read(b[:])
-		c.principal = "guest-" + hex.EncodeToString(b[:])
+		c.principal = sessions.GuestPrefix + hex.EncodeToString(b[:])
 	}
 	token := f.Session
 	if !resumed {

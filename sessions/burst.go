@@ -273,6 +273,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		return err
 	}
 	hc.push(batch[0])
+	m.hot.Update(hc.conv.SessionKey, hc)
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
 	if solo {
 		t.claimed = &Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,

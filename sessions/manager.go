@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/robfig/cron/v3"
 
 	"github.com/chatgate/chatgate/agent"
@@ -170,14 +169,20 @@ type Options struct {
 	Now          func() time.Time
 	Logger       *slog.Logger
 	// HotConversations bounds the in-memory cache of active conversations
-	// (default 1024).
+	// (default 1024), and CacheBytes their estimated size (default
+	// DefaultCacheBytes); the least recently used go first.
 	HotConversations int
+	CacheBytes       int64
 	// MaxInputBytes refuses longer messages (default 64 KiB).
 	MaxInputBytes int
 	FailureText   string
-	// RetentionDays purges archived conversations older than this (0 keeps).
+	// RetentionDays purges archived conversations older than this, and
+	// guests' conversations idle this long (0 keeps).
 	RetentionDays int
-	Observer      Observer
+	// ResumeTTL is how long a resume token is valid after it was issued
+	// (0: no expiry). Expired tokens are purged hourly.
+	ResumeTTL time.Duration
+	Observer  Observer
 	// ReplicaID names this gateway in the ledger's claims and leases
 	// (default: a random id per process).
 	ReplicaID string
@@ -217,7 +222,7 @@ type Manager struct {
 	locks   *locks.Cache
 	now     func() time.Time
 	log     *slog.Logger
-	hot     *lru.Cache[string, *hotConv]
+	hot     *hotCache
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
 	base    context.Context // parent of every turn; cancelled at the end of a drain
@@ -335,7 +340,10 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.DefaultPolicy.MaxHistory == 0 && opts.DefaultPolicy.Reset.Mode == "" {
 		opts.DefaultPolicy = Policy{MaxHistory: 100, Reset: ResetPolicy{Mode: ResetNone}}
 	}
-	hot, _ := lru.New[string, *hotConv](opts.HotConversations)
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	return &Manager{
@@ -575,6 +583,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			TurnSeq: userSeq, Settle: release})
 		if err == nil {
 			hc.push(msgs...)
+			m.hot.Update(hc.conv.SessionKey, hc)
 			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 			return nil
 		}

@@ -6,14 +6,48 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/chatgate/chatgate/agent"
 )
 
 // Resume tokens let a channel's client come back to its session after a
 // disconnect, on any replica. A token is 256 random bits; the store keeps
-// only its SHA-256, bound to the principal it was issued to.
+// only its SHA-256, bound to the principal it was issued to and the time
+// it was issued; it expires Options.ResumeTTL later.
+
+// ErrResumeExpired is ResumePrincipal's answer for a token older than the
+// resume TTL: it resumes nothing, and nothing is opened from it.
+var ErrResumeExpired = errors.New("resume token expired")
+
+// binding is a resume token's channel_states value.
+type binding struct {
+	Principal string    `json:"principal"`
+	Issued    time.Time `json:"issued"`
+}
+
+func (b binding) encode(issued time.Time) string {
+	b.Issued = issued.UTC()
+	v, _ := json.Marshal(b)
+	return string(v)
+}
+
+// parseBinding reads a binding; a bare principal (written before tokens
+// carried their issue time) is legacy.
+func parseBinding(v string) (b binding, legacy bool) {
+	if strings.HasPrefix(v, "{") && json.Unmarshal([]byte(v), &b) == nil && b.Principal != "" {
+		return b, false
+	}
+	return binding{Principal: v}, true
+}
+
+func (m *Manager) expired(b binding, now time.Time) bool {
+	return m.opts.ResumeTTL > 0 && !b.Issued.IsZero() && now.Sub(b.Issued) > m.opts.ResumeTTL
+}
 
 // NewResumeToken issues a token for principal and stores its binding.
 func (m *Manager) NewResumeToken(ctx context.Context, channel, principal string) (string, error) {
@@ -22,24 +56,34 @@ func (m *Manager) NewResumeToken(ctx context.Context, channel, principal string)
 		return "", fmt.Errorf("resume token: %w", err)
 	}
 	token := base64.RawURLEncoding.EncodeToString(b[:])
-	if err := m.store.SetState(ctx, resumeKey(channel, token), principal); err != nil {
+	if err := m.store.SetState(ctx, resumeKey(channel, token), binding{Principal: principal}.encode(m.now())); err != nil {
 		return "", err
 	}
 	return token, nil
 }
 
-// ResumePrincipal returns the principal a token was issued to, or "" for an
-// unknown token.
+// ResumePrincipal returns the principal a token was issued to, "" for an
+// unknown token, or ErrResumeExpired for one older than the resume TTL.
 func (m *Manager) ResumePrincipal(ctx context.Context, channel, token string) (string, error) {
 	if token == "" || len(token) > 128 {
 		return "", nil
 	}
-	return m.store.GetState(ctx, resumeKey(channel, token))
+	v, err := m.store.GetState(ctx, resumeKey(channel, token))
+	if err != nil || v == "" {
+		return "", err
+	}
+	b, _ := parseBinding(v)
+	if m.expired(b, m.now()) {
+		return "", ErrResumeExpired
+	}
+	return b.Principal, nil
 }
+
+func resumePrefix(channel string) string { return channel + ":resume:" }
 
 func resumeKey(channel, token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return channel + ":resume:" + hex.EncodeToString(sum[:])
+	return resumePrefix(channel) + hex.EncodeToString(sum[:])
 }
 
 // Transcript is what a chat client is shown of a session key's active

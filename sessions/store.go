@@ -74,6 +74,12 @@ type Store interface {
 	Shared() bool
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
+	// Retention of states and guests (retention.go).
+	StateRows(ctx context.Context, prefix, after string, limit int) ([]ChannelState, error)
+	DeleteStates(ctx context.Context, names []string) (int64, error)
+	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
+	IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]Conversation, error)
+	DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error)
 	Close() error
 }
 

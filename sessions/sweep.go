@@ -34,7 +34,7 @@ func (d dailySchedule) Next(t time.Time) time.Time { return d.p.NextBoundary(t) 
 // Schedules lists the sweeps the channels' policies need: an idle sweep
 // every minute when any channel resets on idleness, a daily sweep per daily
 // channel at its hour in its time zone, and an hourly purge when a retention
-// period is set.
+// period or a resume token TTL is set.
 func (m *Manager) Schedules() []Schedule {
 	var out []Schedule
 	channels := make([]string, 0, len(m.opts.Policies))
@@ -54,7 +54,7 @@ func (m *Manager) Schedules() []Schedule {
 	if idle {
 		out = append([]Schedule{{Name: "idle", Spec: "* * * * *"}}, out...)
 	}
-	if m.opts.RetentionDays > 0 {
+	if m.opts.RetentionDays > 0 || m.opts.ResumeTTL > 0 {
 		out = append(out, Schedule{Name: "purge", Spec: "@hourly"})
 	}
 	return out
@@ -113,7 +113,7 @@ func (m *Manager) runSchedule(name string) (int, error) {
 			n, err = m.SweepIdle(ctx)
 		case name == "purge":
 			var p int64
-			p, err = m.Purge(ctx)
+			p, err = m.retention(ctx)
 			n = int(p)
 		case strings.HasPrefix(name, "daily:"):
 			n, err = m.SweepDaily(ctx, strings.TrimPrefix(name, "daily:"))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
@@ -93,6 +94,15 @@ type Options struct {
 	NotifyResets     bool
 	NoticesPerSecond float64
 	NoticeQueue      int
+	// RatePerSecond and RateBurst are each user's token bucket (0: no
+	// limit); RateGlobalPerSecond and RateGlobalBurst the bot's (0: none).
+	// Now is their clock. RateLimited is told which limit refused a
+	// message (metrics).
+	RatePerSecond       float64
+	RateBurst           int
+	RateGlobalPerSecond float64
+	RateGlobalBurst     int
+	RateLimited         func(limit string)
 }
 
 // Reply formats (Options.Format).
@@ -148,8 +158,9 @@ type Bot struct {
 
 	mu           sync.Mutex
 	draining     bool
-	stopping     chan struct{}  // closed by StopTaking
-	refused      map[int64]bool // chats that got the private-bot refusal
+	stopping     chan struct{}               // closed by StopTaking
+	refused      *lru.Cache[int64, struct{}] // chats that got the private-bot refusal (limits.go)
+	limits       *limits
 	warned       map[string]bool
 	typers       map[int64]*typer // chats shown "typing…"
 	media        mediaState
@@ -242,11 +253,12 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		queue:   newKeyQueues(),
 		replies: newKeyQueues(),
 		seen:    newRecentUpdates(4096),
-		refused: map[int64]bool{}, warned: map[string]bool{}, typers: map[int64]*typer{},
+		refused: newRefused(), warned: map[string]bool{}, typers: map[int64]*typer{},
 		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
 	b.connected = make(chan struct{})
+	b.limits = newLimits(opts)
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
@@ -585,6 +597,9 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		b.refuse(ctx, m, key)
 		return nil
 	}
+	if first && b.overLimit(ctx, m, key) {
+		return nil
+	}
 	in := sessions.Inbound{
 		Channel: Channel, SessionKey: key,
 		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: strconv.FormatInt(m.Chat.ID, 10),
@@ -794,8 +809,8 @@ func (b *Bot) stop(m *tgbotapi.Message, key string) {
 // theirs is stored.
 func (b *Bot) refuse(ctx context.Context, m *tgbotapi.Message, key string) {
 	b.mu.Lock()
-	first := !b.refused[m.Chat.ID]
-	b.refused[m.Chat.ID] = true
+	first := !b.refused.Contains(m.Chat.ID)
+	b.refused.Add(m.Chat.ID, struct{}{})
 	b.mu.Unlock()
 	if first {
 		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, refusalText, m.MessageID) })

@@ -4,7 +4,7 @@
 //
 //	gateway [serve] [-c FILE]      run the gateway (./bot.yaml, else embedded defaults)
 //	gateway check [-c FILE]        validate and print effective policies
-//	gateway sessions list|show|export|reset
+//	gateway sessions list|show|export|reset|purge
 //	gateway version
 package main
 
@@ -32,6 +32,7 @@ commands:
   sessions show [-c FILE] ID|KEY  a conversation (or a key's conversations) with its messages
   sessions export [-c FILE] [-format json|text] ID
   sessions reset [-c FILE] KEY    archive the key's active conversation
+  sessions purge [-c FILE]        run the retention purge now (storage.retention_days, resume_ttl)
   version                         print the version
 
 Without -c, ./bot.yaml is used when it exists, else the embedded defaults

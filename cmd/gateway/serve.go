@@ -209,6 +209,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
 		Logger:              log,
 		RetentionDays:       cfg.Storage.RetentionDays,
+		ResumeTTL:           cfg.Channels.WebSocket.ResumeTTL.D(),
+		CacheBytes:          int64(cfg.Session.CacheBytes),
 		RecoveryMaxAge:      cfg.Recovery.MaxAge.D(),
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
@@ -226,20 +228,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wsPolicy := cfg.Policy(config.ChannelWebSocket)
 	wsCfg := cfg.Channels.WebSocket
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{
-		AuthTokens:     wsCfg.AuthTokens,
-		AllowedOrigins: wsCfg.AllowedOrigins,
-		MaxFrameBytes:  int64(wsCfg.MaxFrameBytes),
-		RatePerSecond:  wsCfg.RateLimit.PerSecond,
-		RateBurst:      wsCfg.RateLimit.Burst,
-		HistoryLimit:   max(wsPolicy.MaxHistory.V, 1),
-		Logger:         log,
+		AuthTokens:          wsCfg.AuthTokens,
+		Anonymous:           cfg.AnonymousWebSocket(),
+		AllowedOrigins:      wsCfg.AllowedOrigins,
+		MaxFrameBytes:       int64(wsCfg.MaxFrameBytes),
+		RatePerSecond:       wsCfg.RateLimit.PerSecond,
+		RateBurst:           wsCfg.RateLimit.Burst,
+		RateGlobalPerSecond: wsCfg.RateLimit.GlobalPerSecond,
+		RateGlobalBurst:     wsCfg.RateLimit.GlobalBurst,
+		RateLimited:         metrics.RateLimited(gateway.Channel),
+		HistoryLimit:        max(wsPolicy.MaxHistory.V, 1),
+		Logger:              log,
 	})
-	srv.Handle("GET /metrics", metrics.Handler())
+	metricsSrv, err := serveMetrics(cfg, metrics, srv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: metrics.listen: %v\n", cfg.File, err)
+		mgr.Shutdown(context.Background())
+		return 1
+	}
 	if cfg.WebSocketEnabled() {
 		metrics.WatchWebSocket(ws)
 		srv.Handle("GET /ws", ws)
-		if ws.DevMode() {
-			log.Warn("websocket: no channels.websocket.auth_tokens: development mode, any client may name itself any user")
+		switch {
+		case cfg.AnonymousWebSocket():
+			log.Warn("websocket: allow_anonymous: every client is a generated guest; set channels.websocket.auth_tokens to know your users")
+		case ws.DevMode():
+			log.Warn("websocket: no channels.websocket.auth_tokens: development mode on loopback, any client may name itself any user")
 		}
 	}
 	if cfg.WebPageEnabled() {
@@ -272,7 +286,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
-			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets, Logger: log,
+			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets,
+			RatePerSecond: tg.RateLimit.PerSecond, RateBurst: tg.RateLimit.Burst,
+			RateGlobalPerSecond: tg.RateLimit.GlobalPerSecond, RateGlobalBurst: tg.RateLimit.GlobalBurst,
+			RateLimited: metrics.RateLimited(telegram.Channel),
+			Logger:      log,
 		})
 		if err != nil {
 			log.Error(err.Error())
@@ -375,6 +393,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Warn("http shutdown", slog.String("error", err.Error()))
 		}
 	})
+	if metricsSrv != nil {
+		closed.Go(func() { metricsSrv.Shutdown(finishCtx) })
+	}
 	closed.Wait()
 	if err := store.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))

@@ -18,7 +18,7 @@ import (
 // database as the gateway and can run while the gateway does.
 func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, "gateway sessions: want list, show, export or reset\n\n"+usage)
+		fmt.Fprint(stderr, "gateway sessions: want list, show, export, reset or purge\n\n"+usage)
 		return 2
 	}
 	sub, args := args[0], args[1:]
@@ -78,6 +78,8 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return 0
 		}
 		fmt.Fprintf(stdout, "archived %s (%d messages); the next message from %s starts a new conversation\n", conv.ID, conv.LastSeq, arg)
+	case "purge":
+		return purge(ctx, cfg, store, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "gateway sessions: unknown subcommand %q\n", sub)
 		return 2

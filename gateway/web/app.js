@@ -179,6 +179,7 @@
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
     ws = new WebSocket(url);
+    let gotReady = false; // this connection's hello was answered
     ws.onopen = function () {
       const hello = { type: "hello", session: store.get("session", "") };
       if (user) hello.user = user;
@@ -190,6 +191,7 @@
       try { f = JSON.parse(ev.data); } catch (e) { return; }
       switch (f.type) {
         case "ready":
+          gotReady = true;
           backoff = 500;
           store.set("session", f.session);
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
@@ -252,6 +254,12 @@
           switchConversation(f);
           break;
         case "error":
+          if (f.code === "not_found" && !gotReady && store.get("session", "")) {
+            // The resume token expired: start a new session without it.
+            store.set("session", "");
+            ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
+            break;
+          }
           notice(f.message);
           break;
       }

@@ -1,0 +1,75 @@
+package telegram
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/chatgate/chatgate/internal/ratelimit"
+)
+
+// slowDownText answers the first message of a user over the rate limit;
+// the rest of that burst get nothing.
+const slowDownText = "You are sending messages faster than I can take them. Please wait a moment, then send that again."
+
+// LimitUser is the per-user limit's name in RateLimited.
+const LimitUser = "user"
+
+// maxTracked bounds the chats remembered as refused and the users told to
+// slow down: the least recently seen are forgotten first (and would be
+// told once more).
+const maxTracked = 10_000
+
+// limits is the bot's rate limits and who has been told about them.
+type limits struct {
+	rate *ratelimit.Limiter // nil: no limit
+	mu   sync.Mutex
+	told *lru.Cache[int64, struct{}] // users told to slow down in this burst
+}
+
+func newLimits(opts Options) *limits {
+	told, _ := lru.New[int64, struct{}](maxTracked)
+	l := &limits{told: told}
+	if opts.RatePerSecond > 0 && opts.RateBurst > 0 {
+		l.rate = ratelimit.New(ratelimit.Options{
+			PerSecond: opts.RatePerSecond, Burst: opts.RateBurst,
+			GlobalPerSecond: opts.RateGlobalPerSecond, GlobalBurst: opts.RateGlobalBurst,
+			KeyLimit: LimitUser, Now: opts.Now,
+		})
+	}
+	return l
+}
+
+// newRefused is the bounded set of chats that got the private-bot refusal.
+func newRefused() *lru.Cache[int64, struct{}] {
+	c, _ := lru.New[int64, struct{}](maxTracked)
+	return c
+}
+
+// overLimit reports whether m's sender is over a rate limit; the message
+// is then not run. The first refused message of a burst gets a polite
+// reply, the rest of it none; a message let through ends the burst.
+func (b *Bot) overLimit(ctx context.Context, m *tgbotapi.Message, key string) bool {
+	l := b.limits
+	if l.rate == nil {
+		return false
+	}
+	limit := l.rate.Allow(strconv.FormatInt(m.From.ID, 10))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if limit == "" {
+		l.told.Remove(m.From.ID)
+		return false
+	}
+	if b.opts.RateLimited != nil {
+		b.opts.RateLimited(limit)
+	}
+	if !l.told.Contains(m.From.ID) {
+		l.told.Add(m.From.ID, struct{}{})
+		b.later(key, func() { b.send(ctx, m.Chat.ID, slowDownText, m.MessageID) })
+	}
+	return true
+}

@@ -1,0 +1,141 @@
+package sessions
+
+import (
+	"container/list"
+	"sync"
+	"unsafe"
+)
+
+// DefaultCacheBytes is Options.CacheBytes' default.
+const DefaultCacheBytes = 64 << 20
+
+// Fixed overheads of the cache's estimate: a conversation's row, its map
+// entry and list element; each message's struct.
+const (
+	hotConvOverhead = int64(unsafe.Sizeof(hotConv{})) + 256
+	messageSize     = int64(unsafe.Sizeof(Message{}))
+)
+
+// estimate is what a cached conversation holds in memory, roughly: its
+// fixed parts, and each message's struct and text.
+// It is computed by the holder of the session key's lock (who alone
+// changes the window).
+func (h *hotConv) estimate() int64 {
+	n := hotConvOverhead + int64(len(h.conv.ID)+len(h.conv.SessionKey)+len(h.conv.UserID)+len(h.conv.ChatID)) +
+		int64(len(h.window))*messageSize
+	for i := range h.window {
+		m := &h.window[i]
+		n += int64(len(m.ConversationID) + len(m.Role) + len(m.Content) + len(m.ToolCalls) + len(m.ToolCallID) +
+			len(m.Status) + len(m.Error) + len(m.TurnState) + len(m.TurnOwner) + len(m.DeliveryRef))
+		if m.ClientMsgID != nil {
+			n += int64(len(*m.ClientMsgID)) + 16
+		}
+	}
+	return n
+}
+
+// hotCache holds active conversations, least recently used dropped first
+// when it has more than maxEntries of them or their estimated bytes pass
+// maxBytes. Dropping one is always safe: the store is the truth, and the
+// next load of its key reads it again. A holder still using a dropped
+// conversation keeps its pointer and finishes with it; its later growth
+// is then not counted (Update ignores an entry no longer cached).
+type hotCache struct {
+	maxEntries int
+	maxBytes   int64
+
+	mu    sync.Mutex
+	ll    *list.List // front: most recently used
+	items map[string]*list.Element
+	bytes int64
+}
+
+type hotEntry struct {
+	key  string
+	hc   *hotConv
+	size int64
+}
+
+func newHotCache(maxEntries int, maxBytes int64) *hotCache {
+	return &hotCache{maxEntries: maxEntries, maxBytes: maxBytes, ll: list.New(), items: map[string]*list.Element{}}
+}
+
+// Get returns the key's conversation and marks it used.
+func (c *hotCache) Get(key string) (*hotConv, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.ll.MoveToFront(el)
+		return el.Value.(*hotEntry).hc, true
+	}
+	return nil, false
+}
+
+// Add caches hc as the key's conversation. Call it holding the key's lock.
+func (c *hotCache) Add(key string, hc *hotConv) {
+	size := hc.estimate()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		e := el.Value.(*hotEntry)
+		c.bytes += size - e.size
+		e.hc, e.size = hc, size
+		c.ll.MoveToFront(el)
+	} else {
+		c.items[key] = c.ll.PushFront(&hotEntry{key: key, hc: hc, size: size})
+		c.bytes += size
+	}
+	c.evictLocked()
+}
+
+// Update counts hc's grown window, if hc is still the key's cached
+// conversation. Call it holding the key's lock, after changing the window.
+func (c *hotCache) Update(key string, hc *hotConv) {
+	size := hc.estimate()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[key]
+	if !ok || el.Value.(*hotEntry).hc != hc {
+		return
+	}
+	e := el.Value.(*hotEntry)
+	c.bytes += size - e.size
+	e.size = size
+	c.evictLocked()
+}
+
+// Remove drops the key's conversation.
+func (c *hotCache) Remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.removeLocked(el)
+	}
+}
+
+func (c *hotCache) removeLocked(el *list.Element) {
+	e := el.Value.(*hotEntry)
+	c.ll.Remove(el)
+	delete(c.items, e.key)
+	c.bytes -= e.size
+}
+
+func (c *hotCache) evictLocked() {
+	for c.ll.Len() > 0 && (c.ll.Len() > c.maxEntries || c.bytes > c.maxBytes) {
+		c.removeLocked(c.ll.Back())
+	}
+}
+
+// Len is how many conversations are cached.
+func (c *hotCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ll.Len()
+}
+
+// Bytes is the cached conversations' estimated size.
+func (c *hotCache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}

@@ -1,0 +1,234 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// GuestPrefix starts the generated principal of a WebSocket guest. A guest
+// has nothing but its resume token to come back with, so its active
+// conversation follows the retention period too.
+const GuestPrefix = "guest-"
+
+// guestKeyPrefix is the session key prefix of WebSocket guests.
+var guestKeyPrefix = WebSocketKey(GuestPrefix)
+
+// resumeGrace: a resume token is issued a moment before its principal's
+// first conversation is opened; a binding with no conversation is only
+// dead once it is older than this.
+const resumeGrace = time.Hour
+
+// StateRows returns up to limit channel_states rows whose name starts with
+// prefix and sorts after after, in name order.
+func (s *DB) StateRows(ctx context.Context, prefix, after string, limit int) ([]ChannelState, error) {
+	var rows []ChannelState
+	err := s.read.WithContext(ctx).Where("name > ? AND name LIKE ? ESCAPE '\\'", after, escapeLike(prefix)+"%").
+		Order("name").Limit(limit).Find(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("read states %s: %w", prefix, err)
+	}
+	return rows, nil
+}
+
+// DeleteStates deletes channel_states rows by name.
+func (s *DB) DeleteStates(ctx context.Context, names []string) (int64, error) {
+	if len(names) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		res := tx.Where("name IN ?", names).Delete(&ChannelState{})
+		n = res.RowsAffected
+		return res.Error
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete states: %w", err)
+	}
+	return n, nil
+}
+
+// KeysWithConversations returns which of keys have any conversation,
+// active or archived.
+func (s *DB) KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var found []string
+	if err := s.read.WithContext(ctx).Model(&Conversation{}).Distinct("session_key").
+		Where("session_key IN ?", keys).Pluck("session_key", &found).Error; err != nil {
+		return nil, fmt.Errorf("read session keys: %w", err)
+	}
+	for _, k := range found {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// IdleActive returns up to limit active conversations of channel whose
+// session key starts with keyPrefix and that saw no message since cutoff.
+func (s *DB) IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]Conversation, error) {
+	var convs []Conversation
+	err := s.read.WithContext(ctx).Select("id", "session_key").
+		Where("channel = ? AND status = ? AND last_activity_at < ? AND session_key LIKE ? ESCAPE '\\'", channel, StatusActive, cutoff, escapeLike(keyPrefix)+"%").
+		Limit(limit).Find(&convs).Error
+	if err != nil {
+		return nil, fmt.Errorf("read idle conversations: %w", err)
+	}
+	return convs, nil
+}
+
+// DeleteIdle deletes a conversation and its messages, if it still saw no
+// message since cutoff. It reports whether it did.
+func (s *DB) DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error) {
+	deleted := false
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		res := tx.Where("id = ? AND last_activity_at < ?", convID, cutoff).Delete(&Conversation{})
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		deleted = true
+		return tx.Where("conversation_id = ?", convID).Delete(&Message{}).Error
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete conversation %s: %w", convID, err)
+	}
+	return deleted, nil
+}
+
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// PurgeGuests deletes the active conversations of WebSocket guests idle
+// longer than the retention period (archived ones go with Purge). Each is
+// deleted under its session key's lock and dropped from the cache, so a
+// guest who comes back exactly then starts a new conversation.
+func (m *Manager) PurgeGuests(ctx context.Context) (int64, error) {
+	if m.opts.RetentionDays <= 0 {
+		return 0, nil
+	}
+	cutoff := m.now().AddDate(0, 0, -m.opts.RetentionDays)
+	var n int64
+	for {
+		convs, err := m.store.IdleActive(ctx, "websocket", guestKeyPrefix, cutoff, 500)
+		if err != nil {
+			return n, err
+		}
+		gone := 0
+		for _, c := range convs {
+			release, err := m.lockState(ctx, c.SessionKey, false)
+			if err != nil {
+				return n, err
+			}
+			ok, err := m.store.DeleteIdle(ctx, c.ID, cutoff)
+			if ok {
+				m.hot.Remove(c.SessionKey)
+				n++
+				gone++
+			}
+			release()
+			if err != nil {
+				return n, err
+			}
+		}
+		if len(convs) < 500 || gone == 0 {
+			return n, nil
+		}
+	}
+}
+
+// PurgeStates deletes the channel_states rows nobody can use any more:
+// resume tokens older than the resume TTL, and those of principals whose
+// every conversation has been purged. Other rows (Telegram's offset) stay.
+// A binding written before tokens carried their issue time is stamped
+// with now, so it expires one TTL from its first purge.
+func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
+	now := m.now()
+	var n int64
+	for _, channel := range []string{"websocket"} {
+		prefix := resumePrefix(channel)
+		after := prefix
+		for {
+			rows, err := m.store.StateRows(ctx, prefix, after, 1000)
+			if err != nil {
+				return n, err
+			}
+			if len(rows) == 0 {
+				break
+			}
+			after = rows[len(rows)-1].Key
+			var dead []string
+			owners := map[string][]string{} // session key → its bindings
+			for _, r := range rows {
+				b, legacy := parseBinding(r.Value)
+				switch {
+				case legacy:
+					if err := m.store.SetState(ctx, r.Key, b.encode(now)); err != nil {
+						return n, err
+					}
+				case m.expired(b, now):
+					dead = append(dead, r.Key)
+				case now.Sub(b.Issued) > resumeGrace:
+					k := WebSocketKey(b.Principal)
+					owners[k] = append(owners[k], r.Key)
+				}
+			}
+			keys := make([]string, 0, len(owners))
+			for k := range owners {
+				keys = append(keys, k)
+			}
+			live, err := m.store.KeysWithConversations(ctx, keys)
+			if err != nil {
+				return n, err
+			}
+			for k, names := range owners {
+				if !live[k] {
+					dead = append(dead, names...)
+				}
+			}
+			d, err := m.store.DeleteStates(ctx, dead)
+			n += d
+			if err != nil {
+				return n, err
+			}
+			if len(rows) < 1000 {
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// retention runs the hourly purge: archived conversations past the
+// retention period, idle guests, then the states that pointed at them.
+func (m *Manager) retention(ctx context.Context) (int64, error) {
+	n, s, err := m.RunRetention(ctx)
+	if s > 0 {
+		m.log.Info("purged channel states", slog.Int64("rows", s))
+	}
+	return n, err
+}
+
+// RunRetention runs the retention purge once: archived conversations past
+// storage.retention_days, guests' conversations idle that long, then the
+// channel_states rows nobody can use any more. It returns how many
+// conversations and state rows it deleted.
+func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err error) {
+	convs, err = m.Purge(ctx)
+	if err != nil {
+		return convs, 0, err
+	}
+	g, err := m.PurgeGuests(ctx)
+	convs += g
+	if err != nil {
+		return convs, 0, err
+	}
+	states, err = m.PurgeStates(ctx)
+	return convs, states, err
+}
