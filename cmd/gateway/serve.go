@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chatgate/chatgate/admin"
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
@@ -196,8 +198,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer store.Close()
 
 	metrics := gateway.NewMetrics()
+	// The admin stats' turns per second are counted on the way to metrics.
+	turns := admin.CountTurns(metrics, nil)
 	mgr := sessions.New(store, newAgent(cfg), sessions.Options{
-		Observer:            metrics,
+		Observer:            turns,
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
@@ -226,9 +230,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger:         log,
 	})
 	srv.Handle("GET /metrics", metrics.Handler())
+	// An admin drain refuses new WebSocket connections and webhook calls
+	// (503) until the undrain; without admin.tokens nothing is gated.
+	gate := func(h http.Handler) http.Handler { return h }
+	if cfg.AdminEnabled() {
+		adm := admin.New(admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log})
+		if cfg.WebSocketEnabled() {
+			adm.SetConnections(ws.Connections)
+		}
+		adm.Register(srv.Handle)
+		srv.AddCheck("admin", adm.ReadyCheck())
+		gate = adm.Gate
+	}
 	if cfg.WebSocketEnabled() {
 		metrics.WatchWebSocket(ws)
-		srv.Handle("GET /ws", ws)
+		srv.Handle("GET /ws", gate(ws))
 		if ws.DevMode() {
 			log.Warn("websocket: no channels.websocket.auth_tokens: development mode, any client may name itself any user")
 		}
@@ -268,7 +284,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		} else {
 			bot = b
 			if tg.Mode == "webhook" {
-				srv.Handle("POST "+tg.Webhook.Path, bot.WebhookHandler())
+				srv.Handle("POST "+tg.Webhook.Path, gate(bot.WebhookHandler()))
 			}
 		}
 	}
