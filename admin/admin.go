@@ -33,7 +33,7 @@ type Options struct {
 	// reports none.
 	Turns *TurnCounter
 	// Connections reports the open WebSocket connections; nil when the
-	// channel is off (SetConnections sets it later).
+	// channel is off.
 	Connections func() int
 	Logger      *slog.Logger
 	Now         func() time.Time
@@ -91,9 +91,14 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("GET /admin/api/stats", a.stats)
 	api("POST /admin/api/drain", a.drain)
 	api("POST /admin/api/undrain", a.undrain)
-	api("/admin/api/", func(w http.ResponseWriter, r *http.Request, who string) {
-		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
-	})
+	// Anything else under /admin/api/ is a JSON 404 (after the token
+	// check, so that the API's shape is not shown to anyone). One pattern
+	// per method: a method-less one would conflict with "GET /admin/".
+	for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		api(method+" /admin/api/", func(w http.ResponseWriter, r *http.Request, who string) {
+			writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
+		})
+	}
 	handle("GET /admin/", Page())
 }
 
@@ -445,10 +450,6 @@ func (a *Admin) undrain(w http.ResponseWriter, r *http.Request, who string) {
 	a.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"draining": false})
 }
-
-// SetConnections sets how the stats count open WebSocket connections.
-// Call it before Register.
-func (a *Admin) SetConnections(fn func() int) { a.opts.Connections = fn }
 
 // Drained reports whether an admin drained this replica.
 func (a *Admin) Drained() bool {

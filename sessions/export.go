@@ -17,7 +17,9 @@ type Export struct {
 }
 
 // ExportMessage is one message of an Export. A user message carries its
-// turn (see ledger.go): state, owner replica and attempt.
+// turn (see ledger.go): its state as the ledger derives it (answered,
+// failed or expired once its final reply is stored), owner replica,
+// attempt, and the seq of the reply that answers it.
 type ExportMessage struct {
 	Seq         int64           `json:"seq"`
 	Role        string          `json:"role"`
@@ -32,6 +34,7 @@ type ExportMessage struct {
 	TurnState   string          `json:"turn_state,omitempty"`
 	TurnOwner   string          `json:"turn_owner,omitempty"`
 	TurnAttempt int             `json:"turn_attempt,omitempty"`
+	ReplySeq    int64           `json:"reply_seq,omitempty"`
 	DeliveredAt *time.Time      `json:"delivered_at,omitempty"`
 }
 
@@ -54,10 +57,18 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 		return nil, err
 	}
 	t := &Export{Conversation: *conv, Messages: make([]ExportMessage, 0, len(msgs))}
-	for _, m := range msgs {
+	for i := range msgs {
+		m := &msgs[i]
 		em := ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID,
 			ReplyTo: m.ReplyTo, Status: m.Status, Error: m.Error, CreatedAt: m.CreatedAt,
 			TurnState: m.TurnState, TurnOwner: m.TurnOwner, TurnAttempt: m.TurnAttempt, DeliveredAt: m.DeliveredAt}
+		if m.Role == "user" && m.TurnState != "" {
+			turn := turnOf(m)
+			if reply := finalReplyIn(msgs, turn.Lead); reply != nil {
+				turn.answered(reply)
+			}
+			em.TurnState, em.ReplySeq = turn.State, turn.ReplySeq
+		}
 		if m.ToolCalls != "" {
 			em.ToolCalls = json.RawMessage(m.ToolCalls)
 		}
@@ -67,6 +78,19 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 		t.Messages = append(t.Messages, em)
 	}
 	return t, nil
+}
+
+// finalReplyIn finds, as FinalReply does in the store, the final reply to
+// the message lead among a conversation's messages: the newest.
+func finalReplyIn(msgs []Message, lead int64) *Message {
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Seq > lead; i-- {
+		r := &msgs[i]
+		if r.ReplyTo == lead && r.Role == "assistant" && r.ToolCalls == "" &&
+			!(r.Status == MsgInterrupted && (r.Error == InterruptedByShutdown || r.Error == InterruptedByMessage)) {
+			return r
+		}
+	}
+	return nil
 }
 
 // Write writes the transcript in a format: json, text (one line per

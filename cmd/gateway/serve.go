@@ -234,10 +234,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// (503) until the undrain; without admin.tokens nothing is gated.
 	gate := func(h http.Handler) http.Handler { return h }
 	if cfg.AdminEnabled() {
-		adm := admin.New(admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log})
+		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log}
 		if cfg.WebSocketEnabled() {
-			adm.SetConnections(ws.Connections)
+			opts.Connections = ws.Connections
 		}
+		adm := admin.New(opts)
 		adm.Register(srv.Handle)
 		srv.AddCheck("admin", adm.ReadyCheck())
 		gate = adm.Gate
