@@ -40,7 +40,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// lines returns the JSON log records written so far.
+// records returns the JSON log records written so far.
 func (b *syncBuffer) records(t *testing.T) []map[string]any {
 	t.Helper()
 	b.mu.Lock()
@@ -208,7 +208,8 @@ func (c *wsClient) say(id, text string) map[string]any {
 	return c.expect("reply")
 }
 
-// telegramTurn stores a turn of another channel through the manager.
+// turn stores a user message of any channel through the manager and
+// waits for its reply.
 func (e *env) turn(channel, key, user, text string) sessions.Outcome {
 	e.t.Helper()
 	out, err := e.mgr.Handle(context.Background(), sessions.Inbound{Channel: channel, SessionKey: key, UserID: user, ChatID: user, Text: text}, sessions.Hooks{})
@@ -335,8 +336,6 @@ func TestListTranscriptReset(t *testing.T) {
 	}
 
 	// The transcript, with each user message's turn.
-	annConv := search("key=websocket:ann")
-	_ = annConv
 	var l listAnswer
 	e.call("GET", "/admin/api/sessions?key=websocket:ann", 200, &l)
 	old := l.Conversations[0].ID
