@@ -642,3 +642,30 @@ func TestTurnCounter(t *testing.T) {
 		t.Fatalf("after the bucket is reused: %d, want 2", n)
 	}
 }
+
+func TestPageServedWithStrictCSP(t *testing.T) {
+	e := newEnv(t, agent.Echo{})
+	for path, want := range map[string]string{"/admin/": "<script src=\"admin.js\"></script>", "/admin/admin.js": "sessionStorage", "/admin/admin.css": "#transcript"} {
+		resp, err := http.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) || !strings.Contains(csp, "default-src 'self'") ||
+			!strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("%s: %d, CSP %q", path, resp.StatusCode, csp)
+		}
+	}
+	// Nothing in the page loads from elsewhere.
+	for _, name := range []string{"index.html", "admin.js", "admin.css"} {
+		data, err := webFiles.ReadFile("web/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := string(data); strings.Contains(s, "http://") || strings.Contains(s, "https://") || strings.Contains(s, "//cdn") {
+			t.Errorf("%s refers to another host", name)
+		}
+	}
+}
