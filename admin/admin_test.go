@@ -509,18 +509,22 @@ func TestStats(t *testing.T) {
 	if s.RunningTurns != 1 || s.WebSocketConnections != 1 || len(s.ReplicasAlive) != 1 || s.ReplicasAlive[0] != e.mgr.ReplicaID() {
 		t.Fatalf("stats with a turn running: %+v", s)
 	}
-	// A message sent while the turn runs waits for the next one.
-	c.send(map[string]any{"type": "message", "id": "m-2", "text": "two"})
-	c.expect("ack")
-	c.expect("ack")
-	if s = stats(); s.WaitingMessages != 1 || s.WaitingSessions != 1 {
+	// A message stored while the turn runs waits for the next one (Submit
+	// returns once it is queued).
+	second, err := e.mgr.Submit(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", UserID: "ann", Text: "two"}, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s = stats(); s.WaitingMessages != 1 || s.WaitingSessions != 1 || s.RunningTurns != 1 {
 		t.Fatalf("stats with a message waiting: %+v", s)
 	}
 	g.release <- struct{}{}
 	c.expect("reply")
 	<-g.started
 	g.release <- struct{}{}
-	c.expect("reply")
+	if _, err := second.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	e.clock.Add(30 * time.Second)
 	for i := range 4 {
@@ -627,6 +631,8 @@ func TestTurnCounter(t *testing.T) {
 	c.TurnDone("websocket", "failed", time.Millisecond)
 	c.TurnDone("websocket", "duplicate", 0)
 	c.TurnDone("websocket", "error", 0)
+	c.TurnDone("websocket", "merged", 0)
+	c.TurnDone("websocket", "pending", 0)
 	clock.Add(59 * time.Second)
 	c.TurnDone("telegram", "interrupted", time.Millisecond)
 	if n := c.LastMinute(); n != 3 {

@@ -31,13 +31,17 @@ func CountTurns(next sessions.Observer, now func() time.Time) *TurnCounter {
 	return &TurnCounter{Observer: next, now: now}
 }
 
-// TurnDone implements sessions.Observer: a turn with a reply (ok, failed
-// or interrupted) counts; a duplicate or a refused message does not.
+// TurnDone implements sessions.Observer: a turn with a reply of its own
+// (ok, failed or interrupted) counts; a duplicate, a refused message, a
+// message merged into a later one's turn, or one another runner answers
+// does not.
 func (c *TurnCounter) TurnDone(channel, status string, d time.Duration) {
 	if c.Observer != nil {
 		c.Observer.TurnDone(channel, status, d)
 	}
-	if status == "duplicate" || status == "error" {
+	switch status {
+	case sessions.MsgOK, sessions.MsgFailed, sessions.MsgInterrupted:
+	default:
 		return
 	}
 	sec := c.now().Unix()
