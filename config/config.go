@@ -29,6 +29,7 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	Log      Log      `yaml:"log"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Admin    Admin    `yaml:"admin"`
 
 	// File is where the configuration came from, for messages.
 	File string `yaml:"-"`
@@ -194,6 +195,16 @@ type Recovery struct {
 	MaxAge           Duration `yaml:"max_age"`
 	Concurrency      int      `yaml:"concurrency"`
 }
+
+// Admin configures the admin API and page under /admin/.
+type Admin struct {
+	// Tokens maps an operator's name to their bearer token; the name is
+	// logged with every admin action. No tokens: /admin/ is not served.
+	Tokens map[string]string `yaml:"tokens"`
+}
+
+// AdminEnabled reports whether the admin API and page are served.
+func (c *Config) AdminEnabled() bool { return len(c.Admin.Tokens) > 0 }
 
 // Log configures log/slog output.
 type Log struct {

@@ -2,9 +2,12 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -213,6 +216,22 @@ func (c *Config) Validate() Errors {
 		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "") {
 			bad(fmt.Sprintf("channels.websocket.allowed_origins[%d]", i), "%q is not an origin such as https://chat.example.com", o)
 		}
+	}
+
+	adminSeen := map[string]string{}
+	for name, tok := range c.Admin.Tokens {
+		p := "admin.tokens." + name
+		switch {
+		case strings.TrimSpace(tok) == "":
+			bad(p, "token is empty")
+		case len(tok) < 16:
+			bad(p, "token is shorter than 16 characters")
+		case adminSeen[tok] != "":
+			bad(p, "same token as %s", adminSeen[tok])
+		case slices.Contains(slices.Collect(maps.Values(ws.AuthTokens)), tok):
+			bad(p, "same token as a channels.websocket.auth_tokens entry: an admin token must be its own secret")
+		}
+		adminSeen[tok] = name
 	}
 
 	tg := c.Channels.Telegram

@@ -30,7 +30,7 @@ commands:
   check [-c FILE]                 validate bot.yaml and print each channel's effective policy
   sessions list [-c FILE] [-key KEY] [-status active|archived] [-limit N]
   sessions show [-c FILE] ID|KEY  a conversation (or a key's conversations) with its messages
-  sessions export [-c FILE] [-format json|text] ID
+  sessions export [-c FILE] [-format json|text|markdown] ID
   sessions reset [-c FILE] KEY    archive the key's active conversation
   sessions purge [-c FILE]        run the retention purge now (storage.retention_days, resume_ttl)
   version                         print the version

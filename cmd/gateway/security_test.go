@@ -15,8 +15,8 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// startServe runs serve with config until the test ends.
-func startServe(t *testing.T, config string) {
+// serveConfig runs serve with config until the test ends.
+func serveConfig(t *testing.T, config string) {
 	t.Helper()
 	path := writeConfig(t, config)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,7 +67,7 @@ func TestServeRefusesOpenListenerWithoutTokens(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "allow_anonymous") || !strings.Contains(errOut, path+":2: gateway.listen") {
 		t.Fatalf("serve on 0.0.0.0 without tokens: exit %d\n%s", code, errOut)
 	}
-	startServe(t, cfg+"channels:\n  websocket:\n    allow_anonymous: true\n")
+	serveConfig(t, cfg+"channels:\n  websocket:\n    allow_anonymous: true\n")
 	waitHealthy(t, "http://127.0.0.1:"+port)
 }
 
@@ -76,7 +76,7 @@ func TestServeRefusesOpenListenerWithoutTokens(t *testing.T) {
 func TestServeMetricsProtection(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	startServe(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nmetrics:\n  token: metrics-token-0123456789\nlog:\n  level: warn\n", addr, filepath.Join(dir, "g.db")))
+	serveConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nmetrics:\n  token: metrics-token-0123456789\nlog:\n  level: warn\n", addr, filepath.Join(dir, "g.db")))
 	waitHealthy(t, "http://"+addr)
 	if got := status(t, "http://"+addr+"/metrics", ""); got != http.StatusUnauthorized {
 		t.Fatalf("unauthenticated scrape: %d, want 401", got)
@@ -86,7 +86,7 @@ func TestServeMetricsProtection(t *testing.T) {
 	}
 
 	addr2, maddr := freeAddr(t), freeAddr(t)
-	startServe(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nmetrics:\n  listen: %s\nlog:\n  level: warn\n", addr2, filepath.Join(dir, "g2.db"), maddr))
+	serveConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nmetrics:\n  listen: %s\nlog:\n  level: warn\n", addr2, filepath.Join(dir, "g2.db"), maddr))
 	waitHealthy(t, "http://"+addr2)
 	if got := status(t, "http://"+addr2+"/metrics", ""); got != http.StatusNotFound {
 		t.Fatalf("/metrics on the main listener with metrics.listen: %d, want 404", got)

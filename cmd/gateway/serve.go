@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chatgate/chatgate/admin"
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
@@ -202,8 +204,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	metrics := gateway.NewMetrics()
 	ag := newAgent(cfg)
+	// The admin stats' turns per second are counted on the way to metrics.
+	turns := admin.CountTurns(metrics, nil)
 	mgr := sessions.New(store, ag, sessions.Options{
-		Observer:            metrics,
+		Observer:            turns,
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
@@ -246,9 +250,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		mgr.Shutdown(context.Background())
 		return 1
 	}
+	// An admin drain refuses new WebSocket connections and webhook calls
+	// (503) until the undrain; without admin.tokens nothing is gated.
+	gate := func(h http.Handler) http.Handler { return h }
+	if cfg.AdminEnabled() {
+		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log}
+		if cfg.WebSocketEnabled() {
+			opts.Connections = ws.Connections
+		}
+		adm := admin.New(opts)
+		adm.Register(srv.Handle)
+		srv.AddCheck("admin", adm.ReadyCheck())
+		gate = adm.Gate
+	}
 	if cfg.WebSocketEnabled() {
 		metrics.WatchWebSocket(ws)
-		srv.Handle("GET /ws", ws)
+		srv.Handle("GET /ws", gate(ws))
 		switch {
 		case cfg.AnonymousWebSocket():
 			log.Warn("websocket: allow_anonymous: every client is a generated guest; set channels.websocket.auth_tokens to know your users")
@@ -303,7 +320,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				})
 			}
 			if tg.Mode == "webhook" {
-				srv.Handle("POST "+tg.Webhook.Path, bot.WebhookHandler())
+				srv.Handle("POST "+tg.Webhook.Path, gate(bot.WebhookHandler()))
 			}
 		}
 	}

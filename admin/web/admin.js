@@ -1,0 +1,238 @@
+// chatgate admin page: calls /admin/api/ with the bearer token kept in
+// this tab's sessionStorage. Everything is written with textContent, never
+// as HTML: transcripts hold what users typed.
+'use strict';
+
+const TOKEN_KEY = 'chatgate-admin-token';
+const PAGE_SIZE = 25;
+const STATS_EVERY_MS = 3000;
+
+const $ = (id) => document.getElementById(id);
+let offset = 0;
+let current = null; // the conversation shown
+let statsTimer = null;
+let draining = false;
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+
+function showError(msg) {
+  const el = $('error');
+  el.textContent = msg;
+  el.hidden = !msg;
+}
+
+class AuthError extends Error {}
+
+// api calls an endpoint and returns the parsed JSON, or the raw response
+// when raw is set. A 401 forgets the token and shows the login again.
+async function api(method, path, raw) {
+  const res = await fetch(path, { method, headers: { Authorization: 'Bearer ' + token() } });
+  if (res.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin('That token was refused.');
+    throw new AuthError('unauthorized');
+  }
+  if (!res.ok) {
+    let msg = res.status + ' ' + res.statusText;
+    try { msg = (await res.json()).error || msg; } catch (e) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  return raw ? res : res.json();
+}
+
+function report(err) {
+  if (!(err instanceof AuthError)) showError(err.message);
+}
+
+function showLogin(msg) {
+  $('login').hidden = false;
+  $('app').hidden = true;
+  $('logout').hidden = true;
+  $('who').textContent = '';
+  if (statsTimer) { clearInterval(statsTimer); statsTimer = null; }
+  showError(msg || '');
+  $('token').focus();
+}
+
+async function start() {
+  $('login').hidden = true;
+  $('app').hidden = false;
+  $('logout').hidden = false;
+  showError('');
+  try {
+    await refreshStats();
+  } catch (err) {
+    report(err);
+    return;
+  }
+  if (!statsTimer) statsTimer = setInterval(() => refreshStats().catch(report), STATS_EVERY_MS);
+  await loadSessions().catch(report);
+}
+
+async function refreshStats() {
+  const s = await api('GET', '/admin/api/stats');
+  $('replica').textContent = s.replica;
+  $('s-rate').textContent = s.turns_per_second.toFixed(2) + ' (' + s.turns_last_minute + ')';
+  $('s-running').textContent = s.running_turns;
+  $('s-waiting').textContent = s.waiting_messages + (s.waiting_sessions ? ' in ' + s.waiting_sessions + ' sessions' : '');
+  $('s-conns').textContent = s.websocket_connections;
+  $('s-replicas').textContent = s.replicas_alive.length;
+  $('s-replicas').title = s.replicas_alive.join('\n');
+  draining = s.draining;
+  $('s-ready').textContent = s.draining ? 'drained by ' + s.drained_by : 'serving';
+  $('drain').textContent = s.draining ? 'Undrain' : 'Drain';
+}
+
+function fmtTime(t) {
+  if (!t) return '';
+  const d = new Date(t);
+  return isNaN(d) ? t : d.toLocaleString();
+}
+
+function cell(tr, text) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  tr.appendChild(td);
+}
+
+async function loadSessions() {
+  const p = new URLSearchParams({ limit: String(PAGE_SIZE), offset: String(offset) });
+  for (const [id, name] of [['q', 'q'], ['user', 'user'], ['channel', 'channel'], ['status', 'status']]) {
+    const v = $(id).value.trim();
+    if (v) p.set(name, v);
+  }
+  const list = await api('GET', '/admin/api/sessions?' + p);
+  const body = $('sessions');
+  body.replaceChildren();
+  for (const c of list.conversations) {
+    const tr = document.createElement('tr');
+    tr.dataset.id = c.id;
+    if (current && current.id === c.id) tr.classList.add('selected');
+    cell(tr, c.session_key);
+    cell(tr, c.channel);
+    cell(tr, c.status + (c.reset_reason ? ' (' + c.reset_reason + ')' : ''));
+    cell(tr, String(c.last_seq));
+    cell(tr, fmtTime(c.last_activity_at));
+    tr.addEventListener('click', () => openConversation(c.id).catch(report));
+    body.appendChild(tr);
+  }
+  if (list.conversations.length === 0) {
+    const tr = document.createElement('tr');
+    cell(tr, 'no conversations match');
+    body.appendChild(tr);
+  }
+  const last = list.offset + list.conversations.length;
+  $('page').textContent = list.total ? (list.offset + 1) + '–' + last + ' of ' + list.total : '';
+  $('prev').disabled = list.offset === 0;
+  $('next').disabled = list.next_offset === undefined;
+}
+
+async function openConversation(id) {
+  const t = await api('GET', '/admin/api/conversations/' + encodeURIComponent(id));
+  current = t.conversation;
+  for (const tr of $('sessions').children) tr.classList.toggle('selected', tr.dataset.id === id);
+  $('conv').hidden = false;
+  $('conv-id').textContent = current.id;
+  $('conv-meta').textContent = current.session_key + ' · ' + current.channel + ' · ' + current.status +
+    (current.reset_reason ? ' (' + current.reset_reason + ')' : '') +
+    ' · started ' + fmtTime(current.started_at) + ' · ' + current.total_tokens + ' tokens';
+  $('reset').disabled = current.status !== 'active';
+  $('purge').disabled = current.status !== 'archived';
+  const ol = $('transcript');
+  ol.replaceChildren();
+  for (const m of t.messages) {
+    const li = document.createElement('li');
+    li.classList.add(m.role);
+    if (m.status !== 'ok') li.classList.add(m.status);
+    const head = document.createElement('div');
+    head.className = 'msg-head';
+    const who = document.createElement('span');
+    who.textContent = '#' + m.seq + ' ' + m.role;
+    head.appendChild(who);
+    if (m.turn_state) {
+      const turn = document.createElement('span');
+      turn.className = 'turn ' + m.turn_state;
+      let text = 'turn ' + m.turn_state;
+      if (m.turn_owner) text += ' · owner ' + m.turn_owner;
+      if (m.turn_attempt) text += ' · attempt ' + m.turn_attempt;
+      turn.textContent = text;
+      head.appendChild(turn);
+    }
+    if (m.status !== 'ok') {
+      const st = document.createElement('span');
+      st.textContent = m.status + (m.error ? ': ' + m.error : '');
+      head.appendChild(st);
+    }
+    const when = document.createElement('span');
+    when.textContent = fmtTime(m.created_at);
+    head.appendChild(when);
+    const text = document.createElement('div');
+    text.className = 'msg-text';
+    text.textContent = m.content;
+    li.append(head, text);
+    ol.appendChild(li);
+  }
+}
+
+async function download(format) {
+  if (!current) return;
+  const res = await api('GET', '/admin/api/conversations/' + encodeURIComponent(current.id) + '/export?format=' + format, true);
+  const blob = await res.blob();
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = 'conversation-' + current.id + (format === 'markdown' ? '.md' : '.json');
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+$('login').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $('token').value.trim());
+  $('token').value = '';
+  start();
+});
+$('logout').addEventListener('click', () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showLogin();
+});
+$('search').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  offset = 0;
+  loadSessions().catch(report);
+});
+$('prev').addEventListener('click', () => { offset = Math.max(0, offset - PAGE_SIZE); loadSessions().catch(report); });
+$('next').addEventListener('click', () => { offset += PAGE_SIZE; loadSessions().catch(report); });
+$('reset').addEventListener('click', async () => {
+  if (!current || !confirm('Reset session ' + current.session_key + '? Its active conversation is archived; its next message starts a new one.')) return;
+  try {
+    const r = await api('POST', '/admin/api/sessions/' + encodeURIComponent(current.session_key) + '/reset');
+    await openConversation(r.archived);
+    await loadSessions();
+  } catch (err) { report(err); }
+});
+$('purge').addEventListener('click', async () => {
+  if (!current || !confirm('Delete conversation ' + current.id + ' and all its messages? This cannot be undone.')) return;
+  try {
+    await api('DELETE', '/admin/api/conversations/' + encodeURIComponent(current.id));
+    current = null;
+    $('conv').hidden = true;
+    await loadSessions();
+  } catch (err) { report(err); }
+});
+$('export-json').addEventListener('click', () => download('json').catch(report));
+$('export-md').addEventListener('click', () => download('markdown').catch(report));
+$('drain').addEventListener('click', async () => {
+  const what = draining ? 'undrain' : 'drain';
+  const msg = draining
+    ? 'Undrain this replica? /readyz answers 200 again and it takes new connections.'
+    : 'Drain this replica? /readyz answers 503 and new WebSocket connections and webhook calls are refused until you undrain it.';
+  if (!confirm(msg)) return;
+  try {
+    await api('POST', '/admin/api/' + what);
+    await refreshStats();
+  } catch (err) { report(err); }
+});
+
+if (token()) start(); else showLogin();

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// startServe runs serve with the configuration and stops it when the test
+// ends.
+func startServe(t *testing.T, body string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n%s", addr, filepath.Join(t.TempDir(), "g.db"), body))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d: %s", code, stderr.String())
+			}
+		case <-time.After(60 * time.Second): // a hang guard, not a speed check
+			t.Error("serve did not stop")
+		}
+	})
+	base := "http://" + addr
+	waitHealthy(t, base)
+	waitReadyz(t, base, http.StatusOK, "ready\n")
+	return base
+}
+
+func request(t *testing.T, method, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServeAdminOffWithoutTokens(t *testing.T) {
+	base := startServe(t, "")
+	for _, path := range []string{"/admin/api/stats", "/admin/api/sessions", "/admin/"} {
+		if code, body := request(t, "GET", base+path, "anything-at-all-here"); code != http.StatusNotFound {
+			t.Errorf("%s without admin.tokens: %d %s", path, code, body)
+		}
+	}
+	if code, _ := request(t, "POST", base+"/admin/api/drain", "anything-at-all-here"); code == http.StatusOK {
+		t.Error("drain served without admin.tokens")
+	}
+}
+
+func TestServeAdmin(t *testing.T) {
+	const token = "ops-token-0123456789"
+	base := startServe(t, "admin:\n  tokens:\n    ops: "+token+"\n")
+	if code, _ := request(t, "GET", base+"/admin/api/stats", ""); code != http.StatusUnauthorized {
+		t.Fatalf("stats without a token: %d", code)
+	}
+	code, body := request(t, "GET", base+"/admin/api/stats", token)
+	if code != http.StatusOK || !strings.Contains(body, `"replicas_alive"`) {
+		t.Fatalf("stats: %d %s", code, body)
+	}
+	if code, body := request(t, "GET", base+"/admin/", ""); code != http.StatusOK || !strings.Contains(body, "chatgate admin") {
+		t.Fatalf("admin page: %d %s", code, body)
+	}
+	// Drain: /readyz 503 and no new WebSocket connections; undrain: back.
+	if code, body := request(t, "POST", base+"/admin/api/drain", token); code != http.StatusOK {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	if code, body := request(t, "GET", base+"/readyz", ""); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "admin: drained by ops since ") {
+		t.Fatalf("readyz drained: %d %q", code, body)
+	}
+	if code, _ := request(t, "GET", base+"/ws", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("/ws while drained: %d", code)
+	}
+	if code, body := request(t, "POST", base+"/admin/api/undrain", token); code != http.StatusOK {
+		t.Fatalf("undrain: %d %s", code, body)
+	}
+	waitReadyz(t, base, http.StatusOK, "ready\n")
+}
+
+func TestSessionsExportMarkdown(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "g.db")
+	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
+	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sessions.New(db, agent.Echo{}, sessions.Options{})
+	out, err := m.Handle(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"}, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(context.Background())
+	db.Close()
+	code, md, _ := runCmd(t, "sessions", "export", "-c", path, "-format", "markdown", out.ConversationID)
+	if code != 0 || !strings.Contains(md, "# Conversation "+out.ConversationID) || !strings.Contains(md, "> echo: hello (history: 0)") {
+		t.Fatalf("markdown export (%d):\n%s", code, md)
+	}
+	if code, _, errOut := runCmd(t, "sessions", "export", "-c", path, "-format", "pdf", out.ConversationID); code != 2 || !strings.Contains(errOut, "want json, text or markdown") {
+		t.Fatalf("export -format pdf: %d %s", code, errOut)
+	}
+}

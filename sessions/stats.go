@@ -1,0 +1,39 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+)
+
+// RunningTurns is how many turns run on this replica now (an agent call
+// in progress, or storing its reply).
+func (m *Manager) RunningTurns() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.running)
+}
+
+// WaitingMessages is how many stored user messages wait on this replica
+// for their turn to start (debounce, or the turn before them), and across
+// how many session keys.
+func (m *Manager) WaitingMessages() (messages, keys int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, b := range m.bursts {
+		if n := len(b.waiting); n > 0 {
+			messages += n
+			keys++
+		}
+	}
+	return messages, keys
+}
+
+// AliveReplicas lists the gateways sharing the database whose heartbeat
+// is fresh, this one first.
+func (m *Manager) AliveReplicas(ctx context.Context) ([]string, error) {
+	_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	return alive, nil
+}
