@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -208,5 +209,58 @@ func warmUp(t *testing.T, m *Manager) {
 	t.Helper()
 	if _, err := m.Reset(context.Background(), msg("websocket:warm-up", "")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStopReachesAnEarlyCall: a Stop that comes while the message's
+// commit is still in flight stops its already running agent call, like
+// any running turn's: the partial reply is stored as stopped once the
+// message is, and the turn is not run again.
+func TestStopReachesAnEarlyCall(t *testing.T) {
+	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	ag := newStreamer()
+	m := newManager(t, db, ag, newClock(t0), nil)
+	key := "websocket:ann"
+	if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(holdWriter(db))
+	t.Cleanup(release)
+	var log hookLog
+	done := make(chan *Ticket, 1)
+	go func() {
+		tk, err := m.Submit(context.Background(), msg(key, "long question"), log.hooks())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- tk
+	}()
+	waitFor(t, ag.started, "agent call while the commit is held")
+	if !m.Stop(key) {
+		t.Fatal("Stop found no running turn")
+	}
+	if cause := waitFor(t, ag.cancelled, "cancelled call"); !errors.Is(cause, errStoppedByUser) {
+		t.Fatalf("call ended by %v, want the user's stop", cause)
+	}
+	release()
+	tk := waitFor(t, done, "Submit after the commit")
+	if tk == nil {
+		t.FailNow()
+	}
+	out, err := tk.Wait(context.Background())
+	if err != nil || out.Reply.Status != MsgInterrupted || out.Reply.Error != InterruptedByUser || out.Reply.Text != "first " {
+		t.Fatalf("outcome = %+v, %v; want the partial reply, stopped", out, err)
+	}
+	if ev := log.get(); !slices.Equal(ev, []string{"ack 1", "delta first "}) {
+		t.Fatalf("hooks = %q", ev)
+	}
+	rows := transcript(t, db, out.ConversationID)
+	if len(rows) != 2 || rows[1].Status != MsgInterrupted || rows[1].Error != InterruptedByUser {
+		t.Fatalf("stored %+v", rows)
+	}
+	select {
+	case req := <-ag.started:
+		t.Fatalf("the stopped turn was run again: %+v", req)
+	default:
 	}
 }
