@@ -43,8 +43,9 @@ type Ticket struct {
 	ref     turnKey
 	resend  bool // the message was stored before (Outcome.Duplicate)
 	reset   *ResetEvent
-	started time.Time // wall clock: for the turn's duration
-	claimed *Batch    // the message was stored claimed, as this turn
+	started time.Time  // wall clock: for the turn's duration
+	claimed *Batch     // the message was stored claimed, as this turn
+	early   *earlyCall // and its agent call started meanwhile; the runner takes it
 
 	once sync.Once
 	done chan struct{}
@@ -260,8 +261,19 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
 	}
+	rows := []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}
+	var early *earlyCall
+	if solo {
+		// Its own turn, this replica's before the commit lands: the agent
+		// call starts now, from the history before it (early.go).
+		early = m.startEarly(in.SessionKey, hc.conv.Channel, m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in))
+	}
 	batch := []Message{um}
 	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	if err != nil && early != nil {
+		// Not stored, not acknowledged: the call is dropped unseen.
+		early.abandon()
+	}
 	if errors.Is(err, ErrDuplicate) {
 		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
 		if lerr != nil || stored == nil {
@@ -277,10 +289,16 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
 	if solo {
 		t.claimed = &Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
-			Rows: []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}}
+			Rows: rows}
+		t.early = early
 	}
 	if t.hooks.OnAck != nil {
 		t.hooks.OnAck(Ack{ConversationID: hc.conv.ID, Seq: t.ref.seq})
+	}
+	if early != nil {
+		// Stored and acknowledged: what the model streamed so far, and
+		// from now on, may be shown.
+		early.release(t.hooks.OnDelta)
 	}
 	m.enqueue(t)
 	return nil
@@ -407,7 +425,9 @@ func (m *Manager) enqueue(t *Ticket) {
 	}
 	b.last = now
 	b.waiting = append(b.waiting, t)
-	if b.policy.Mode == BusyInterrupt && !t.resend {
+	if b.policy.Mode == BusyInterrupt && !t.resend && t.claimed == nil {
+		// (A message stored claimed interrupts nothing: nothing of the key
+		// ran; what runs is its own early call.)
 		if cancel, ok := m.running[key]; ok {
 			cancel(errNewMessage)
 		}
@@ -464,7 +484,15 @@ func (m *Manager) runNext(b *burst) error {
 	head := b.waiting[0]
 	m.mu.Unlock()
 	in := head.in
-	release, err := m.lockTurn(m.base, in.SessionKey)
+	early := head.early
+	head.early = nil // taken once: a retry after a storage failure runs as any turn
+	var release func()
+	var err error
+	if early != nil {
+		release = early.unlock // taken with the call, before the commit
+	} else {
+		release, err = m.lockTurn(m.base, in.SessionKey)
+	}
 	if err != nil {
 		// Shutting down: the messages stay stored and pending; the next
 		// start (or another replica) answers them.
@@ -478,7 +506,14 @@ func (m *Manager) runNext(b *burst) error {
 		return nil
 	}
 	defer release()
-	_, b2, err := m.runBatch(m.base, in, head.ref.conv, nil, 0, head.claimed)
+	ctx := m.base
+	if early != nil {
+		// The turn has started: like a turn whose call started here, it
+		// stores its reply (a partial one, interrupted, if Shutdown cancels
+		// the call) whenever Shutdown comes.
+		ctx = context.WithoutCancel(ctx)
+	}
+	_, b2, err := m.runBatch(ctx, in, head.ref.conv, nil, 0, head.claimed, early)
 	if err != nil && b2 != nil {
 		return nil // claimed, and the claim's tickets have their error
 	}
@@ -528,9 +563,15 @@ func (m *Manager) takeStop(key string) bool {
 // turns of the others are taken over. A batch whose oldest message is
 // older than maxAge (when > 0) is not run: the user is asked to send it
 // again. claimed, when set, is the turn its message was stored as
-// (nothing to claim). It reports what it did: running (ran), expired, or
+// (nothing to claim), and early its agent call, started while it was
+// stored (early.go). It reports what it did: running (ran), expired, or
 // "" (nothing was claimable).
-func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *Batch) (string, *Batch, error) {
+func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *Batch, early *earlyCall) (string, *Batch, error) {
+	if early != nil {
+		// Ends with the turn whichever way it goes, also when storage
+		// fails before the turn starts.
+		defer early.stop()
+	}
 	key := in.SessionKey
 	policy := m.Policy(in.Channel)
 	busy := policy.Busy.withDefaults()
@@ -618,7 +659,8 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		kind, state = TurnExpired, TurnExpired
 		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: ExpiredText,
 			ReplyTo: lead, Status: MsgFailed, Error: notRunPrefix + " older than recovery.max_age", CreatedAt: now}}
-	case m.takeStop(key):
+	case early == nil && m.takeStop(key):
+		// (A Stop reaches an early call through its running context.)
 		// Stopped while it waited: settled as stopped, the agent not called.
 		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: MsgInterrupted,
 			Error: InterruptedByUser, CreatedAt: now}}
@@ -627,8 +669,14 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		if leadTicket != nil {
 			hooks = leadTicket.hooks
 		}
-		turnCtx, endTurn := m.startTurn(key)
-		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks)
+		var turnCtx context.Context
+		var endTurn func()
+		if early != nil {
+			turnCtx, endTurn = early.ctx, early.stop
+		} else {
+			turnCtx, endTurn = m.startTurn(key)
+		}
+		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks, early)
 		endTurn()
 	}
 	// The reply's append is the transition: it lands only while no claim
@@ -735,30 +783,27 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 // without the batch's own messages, then each of them as a user message
 // — and returns what to store: the reply, a failure notice, or the
 // partial reply of an interrupted turn, and the turn's state after it.
-func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior []Message, policy Policy, in Inbound, h Hooks) ([]Message, agent.Reply, string) {
+// With early, the call was made already (its deltas went to the lead's
+// hooks since its ack): its answer is taken instead.
+func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior []Message, policy Policy, in Inbound, h Hooks, early *earlyCall) ([]Message, agent.Reply, string) {
 	lead := b.Lead()
-	texts := make([]string, len(b.Rows))
-	atts := make([][]agent.Attachment, len(b.Rows))
-	for i, r := range b.Rows {
-		texts[i] = r.Content
-		atts[i] = decodeAttachments(r.Attachments)
-	}
-	req := agent.Request{
-		SessionKey:       in.SessionKey,
-		Instructions:     m.opts.Instructions,
-		History:          History(prior, policy.MaxHistory),
-		Earlier:          texts[:len(texts)-1],
-		Input:            texts[len(texts)-1],
-		InputAttachments: atts,
-	}
-	m.fetchImages(turnCtx, hc.conv.Channel, &req)
 	var partial strings.Builder
-	reply, err := m.callAgent(turnCtx, req, func(d string) {
-		partial.WriteString(d)
-		if h.OnDelta != nil {
-			h.OnDelta(d)
-		}
-	})
+	var reply agent.Reply
+	var err error
+	if early != nil {
+		var text string
+		reply, err, text = early.result()
+		partial.WriteString(text)
+	} else {
+		req := m.request(b.Rows, prior, policy, in)
+		m.fetchImages(turnCtx, hc.conv.Channel, &req)
+		reply, err = m.callAgent(turnCtx, req, func(d string) {
+			partial.WriteString(d)
+			if h.OnDelta != nil {
+				h.OnDelta(d)
+			}
+		})
+	}
 	now := m.now()
 	conv := hc.conv.ID
 	failed := func(text, why string) ([]Message, agent.Reply, string) {
@@ -813,6 +858,28 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		m.log.Warn("agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
 			slog.Int64("seq", lead), slog.String("error", err.Error()))
 		return failed(m.opts.FailureText, err.Error())
+	}
+}
+
+// request is the agent request of a turn answering rows after prior —
+// the history before its lead without its own messages, then each of them
+// as a user message.
+// Its pictures are not fetched yet (fetchImages does that, outside any
+// lock).
+func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in Inbound) agent.Request {
+	texts := make([]string, len(rows))
+	atts := make([][]agent.Attachment, len(rows))
+	for i, r := range rows {
+		texts[i] = r.Content
+		atts[i] = decodeAttachments(r.Attachments)
+	}
+	return agent.Request{
+		SessionKey:       in.SessionKey,
+		Instructions:     m.opts.Instructions,
+		History:          History(prior, policy.MaxHistory),
+		Earlier:          texts[:len(texts)-1],
+		Input:            texts[len(texts)-1],
+		InputAttachments: atts,
 	}
 }
 

@@ -87,8 +87,10 @@ type Ack struct {
 	Seq            int64
 }
 
-// Hooks are called during a turn, on the turn's goroutine, in this order:
-// OnReset (if the message triggered a reset), OnAck, OnDelta (zero or more).
+// Hooks are called during a turn, in this order: OnReset (if the message
+// triggered a reset), OnAck, OnDelta (zero or more, one at a time, never
+// before OnAck: a model call may start while the message is being stored,
+// but what it streams is shown only once the message is stored).
 type Hooks struct {
 	OnReset func(ResetEvent)
 	OnAck   func(Ack)

@@ -449,7 +449,7 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		// mode queue): run turns until this one's is done.
 		ran := ""
 		for {
-			kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil)
+			kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil, nil)
 			if kind != "" && ran != TurnRunning {
 				ran = kind
 			}

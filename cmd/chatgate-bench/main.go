@@ -5,6 +5,8 @@
 //	B. raw storage: message rows inserted with the best batching the driver allows;
 //	the gateway (echo agent, real storage, WebSocket) at 1, 50 and 500 clients;
 //	busy mode collect: bursts of 5 messages at 50 clients, one reply each;
+//	time to first delta from a streaming model server, direct and through
+//	the gateway, at 1 and 50 clients;
 //	with PostgreSQL, what delivery to a client on another replica adds;
 //	memory per idle WebSocket connection (a child process holding 10,000);
 //	the daily reset sweep over 1,000,000 conversations;
@@ -46,6 +48,9 @@ type options struct {
 	rawRows   int
 	quick     bool
 	jsonPath  string
+	// firstChunk delays the streaming model server's first chunk.
+	firstChunk     time.Duration
+	firstDeltaOnly bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -62,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
 	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	firstChunk := fs.Duration("llm-first-chunk", 0, "time the streaming model server takes to its first chunk")
+	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
-		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN")}
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -142,10 +149,16 @@ type report struct {
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
 	Cross   *loadResult   `json:"cross_replica_postgres,omitempty"`
 	Collect []burstResult `json:"collect_bursts,omitempty"`
-	Idle    *idleResult   `json:"idle_connections,omitempty"`
-	Sweeps  []sweepResult `json:"daily_sweep"`
-	Locks   locksResult   `json:"lock_cache"`
-	Goals   []goal        `json:"goals"`
+	// FirstDelta is time to first delta, direct and through the gateway,
+	// per store and client count.
+	FirstDelta []ttfdResult `json:"time_to_first_delta,omitempty"`
+	// FirstChunkMillis is the streaming model server's delay to its
+	// first chunk in those rows.
+	FirstChunkMillis float64       `json:"llm_first_chunk_ms"`
+	Idle             *idleResult   `json:"idle_connections,omitempty"`
+	Sweeps           []sweepResult `json:"daily_sweep"`
+	Locks            locksResult   `json:"lock_cache"`
+	Goals            []goal        `json:"goals"`
 }
 
 type loadResult struct {
@@ -217,6 +230,16 @@ func (r *report) print(w io.Writer) {
 	if len(r.Collect) > 0 {
 		fmt.Fprintln(w)
 	}
+	if len(r.FirstDelta) > 0 {
+		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms):\n", r.FirstChunkMillis)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "store\tclients\tdirect p50 ms\tdirect p99 ms\tgateway p50 ms\tgateway p99 ms\tadded p50 ms\tadded p99 ms\terrors\t")
+		for _, f := range r.FirstDelta {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", f.Store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
+				f.Gateway.P50Millis, f.Gateway.P99Millis, f.AddedP50Millis, f.AddedP99Millis, f.Direct.ErrorCount+f.Gateway.ErrorCount)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintln(w)
 	if r.Idle != nil {
 		fmt.Fprintf(w, "idle WebSocket connections: %d, %.1f KiB RSS and %.1f KiB heap each\n", r.Idle.Connections, r.Idle.RSSPerConnKiB, r.Idle.HeapPerConnKB)
@@ -224,7 +247,9 @@ func (r *report) print(w io.Writer) {
 	for _, s := range r.Sweeps {
 		fmt.Fprintf(w, "daily sweep over %d conversations (%s): %.2f s\n", s.Conversations, s.Driver, s.Seconds)
 	}
-	fmt.Fprintf(w, "lock cache heap: %.2f MiB after 10,000 keys, %.2f MiB after 1,000,000 keys\n\n", r.Locks.HeapMiB10k, r.Locks.HeapMiB1M)
+	if r.Locks.HeapMiB1M > 0 {
+		fmt.Fprintf(w, "lock cache heap: %.2f MiB after 10,000 keys, %.2f MiB after 1,000,000 keys\n\n", r.Locks.HeapMiB10k, r.Locks.HeapMiB1M)
+	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "goal\ttarget\tvalue\tmet")
 	for _, g := range r.Goals {

@@ -35,8 +35,30 @@ var discard = slog.New(slog.DiscardHandler)
 const statementRows = 64
 
 func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
-	rep := &report{Machine: machine(), Quick: o.quick, Store: o.store}
+	rep := &report{Machine: machine(), Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000}
 	step := func(s string) { fmt.Fprintf(progress, "… %s\n", s) }
+	firstDeltaRuns := func() error {
+		stores := []string{o.store}
+		if o.dsn != "" && o.store != sessions.DriverPostgres {
+			stores = append(stores, sessions.DriverPostgres)
+		}
+		for _, driver := range stores {
+			step("time to first delta on " + driver + ": direct and through the gateway")
+			f, err := firstDelta(ctx, driver, o)
+			if err != nil {
+				return err
+			}
+			rep.FirstDelta = append(rep.FirstDelta, f...)
+		}
+		return nil
+	}
+	if o.firstDeltaOnly {
+		if err := firstDeltaRuns(); err != nil {
+			return nil, err
+		}
+		rep.Goals = goals(rep)
+		return rep, nil
+	}
 
 	step("baseline A: bare WebSocket echo")
 	echoURL, stopEcho := echoServer()
@@ -89,6 +111,10 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 			return nil, err
 		}
 		rep.Collect = append(rep.Collect, collect)
+	}
+
+	if err := firstDeltaRuns(); err != nil {
+		return nil, err
 	}
 
 	if o.dsn != "" {
@@ -421,10 +447,17 @@ func goals(r *report) []goal {
 			goal{fmt.Sprintf("turns/s at %d clients ÷ (B÷2), sqlite", gw.Clients), "≥ 0.5", storage, storage >= 0.5},
 			goal{fmt.Sprintf("turns/s at %d clients ÷ A", gw.Clients), "≥ 0.25", gw.PerSecond / echo.PerSecond, gw.PerSecond/echo.PerSecond >= 0.25})
 	}
-	mid := r.Gateway[min(1, len(r.Gateway)-1)]
-	if e := find(r.Echo, mid.Clients); e != nil && e.P99Millis > 0 {
-		ratio := mid.P99Millis / e.P99Millis
-		out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99", mid.Clients), "≤ 4", ratio, ratio <= 4})
+	if len(r.Gateway) > 0 {
+		mid := r.Gateway[min(1, len(r.Gateway)-1)]
+		if e := find(r.Echo, mid.Clients); e != nil && e.P99Millis > 0 {
+			ratio := mid.P99Millis / e.P99Millis
+			out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99", mid.Clients), "≤ 4", ratio, ratio <= 4})
+		}
+	}
+	for _, f := range r.FirstDelta {
+		if f.Store == sessions.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 {
+			out = append(out, goal{"time to first delta added, 1 client, p50, sqlite (ms)", "≤ 0.5", f.AddedP50Millis, f.AddedP50Millis <= 0.5})
+		}
 	}
 	if r.Idle != nil {
 		out = append(out, goal{"RSS per idle connection (KiB)", "≤ 20", r.Idle.RSSPerConnKiB, r.Idle.RSSPerConnKiB <= 20})
@@ -437,7 +470,9 @@ func goals(r *report) []goal {
 	if r.Cross != nil && r.Cross.Turns > 0 {
 		out = append(out, goal{"p99 added by delivery on another replica (ms)", "≤ 100", r.Cross.P99Millis, r.Cross.P99Millis <= 100 && r.Cross.ErrorCount == 0})
 	}
-	growth := r.Locks.HeapMiB1M - r.Locks.HeapMiB10k
-	out = append(out, goal{"lock cache: 1M keys − 10k keys (MiB)", "≤ 10", growth, growth <= 10})
+	if r.Locks.HeapMiB1M > 0 {
+		growth := r.Locks.HeapMiB1M - r.Locks.HeapMiB10k
+		out = append(out, goal{"lock cache: 1M keys − 10k keys (MiB)", "≤ 10", growth, growth <= 10})
+	}
 	return out
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// ttfdResult is time to first delta at one client count: a streaming
+// model server hit directly through the gateway's own OpenAI backend,
+// against the same server through the gateway (a WebSocket message sent
+// → its first delta frame). Added is what the gateway puts on top.
+type ttfdResult struct {
+	Store   string     `json:"store"`
+	Clients int        `json:"clients"`
+	Direct  loadResult `json:"direct"`
+	Gateway loadResult `json:"gateway"`
+	// AddedP50Millis and AddedP99Millis are gateway minus direct.
+	AddedP50Millis float64 `json:"added_p50_ms"`
+	AddedP99Millis float64 `json:"added_p99_ms"`
+}
+
+// ttfdClients are the client counts of the time-to-first-delta rows.
+var ttfdClients = []int{1, 50}
+
+// streamingLLM is an OpenAI-compatible chat-completions server on
+// loopback that streams every answer as server-sent chunks: the first
+// after firstChunk (at once when 0), then four more and the usage, each
+// flushed on its own, as a model server streams tokens.
+func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err error) {
+	chunk := func(w io.Writer, content string) {
+		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", content)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		flush := w.(http.Flusher).Flush
+		if firstChunk > 0 {
+			t := time.NewTimer(firstChunk)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		for _, part := range []string{"Hello", ", this", " is", " a streamed", " answer."} {
+			chunk(w, part)
+			flush()
+		}
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		flush()
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String() + "/v1", func() { srv.Close() }, nil
+}
+
+// benchOpenAI is the OpenAI backend as the gateway builds it from a
+// bot.yaml with defaults (streaming, 2 retries, the library's HTTP
+// client), pointed at baseURL. Direct runs and the gateway use one each.
+func benchOpenAI(baseURL string) *agent.OpenAI {
+	return agent.NewOpenAI(agent.OpenAIConfig{BaseURL: baseURL, APIKey: "bench", Model: "mock",
+		Timeout: time.Minute, MaxRetries: 2, Stream: true})
+}
+
+// firstDelta measures time to first delta on driver at each of
+// ttfdClients: direct, then through a gateway whose WebSocket channel
+// runs turns on the same kind of server.
+func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, error) {
+	llm, stopLLM, err := streamingLLM(o.firstChunk)
+	if err != nil {
+		return nil, err
+	}
+	defer stopLLM()
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		return nil, err
+	}
+	url, stop, err := serveGateway(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	direct := benchOpenAI(llm)
+	var out []ttfdResult
+	for _, n := range ttfdClients {
+		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o)}
+		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
+		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// driveDirect runs n callers of the backend, each asking one question
+// at a time, timing each from the call to its first delta; a call that
+// fails or streams nothing counts as an error. Bounded like drive.
+func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResult {
+	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(o.duration)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, o.messages)
+			failed := 0
+			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+				var first time.Duration
+				t0 := time.Now()
+				_, err := ag.Reply(ctx, agent.Request{SessionKey: fmt.Sprint("bench-", i), Input: "hello gateway"}, func(string) {
+					if first == 0 {
+						first = time.Since(t0)
+					}
+				})
+				if err != nil || first == 0 {
+					failed++
+					continue
+				}
+				mine = append(mine, first)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += failed
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(n, lat, time.Since(start), errs)
+}
+
+// driveFirstDelta runs n WebSocket clients against the gateway at url,
+// each sending one message at a time and timing it from the send to the
+// first delta frame that answers it; the client then reads on to the
+// reply before it sends the next. A reply without a delta before it is
+// an error. Bounded like drive.
+func driveFirstDelta(ctx context.Context, url string, n int, o options) loadResult {
+	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(o.duration)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	fail := func() {
+		mu.Lock()
+		errs++
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _, err := dialer.DialContext(ctx, url, nil)
+			if err != nil {
+				fail()
+				return
+			}
+			defer c.Close()
+			c.WriteJSON(map[string]any{"type": "hello", "user": fmt.Sprintf("ttfd-%d-%s", i, shortID())})
+			var ready map[string]any
+			if c.ReadJSON(&ready) != nil {
+				fail()
+				return
+			}
+			mine := make([]time.Duration, 0, o.messages)
+			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+				id := fmt.Sprint("m", m)
+				t0 := time.Now()
+				if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
+					fail()
+					return
+				}
+				var first time.Duration
+				for {
+					c.SetReadDeadline(time.Now().Add(30 * time.Second))
+					var f map[string]any
+					if c.ReadJSON(&f) != nil || f["type"] == "error" {
+						fail()
+						return
+					}
+					if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
+						first = time.Since(t0)
+					}
+					if f["type"] == "reply" && f["reply_to"] == id {
+						break
+					}
+				}
+				if first == 0 {
+					fail()
+					continue
+				}
+				mine = append(mine, first)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(n, lat, time.Since(start), errs)
+}

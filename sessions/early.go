@@ -1,0 +1,118 @@
+package sessions
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// An early call is the agent call of a message stored already claimed
+// (its own turn, run by this replica at once: see accept), started while
+// the message's commit is still in flight. A model's time to first token
+// then overlaps the commit instead of following it — on SQLite with
+// synchronous=FULL the commit is an fsync, which a user otherwise waits
+// for twice before seeing anything.
+//
+// It is sound only there: the turn is this replica's before the commit
+// lands (the row is written claimed, attempt 1, with nothing before it
+// waiting), so no other runner can start the same turn, and the request is
+// built from the hot copy under the state lock, from exactly what the
+// commit makes true — the history before the message and the message. What
+// the model streams is held back until the commit has landed and OnAck has
+// been called, so no client sees a reply to a message that is not stored;
+// a failed commit cancels the call and the user gets the commit's error,
+// as before (nothing was acknowledged, nothing shown).
+//
+// The call runs under the key's turn lock and in the turn's context
+// (registered as running), both taken when it starts and handed to the
+// runner with the stored message: Stop, interrupt and Shutdown reach it
+// as they reach any running turn, and no other turn of the key (the
+// rescuer's) can run beside it.
+type earlyCall struct {
+	ctx    context.Context // the turn's; Stop, interrupt and Shutdown cancel it
+	end    func()          // ends the turn's context
+	ended  sync.Once
+	unlock func()        // the key's turn lock, held until the turn ends
+	done   chan struct{} // the agent returned
+	reply  agent.Reply
+	err    error
+
+	mu       sync.Mutex
+	partial  strings.Builder // every delta, for an interrupted turn's partial reply
+	held     []string        // deltas before release
+	released bool
+	onDelta  func(string)
+}
+
+// startEarly starts the agent call of a message about to be stored
+// claimed, if the key's turn lock is free (the rescuer may hold it for
+// another turn of the key: then the turn starts after the commit, as any
+// other). Called under the key's state lock; nil when not started.
+func (m *Manager) startEarly(key, channel string, req agent.Request) *earlyCall {
+	unlock, ok := m.turnLocks.TryAcquire(key)
+	if !ok {
+		return nil
+	}
+	ctx, end := m.startTurn(key)
+	e := &earlyCall{ctx: ctx, end: end, unlock: unlock, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		m.fetchImages(ctx, channel, &req) // here, not under the state lock
+		e.reply, e.err = m.callAgent(ctx, req, e.delta)
+	}()
+	return e
+}
+
+// delta keeps a streamed piece for the partial reply and passes it on
+// once released; until then it is held.
+func (e *earlyCall) delta(d string) {
+	e.mu.Lock()
+	defer e.mu.Unlock() // held across onDelta: deltas reach the hook in order
+	e.partial.WriteString(d)
+	if !e.released {
+		e.held = append(e.held, d)
+		return
+	}
+	if e.onDelta != nil {
+		e.onDelta(d)
+	}
+}
+
+// release passes the held deltas, then every later one, to onDelta
+// (which may be nil). Called once the message is stored and acknowledged.
+func (e *earlyCall) release(onDelta func(string)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.released, e.onDelta = true, onDelta
+	if onDelta != nil {
+		for _, d := range e.held {
+			onDelta(d)
+		}
+	}
+	e.held = nil
+}
+
+// result waits for the agent and returns what it answered and every
+// delta it streamed.
+func (e *earlyCall) result() (agent.Reply, error, string) {
+	<-e.done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reply, e.err, e.partial.String()
+}
+
+// stop ends the turn's context (cancelling the call if it still runs)
+// and waits for the agent to return. Safe to call more than once.
+func (e *earlyCall) stop() {
+	e.ended.Do(e.end)
+	<-e.done
+}
+
+// abandon stops the call and gives back the turn lock: the message was
+// not stored, so nothing of the call was shown.
+func (e *earlyCall) abandon() {
+	e.stop()
+	e.unlock()
+}
