@@ -20,6 +20,7 @@ type Metrics struct {
 	recovered   *prometheus.CounterVec
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
+	ops         *opsMetrics // metrics_ops.go
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -61,6 +62,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait)
+	m.ops = newOpsMetrics(m.reg)
 	return m
 }
 

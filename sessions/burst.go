@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/chatgate/chatgate/agent"
 )
 
@@ -50,6 +52,8 @@ type Ticket struct {
 	done chan struct{}
 	out  Outcome
 	err  error
+
+	span trace.SpanContext // the message's span: its turn links to it
 }
 
 // Done is closed once Wait has its answer.
@@ -132,6 +136,13 @@ func minTime(a, b time.Time) time.Time {
 // acknowledged again and answered from storage, or by the turn that
 // answers it.
 func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error) {
+	ctx, end := m.traceMessage(ctx, in)
+	t, err := m.submit(ctx, in, h)
+	end(t, err)
+	return t, err
+}
+
+func (m *Manager) submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error) {
 	if err := m.check(in); err != nil {
 		return nil, err
 	}
@@ -139,6 +150,7 @@ func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 		return nil, ErrShuttingDown
 	}
 	t := &Ticket{m: m, in: in, hooks: h, started: time.Now(), done: make(chan struct{})}
+	t.span = trace.SpanContextFromContext(ctx)
 	if err := m.startHeartbeat(); err != nil {
 		t.resolve(Outcome{}, err)
 		return nil, err
@@ -258,7 +270,9 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		um.ClientMsgID = &id
 	}
 	batch := []Message{um}
+	endStore := m.startSpan(ctx, "store")
 	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	endStore(err)
 	if errors.Is(err, ErrDuplicate) {
 		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
 		if lerr != nil || stored == nil {
@@ -460,7 +474,11 @@ func (m *Manager) runNext(b *burst) error {
 	head := b.waiting[0]
 	m.mu.Unlock()
 	in := head.in
+	ctx, endTurn := m.traceTurn(m.base, in)
+	endLock := m.startSpan(ctx, "lock wait")
 	release, err := m.lockTurn(m.base, in.SessionKey)
+	endLock(err)
+	defer func() { endTurn(err) }()
 	if err != nil {
 		// Shutting down: the messages stay stored and pending; the next
 		// start (or another replica) answers them.
@@ -474,7 +492,7 @@ func (m *Manager) runNext(b *burst) error {
 		return nil
 	}
 	defer release()
-	_, b2, err := m.runBatch(m.base, in, head.ref.conv, nil, 0, head.claimed)
+	_, b2, err := m.runBatch(ctx, in, head.ref.conv, nil, 0, head.claimed)
 	if err != nil && b2 != nil {
 		return nil // claimed, and the claim's tickets have their error
 	}
@@ -601,6 +619,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		}
 	}
 	m.opts.Observer.TurnStarted(in.Channel, len(b.Rows), max(0, now.Sub(b.Rows[0].CreatedAt)))
+	m.traceClaim(ctx, b, tickets)
 	if in.UserID == "" {
 		in.UserID, in.ChatID = hc.conv.UserID, hc.conv.ChatID
 	}
@@ -624,6 +643,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 			hooks = leadTicket.hooks
 		}
 		turnCtx, endTurn := m.startTurn(key)
+		turnCtx = withTurn(ctx, turnCtx)
 		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks)
 		endTurn()
 	}
@@ -633,16 +653,18 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// stays claimed: the channel sends, then marks it.
 	release, err = m.lockState(context.WithoutCancel(ctx), key, false)
 	if err == nil {
+		endStore := m.startSpan(ctx, "store reply")
 		err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, lead, b.Attempt, state)
+		endStore(err)
 		release()
 	}
 	if err != nil {
 		m.hot.Remove(key)
 		if errors.Is(err, ErrLostClaim) {
-			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
+			m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.Int64("seq", lead))
 		} else {
-			m.log.Error("storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
+			m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.String("error", err.Error()))
 			m.handBack(conv, lead, b.Attempt)
 		}
@@ -656,6 +678,8 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}
+	out.Trace = trace.SpanContextFromContext(ctx)
+	m.traceStatus(ctx, final.Status)
 	if state != TurnInterrupted && m.tracks(in.Channel) {
 		out.Turn = b.Ref()
 	}
@@ -765,7 +789,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
 			names = append(names, tc.Name)
 		}
-		m.log.Warn("model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
+		m.log.WarnContext(turnCtx, "model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
 			slog.String("tools", strings.Join(names, ",")))
 		return failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
 	case err == nil && len(reply.Messages) > 0:
@@ -802,7 +826,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		if err == nil {
 			err = errors.New("agent returned no message")
 		}
-		m.log.Warn("agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
+		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
 			slog.Int64("seq", lead), slog.String("error", err.Error()))
 		return failed(m.opts.FailureText, err.Error())
 	}

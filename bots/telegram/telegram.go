@@ -17,6 +17,7 @@ import (
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
@@ -68,6 +69,12 @@ type Options struct {
 	// the model's Markdown to Telegram's HTML; FormatPlain sends the text
 	// as written.
 	Format string
+	// TracerProvider makes the spans "telegram update" and a reply's
+	// "delivery" (nil: none).
+	TracerProvider trace.TracerProvider
+	// OnDeliveryFailed is called for a reply that could not be sent (it
+	// stays stored and is sent again).
+	OnDeliveryFailed func()
 }
 
 // Reply formats (Options.Format).
@@ -336,6 +343,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	if offsets != nil {
 		offsets.start(u)
 	}
+	ctx, endUpdate := b.traceUpdate(ctx, u)
 	var settleOnce sync.Once
 	settle := func(ok bool) {
 		if settled != nil {
@@ -347,6 +355,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	// holds the offset), or when it needed no storing.
 	var doneOnce sync.Once
 	done := func(processed bool) {
+		endUpdate(processed)
 		settle(processed)
 		if offsets == nil || !processed {
 			return // not processed: the offset stays, Telegram sends it again
@@ -613,7 +622,10 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 	var ref string
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
-		ref, serr = b.send(ctx, m.Chat.ID, text, replyTo)
+		dctx, endDelivery := b.traceDelivery(ctx, out)
+		ref, serr = b.send(dctx, m.Chat.ID, text, replyTo)
+		endDelivery(serr)
+		b.deliveryFailed(serr)
 	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
@@ -843,7 +855,7 @@ func (b *Bot) sendParts(ctx context.Context, chatID int64, parts []tgformat.Part
 			}
 		}
 		if err != nil {
-			b.log.Error("telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
+			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
 			if !errors.Is(err, sessions.ErrUndeliverable) {
 				err = errors.New(b.redact(err))
 			}
@@ -892,7 +904,9 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	if !ok {
 		return "", nil
 	}
-	return b.send(ctx, chatID, text, replyTo)
+	ref, err := b.send(ctx, chatID, text, replyTo)
+	b.deliveryFailed(err)
+	return ref, err
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued
