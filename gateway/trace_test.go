@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -108,4 +110,35 @@ func checkTurnTrace(t *testing.T, rec *oteltest.Recorder, turn tracetest.SpanStu
 	if !store {
 		t.Error("the message span has no child store")
 	}
+}
+
+// A reply whose user has no open connection left is a delivery failure
+// (it is read on resume).
+func TestDeliveryFailureWhenNoConnection(t *testing.T) {
+	g := newGate()
+	failed := make(chan struct{}, 1)
+	e := newEnv(t, g, WSOptions{OnDeliveryFailed: func() { failed <- struct{}{} }}, nil, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "c-1", "text": "slow question"})
+	c.expect("ack")
+	<-g.started
+	c.c.UnderlyingConn().Close()
+	waitFor(t, func() bool { return e.ws.Connections() == 0 })
+	close(g.release)
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second): // a hang guard, not a speed check
+		t.Fatal("the undelivered reply was not reported")
+	}
+	// Delivered while connected: not a failure.
+	var wrong atomic.Int32
+	t.Cleanup(func() { // after the channel's shutdown, which waits for the turns' delivery
+		if n := wrong.Load(); n != 0 {
+			t.Errorf("%d delivered replies were reported failed", n)
+		}
+	})
+	e2 := newEnv(t, agent.Echo{}, WSOptions{OnDeliveryFailed: func() { wrong.Add(1) }}, nil, nil)
+	c2, _ := e2.connect(map[string]any{"user": "bob"})
+	c2.send(map[string]any{"type": "message", "id": "c-1", "text": "hi"})
+	c2.expect("reply")
 }
