@@ -76,7 +76,7 @@ func checkTurnTrace(t *testing.T, rec *oteltest.Recorder, turn tracetest.SpanStu
 	}
 	for key, want := range map[string]string{
 		"chatgate.channel": channel, "chatgate.messages": "1", "chatgate.attempt": "1", "chatgate.status": "ok",
-		"chatgate.lead": oteltest.Attr(message, "chatgate.seq"),
+		"chatgate.lead":         oteltest.Attr(message, "chatgate.seq"),
 		"chatgate.conversation": oteltest.Attr(message, "chatgate.conversation"),
 	} {
 		if got := oteltest.Attr(turn, key); got != want || want == "" {
