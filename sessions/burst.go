@@ -571,6 +571,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	}
 	if b == nil {
 		release()
+		m.traceStatus(ctx, "none")
 		// Nothing to run: another runner took this conversation's
 		// messages (it delivers their replies), or they are answered.
 		for _, t := range m.takeTickets(key, conv, 1<<62) {
