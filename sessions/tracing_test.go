@@ -2,9 +2,13 @@ package sessions
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/oteltest"
 )
 
@@ -69,5 +73,23 @@ func TestTracingOffByDefault(t *testing.T) {
 	}
 	if out := handle(t, m, msg("websocket:ann", "hi")); out.Trace.IsValid() {
 		t.Fatalf("outcome carries a trace without tracing: %v", out.Trace)
+	}
+}
+
+// BenchmarkTurnTraced is BenchmarkTurn's one-user case with tracing on:
+// every span is made and recorded, and dropped (no exporter), which is
+// the cost of the instrumentation itself.
+func BenchmarkTurnTraced(b *testing.B) {
+	db := openStore(b, DriverSQLite, filepath.Join(b.TempDir(), "bench.db"))
+	tp := sdktrace.NewTracerProvider()
+	m := New(db, agent.Echo{}, Options{Logger: quiet, TracerProvider: tp, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
+	b.Cleanup(func() { m.Shutdown(context.Background()); tp.Shutdown(context.Background()) })
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := m.Handle(ctx, msg("websocket:ann", "hello"), Hooks{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
