@@ -198,7 +198,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer store.Close()
 
 	// Tracing: on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set.
-	tp, stopTracing, err := newTracing(ctx, os.LookupEnv)
+	tp, stopTracing, err := newTracing(ctx, os.LookupEnv, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1

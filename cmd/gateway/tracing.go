@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -20,7 +22,7 @@ import (
 // OTEL_EXPORTER_OTLP_* variables (headers, timeout, TLS) itself, the SDK
 // OTEL_TRACES_SAMPLER and OTEL_BSP_*. Off, the provider is nil and the
 // gateway makes no spans at all.
-func newTracing(ctx context.Context, getenv func(string) (string, bool)) (trace.TracerProvider, func(context.Context) error, error) {
+func newTracing(ctx context.Context, getenv func(string) (string, bool), log *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
 	off := func(context.Context) error { return nil }
 	_, endpoint := getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	_, tracesEndpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -53,6 +55,11 @@ func newTracing(ctx context.Context, getenv func(string) (string, bool)) (trace.
 	if err != nil {
 		return nil, nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	// A failed export (the collector down) is the SDK's to report: into
+	// the gateway's log rather than the standard logger.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: exporting spans failed", slog.String("error", err.Error()))
+	}))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -113,20 +114,21 @@ func TestTracingSelection(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if tp, _, err := newTracing(ctx, env()); tp != nil || err != nil {
+	quietLog := slog.New(slog.DiscardHandler)
+	if tp, _, err := newTracing(ctx, env(), quietLog); tp != nil || err != nil {
 		t.Errorf("no endpoint: provider %v, error %v; want off", tp, err)
 	}
-	if tp, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318", "OTEL_SDK_DISABLED", "true")); tp != nil || err != nil {
+	if tp, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318", "OTEL_SDK_DISABLED", "true"), quietLog); tp != nil || err != nil {
 		t.Errorf("OTEL_SDK_DISABLED: provider %v, error %v; want off", tp, err)
 	}
-	if tp, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces", "OTEL_TRACES_EXPORTER", "none")); tp != nil || err != nil {
+	if tp, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces", "OTEL_TRACES_EXPORTER", "none"), quietLog); tp != nil || err != nil {
 		t.Errorf("OTEL_TRACES_EXPORTER=none: provider %v, error %v; want off", tp, err)
 	}
-	_, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+	_, _, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), quietLog)
 	if err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc") {
 		t.Errorf("grpc: error %v, want one naming the variable", err)
 	}
-	tp, stop, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"))
+	tp, stop, err := newTracing(ctx, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"), quietLog)
 	if tp == nil || err != nil {
 		t.Fatalf("traces endpoint: provider %v, error %v; want on", tp, err)
 	}
