@@ -67,3 +67,18 @@ func (c *TurnCounter) LastMinute() int {
 	}
 	return n
 }
+
+// FirstToken implements sessions.AgentObserver when the observer it wraps
+// does: the turn counter passes agent calls on untouched.
+func (c *TurnCounter) FirstToken(channel string, d time.Duration) {
+	if o, ok := c.Observer.(sessions.AgentObserver); ok {
+		o.FirstToken(channel, d)
+	}
+}
+
+// AgentFailed implements sessions.AgentObserver like FirstToken.
+func (c *TurnCounter) AgentFailed(channel string, err error) {
+	if o, ok := c.Observer.(sessions.AgentObserver); ok {
+		o.AgentFailed(channel, err)
+	}
+}

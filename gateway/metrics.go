@@ -21,6 +21,7 @@ type Metrics struct {
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
 	rateLimited *prometheus.CounterVec
+	ops         *opsMetrics // metrics_ops.go
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -66,6 +67,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
+	m.ops = newOpsMetrics(m.reg)
 	return m
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/chatgate/chatgate/internal/ratelimit"
@@ -80,6 +81,11 @@ type WSOptions struct {
 	// (images.go; default DefaultImageCacheBytes).
 	ImageCacheBytes int64
 	Logger          *slog.Logger
+	// TracerProvider makes a reply's span "delivery" (nil: none).
+	TracerProvider trace.TracerProvider
+	// OnDeliveryFailed is called for a reply no open connection of its
+	// user could be sent (it is read on resume).
+	OnDeliveryFailed func()
 }
 
 // WebSocket is the channel serving GET /ws.
@@ -192,10 +198,12 @@ func (ws *WebSocket) pingLoop() {
 // delivery, so the turn does not wait for it.
 func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (string, error) {
 	frame := encode(newReplyFrame(d.ClientMsgID, d.Reply))
-	for _, c := range ws.connsOf(d.SessionKey) {
+	conns := ws.connsOf(d.SessionKey)
+	for _, c := range conns {
 		c.enqueue(frame)
 		c.saw(d.Turn.ConversationID, d.Reply.Seq)
 	}
+	ws.delivered(len(conns))
 	return "", nil
 }
 
@@ -575,20 +583,23 @@ func (c *wsConn) writeLoop() {
 // message was acknowledged: a connection told of a reset since shows a
 // new conversation, and the frames of the archived one's turns are not
 // sent to it.
-func (c *wsConn) deliver(shown string, frame []byte) {
+func (c *wsConn) deliver(shown string, frame []byte) (sent int) {
 	select {
 	case <-c.done:
 	default:
 		if c.shows(shown) {
 			c.enqueue(frame)
+			return 1
 		}
-		return
+		return 0
 	}
 	for _, other := range c.ws.connsOf(c.key) {
 		if other.shows(shown) {
 			other.enqueue(frame)
+			sent++
 		}
 	}
+	return sent
 }
 
 func (c *wsConn) sendError(e *wsError) {
@@ -916,7 +927,10 @@ func (c *wsConn) await(t *sessions.Ticket, id, shown string, prev <-chan struct{
 	case out.Merged, out.Pending:
 	default:
 		c.saw(out.ConversationID, out.Reply.Seq)
-		c.deliver(shown, encode(newReplyFrame(c.replyTo(id, out), out.Reply)))
+		end := c.ws.traceDelivery(out)
+		n := c.deliver(shown, encode(newReplyFrame(c.replyTo(id, out), out.Reply)))
+		c.ws.delivered(n)
+		end(n)
 	}
 }
 

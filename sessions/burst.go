@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/chatgate/chatgate/agent"
 )
 
@@ -51,6 +53,8 @@ type Ticket struct {
 	done chan struct{}
 	out  Outcome
 	err  error
+
+	span trace.SpanContext // the message's span: its turn links to it
 }
 
 // Done is closed once Wait has its answer.
@@ -133,6 +137,13 @@ func minTime(a, b time.Time) time.Time {
 // acknowledged again and answered from storage, or by the turn that
 // answers it.
 func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error) {
+	ctx, end := m.traceMessage(ctx, in)
+	t, err := m.submit(ctx, in, h)
+	end(t, err)
+	return t, err
+}
+
+func (m *Manager) submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error) {
 	if err := m.check(in); err != nil {
 		return nil, err
 	}
@@ -140,6 +151,7 @@ func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 		return nil, ErrShuttingDown
 	}
 	t := &Ticket{m: m, in: in, hooks: h, started: time.Now(), done: make(chan struct{})}
+	t.span = trace.SpanContextFromContext(ctx)
 	if err := m.startHeartbeat(); err != nil {
 		t.resolve(Outcome{}, err)
 		return nil, err
@@ -266,13 +278,15 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
 		// call starts now, from the history before it (early.go).
-		early = m.startEarly(in.SessionKey, hc.conv.Channel, m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in))
+		early = m.startEarly(in, hc.conv.Channel, m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in))
 	}
 	batch := []Message{um}
+	endStore := m.startSpan(ctx, "store")
 	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	endStore(err)
 	if err != nil && early != nil {
 		// Not stored, not acknowledged: the call is dropped unseen.
-		early.abandon()
+		early.abandon(err)
 	}
 	if errors.Is(err, ErrDuplicate) {
 		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
@@ -486,6 +500,14 @@ func (m *Manager) runNext(b *burst) error {
 	in := head.in
 	early := head.early
 	head.early = nil // taken once: a retry after a storage failure runs as any turn
+	var ctx context.Context
+	var endTurn func(error)
+	if early != nil {
+		ctx, endTurn = early.trace, early.endTrace // begun with its call
+	} else {
+		ctx, endTurn = m.traceTurn(m.base, in)
+	}
+	endLock := m.startSpan(ctx, "lock wait")
 	var release func()
 	var err error
 	if early != nil {
@@ -493,6 +515,8 @@ func (m *Manager) runNext(b *burst) error {
 	} else {
 		release, err = m.lockTurn(m.base, in.SessionKey)
 	}
+	endLock(err)
+	defer func() { endTurn(err) }()
 	if err != nil {
 		// Shutting down: the messages stay stored and pending; the next
 		// start (or another replica) answers them.
@@ -506,7 +530,6 @@ func (m *Manager) runNext(b *burst) error {
 		return nil
 	}
 	defer release()
-	ctx := m.base
 	if early != nil {
 		// The turn has started: like a turn whose call started here, it
 		// stores its reply (a partial one, interrupted, if Shutdown cancels
@@ -598,6 +621,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	}
 	if b == nil {
 		release()
+		m.traceStatus(ctx, "none")
 		// Nothing to run: another runner took this conversation's
 		// messages (it delivers their replies), or they are answered.
 		for _, t := range m.takeTickets(key, conv, 1<<62) {
@@ -646,6 +670,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		}
 	}
 	m.opts.Observer.TurnStarted(in.Channel, len(b.Rows), max(0, now.Sub(b.Rows[0].CreatedAt)))
+	m.traceClaim(ctx, b, tickets)
 	if in.UserID == "" {
 		in.UserID, in.ChatID = hc.conv.UserID, hc.conv.ChatID
 	}
@@ -676,6 +701,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		} else {
 			turnCtx, endTurn = m.startTurn(key)
 		}
+		turnCtx = withTurn(ctx, turnCtx)
 		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks, early)
 		endTurn()
 	}
@@ -685,16 +711,18 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// stays claimed: the channel sends, then marks it.
 	release, err = m.lockState(context.WithoutCancel(ctx), key, false)
 	if err == nil {
+		endStore := m.startSpan(ctx, "store reply")
 		err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, lead, b.Attempt, state)
+		endStore(err)
 		release()
 	}
 	if err != nil {
 		m.hot.Remove(key)
 		if errors.Is(err, ErrLostClaim) {
-			m.log.Warn("turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
+			m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.Int64("seq", lead))
 		} else {
-			m.log.Error("storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
+			m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.String("error", err.Error()))
 			m.handBack(conv, lead, b.Attempt)
 		}
@@ -708,6 +736,8 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}
+	out.Trace = trace.SpanContextFromContext(ctx)
+	m.traceStatus(ctx, final.Status)
 	if state != TurnInterrupted && m.tracks(in.Channel) {
 		out.Turn = b.Ref()
 	}
@@ -818,7 +848,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
 			names = append(names, tc.Name)
 		}
-		m.log.Warn("model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
+		m.log.WarnContext(turnCtx, "model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
 			slog.String("tools", strings.Join(names, ",")))
 		return failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
 	case err == nil && len(reply.Messages) > 0:
@@ -855,7 +885,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		if err == nil {
 			err = errors.New("agent returned no message")
 		}
-		m.log.Warn("agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
+		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
 			slog.Int64("seq", lead), slog.String("error", err.Error()))
 		return failed(m.opts.FailureText, err.Error())
 	}

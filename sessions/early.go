@@ -31,13 +31,18 @@ import (
 // as they reach any running turn, and no other turn of the key (the
 // rescuer's) can run beside it.
 type earlyCall struct {
-	ctx    context.Context // the turn's; Stop, interrupt and Shutdown cancel it
-	end    func()          // ends the turn's context
-	ended  sync.Once
-	unlock func()        // the key's turn lock, held until the turn ends
-	done   chan struct{} // the agent returned
-	reply  agent.Reply
-	err    error
+	ctx context.Context // the turn's; Stop, interrupt and Shutdown cancel it
+	end func()          // ends the turn's context
+	// trace is the turn's trace context (its span, when tracing), begun
+	// with the call so that the call is a child of the turn; endTrace
+	// ends it. The runner takes both.
+	trace    context.Context
+	endTrace func(error)
+	ended    sync.Once
+	unlock   func()        // the key's turn lock, held until the turn ends
+	done     chan struct{} // the agent returned
+	reply    agent.Reply
+	err      error
 
 	mu       sync.Mutex
 	partial  strings.Builder // every delta, for an interrupted turn's partial reply
@@ -50,13 +55,16 @@ type earlyCall struct {
 // claimed, if the key's turn lock is free (the rescuer may hold it for
 // another turn of the key: then the turn starts after the commit, as any
 // other). Called under the key's state lock; nil when not started.
-func (m *Manager) startEarly(key, channel string, req agent.Request) *earlyCall {
+func (m *Manager) startEarly(in Inbound, channel string, req agent.Request) *earlyCall {
+	key := in.SessionKey
 	unlock, ok := m.turnLocks.TryAcquire(key)
 	if !ok {
 		return nil
 	}
+	tctx, endTrace := m.traceTurn(m.base, in)
 	ctx, end := m.startTurn(key)
-	e := &earlyCall{ctx: ctx, end: end, unlock: unlock, done: make(chan struct{})}
+	ctx = withTurn(tctx, ctx)
+	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
 		m.fetchImages(ctx, channel, &req) // here, not under the state lock
@@ -111,8 +119,9 @@ func (e *earlyCall) stop() {
 }
 
 // abandon stops the call and gives back the turn lock: the message was
-// not stored, so nothing of the call was shown.
-func (e *earlyCall) abandon() {
+// not stored (err), so nothing of the call was shown.
+func (e *earlyCall) abandon(err error) {
 	e.stop()
 	e.unlock()
+	e.endTrace(err)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/locks"
@@ -129,6 +130,10 @@ type Outcome struct {
 	// holds its delivery: a channel that confirms delivery sends the reply
 	// and then calls Delivered with it.
 	Turn TurnRef
+	// Trace is the span of the turn that produced Reply (invalid when
+	// tracing is off, or the reply came from storage): a channel sending
+	// the reply makes its span "delivery" a child of it.
+	Trace trace.SpanContext
 }
 
 // TurnRef names a turn and, when set, the claim its holder delivers under.
@@ -211,6 +216,9 @@ type Options struct {
 	// (default 3s). A turn still storing after it stays claimed until its
 	// lease ends, and is run again then.
 	InterruptGrace time.Duration
+	// TracerProvider makes the turn spans (tracing.go); unset, tracing is
+	// off and costs a nil check.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultInterruptGrace is Options.InterruptGrace's default.
@@ -224,6 +232,7 @@ type Manager struct {
 	locks   *locks.Cache
 	now     func() time.Time
 	log     *slog.Logger
+	tracer  trace.Tracer // nil: tracing off
 	hot     *hotCache
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
@@ -357,6 +366,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		delivery: map[string]deliverer{}, claims: map[turnKey]struct{}{}, bursts: map[string]*burst{},
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		tracer: newTracer(opts.TracerProvider),
 	}
 }
 
@@ -552,6 +562,17 @@ const ToolCallsText = "Sorry, the assistant tried to use a tool, which this serv
 // callAgent calls the agent; a panicking backend fails the turn (the user
 // message stays, the user is told) instead of taking the gateway down.
 func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
+	ctx, call := m.startAgentCall(ctx)
+	if call != nil {
+		defer func() { call.end(ctx, &agentReplyInfo{tokens: reply.Usage.TotalTokens}, err) }()
+		next := onDelta
+		onDelta = func(d string) {
+			call.delta()
+			if next != nil {
+				next(d)
+			}
+		}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("agent %s panicked: %v", m.agent.Name(), p)
@@ -631,7 +652,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 		if errors.Is(err, ErrClosed) || time.Now().Add(wait).After(giveUp) {
 			return err
 		}
-		m.log.Warn("storing reply failed; retrying while the turn is held", slog.String("conversation", hc.conv.ID),
+		m.log.WarnContext(turnCtx, "storing reply failed; retrying while the turn is held", slog.String("conversation", hc.conv.ID),
 			slog.Int64("seq", userSeq), slog.String("error", err.Error()))
 		// The same append again: if the failed one landed after all, this
 		// one finds the conversation moved, and the check above sees it.

@@ -449,7 +449,9 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 		// mode queue): run turns until this one's is done.
 		ran := ""
 		for {
-			kind, _, err := m.runBatch(ctx, in, d.ConversationID, alive, maxAge, nil, nil)
+			tctx, endTurn := m.traceTurn(ctx, in)
+			kind, _, err := m.runBatch(tctx, in, d.ConversationID, alive, maxAge, nil, nil)
+			endTurn(err)
 			if kind != "" && ran != TurnRunning {
 				ran = kind
 			}
@@ -496,7 +498,9 @@ func (m *Manager) deliverTurn(ctx context.Context, d Delivery) {
 		}
 		return
 	}
-	sent, err := dv.fn(ctx, d)
+	dctx, endDelivery := m.startSpanCtx(ctx, "delivery")
+	sent, err := dv.fn(dctx, d)
+	endDelivery(err)
 	if d.Turn.Claim == "" {
 		return
 	}

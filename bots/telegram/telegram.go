@@ -18,6 +18,7 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
@@ -103,6 +104,12 @@ type Options struct {
 	RateGlobalPerSecond float64
 	RateGlobalBurst     int
 	RateLimited         func(limit string)
+	// TracerProvider makes the spans "telegram update" and a reply's
+	// "delivery" (nil: none).
+	TracerProvider trace.TracerProvider
+	// OnDeliveryFailed is called for a reply that could not be sent (it
+	// stays stored and is sent again).
+	OnDeliveryFailed func()
 }
 
 // Reply formats (Options.Format).
@@ -404,6 +411,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	if offsets != nil {
 		offsets.start(u)
 	}
+	ctx, endUpdate := b.traceUpdate(ctx, u)
 	var settleOnce sync.Once
 	settle := func(ok bool) {
 		if settled != nil {
@@ -415,6 +423,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 	// holds the offset), or when it needed no storing.
 	var doneOnce sync.Once
 	done := func(processed bool) {
+		endUpdate(processed)
 		settle(processed)
 		if offsets == nil || !processed {
 			return // not processed: the offset stays, Telegram sends it again
@@ -696,7 +705,10 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 	var ref string
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
-		ref, serr = b.deliverReply(ctx, st, m.Chat.ID, text, replyTo)
+		dctx, endDelivery := b.traceDelivery(ctx, out)
+		ref, serr = b.deliverReply(dctx, st, m.Chat.ID, text, replyTo)
+		endDelivery(serr)
+		b.deliveryFailed(serr)
 	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
 		b.log.Warn("telegram: recording a delivery failed", slog.String("session_key", key), slog.String("error", err.Error()))
@@ -941,7 +953,7 @@ func (b *Bot) sendParts(ctx context.Context, chatID int64, parts []tgformat.Part
 			}
 		}
 		if err != nil {
-			b.log.Error("telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
+			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
 			if !errors.Is(err, sessions.ErrUndeliverable) {
 				err = errors.New(b.redact(err))
 			}
@@ -990,7 +1002,9 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	if !ok {
 		return "", nil
 	}
-	return b.deliverStoredText(ctx, d, chatID, text, replyTo)
+	ref, err := b.deliverStoredText(ctx, d, chatID, text, replyTo)
+	b.deliveryFailed(err)
+	return ref, err
 }
 
 // StopTaking stops taking updates: the webhook answers 503, and queued

@@ -51,6 +51,8 @@ type setup struct {
 	sess func(*sessions.Manager) Sessions
 	// beforeStart runs once the store exists, before the bot starts.
 	beforeStart func(h *harness)
+	// manager changes the manager's options (a tracer, a logger).
+	manager func(*sessions.Options)
 }
 
 // countPolls counts a bot's getUpdates requests on their way out.
@@ -83,7 +85,11 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	if s.agent == nil {
 		s.agent = agent.Echo{}
 	}
-	h.mgr = sessions.New(db, s.agent, sessions.Options{Logger: quiet, Policies: s.policies, Now: s.now})
+	mopts := sessions.Options{Logger: quiet, Policies: s.policies, Now: s.now}
+	if s.manager != nil {
+		s.manager(&mopts)
+	}
+	h.mgr = sessions.New(db, s.agent, mopts)
 	opts := s.opts
 	opts.Token = telegramtest.Token
 	opts.APIURL = h.srv.URL

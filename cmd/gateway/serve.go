@@ -21,6 +21,7 @@ import (
 	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/gateway"
+	"github.com/chatgate/chatgate/internal/tracelog"
 	"github.com/chatgate/chatgate/locks"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -63,10 +64,11 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
+	// Lines logged during a turn carry its trace id (when tracing).
 	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(tracelog.Handler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(tracelog.Handler(slog.NewTextHandler(w, opts)))
 }
 
 // maxInputBytes bounds a stored message's text: a Telegram text document
@@ -202,11 +204,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer store.Close()
 
+	// Tracing: on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set.
+	tp, stopTracing, err := newTracing(ctx, os.LookupEnv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	defer stopTracing(context.Background()) // early returns; the stop below flushes first
 	metrics := gateway.NewMetrics()
 	ag := newAgent(cfg)
 	// The admin stats' turns per second are counted on the way to metrics.
 	turns := admin.CountTurns(metrics, nil)
 	mgr := sessions.New(store, ag, sessions.Options{
+		TracerProvider:      tp,
 		Observer:            turns,
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
@@ -243,6 +253,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RateLimited:         metrics.RateLimited(gateway.Channel),
 		HistoryLimit:        max(wsPolicy.MaxHistory.V, 1),
 		Logger:              log,
+		TracerProvider:      tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(gateway.Channel) },
 	})
 	metricsSrv, err := serveMetrics(cfg, metrics, srv, log)
 	if err != nil {
@@ -301,6 +312,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 			WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 			AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
+			TracerProvider: tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(telegram.Channel) },
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
 			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets,
@@ -414,6 +426,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		closed.Go(func() { metricsSrv.Shutdown(finishCtx) })
 	}
 	closed.Wait()
+	// The spans of the drained turns go out before the process ends.
+	if err := stopTracing(finishCtx); err != nil {
+		log.Warn("flushing traces", slog.String("error", err.Error()))
+	}
 	if err := store.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))
 		code = 1

@@ -1,0 +1,65 @@
+package telegram
+
+import (
+	"context"
+	"sync"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// TracerName names the tracer of the bot's spans.
+const TracerName = "github.com/chatgate/chatgate/bots/telegram"
+
+// traceUpdate starts the span "telegram update" of an update: the span
+// "message" of its message (sessions) is its child. The returned func
+// ends it, once, when the update is settled. A no-op without a tracer.
+func (b *Bot) traceUpdate(ctx context.Context, u tgbotapi.Update) (context.Context, func(processed bool)) {
+	tp := b.opts.TracerProvider
+	if tp == nil {
+		return ctx, func(bool) {}
+	}
+	attrs := []attribute.KeyValue{attribute.Int("telegram.update_id", u.UpdateID)}
+	if m := u.Message; m != nil && m.Chat != nil {
+		attrs = append(attrs, attribute.String("telegram.chat_kind", m.Chat.Type))
+	}
+	ctx, span := tp.Tracer(TracerName).Start(ctx, "telegram update", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrs...))
+	var once sync.Once
+	return ctx, func(processed bool) {
+		once.Do(func() {
+			span.SetAttributes(attribute.Bool("telegram.processed", processed))
+			span.End()
+		})
+	}
+}
+
+// traceDelivery starts the span "delivery" of a reply, a child of the turn
+// that produced it; the returned func ends it with the send's error.
+func (b *Bot) traceDelivery(ctx context.Context, out sessions.Outcome) (context.Context, func(error)) {
+	tp := b.opts.TracerProvider
+	if tp == nil || !out.Trace.IsValid() {
+		return ctx, func(error) {}
+	}
+	ctx, span := tp.Tracer(TracerName).Start(trace.ContextWithSpanContext(ctx, out.Trace), "delivery",
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("chatgate.channel", Channel), attribute.Int64("chatgate.reply_seq", out.Reply.Seq)))
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+// deliveryFailed counts a reply that could not be sent.
+func (b *Bot) deliveryFailed(err error) {
+	if err != nil && b.opts.OnDeliveryFailed != nil {
+		b.opts.OnDeliveryFailed()
+	}
+}

@@ -1,0 +1,240 @@
+package sessions
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Tracing. With Options.TracerProvider unset (or a no-op one) m.tracer is
+// nil and every helper here returns after that one check: no span, no
+// attribute is built. With a provider, a turn is one trace: a root span
+// "turn" with children "lock wait", "agent call" (an event "first token"
+// and the attribute ttft_ms), "store reply" and "delivery" — the latter
+// from the channel when it sends a reply it waited for (Outcome.Trace is
+// its parent). Each user message has a span "message", child of what the
+// channel passed to Submit (a Telegram update), with a child "store" for
+// its commit; the turn links to the messages it answers.
+
+// AgentObserver is an Observer that is also told about agent calls: the
+// time to the first streamed text of each call, and every failed call
+// (not one a stop or shutdown cancelled) with its error.
+type AgentObserver interface {
+	FirstToken(channel string, d time.Duration)
+	AgentFailed(channel string, err error)
+}
+
+// TracerName names the tracer of the turn spans.
+const TracerName = "github.com/chatgate/chatgate/sessions"
+
+// newTracer returns the tracer for tp, nil when tracing is off.
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	switch tp.(type) {
+	case nil, noop.TracerProvider, *noop.TracerProvider:
+		return nil
+	}
+	return tp.Tracer(TracerName)
+}
+
+// SessionKeyHash is the session key as spans carry it: a short hash, so
+// that traces leaving the gateway name no user.
+func SessionKeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// turnInfo travels in a turn's context: the channel for the agent
+// observer, and the turn span when tracing.
+type turnInfo struct {
+	channel string
+}
+
+type turnInfoKey struct{}
+
+// spanEnd ends a span with an error status when err is set.
+type spanEnd func(err error)
+
+func noEnd(error) {}
+
+// startSpan starts a child span of the span in ctx; a no-op without a
+// tracer or without a recording parent.
+func (m *Manager) startSpan(ctx context.Context, name string) spanEnd {
+	_, end := m.startSpanCtx(ctx, name)
+	return end
+}
+
+func (m *Manager) startSpanCtx(ctx context.Context, name string) (context.Context, spanEnd) {
+	if m.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noEnd
+	}
+	ctx, span := m.tracer.Start(ctx, name)
+	return ctx, func(err error) { endSpan(span, err) }
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// traceMessage starts a message's span "message", ended once it is
+// stored (or refused).
+func (m *Manager) traceMessage(ctx context.Context, in Inbound) (context.Context, func(*Ticket, error)) {
+	if m.tracer == nil {
+		return ctx, func(*Ticket, error) {}
+	}
+	ctx, span := m.tracer.Start(ctx, "message", trace.WithAttributes(
+		attribute.String("chatgate.channel", in.Channel),
+		attribute.String("chatgate.session_key_hash", SessionKeyHash(in.SessionKey)),
+		attribute.String("chatgate.client_msg_id", in.ClientMsgID),
+	))
+	return ctx, func(t *Ticket, err error) {
+		if t != nil {
+			span.SetAttributes(attribute.String("chatgate.conversation", t.ref.conv), attribute.Int64("chatgate.seq", t.ref.seq),
+				attribute.Bool("chatgate.duplicate", t.resend))
+		}
+		endSpan(span, err)
+	}
+}
+
+// traceTurn starts a turn's root span (when tracing) and puts what the
+// agent call needs into the context. The returned func ends the span.
+func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, func(err error)) {
+	if m.tracer == nil {
+		if _, ok := m.opts.Observer.(AgentObserver); !ok {
+			return ctx, noEnd
+		}
+	}
+	ctx = context.WithValue(ctx, turnInfoKey{}, &turnInfo{channel: in.Channel})
+	if m.tracer == nil {
+		return ctx, noEnd
+	}
+	ctx, span := m.tracer.Start(ctx, "turn", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			attribute.String("chatgate.channel", in.Channel),
+			attribute.String("chatgate.session_key_hash", SessionKeyHash(in.SessionKey)),
+		))
+	start := time.Now()
+	return ctx, func(err error) {
+		endSpan(span, err)
+		m.log.DebugContext(ctx, "turn done", slog.String("channel", in.Channel), slog.String("session_key", in.SessionKey),
+			slog.Duration("took", time.Since(start)))
+	}
+}
+
+// traceClaim names on the turn span what the turn answers: its batch and
+// the messages' own spans, as links.
+func (m *Manager) traceClaim(ctx context.Context, b *Batch, tickets []*Ticket) {
+	if m.tracer == nil {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(
+		attribute.String("chatgate.conversation", b.ConversationID),
+		attribute.Int64("chatgate.lead", b.Lead()),
+		attribute.Int("chatgate.messages", len(b.Rows)),
+		attribute.Int("chatgate.attempt", b.Attempt),
+	)
+	for _, t := range tickets {
+		if t.span.IsValid() {
+			span.AddLink(trace.Link{SpanContext: t.span, Attributes: []attribute.KeyValue{attribute.Int64("chatgate.seq", t.ref.seq)}})
+		}
+	}
+}
+
+// traceStatus records the turn's result on its span.
+func (m *Manager) traceStatus(ctx context.Context, status string) {
+	if m.tracer == nil {
+		return
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("chatgate.status", status))
+}
+
+// withTurn carries the turn's span and info from ctx into turnCtx (the
+// cancellable context of the agent call).
+func withTurn(ctx, turnCtx context.Context) context.Context {
+	if ti, ok := ctx.Value(turnInfoKey{}).(*turnInfo); ok {
+		turnCtx = context.WithValue(turnCtx, turnInfoKey{}, ti)
+	}
+	if span := trace.SpanFromContext(ctx); span.SpanContext().IsValid() {
+		turnCtx = trace.ContextWithSpan(turnCtx, span)
+	}
+	return turnCtx
+}
+
+// agentCall wraps one agent call: its span "agent call", the time to
+// its first delta (an event, an attribute, and the observer's
+// FirstToken), and a failure for the observer.
+type agentCall struct {
+	m       *Manager
+	channel string
+	start   time.Time
+	first   bool
+	span    trace.Span
+	obs     AgentObserver
+}
+
+func (m *Manager) startAgentCall(ctx context.Context) (context.Context, *agentCall) {
+	obs, _ := m.opts.Observer.(AgentObserver)
+	if obs == nil && m.tracer == nil {
+		return ctx, nil
+	}
+	c := &agentCall{m: m, start: time.Now(), obs: obs}
+	if ti, ok := ctx.Value(turnInfoKey{}).(*turnInfo); ok {
+		c.channel = ti.channel
+	}
+	if m.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		ctx, c.span = m.tracer.Start(ctx, "agent call", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("chatgate.agent", m.agent.Name()), attribute.String("chatgate.model", m.agent.Model())))
+	}
+	return ctx, c
+}
+
+// delta notes a streamed piece of the reply; the first one is the time
+// to first token.
+func (c *agentCall) delta() {
+	if c == nil || c.first {
+		return
+	}
+	c.first = true
+	d := time.Since(c.start)
+	if c.obs != nil {
+		c.obs.FirstToken(c.channel, d)
+	}
+	if c.span != nil {
+		c.span.AddEvent("first token")
+		c.span.SetAttributes(attribute.Float64("chatgate.ttft_ms", float64(d)/float64(time.Millisecond)))
+	}
+}
+
+func (c *agentCall) end(ctx context.Context, reply *agentReplyInfo, err error) {
+	if c == nil {
+		return
+	}
+	if err != nil && ctx.Err() == nil && c.obs != nil {
+		c.obs.AgentFailed(c.channel, err)
+	}
+	if c.span != nil {
+		if reply != nil {
+			c.span.SetAttributes(attribute.Int64("chatgate.tokens", reply.tokens))
+		}
+		if err != nil && ctx.Err() != nil {
+			c.span.SetAttributes(attribute.Bool("chatgate.cancelled", true))
+		}
+		endSpan(c.span, err)
+	}
+}
+
+type agentReplyInfo struct{ tokens int64 }
