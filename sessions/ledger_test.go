@@ -77,11 +77,15 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
 		m1 := newManager(t, db, rec, c, nil)
 		late := make(chan error, 1)
+		acked := make(chan Ack, 1)
 		go func() {
-			_, err := m1.Handle(context.Background(), msg("websocket:ann", "hello"), Hooks{})
+			_, err := m1.Handle(context.Background(), msg("websocket:ann", "hello"), Hooks{OnAck: func(a Ack) { acked <- a }})
 			late <- err
 		}()
+		// The call may start while the message's commit is in flight
+		// (early.go): the turn is the dead replica's once both happened.
 		<-rec.started
+		<-acked
 		die(t, db, m1)
 		db2 := open()
 		m2 := newManager(t, db2, agent.Echo{}, c, nil)
@@ -169,11 +173,15 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 			err error
 		}
 		done := make(chan result, 1)
+		acked := make(chan Ack, 1)
 		go func() {
-			out, err := a.Handle(context.Background(), msg("websocket:ann", "slow"), Hooks{})
+			out, err := a.Handle(context.Background(), msg("websocket:ann", "slow"), Hooks{OnAck: func(a Ack) { acked <- a }})
 			done <- result{out, err}
 		}()
+		// The call may start while the message's commit is in flight
+		// (early.go): B can claim the turn once it is stored.
 		<-rec.started
+		<-acked
 		conv, err := dbB.ActiveConversation(context.Background(), "websocket:ann")
 		if err != nil || conv == nil {
 			t.Fatal(conv, err)
