@@ -743,17 +743,20 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		texts[i] = r.Content
 		atts[i] = decodeAttachments(r.Attachments)
 	}
+	// The turn runs with the settings of its start: a reload meanwhile
+	// applies to the next one.
+	live := m.settings()
 	req := agent.Request{
 		SessionKey:       in.SessionKey,
-		Instructions:     m.opts.Instructions,
+		Instructions:     live.instructions,
 		History:          History(prior, policy.MaxHistory),
 		Earlier:          texts[:len(texts)-1],
 		Input:            texts[len(texts)-1],
 		InputAttachments: atts,
 	}
-	m.fetchImages(turnCtx, hc.conv.Channel, &req)
+	m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
 	var partial strings.Builder
-	reply, err := m.callAgent(turnCtx, req, func(d string) {
+	reply, err := m.callAgent(turnCtx, live.agent, req, func(d string) {
 		partial.WriteString(d)
 		if h.OnDelta != nil {
 			h.OnDelta(d)
