@@ -224,9 +224,9 @@ type Manager struct {
 	hot     *hotCache
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
-	cronMu  sync.Mutex // guards cron and cronIDs against a reload's reschedule
+	cronMu  sync.Mutex                   // guards cron and cronIDs against a reload's reschedule
 	live    atomic.Pointer[liveSettings] // policies, instructions, agent (live.go)
-	base    context.Context // parent of every turn; cancelled at the end of a drain
+	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
 
 	mu        sync.Mutex
