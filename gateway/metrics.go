@@ -21,6 +21,7 @@ type Metrics struct {
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
 	rateLimited *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -63,9 +64,17 @@ func NewMetrics() *Metrics {
 			Name: "chatgate_rate_limited_total",
 			Help: "Messages and frames refused by a rate limit, by channel and limit (connection, principal, user, global).",
 		}, []string{"channel", "limit"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatgate_config_reloads_total",
+			Help: "Configuration reloads (SIGHUP, gateway reload, POST /admin/api/reload), by result: ok, or failed (the running configuration was kept).",
+		}, []string{"result"}),
 	}
+	// Both results are exported from the start, so that an alert on
+	// failed sees a 0 before the first failure.
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("failed")
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
+		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited, m.reloads)
 	return m
 }
 
@@ -107,4 +116,14 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) TurnStarted(channel string, messages int, wait time.Duration) {
 	m.turnMsgs.WithLabelValues(channel).Observe(float64(messages))
 	m.turnWait.WithLabelValues(channel).Observe(wait.Seconds())
+}
+
+// ReloadDone counts a configuration reload: ok, or failed when the file
+// was refused and the running configuration kept.
+func (m *Metrics) ReloadDone(ok bool) {
+	result := "failed"
+	if ok {
+		result = "ok"
+	}
+	m.reloads.WithLabelValues(result).Inc()
 }
