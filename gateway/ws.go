@@ -101,7 +101,7 @@ type WebSocket struct {
 	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
 	images   *imageCache  // images.go
 
-	limits *ratelimit.Limiter // per principal and channel-wide (security.go)
+	limits *ratelimit.Limiter     // per principal and channel-wide (security.go)
 	cur    atomic.Pointer[wsLive] // what a reload changes (reload.go)
 }
 
