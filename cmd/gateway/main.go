@@ -30,6 +30,7 @@ commands:
   serve [-c FILE]                 run the gateway (default command)
   check [-c FILE]                 validate bot.yaml and print each channel's effective policy
   reload [-c FILE]                re-read bot.yaml in the running gateway (SIGHUP through gateway.pid_file)
+  reload -admin URL [-token TOKEN]  the same through POST /admin/api/reload
   sessions list [-c FILE] [-key KEY] [-status active|archived] [-limit N]
   sessions show [-c FILE] ID|KEY  a conversation (or a key's conversations) with its messages
   sessions export [-c FILE] [-format json|text|markdown] ID

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
@@ -209,7 +212,15 @@ func writePidFile(path string) (func(), error) {
 // one is reported here and nothing is signalled.
 func reloadCmd(args []string, stdout, stderr io.Writer) int {
 	fs, path := configFlag("reload", stderr)
-	cfg, code := parseConfig(fs, path, args, stderr)
+	adminURL := fs.String("admin", "", "reload through the admin API at this base `URL` (http://host:port) instead of the pid file")
+	token := fs.String("token", "", "the admin `TOKEN` for -admin (default $CHATGATE_ADMIN_TOKEN)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *adminURL != "" {
+		return reloadAdmin(*adminURL, *token, stdout, stderr)
+	}
+	cfg, code := parseConfig(fs, path, nil, stderr)
 	if cfg == nil {
 		if code == 1 {
 			fmt.Fprintln(stderr, "gateway reload: nothing signalled; the running gateway keeps its configuration")
@@ -241,4 +252,46 @@ func reloadCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "sent SIGHUP to the gateway (pid %d); its log says what changed\n", pid)
 	return 0
+}
+
+// reloadAdmin asks a gateway to reload through POST /admin/api/reload.
+func reloadAdmin(base, token string, stdout, stderr io.Writer) int {
+	if token == "" {
+		token = os.Getenv("CHATGATE_ADMIN_TOKEN")
+	}
+	if token == "" {
+		fmt.Fprintln(stderr, "gateway reload: -admin needs -token or $CHATGATE_ADMIN_TOKEN (a name: token of admin.tokens)")
+		return 2
+	}
+	req, err := http.NewRequest(http.MethodPost, strings.TrimRight(base, "/")+"/admin/api/reload", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway reload: %v\n", err)
+		return 2
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway reload: no gateway answered at %s: %v\n", base, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error string `json:"error"`
+	}
+	json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		fmt.Fprintln(stdout, "the gateway reloaded its configuration; its log says what changed")
+		return 0
+	case resp.StatusCode == http.StatusUnauthorized:
+		fmt.Fprintln(stderr, "gateway reload: the admin API refused the token (401)")
+	case resp.StatusCode == http.StatusNotFound:
+		fmt.Fprintf(stderr, "gateway reload: %s has no admin API (admin.tokens unset?)\n", base)
+	case body.Error != "":
+		fmt.Fprintln(stderr, "gateway reload: "+body.Error)
+	default:
+		fmt.Fprintf(stderr, "gateway reload: %s answered %s\n", base, resp.Status)
+	}
+	return 1
 }

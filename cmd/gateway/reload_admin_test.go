@@ -54,8 +54,11 @@ func TestAdminReload(t *testing.T) {
 		t.Fatalf("bob before the reload: %v", f)
 	}
 	os.WriteFile(path, []byte(conf("      bob: tok-bob-0123456789ab")), 0o600)
-	if code, body := request(t, "POST", base+"/admin/api/reload", "ops-token-0123456789"); code != http.StatusOK {
-		t.Fatalf("reload: %d %s", code, body)
+	if code, _, errOut := runCmd(t, "reload", "-admin", base, "-token", "wrong-token-0123456789"); code != 1 || !strings.Contains(errOut, "refused the token") {
+		t.Fatalf("gateway reload -admin with a wrong token: %d %q", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "reload", "-admin", base, "-token", "ops-token-0123456789"); code != 0 {
+		t.Fatalf("gateway reload -admin: %d %q %q", code, out, errOut)
 	}
 	if _, f := dialToken(t, addr, "tok-bob-0123456789ab"); f["type"] != "ready" || f["user"] != "bob" {
 		t.Fatalf("bob after the reload: %v", f)
@@ -69,7 +72,10 @@ func TestAdminReload(t *testing.T) {
 	if _, f := dialToken(t, addr, "tok-bob-0123456789ab"); f["type"] != "ready" {
 		t.Fatalf("bob after the refused reload: %v", f)
 	}
-	if got := metric(t, addr, `chatgate_config_reloads_total{result="failed"}`); got != 1 {
+	if code, _, errOut := runCmd(t, "reload", "-admin", base, "-token", "ops-token-0123456789"); code != 1 || !strings.Contains(errOut, "extra") {
+		t.Fatalf("gateway reload -admin of a broken file: %d %q", code, errOut)
+	}
+	if got := metric(t, addr, `chatgate_config_reloads_total{result="failed"}`); got != 2 {
 		t.Fatalf("failed reloads = %v", got)
 	}
 }
