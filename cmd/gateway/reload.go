@@ -90,7 +90,8 @@ func (r *reloader) reload(by string) error {
 func (r *reloader) apply(cfg *config.Config) []string {
 	old := r.applied
 	var changed []string
-	if policyText(old) != policyText(cfg) || old.Agent.Instructions != cfg.Agent.Instructions || !reflect.DeepEqual(old.Agent, cfg.Agent) {
+	// agent includes the instructions.
+	if policyText(old) != policyText(cfg) || !reflect.DeepEqual(old.Agent, cfg.Agent) {
 		s := sessions.Settings{Policies: policies(cfg), Instructions: cfg.Agent.Instructions}
 		if policyText(old) != policyText(cfg) {
 			changed = append(changed, "policies")
