@@ -174,7 +174,7 @@ func TestDocCommandExamplesRun(t *testing.T) {
 				// The command group, named in prose: it lists its
 				// subcommands.
 				code, _, errOut := runCmd(t, "sessions")
-				if code != 2 || !strings.Contains(errOut, "want list, show, export or reset") {
+				if code != 2 || !strings.Contains(errOut, "want list, show, export, reset or purge") {
 					t.Fatalf("gateway sessions = %d\n%s", code, errOut)
 				}
 			case synopsis:
