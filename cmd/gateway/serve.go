@@ -378,7 +378,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slog.String("config", cfg.File),
 		slog.String("url", "http://"+ln.Addr().String()),
 		slog.String("storage", cfg.Storage.Driver),
-		slog.String("agent", cfg.Agent.Backend))
+		slog.String("agent", cfg.Agent.Backend),
+		slog.String("pid_file", cfg.Gateway.PidFile))
 
 	// The channels have registered how they deliver: the rescuer may run.
 	mgr.StartRescuer()
