@@ -37,6 +37,10 @@ type Options struct {
 	Connections func() int
 	Logger      *slog.Logger
 	Now         func() time.Time
+
+	// Reload re-reads the configuration as SIGHUP does (POST
+	// /admin/api/reload); by names who asked. nil: the endpoint is absent.
+	Reload func(by string) error
 }
 
 // tokenDigest is a token's SHA-256: tokens are compared as digests, so
@@ -91,6 +95,9 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("GET /admin/api/stats", a.stats)
 	api("POST /admin/api/drain", a.drain)
 	api("POST /admin/api/undrain", a.undrain)
+	if a.opts.Reload != nil {
+		api("POST /admin/api/reload", a.reload)
+	}
 	// Anything else under /admin/api/ is a JSON 404 (after the token
 	// check, so that the API's shape is not shown to anyone). One pattern
 	// per method: a method-less one would conflict with "GET /admin/".

@@ -44,6 +44,10 @@ type Config struct {
 // health, metrics and the Telegram webhook.
 type Gateway struct {
 	Listen string `yaml:"listen"`
+	// PidFile is where serve writes its process id, for `gateway reload`
+	// (default: gateway.pid next to the SQLite database; with PostgreSQL,
+	// next to bot.yaml).
+	PidFile string `yaml:"pid_file"`
 }
 
 // Storage selects the database.

@@ -86,6 +86,9 @@ func (c *Config) applyDefaults() {
 	if c.Storage.Driver == "sqlite" {
 		setStr(&c.Storage.DSN, DefaultSQLiteDSN)
 	}
+	if c.Gateway.PidFile == "" {
+		c.Gateway.PidFile = c.defaultPidFile()
+	}
 	setStr(&c.Agent.Backend, "echo")
 	setStr(&c.Agent.Name, c.Agent.Backend)
 	setStr(&c.Agent.OpenAI.BaseURL, DefaultOpenAIBaseURL)

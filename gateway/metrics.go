@@ -65,6 +65,8 @@ func NewMetrics() *Metrics {
 			Help: "Messages and frames refused by a rate limit, by channel and limit (connection, principal, user, global).",
 		}, []string{"channel", "limit"}),
 	}
+	// Both results are exported from the start, so that an alert on
+	// failed sees a 0 before the first failure.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
 	m.ops = newOpsMetrics(m.reg)

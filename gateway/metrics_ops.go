@@ -48,7 +48,7 @@ func newOpsMetrics(reg *prometheus.Registry) *opsMetrics {
 		}, []string{"channel"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatgate_config_reloads_total",
-			Help: "Configuration reloads, by result (ok, failed: the running configuration stays).",
+			Help: "Configuration reloads (SIGHUP, gateway reload, POST /admin/api/reload), by result: ok, or failed (the running configuration was kept).",
 		}, []string{"result"}),
 	}
 	// Both results show from the start, so a rate() over them works

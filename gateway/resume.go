@@ -52,7 +52,7 @@ func (ws *WebSocket) onResume(ev sessions.ResetEvent) {
 func (ws *WebSocket) switchTo(ev sessions.ResetEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
-	t, err := ws.sess.ConversationTranscript(ctx, ev.NewConversation, ws.opts.HistoryLimit)
+	t, err := ws.sess.ConversationTranscript(ctx, ev.NewConversation, ws.cur.Load().historyLimit)
 	if err != nil {
 		// The clients see the reopened conversation on their next hello.
 		ws.log.Warn("loading a resumed conversation failed", slog.String("session_key", ev.SessionKey), slog.String("error", err.Error()))

@@ -24,7 +24,10 @@ func newLimits(opts WSOptions) *ratelimit.Limiter {
 }
 
 // anonymous reports whether clients get generated guest principals only.
-func (ws *WebSocket) anonymous() bool { return ws.DevMode() && ws.opts.Anonymous }
+func (ws *WebSocket) anonymous() bool {
+	cur := ws.cur.Load()
+	return len(cur.tokens) == 0 && cur.anonymous
+}
 
 func (ws *WebSocket) refused(limit string) {
 	if ws.opts.RateLimited != nil {

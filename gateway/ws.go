@@ -107,7 +107,8 @@ type WebSocket struct {
 	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
 	images   *imageCache  // images.go
 
-	limits *ratelimit.Limiter // per principal and channel-wide (security.go)
+	limits *ratelimit.Limiter     // per principal and channel-wide (security.go)
+	cur    atomic.Pointer[wsLive] // what a reload changes (reload.go)
 }
 
 // NewWebSocket returns the channel and subscribes it to reset notices.
@@ -151,6 +152,7 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		images: newImageCache(opts.ImageCacheBytes),
 		limits: newLimits(opts),
 	}
+	ws.cur.Store(liveOf(opts))
 	if f, ok := sess.(interface {
 		OnFetch(channel string, f sessions.Fetcher)
 	}); ok {
@@ -231,7 +233,7 @@ func (ws *WebSocket) connsOf(key string) []*wsConn {
 
 // DevMode reports whether clients come without auth tokens: they name
 // themselves in hello, unless the channel is anonymous.
-func (ws *WebSocket) DevMode() bool { return len(ws.opts.AuthTokens) == 0 }
+func (ws *WebSocket) DevMode() bool { return len(ws.cur.Load().tokens) == 0 }
 
 func (ws *WebSocket) checkOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
@@ -257,7 +259,7 @@ func (ws *WebSocket) checkOrigin(r *http.Request) bool {
 // in constant time.
 func (ws *WebSocket) principalFor(token string) string {
 	found := ""
-	for name, t := range ws.opts.AuthTokens {
+	for name, t := range ws.cur.Load().tokens {
 		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
 			found = name
 		}
@@ -297,7 +299,7 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws: ws, conn: conn, principal: principal,
 		done:    make(chan struct{}),
 		queue:   make(chan *clientFrame, ws.opts.QueueSize),
-		limiter: rate.NewLimiter(rate.Limit(ws.opts.RatePerSecond), ws.opts.RateBurst),
+		limiter: rate.NewLimiter(rate.Limit(ws.cur.Load().perSecond), ws.cur.Load().burst),
 	}
 	ws.mu.Lock()
 	if ws.closing {
@@ -767,13 +769,13 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	}
 	limit := 1000
 	if afterSeq < 0 {
-		limit = ws.opts.HistoryLimit
+		limit = ws.cur.Load().historyLimit
 	}
 	t, err := ws.sess.Open(ctx, in, afterSeq, limit)
 	if err == nil && afterSeq >= 0 && f.Conversation != "" && f.Conversation != t.Conversation {
 		// The client's last_seq counts in a conversation that has since
 		// been archived: send the new one's tail instead.
-		t, err = ws.sess.Open(ctx, in, -1, ws.opts.HistoryLimit)
+		t, err = ws.sess.Open(ctx, in, -1, ws.cur.Load().historyLimit)
 	}
 	if err != nil {
 		if errors.Is(err, sessions.ErrShuttingDown) {

@@ -278,7 +278,9 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
 		// call starts now, from the history before it (early.go).
-		early = m.startEarly(in, hc.conv.Channel, m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in))
+		live := m.settings() // the turn's settings, as callFor takes them
+		early = m.startEarly(in, hc.conv.Channel, live.agent,
+			m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in, live.instructions))
 	}
 	batch := []Message{um}
 	endStore := m.startSpan(ctx, "store")
@@ -825,9 +827,12 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		reply, err, text = early.result()
 		partial.WriteString(text)
 	} else {
-		req := m.request(b.Rows, prior, policy, in)
-		m.fetchImages(turnCtx, hc.conv.Channel, &req)
-		reply, err = m.callAgent(turnCtx, req, func(d string) {
+		// The turn runs with the settings of its start: a reload
+		// meanwhile applies to the next one.
+		live := m.settings()
+		req := m.request(b.Rows, prior, policy, in, live.instructions)
+		m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
+		reply, err = m.callAgent(turnCtx, live.agent, req, func(d string) {
 			partial.WriteString(d)
 			if h.OnDelta != nil {
 				h.OnDelta(d)
@@ -896,7 +901,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 // as a user message.
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
-func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in Inbound) agent.Request {
+func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in Inbound, instructions string) agent.Request {
 	texts := make([]string, len(rows))
 	atts := make([][]agent.Attachment, len(rows))
 	for i, r := range rows {
@@ -905,7 +910,7 @@ func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in In
 	}
 	return agent.Request{
 		SessionKey:       in.SessionKey,
-		Instructions:     m.opts.Instructions,
+		Instructions:     instructions,
 		History:          History(prior, policy.MaxHistory),
 		Earlier:          texts[:len(texts)-1],
 		Input:            texts[len(texts)-1],

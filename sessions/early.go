@@ -55,7 +55,7 @@ type earlyCall struct {
 // claimed, if the key's turn lock is free (the rescuer may hold it for
 // another turn of the key: then the turn starts after the commit, as any
 // other). Called under the key's state lock; nil when not started.
-func (m *Manager) startEarly(in Inbound, channel string, req agent.Request) *earlyCall {
+func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req agent.Request) *earlyCall {
 	key := in.SessionKey
 	unlock, ok := m.turnLocks.TryAcquire(key)
 	if !ok {
@@ -67,8 +67,8 @@ func (m *Manager) startEarly(in Inbound, channel string, req agent.Request) *ear
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
-		m.fetchImages(ctx, channel, &req) // here, not under the state lock
-		e.reply, e.err = m.callAgent(ctx, req, e.delta)
+		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
+		e.reply, e.err = m.callAgent(ctx, ag, req, e.delta)
 	}()
 	return e
 }

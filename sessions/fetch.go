@@ -33,8 +33,8 @@ func (m *Manager) OnFetch(channel string, f Fetcher) {
 
 // fetchImages fills in the bytes of the request's images (inputs, then
 // history, newest first) when the agent reads images.
-func (m *Manager) fetchImages(ctx context.Context, channel string, req *agent.Request) {
-	if !agent.ReadsImages(m.agent) {
+func (m *Manager) fetchImages(ctx context.Context, ag agent.Agent, channel string, req *agent.Request) {
+	if !agent.ReadsImages(ag) {
 		return
 	}
 	var want []*agent.Attachment

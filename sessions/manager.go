@@ -227,7 +227,6 @@ const DefaultInterruptGrace = 3 * time.Second
 // Manager is the BotSessionManager.
 type Manager struct {
 	store   Store
-	agent   agent.Agent
 	opts    Options
 	locks   *locks.Cache
 	now     func() time.Time
@@ -236,7 +235,9 @@ type Manager struct {
 	hot     *hotCache
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
-	base    context.Context // parent of every turn; cancelled at the end of a drain
+	cronMu  sync.Mutex                   // guards cron and cronIDs against a reload's reschedule
+	live    atomic.Pointer[liveSettings] // policies, instructions, agent (live.go)
+	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
 
 	mu        sync.Mutex
@@ -355,10 +356,11 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		opts.CacheBytes = DefaultCacheBytes
 	}
 	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
+	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag}
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
-	return &Manager{
-		store: store, agent: ag, opts: opts, locks: opts.Locks,
+	m := &Manager{
+		store: store, opts: opts, locks: opts.Locks,
 		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot,
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
@@ -368,6 +370,8 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer: newTracer(opts.TracerProvider),
 	}
+	m.live.Store(live)
+	return m
 }
 
 // ReplicaID is the id this gateway claims turns and leases under.
@@ -375,10 +379,11 @@ func (m *Manager) ReplicaID() string { return m.opts.ReplicaID }
 
 // Policy returns the policy applied to a channel.
 func (m *Manager) Policy(channel string) Policy {
-	if p, ok := m.opts.Policies[channel]; ok {
+	s := m.settings()
+	if p, ok := s.policies[channel]; ok {
 		return p
 	}
-	return m.opts.DefaultPolicy
+	return s.def
 }
 
 // OnReset registers a listener for every archive: manual, lazy and swept,
@@ -561,8 +566,8 @@ const ToolCallsText = "Sorry, the assistant tried to use a tool, which this serv
 
 // callAgent calls the agent; a panicking backend fails the turn (the user
 // message stays, the user is told) instead of taking the gateway down.
-func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
-	ctx, call := m.startAgentCall(ctx)
+func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
+	ctx, call := m.startAgentCall(ctx, ag)
 	if call != nil {
 		defer func() { call.end(ctx, &agentReplyInfo{tokens: reply.Usage.TotalTokens}, err) }()
 		next := onDelta
@@ -575,10 +580,10 @@ func (m *Manager) callAgent(ctx context.Context, req agent.Request, onDelta func
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("agent %s panicked: %v", m.agent.Name(), p)
+			err = fmt.Errorf("agent %s panicked: %v", ag.Name(), p)
 		}
 	}()
-	return m.agent.Reply(ctx, req, onDelta)
+	return ag.Reply(ctx, req, onDelta)
 }
 
 // appendReply stores agent output after the conversation's last message,
@@ -687,9 +692,10 @@ func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.
 func windowCap(p Policy) int { return p.MaxHistory + 16 + p.Busy.withDefaults().MaxBatch }
 
 func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
+	ag := m.settings().agent
 	conv := Conversation{
 		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: StatusActive,
-		StartedAt: now, LastActivityAt: now, AgentName: m.agent.Name(), Model: m.agent.Model(),
+		StartedAt: now, LastActivityAt: now, AgentName: ag.Name(), Model: ag.Model(),
 		UserID: in.UserID, ChatID: in.ChatID,
 	}
 	if err := m.store.CreateConversation(ctx, &conv); err != nil {
@@ -784,10 +790,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.closing = true
 	m.mu.Unlock()
 	m.drain()
+	m.cronMu.Lock()
 	if m.cron != nil {
 		// No new runs; the running ones are counted in m.sweeps.
 		m.cron.Stop()
 	}
+	m.cronMu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		m.turns.Wait()

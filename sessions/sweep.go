@@ -37,14 +37,15 @@ func (d dailySchedule) Next(t time.Time) time.Time { return d.p.NextBoundary(t) 
 // period or a resume token TTL is set.
 func (m *Manager) Schedules() []Schedule {
 	var out []Schedule
-	channels := make([]string, 0, len(m.opts.Policies))
-	for ch := range m.opts.Policies {
+	policies := m.settings().policies
+	channels := make([]string, 0, len(policies))
+	for ch := range policies {
 		channels = append(channels, ch)
 	}
 	sort.Strings(channels)
 	idle := false
 	for _, ch := range channels {
-		p := m.opts.Policies[ch].Reset
+		p := policies[ch].Reset
 		idle = idle || p.idle()
 		if p.daily() {
 			out = append(out, Schedule{Name: "daily:" + ch, Spec: fmt.Sprintf("daily at %02d:00 %s", p.AtHour, p.location()),
@@ -72,19 +73,11 @@ func (m *Manager) Start() error {
 		return fmt.Errorf("start: %w", err)
 	}
 	c := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
+	m.cronMu.Lock()
+	defer m.cronMu.Unlock()
 	m.cronIDs = map[string]cron.EntryID{}
-	for _, s := range m.Schedules() {
-		name := s.Name
-		job := cron.FuncJob(func() { m.runSchedule(name) })
-		if s.Every != nil {
-			m.cronIDs[name] = c.Schedule(s.Every, job)
-			continue
-		}
-		id, err := c.AddJob(s.Spec, job)
-		if err != nil {
-			return fmt.Errorf("schedule %s sweep %q: %w", name, s.Spec, err)
-		}
-		m.cronIDs[name] = id
+	if err := m.addSchedules(c); err != nil {
+		return err
 	}
 	m.cron = c
 	c.Start()
@@ -140,7 +133,7 @@ func (m *Manager) runSchedule(name string) (int, error) {
 func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
 	now := m.now()
 	total := 0
-	for ch, p := range m.opts.Policies {
+	for ch, p := range m.settings().policies {
 		if !p.Reset.idle() {
 			continue
 		}
@@ -156,7 +149,7 @@ func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
 // SweepDaily archives the channel's conversations started before its latest
 // daily boundary.
 func (m *Manager) SweepDaily(ctx context.Context, channel string) (int, error) {
-	p, ok := m.opts.Policies[channel]
+	p, ok := m.settings().policies[channel]
 	if !ok || !p.Reset.daily() {
 		return 0, nil
 	}

@@ -1,6 +1,8 @@
 package sessions
 
 import (
+	"github.com/chatgate/chatgate/agent"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -186,7 +188,7 @@ type agentCall struct {
 	obs     AgentObserver
 }
 
-func (m *Manager) startAgentCall(ctx context.Context) (context.Context, *agentCall) {
+func (m *Manager) startAgentCall(ctx context.Context, ag agent.Agent) (context.Context, *agentCall) {
 	obs, _ := m.opts.Observer.(AgentObserver)
 	if obs == nil && m.tracer == nil {
 		return ctx, nil
@@ -197,7 +199,7 @@ func (m *Manager) startAgentCall(ctx context.Context) (context.Context, *agentCa
 	}
 	if m.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
 		ctx, c.span = m.tracer.Start(ctx, "agent call", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("chatgate.agent", m.agent.Name()), attribute.String("chatgate.model", m.agent.Model())))
+			trace.WithAttributes(attribute.String("chatgate.agent", ag.Name()), attribute.String("chatgate.model", ag.Model())))
 	}
 	return ctx, c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -25,20 +26,21 @@ const maxTracked = 10_000
 
 // limits is the bot's rate limits and who has been told about them.
 type limits struct {
-	rate *ratelimit.Limiter // nil: no limit
+	rate atomic.Pointer[ratelimit.Limiter] // nil: no limit
+	opts Options                           // the clock and KeyLimit of a limiter created by a reload
 	mu   sync.Mutex
 	told *lru.Cache[int64, struct{}] // users told to slow down in this burst
 }
 
 func newLimits(opts Options) *limits {
 	told, _ := lru.New[int64, struct{}](maxTracked)
-	l := &limits{told: told}
+	l := &limits{told: told, opts: opts}
 	if opts.RatePerSecond > 0 && opts.RateBurst > 0 {
-		l.rate = ratelimit.New(ratelimit.Options{
+		l.rate.Store(ratelimit.New(ratelimit.Options{
 			PerSecond: opts.RatePerSecond, Burst: opts.RateBurst,
 			GlobalPerSecond: opts.RateGlobalPerSecond, GlobalBurst: opts.RateGlobalBurst,
 			KeyLimit: LimitUser, Now: opts.Now,
-		})
+		}))
 	}
 	return l
 }
@@ -54,10 +56,11 @@ func newRefused() *lru.Cache[int64, struct{}] {
 // reply, the rest of it none; a message let through ends the burst.
 func (b *Bot) overLimit(ctx context.Context, m *tgbotapi.Message, key string) bool {
 	l := b.limits
-	if l.rate == nil {
+	rl := l.rate.Load()
+	if rl == nil {
 		return false
 	}
-	limit := l.rate.Allow(strconv.FormatInt(m.From.ID, 10))
+	limit := rl.Allow(strconv.FormatInt(m.From.ID, 10))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if limit == "" {

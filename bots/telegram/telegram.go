@@ -168,6 +168,7 @@ type Bot struct {
 	stopping     chan struct{}               // closed by StopTaking
 	refused      *lru.Cache[int64, struct{}] // chats that got the private-bot refusal (limits.go)
 	limits       *limits
+	cur          atomic.Pointer[tgLive] // what a reload changes (reload.go)
 	warned       map[string]bool
 	typers       map[int64]*typer // chats shown "typing…"
 	media        mediaState
@@ -266,6 +267,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	b.connected = make(chan struct{})
 	b.limits = newLimits(opts)
+	b.cur.Store(&tgLive{allowedUsers: slices.Clone(opts.AllowedUsers), groupPolicy: opts.GroupPolicy})
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
@@ -525,14 +527,15 @@ func (b *Bot) sessionKey(m *tgbotapi.Message) string {
 }
 
 func (b *Bot) allowed(m *tgbotapi.Message) bool {
-	return len(b.opts.AllowedUsers) == 0 || slices.Contains(b.opts.AllowedUsers, m.From.ID)
+	users := b.cur.Load().allowedUsers
+	return len(users) == 0 || slices.Contains(users, m.From.ID)
 }
 
 // addressed reports whether the bot should answer: always in a private
 // chat; in a group when mentioned, replied to, or commanded (or always with
 // group_policy all).
 func (b *Bot) addressed(m *tgbotapi.Message) bool {
-	if m.Chat.IsPrivate() || b.opts.GroupPolicy == "all" {
+	if m.Chat.IsPrivate() || b.cur.Load().groupPolicy == "all" {
 		return true
 	}
 	if m.IsCommand() {

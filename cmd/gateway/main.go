@@ -4,6 +4,7 @@
 //
 //	gateway [serve] [-c FILE]      run the gateway (./bot.yaml, else embedded defaults)
 //	gateway check [-c FILE]        validate and print effective policies
+//	gateway reload [-c FILE]       make the running gateway re-read bot.yaml (SIGHUP)
 //	gateway sessions list|show|export|reset|purge
 //	gateway version
 package main
@@ -28,6 +29,8 @@ const usage = `usage: gateway [command] [flags]
 commands:
   serve [-c FILE]                 run the gateway (default command)
   check [-c FILE]                 validate bot.yaml and print each channel's effective policy
+  reload [-c FILE]                re-read bot.yaml in the running gateway (SIGHUP through gateway.pid_file)
+  reload -admin URL [-token TOKEN]  the same through POST /admin/api/reload
   sessions list [-c FILE] [-key KEY] [-status active|archived] [-limit N]
   sessions show [-c FILE] ID|KEY  a conversation (or a key's conversations) with its messages
   sessions export [-c FILE] [-format json|text|markdown] ID
@@ -52,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args, stdout, stderr)
 	case "check":
 		return check(args, stdout, stderr)
+	case "reload":
+		return reloadCmd(args, stdout, stderr)
 	case "sessions":
 		return sessionsCmd(ctx, args, stdout, stderr)
 	case "version":

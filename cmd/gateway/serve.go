@@ -60,15 +60,22 @@ func parseConfig(fs *flag.FlagSet, path *string, args []string, stderr io.Writer
 	return cfg, 0
 }
 
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+// newLogger returns the logger and its level, which a reload may change.
+func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg))
 	opts := &slog.HandlerOptions{Level: level}
 	// Lines logged during a turn carry its trace id (when tracing).
 	if cfg.Log.Format == "json" {
-		return slog.New(tracelog.Handler(slog.NewJSONHandler(w, opts)))
+		return slog.New(tracelog.Handler(slog.NewJSONHandler(w, opts))), level
 	}
-	return slog.New(tracelog.Handler(slog.NewTextHandler(w, opts)))
+	return slog.New(tracelog.Handler(slog.NewTextHandler(w, opts))), level
+}
+
+func logLevel(cfg *config.Config) slog.Level {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	return level
 }
 
 // maxInputBytes bounds a stored message's text: a Telegram text document
@@ -167,10 +174,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	log := newLogger(cfg, stderr)
+	log, level := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
+	// SIGHUP reloads bot.yaml. It is caught from here on, before the pid
+	// file names this process: an early `gateway reload` never ends it.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 
 	// The first SIGINT/SIGTERM (or ctx) starts a graceful stop; a second
 	// one cuts the drain short (the flush still happens).
@@ -264,11 +276,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// An admin drain refuses new WebSocket connections and webhook calls
 	// (503) until the undrain; without admin.tokens nothing is gated.
 	gate := func(h http.Handler) http.Handler { return h }
+	reloadPath := cfg.File
+	if reloadPath == config.EmbeddedName {
+		reloadPath = *path
+	}
+	reloads := &reloader{path: reloadPath, log: log, level: level, metrics: metrics, mgr: mgr, ws: ws,
+		started: cfg, applied: cfg}
 	if cfg.AdminEnabled() {
 		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log}
 		if cfg.WebSocketEnabled() {
 			opts.Connections = ws.Connections
 		}
+		opts.Reload = func(by string) error { return reloads.reload(by) }
 		adm := admin.New(opts)
 		adm.Register(srv.Handle)
 		srv.AddCheck("admin", adm.ReadyCheck())
@@ -325,6 +344,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error(err.Error())
 		} else {
 			bot = b
+			reloads.setBot(b)
 			if tg.NotifyResets {
 				metrics.WatchResetNotices(func() (sent, dropped, failed int64) {
 					st := bot.NoticeStats()
@@ -350,12 +370,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		srv.AddCheck("telegram", botCheck(bot, "connecting to the Bot API"))
 	}
 	srv.Started()
+	removePid, err := writePidFile(cfg.Gateway.PidFile)
+	if err != nil {
+		log.Warn("gateway.pid_file: cannot write it; `gateway reload` will not find this process (kill -HUP still reloads)", slog.String("error", err.Error()))
+	}
+	defer removePid()
+	go func() {
+		for {
+			select {
+			case <-hups:
+				reloads.reload("SIGHUP")
+			case <-stopCtx.Done():
+				return
+			}
+		}
+	}()
 	log.Info("chatgate started",
 		slog.String("version", versionString()),
 		slog.String("config", cfg.File),
 		slog.String("url", "http://"+ln.Addr().String()),
 		slog.String("storage", cfg.Storage.Driver),
-		slog.String("agent", cfg.Agent.Backend))
+		slog.String("agent", cfg.Agent.Backend),
+		slog.String("pid_file", cfg.Gateway.PidFile))
 
 	// The channels have registered how they deliver: the rescuer may run.
 	mgr.StartRescuer()

@@ -6,6 +6,7 @@ package ratelimit
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -45,7 +46,7 @@ type Limiter struct {
 	opts   Options
 	mu     sync.Mutex // makes get-or-create of a key's bucket atomic
 	keys   *lru.Cache[string, *rate.Limiter]
-	global *rate.Limiter
+	global atomic.Pointer[rate.Limiter] // nil: no ceiling
 }
 
 // New returns a Limiter.
@@ -62,7 +63,7 @@ func New(opts Options) *Limiter {
 	keys, _ := lru.New[string, *rate.Limiter](opts.MaxKeys)
 	l := &Limiter{opts: opts, keys: keys}
 	if opts.GlobalPerSecond > 0 && opts.GlobalBurst > 0 {
-		l.global = rate.NewLimiter(rate.Limit(opts.GlobalPerSecond), opts.GlobalBurst)
+		l.global.Store(rate.NewLimiter(rate.Limit(opts.GlobalPerSecond), opts.GlobalBurst))
 	}
 	return l
 }
@@ -90,8 +91,8 @@ func (l *Limiter) Allow(key string) string {
 		r.CancelAt(now)
 		return l.opts.KeyLimit
 	}
-	if l.global != nil {
-		g := l.global.ReserveN(now, 1)
+	if global := l.global.Load(); global != nil {
+		g := global.ReserveN(now, 1)
 		if !g.OK() || g.DelayFrom(now) > 0 {
 			g.CancelAt(now)
 			r.CancelAt(now)
@@ -103,3 +104,29 @@ func (l *Limiter) Allow(key string) string {
 
 // Len is how many keys' buckets are kept.
 func (l *Limiter) Len() int { return l.keys.Len() }
+
+// Set changes the rates and bursts of a running Limiter (a configuration
+// reload). Every kept bucket takes the new rate and burst at once, keeping
+// the tokens it has (up to the new burst), so a reload neither refills
+// nor empties anyone's bucket. A changed ceiling starts full.
+func (l *Limiter) Set(perSecond float64, burst int, globalPerSecond float64, globalBurst int) {
+	now := l.opts.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if perSecond != l.opts.PerSecond || burst != l.opts.Burst {
+		l.opts.PerSecond, l.opts.Burst = perSecond, burst
+		for _, b := range l.keys.Values() {
+			b.SetLimitAt(now, rate.Limit(perSecond))
+			b.SetBurstAt(now, burst)
+		}
+	}
+	if globalPerSecond == l.opts.GlobalPerSecond && globalBurst == l.opts.GlobalBurst {
+		return
+	}
+	l.opts.GlobalPerSecond, l.opts.GlobalBurst = globalPerSecond, globalBurst
+	if globalPerSecond > 0 && globalBurst > 0 {
+		l.global.Store(rate.NewLimiter(rate.Limit(globalPerSecond), globalBurst))
+	} else {
+		l.global.Store(nil)
+	}
+}

@@ -39,3 +39,33 @@ func TestKeysAreBounded(t *testing.T) {
 		t.Fatalf("%d buckets kept, want 10", l.Len())
 	}
 }
+
+// TestSetChangesKeptBuckets lowers and raises the limits of a running
+// Limiter: buckets already kept follow at once, without a refill.
+func TestSetChangesKeptBuckets(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := New(Options{PerSecond: 1, Burst: 5, KeyLimit: "principal", Now: func() time.Time { return now }})
+	l.Allow("a") // a keeps 4 tokens
+	l.Set(1, 2, 0, 0)
+	var got []string
+	for i := 0; i < 3; i++ {
+		got = append(got, l.Allow("a"))
+	}
+	if want := []string{"", "", "principal"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after lowering the burst to 2: %q, want %q", got, want)
+	}
+	// A new ceiling applies to every key.
+	l.Set(1, 2, 1, 1)
+	if r := l.Allow("b"); r != "" {
+		t.Fatalf("b got %q", r)
+	}
+	if r := l.Allow("c"); r != "global" {
+		t.Fatalf("c got %q, want global", r)
+	}
+	// Raising the rate: a's empty bucket refills faster.
+	l.Set(10, 2, 0, 0)
+	now = now.Add(100 * time.Millisecond)
+	if r := l.Allow("a"); r != "" {
+		t.Fatalf("a after 100ms at 10/s got %q", r)
+	}
+}
