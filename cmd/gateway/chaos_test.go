@@ -582,7 +582,10 @@ func TestChaosTwoReplicas(t *testing.T) {
 
 	load := &chaosLoad{addrs: [2]string{freeAddr(t), freeAddr(t)}}
 	dirs := [2]string{t.TempDir(), t.TempDir()}
-	telegram := fmt.Sprintf("  telegram:\n    token: %q\n    api_url: %s\n    poll_timeout: 1s", telegramtest.Token, apiSrv.URL)
+	// The users push faster than a person types: the per-user rate limit
+	// (which refuses what is over it) is lifted, as this test counts on
+	// every message being stored.
+	telegram := fmt.Sprintf("  telegram:\n    token: %q\n    api_url: %s\n    poll_timeout: 1s\n    rate_limit:\n      per_second: 1000\n      burst: 1000", telegramtest.Token, apiSrv.URL)
 	var (
 		procMu sync.Mutex
 		procs  [2]*process
