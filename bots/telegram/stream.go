@@ -277,6 +277,21 @@ func (s *stream) release() {
 	}
 }
 
+// dropPreview deletes the preview message of a turn whose reply will not
+// go into it: a newer message cut the turn, and the next turn's reply is
+// sent as a message of its own. A failed delete is logged once; the
+// preview then stays as it was.
+func (b *Bot) dropPreview(s *stream) {
+	if s == nil || s.msgID == 0 {
+		return
+	}
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(s.chatID, 10)}
+	params.AddNonZero("message_id", s.msgID)
+	if _, err := b.api.MakeRequest("deleteMessage", params); err != nil {
+		b.warnOnce("deleteMessage", err)
+	}
+}
+
 // deliverReply sends a live turn's reply: into its preview message when
 // the stream made one, else as today's messages. Call it after end.
 func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text string, replyTo int) (string, error) {

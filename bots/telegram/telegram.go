@@ -685,6 +685,11 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 		b.log.Warn("telegram: a turn ended without a reply to send", slog.String("session_key", key), slog.String("error", err.Error()))
 		return
 	case out.Turn.Claim == "":
+		if out.Reply.Status == sessions.MsgInterrupted && out.Reply.Error == sessions.InterruptedByMessage {
+			// The next turn answers in a message of its own: the half
+			// reply this one's preview shows goes.
+			b.dropPreview(st)
+		}
 		// Nothing for this message to send: a later message of its burst
 		// carries the reply (Merged); another runner holds the turn and
 		// delivers it (Pending); a newer message cut the turn (busy mode

@@ -175,6 +175,8 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ok(true)
 	case "getFile":
 		a.getFile(w, r) // files.go
+	case "deleteMessage":
+		a.serveDelete(w, r) // botapi_stream.go
 	default:
 		if a.serveStreaming(method, w, r) {
 			return

@@ -19,6 +19,7 @@ type streamState struct {
 	editCalls    int
 	editsRefused int
 	notModified  int
+	deleted      map[msgKey]bool // messages the bot deleted (deleteMessage)
 }
 
 type msgKey struct {
@@ -113,7 +114,7 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		id, _ := strconv.Atoi(r.FormValue("message_id"))
 		i, ok := a.stream.index[msgKey{chat, id}]
-		if !ok {
+		if !ok || a.stream.deleted[msgKey{chat, id}] {
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message to edit not found"}`)
 			return true
 		}
@@ -204,4 +205,33 @@ func (a *Server) Poke() {
 	a.mu.Lock()
 	a.cond.Broadcast()
 	a.mu.Unlock()
+}
+
+// serveDelete answers deleteMessage as the Bot API does: the message
+// disappears (editing it fails from then on) and the call answers true,
+// or 400 "message to delete not found" for one that is not there.
+func (a *Server) serveDelete(w http.ResponseWriter, r *http.Request) {
+	chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
+	id, _ := strconv.Atoi(r.FormValue("message_id"))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := msgKey{chat, id}
+	if _, ok := a.stream.index[k]; !ok || a.stream.deleted[k] {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"ok":false,"error_code":400,"description":"Bad Request: message to delete not found"}`)
+		return
+	}
+	if a.stream.deleted == nil {
+		a.stream.deleted = map[msgKey]bool{}
+	}
+	a.stream.deleted[k] = true
+	a.cond.Broadcast()
+	json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
+}
+
+// Deleted reports whether the bot deleted message id of chat.
+func (a *Server) Deleted(chat int64, id int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stream.deleted[msgKey{chat, id}]
 }

@@ -1,0 +1,73 @@
+package telegram
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/telegramtest"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// previewThenCut is an echo agent whose first call writes a first piece,
+// waits until the bot has shown it in a preview message, then waits
+// until its turn is cancelled.
+type previewThenCut struct {
+	calls
+	api     *telegramtest.Server
+	started chan struct{}
+}
+
+func (c *previewThenCut) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	if c.count() > 0 {
+		return c.calls.Reply(ctx, req, onDelta)
+	}
+	c.calls.Reply(ctx, req, nil)
+	onDelta("Once upon a time, ")
+	c.api.WaitCalls(func(calls []telegramtest.Call) bool {
+		for _, call := range calls {
+			if call.Method == "sendMessage" {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second)
+	close(c.started)
+	<-ctx.Done()
+	return agent.Reply{}, ctx.Err()
+}
+
+// TestInterruptedStreamLeavesNoPreview: in busy mode interrupt with
+// edited previews, a turn cut by a newer message had started a preview
+// message; the next turn answers both messages in a message of its own,
+// and the cut turn's preview, half a reply nobody finishes, is deleted.
+func TestInterruptedStreamLeavesNoPreview(t *testing.T) {
+	api := telegramtest.New(t)
+	ag := &previewThenCut{api: api, started: make(chan struct{})}
+	deliveries := make(chan string, 4)
+	start(t, api, t.TempDir(), setup{agent: ag, policies: busy(sessions.BusyPolicy{Mode: sessions.BusyInterrupt}),
+		opts: Options{Streaming: StreamEdits},
+		sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
+	long := api.Push(telegramtest.DM(7, "tell me a long story"))
+	<-ag.started
+	short := api.Push(telegramtest.DM(7, "actually, a short one"))
+	select {
+	case <-deliveries:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery recorded")
+	}
+	sent, ids := api.Messages(), api.SentIDs()
+	if len(sent) != 2 || sent[0].ReplyTo != long || sent[1].ReplyTo != short {
+		t.Fatalf("sent %+v, want the cut turn's preview, then the reply to the newer message", sent)
+	}
+	if want := "echo: tell me a long story\nactually, a short one (history: 0)"; sent[1].Text != want {
+		t.Fatalf("reply %q, want %q", sent[1].Text, want)
+	}
+	if !api.Deleted(7, ids[0]) {
+		t.Fatalf("the cut turn's preview %q stays in the chat", sent[0].Text)
+	}
+	if api.Deleted(7, ids[1]) {
+		t.Fatal("the reply was deleted")
+	}
+}
