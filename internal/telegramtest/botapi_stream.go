@@ -3,8 +3,10 @@ package telegramtest
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -93,11 +95,7 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: draft_id must be non-zero"}`)
 			return true
 		}
-		if n := utf16Count(r.FormValue("text")); n > 4096 {
-			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: text is too long"}`)
-			return true
-		}
-		if a.refuseEntities(w, r) {
+		if a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") {
 			return true
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
@@ -118,14 +116,10 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message to edit not found"}`)
 			return true
 		}
-		if a.refuseEntities(w, r) {
+		if a.refuseEntities(w, r) || a.refuseLength(w, r, "MESSAGE_TOO_LONG") {
 			return true
 		}
 		text := r.FormValue("text")
-		if utf16Count(text) > 4096 {
-			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: MESSAGE_TOO_LONG"}`)
-			return true
-		}
 		if a.sent[i].Text == text {
 			a.stream.notModified++
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}`)
@@ -234,4 +228,48 @@ func (a *Server) Deleted(chat int64, id int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stream.deleted[msgKey{chat, id}]
+}
+
+// refuseLength answers 400 as the Bot API does when a text is empty or
+// over 4096 UTF-16 code units once its entities are parsed (with parse_mode
+// HTML the tags do not count and an entity counts as its character), and
+// reports whether it did. tooLong is the method's description of a text
+// over the limit. Called under a.mu, after refuseEntities.
+func (a *Server) refuseLength(w http.ResponseWriter, r *http.Request, tooLong string) bool {
+	text := r.FormValue("text")
+	if strings.EqualFold(r.FormValue("parse_mode"), "HTML") {
+		text = visibleHTML(text)
+	}
+	why := ""
+	switch {
+	case strings.TrimSpace(text) == "":
+		why = "message text is empty"
+	case utf16Count(text) > 4096:
+		why = tooLong
+	default:
+		return false
+	}
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400, "description": "Bad Request: " + why})
+	return true
+}
+
+// visibleHTML is the text Telegram shows for HTML that CheckHTML accepts:
+// without its tags, its entities resolved.
+func visibleHTML(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '<')
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(s[:i])
+		j := strings.IndexByte(s[i:], '>')
+		if j < 0 {
+			break
+		}
+		s = s[i+j+1:]
+	}
+	return html.UnescapeString(b.String())
 }
