@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,46 @@ func TestInterruptedStreamLeavesNoPreview(t *testing.T) {
 	}
 	if api.Deleted(7, ids[1]) {
 		t.Fatal("the reply was deleted")
+	}
+}
+
+// TestHistoryEntriesRenderApart: /history with format html converts each
+// line of the history on its own, so a code block cut short in one line
+// does not take the lines after it into it; every message is valid HTML.
+func TestHistoryEntriesRenderApart(t *testing.T) {
+	api := telegramtest.New(t)
+	start(t, api, t.TempDir(), setup{})
+	// The message fits in a line of the history, its echo is cut inside
+	// the code block.
+	code := "see:\n```\n" + strings.Repeat("x <y> ", 47) + "\n```"
+	if n := len([]rune(code)); n > historyLineRunes || n+len("echo: ") < historyLineRunes {
+		t.Fatalf("the message is %d runes", n)
+	}
+	api.Push(telegramtest.DM(7, code))
+	api.WaitSent(t, 1)
+	api.Push(telegramtest.DM(7, "thanks"))
+	api.WaitSent(t, 2)
+	api.Push(telegramtest.DM(7, "/history"))
+	got := api.WaitSent(t, 3)[2:]
+	modes := api.ParseModes()[2:]
+	all := ""
+	for i, m := range got {
+		if modes[i] != "HTML" {
+			t.Fatalf("/history part %d sent with parse mode %q, want HTML", i, modes[i])
+		}
+		if err := telegramtest.CheckHTML(m.Text); err != nil {
+			t.Fatalf("/history part %d is invalid HTML: %v\n%s", i, err, m.Text)
+		}
+		all += m.Text
+	}
+	at := strings.Index(all, "You: thanks")
+	if at < 0 {
+		t.Fatalf("/history lacks the last message:\n%s", all)
+	}
+	if before := all[:at]; strings.Count(before, "<pre>") != strings.Count(before, "</pre>") {
+		t.Fatalf("the last message is inside the code block of the line before:\n%s", all)
+	}
+	if !strings.Contains(all, "x &lt;y&gt;") {
+		t.Fatalf("the code is not escaped:\n%s", all)
 	}
 }

@@ -801,7 +801,9 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 		}
 		text = t
 	case "history":
-		b.later(in.SessionKey, func() { b.send(ctx, m.Chat.ID, b.history(ctx, in), m.MessageID) })
+		b.later(in.SessionKey, func() {
+			b.sendParts(ctx, m.Chat.ID, b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
+		})
 		return nil
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.Chat.ID, text, m.MessageID) })
