@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,40 @@ func TestHistoryEntriesRenderApart(t *testing.T) {
 	}
 	if !strings.Contains(all, "x &lt;y&gt;") {
 		t.Fatalf("the code is not escaped:\n%s", all)
+	}
+}
+
+// fixedReply answers every message with text.
+type fixedReply struct{ text string }
+
+func (fixedReply) Name() string  { return "fixed" }
+func (fixedReply) Model() string { return "fixed" }
+func (f fixedReply) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: f.text}}}, nil
+}
+
+// TestEmptyReplySaysSo: a model answer with no visible text, which
+// Telegram refuses to send ("message text is empty"), reaches the user as
+// a short notice, delivered, in both formats, instead of nothing.
+func TestEmptyReplySaysSo(t *testing.T) {
+	for _, format := range []string{FormatHTML, FormatPlain} {
+		for _, text := range []string{"", " \n "} {
+			t.Run(format+"/"+strconv.Quote(text), func(t *testing.T) {
+				api := telegramtest.New(t)
+				deliveries := make(chan string, 4)
+				h := start(t, api, t.TempDir(), setup{agent: fixedReply{text}, opts: Options{Format: format},
+					sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
+				id := api.Push(telegramtest.DM(7, "hm?"))
+				select {
+				case <-deliveries:
+				case <-time.After(20 * time.Second):
+					t.Fatal("no delivery recorded")
+				}
+				if sent := api.Messages(); len(sent) != 1 || sent[0] != (telegramtest.Sent{ChatID: 7, Text: emptyReplyText, ReplyTo: id}) {
+					t.Fatalf("sent %+v, want the empty-answer notice", sent)
+				}
+				stored(t, h, sessions.TelegramDMKey(7))
+			})
+		}
 	}
 }

@@ -123,12 +123,13 @@ const (
 	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
 		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
 		"/history — the last messages of this conversation\n/stop — stop the answer being written\n/help — this message"
-	startText    = "Hello! " + helpText
-	resetText    = "Started a new conversation."
-	stoppedText  = "Stopped."
-	idleStopText = "Nothing is running."
-	refusalText  = "Sorry, this bot is private."
-	unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
+	startText      = "Hello! " + helpText
+	resetText      = "Started a new conversation."
+	stoppedText    = "Stopped."
+	emptyReplyText = "(The answer was empty.)"
+	idleStopText   = "Nothing is running."
+	refusalText    = "Sorry, this bot is private."
+	unstoredText   = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 )
 
 // Retrying an update whose message could not be stored: the first wait,
@@ -722,12 +723,15 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 
 // replyText is what the chat is sent for a stored reply, and false when
 // nothing is: a turn stopped by /stop before anything was written (the
-// answer to /stop said so).
+// answer to /stop said so). A reply with nothing visible in it, which
+// Telegram refuses to send, is told as empty.
 func replyText(r sessions.Reply) (string, bool) {
-	if r.Status != sessions.MsgInterrupted || r.Text != "" {
+	switch {
+	case strings.TrimSpace(r.Text) != "":
 		return r.Text, true
-	}
-	if r.Error == sessions.InterruptedByUser {
+	case r.Status != sessions.MsgInterrupted:
+		return emptyReplyText, true
+	case r.Error == sessions.InterruptedByUser:
 		return "", false
 	}
 	return stoppedText, true
