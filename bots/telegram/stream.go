@@ -273,7 +273,7 @@ func (s *stream) release() {
 	}
 	s.b.releasePacer(s.chatID)
 	if s.delivered {
-		s.b.clearPreview(s.key)
+		s.b.clearPreview(s.key, s.chatID, s.msgID)
 	}
 }
 
@@ -521,12 +521,25 @@ func (b *Bot) previewKey(key string) string { return b.stateKey("preview:" + key
 // the clean-up after a restart: it is logged once.
 func (b *Bot) recordPreview(key string, r previewRecord) {
 	v, _ := json.Marshal(r)
+	b.previewMu.Lock()
+	defer b.previewMu.Unlock()
 	if err := b.sess.SetChannelState(context.Background(), b.previewKey(key), string(v)); err != nil {
 		b.warnOnce("store preview", err)
 	}
 }
 
-func (b *Bot) clearPreview(key string) {
+// clearPreview forgets the key's preview record once message msgID of
+// chat became its reply — only if the record still names that message:
+// the key's next reply may have started streaming into a preview of its
+// own meanwhile, and that one's record must stay.
+func (b *Bot) clearPreview(key string, chat int64, msgID int) {
+	b.previewMu.Lock()
+	defer b.previewMu.Unlock()
+	v, err := b.sess.ChannelState(context.Background(), b.previewKey(key))
+	var r previewRecord
+	if err == nil && (v == "" || json.Unmarshal([]byte(v), &r) != nil || r.Chat != chat || r.Message != msgID) {
+		return
+	}
 	if err := b.sess.SetChannelState(context.Background(), b.previewKey(key), ""); err != nil {
 		b.warnOnce("store preview", err)
 	}
@@ -553,7 +566,7 @@ func (b *Bot) deliverStoredText(ctx context.Context, d sessions.Delivery, chatID
 	}
 	ref, err := b.finishPreview(ctx, chatID, r.Message, "", nil, text, replyTo)
 	if err == nil {
-		b.clearPreview(d.SessionKey)
+		b.clearPreview(d.SessionKey, chatID, r.Message)
 	}
 	return ref, err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,4 +150,87 @@ func TestEmptyReplySaysSo(t *testing.T) {
 			})
 		}
 	}
+}
+
+// holdFirstDelivery holds the bot's first delivery mark until release is
+// closed, and closes recorded when a preview record naming forMsg is
+// stored.
+type holdFirstDelivery struct {
+	*sessions.Manager
+	forMsg   string
+	once     *sync.Once
+	release  chan struct{}
+	recorded chan struct{}
+	rec      *sync.Once
+}
+
+func (h holdFirstDelivery) Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error {
+	h.once.Do(func() { <-h.release })
+	return h.Manager.Delivered(ctx, t, ref, err)
+}
+
+func (h holdFirstDelivery) SetChannelState(ctx context.Context, key, value string) error {
+	err := h.Manager.SetChannelState(ctx, key, value)
+	if strings.Contains(key, ":preview:") && strings.Contains(value, `"for":"`+h.forMsg+`"`) {
+		h.rec.Do(func() { close(h.recorded) })
+	}
+	return err
+}
+
+// TestPreviewRecordOfTheNextReplyIsKept: in busy mode queue two replies
+// of one chat stream by edits one after the other; the first is marked
+// delivered only after the second's preview message was recorded. The
+// first's clean-up must not take the second's record: the gateway stops
+// while the second streams, and after the restart its reply goes into
+// its preview message, not into a new one beside half a text.
+func TestPreviewRecordOfTheNextReplyIsKept(t *testing.T) {
+	api := telegramtest.New(t)
+	dir := t.TempDir()
+	second := &previewThenCut{api: api, started: make(chan struct{})}
+	var calls atomic.Int64
+	mixed := agentFunc(func(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+		if calls.Add(1) == 1 {
+			onDelta("first reply")
+			return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: "first reply"}}}, nil
+		}
+		second.calls.Reply(ctx, req, nil)
+		onDelta("Once upon a time, ")
+		close(second.started)
+		<-ctx.Done()
+		return agent.Reply{}, ctx.Err()
+	})
+	hold := holdFirstDelivery{once: &sync.Once{}, rec: &sync.Once{}, release: make(chan struct{}), recorded: make(chan struct{}), forMsg: "7:2"}
+	// Both wait before the bot starts: their ids are 1 and 2.
+	if api.Push(telegramtest.DM(7, "first")) != 1 || api.Push(telegramtest.DM(7, "second")) != 2 {
+		t.Fatal("message ids are not 1 and 2")
+	}
+	h := start(t, api, dir, setup{agent: mixed, policies: queued, opts: Options{Streaming: StreamEdits},
+		sess: func(m *sessions.Manager) Sessions { hold.Manager = m; return hold }})
+	<-second.started
+	select {
+	case <-hold.recorded:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second reply's preview was never recorded")
+	}
+	close(hold.release)
+	h.shutdown(0) // the second turn is cut and stored interrupted
+
+	h2 := start(t, api, dir, setup{policies: queued, opts: Options{Streaming: StreamEdits}})
+	waitConnected(t, h2.bot)
+	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+		t.Fatalf("recovery ran %d (%v), want the interrupted turn", ran, err)
+	}
+	reply, _ := stored(t, h2, sessions.TelegramDMKey(7))
+	sent := api.Messages()
+	if len(sent) != 2 || sent[0].Text != "first reply" || sent[1].Text != reply || sent[1].ReplyTo != 2 {
+		t.Fatalf("messages %+v, want the first reply, then the second's preview ending as %q", sent, reply)
+	}
+}
+
+type agentFunc func(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error)
+
+func (agentFunc) Name() string  { return "func" }
+func (agentFunc) Model() string { return "func" }
+func (f agentFunc) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	return f(ctx, req, onDelta)
 }

@@ -179,6 +179,7 @@ type Bot struct {
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
 	pacers        map[int64]*pacer // per chat with a reply streaming; guarded by mu
+	previewMu     sync.Mutex       // a key's stored preview record: read and written one at a time
 	connected     chan struct{}    // closed once connected
 	notices       *notifier        // sweep notices (NotifyResets), or nil
 }
