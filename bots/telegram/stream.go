@@ -289,7 +289,9 @@ func (b *Bot) dropPreview(s *stream) {
 	params.AddNonZero("message_id", s.msgID)
 	if _, err := b.api.MakeRequest("deleteMessage", params); err != nil {
 		b.warnOnce("deleteMessage", err)
+		return
 	}
+	b.clearPreview(s.key, s.chatID, s.msgID)
 }
 
 // deliverReply sends a live turn's reply: into its preview message when

@@ -50,7 +50,7 @@ func TestInterruptedStreamLeavesNoPreview(t *testing.T) {
 	api := telegramtest.New(t)
 	ag := &previewThenCut{api: api, started: make(chan struct{})}
 	deliveries := make(chan string, 4)
-	start(t, api, t.TempDir(), setup{agent: ag, policies: busy(sessions.BusyPolicy{Mode: sessions.BusyInterrupt}),
+	h := start(t, api, t.TempDir(), setup{agent: ag, policies: busy(sessions.BusyPolicy{Mode: sessions.BusyInterrupt}),
 		opts: Options{Streaming: StreamEdits},
 		sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
 	long := api.Push(telegramtest.DM(7, "tell me a long story"))
@@ -73,6 +73,11 @@ func TestInterruptedStreamLeavesNoPreview(t *testing.T) {
 	}
 	if api.Deleted(7, ids[1]) {
 		t.Fatal("the reply was deleted")
+	}
+	// The deleted preview is not what a restart would edit.
+	if v, err := h.bot.sess.ChannelState(context.Background(), h.bot.previewKey(sessions.TelegramDMKey(7))); err != nil ||
+		strings.Contains(v, `"message":`+strconv.Itoa(ids[0])+",") {
+		t.Fatalf("the preview record still names the deleted preview: %q (%v)", v, err)
 	}
 }
 
