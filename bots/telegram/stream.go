@@ -285,13 +285,21 @@ func (b *Bot) dropPreview(s *stream) {
 	if s == nil || s.msgID == 0 {
 		return
 	}
-	params := tgbotapi.Params{"chat_id": strconv.FormatInt(s.chatID, 10)}
-	params.AddNonZero("message_id", s.msgID)
+	if b.deletePreview(s.chatID, s.msgID) {
+		b.clearPreview(s.key, s.chatID, s.msgID)
+	}
+}
+
+// deletePreview deletes preview message msgID, reporting whether it is
+// gone; a failure is logged once.
+func (b *Bot) deletePreview(chatID int64, msgID int) bool {
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chatID, 10)}
+	params.AddNonZero("message_id", msgID)
 	if _, err := b.api.MakeRequest("deleteMessage", params); err != nil {
 		b.warnOnce("deleteMessage", err)
-		return
+		return false
 	}
-	b.clearPreview(s.key, s.chatID, s.msgID)
+	return true
 }
 
 // deliverReply sends a live turn's reply: into its preview message when
@@ -307,9 +315,10 @@ func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text st
 
 // finishPreview turns preview message msgID, showing shown, into the
 // reply: its first part by an edit (when pace, the chat's pacer, allows),
-// the rest as new messages. An edit that fails for good (the
-// message was deleted, or is too old) sends the whole reply as new
-// messages instead: the reply is never lost to a preview.
+// the rest as new messages. An edit that fails for good (the message was
+// deleted, or is too old, or 429s went on through every retry) sends the
+// whole reply as new messages instead, and the preview, half a reply, is
+// deleted: the reply is never lost to a preview.
 func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown string, pace *pacer, text string, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	parts := b.finalParts(text)
@@ -322,7 +331,11 @@ func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown 
 		if err := b.editFinal(ctx, chatID, msgID, parts[0], html, pace); err != nil {
 			b.log.Warn("telegram: the preview could not be turned into the reply; sending it anew",
 				slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
-			return b.send(ctx, chatID, text, replyTo)
+			ref, err := b.send(ctx, chatID, text, replyTo)
+			if err == nil {
+				b.deletePreview(chatID, msgID)
+			}
+			return ref, err
 		}
 	}
 	ids := []string{strconv.Itoa(msgID)}

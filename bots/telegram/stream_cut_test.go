@@ -239,3 +239,22 @@ func (agentFunc) Model() string { return "func" }
 func (f agentFunc) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
 	return f(ctx, req, onDelta)
 }
+
+// TestPreviewGivenUpIsDeleted: Telegram answers every edit 429. The final
+// edit is retried as retry_after says, then given up: the whole reply
+// goes as a new message, and the preview showing half of it is deleted.
+func TestPreviewGivenUpIsDeleted(t *testing.T) {
+	api := telegramtest.New(t)
+	api.Throttle429Edits(1)
+	ag := &streamAgent{chunks: chunks(8, 40), step: 250 * time.Millisecond, lockstep: true}
+	s := startStreaming(t, api, t.TempDir(), StreamEdits, ag)
+	s.post(t, 500, telegramtest.DM(7, "write"))
+	reply, ref := s.delivered(t, sessions.TelegramDMKey(7))
+	sent, ids := api.Messages(), api.SentIDs()
+	if len(sent) != 2 || sent[1] != (telegramtest.Sent{ChatID: 7, Text: reply, ReplyTo: 500}) || ref != strconv.Itoa(ids[1]) {
+		t.Fatalf("messages %+v (ref %s), want the preview, then the whole reply", sent, ref)
+	}
+	if !api.Deleted(7, ids[0]) {
+		t.Fatalf("the given-up preview %q stays beside the reply", sent[0].Text)
+	}
+}
