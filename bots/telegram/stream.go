@@ -209,6 +209,16 @@ func (s *stream) show(text, parseMode string) {
 			s.pace.abort()
 			return
 		}
+		var apiErr *tgbotapi.Error
+		if isClientError(err) && !(parseMode != "" && errors.As(err, &apiErr) && refusedEntities(apiErr)) {
+			// The server has drafts but will not take this one (not for
+			// this bot, or not in this chat): this reply shows by edits
+			// instead, at once; the next tries drafts again.
+			b.warnOnce(methodDraft, err)
+			s.mode = methodEdit
+			s.pace.abort()
+			return
+		}
 	case s.msgID == 0:
 		params.AddNonZero("reply_to_message_id", s.replyTo)
 		params.AddBool("allow_sending_without_reply", true)

@@ -258,3 +258,26 @@ func TestPreviewGivenUpIsDeleted(t *testing.T) {
 		t.Fatalf("the given-up preview %q stays beside the reply", sent[0].Text)
 	}
 }
+
+// TestDraftsFailingFallBackToEdits: a Bot API server that knows
+// sendMessageDraft but answers every draft 400 (it will not take drafts
+// from this bot) still gets a preview: the reply streams by edits, and
+// ends as the stored reply.
+func TestDraftsFailingFallBackToEdits(t *testing.T) {
+	api := telegramtest.New(t)
+	api.FailDrafts("drafts are not available for this bot")
+	ag := &streamAgent{chunks: chunks(16, 40), step: 250 * time.Millisecond, lockstep: true}
+	s := startStreaming(t, api, t.TempDir(), StreamAuto, ag)
+	s.post(t, 500, telegramtest.DM(7, "write"))
+	reply, _ := s.delivered(t, sessions.TelegramDMKey(7))
+	ag.check(t)
+	if n := len(api.Calls("sendMessageDraft")); n != 1 {
+		t.Fatalf("%d draft calls, want the one that failed", n)
+	}
+	if n := len(api.Calls("editMessageText")); n < 2 {
+		t.Fatalf("%d edits, want the reply streamed by edits", n)
+	}
+	if sent := api.Messages(); len(sent) != 1 || sent[0] != (telegramtest.Sent{ChatID: 7, Text: reply, ReplyTo: 500}) {
+		t.Fatalf("messages %+v, want the preview ending as %q", sent, reply)
+	}
+}

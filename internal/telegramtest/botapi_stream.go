@@ -17,6 +17,7 @@ type streamState struct {
 	now          func() time.Time
 	index        map[msgKey]int // chat and message id → index in sent
 	refuseDrafts bool
+	failDrafts   string // a 400 description every draft is answered with
 	editEvery429 int // every n-th editMessageText answers 429
 	editCalls    int
 	editsRefused int
@@ -44,6 +45,15 @@ func (a *Server) SetClock(now func() time.Time) {
 func (a *Server) RefuseDrafts() {
 	a.mu.Lock()
 	a.stream.refuseDrafts = true
+	a.mu.Unlock()
+}
+
+// FailDrafts makes every sendMessageDraft answer 400 "Bad Request: " and
+// description, as a server that knows the method but will not take it
+// from this bot or in this chat.
+func (a *Server) FailDrafts(description string) {
+	a.mu.Lock()
+	a.stream.failDrafts = description
 	a.mu.Unlock()
 }
 
@@ -88,6 +98,11 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 		defer a.mu.Unlock()
 		if a.stream.refuseDrafts {
 			fail(http.StatusNotFound, `{"ok":false,"error_code":404,"description":"Not Found"}`)
+			return true
+		}
+		if a.stream.failDrafts != "" {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400, "description": "Bad Request: " + a.stream.failDrafts})
 			return true
 		}
 		draft, _ := strconv.Atoi(r.FormValue("draft_id"))
