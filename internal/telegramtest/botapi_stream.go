@@ -18,7 +18,7 @@ type streamState struct {
 	index        map[msgKey]int // chat and message id → index in sent
 	refuseDrafts bool
 	failDrafts   string // a 400 description every draft is answered with
-	editEvery429 int // every n-th editMessageText answers 429
+	editEvery429 int    // every n-th editMessageText answers 429
 	editCalls    int
 	editsRefused int
 	notModified  int
