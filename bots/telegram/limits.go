@@ -72,7 +72,7 @@ func (b *Bot) overLimit(ctx context.Context, m *tgbotapi.Message, key string) bo
 	}
 	if !l.told.Contains(m.From.ID) {
 		l.told.Add(m.From.ID, struct{}{})
-		b.later(key, func() { b.send(ctx, m.Chat.ID, slowDownText, m.MessageID) })
+		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, slowDownText, m.MessageID) })
 	}
 	return true
 }

@@ -71,6 +71,12 @@ func TestRateLimitPerUser(t *testing.T) {
 	if sent[4].Text != "echo: m6 (history: 4)" || sent[5].Text != slowDownText {
 		t.Fatalf("after a second: %q, %q", sent[4].Text, sent[5].Text)
 	}
+	// The bot's own text goes as plain text, as its other texts do.
+	for i, mode := range api.ParseModes() {
+		if sent[i].Text == slowDownText && mode != "" {
+			t.Fatalf("the slow-down reply went with parse mode %q", mode)
+		}
+	}
 }
 
 // The refused set is bounded: it forgets the least recently refused chats.

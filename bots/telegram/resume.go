@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -48,11 +49,13 @@ func (b *Bot) resume(ctx context.Context, in sessions.Inbound, first bool) (stri
 }
 
 // history is the answer to /history: the last exchanges of the active
-// conversation, each line cut short, as one message.
-func (b *Bot) history(ctx context.Context, in sessions.Inbound) string {
+// conversation, each line cut short, as messages to send. With format html
+// each line's Markdown is converted on its own, so that what one line
+// leaves open (a code block cut short) never takes in the lines after it.
+func (b *Bot) history(ctx context.Context, in sessions.Inbound) []tgformat.Part {
 	t, err := b.sess.Open(ctx, in, -1, historyRead)
 	if err != nil {
-		return "Sorry, I could not read this conversation just now. Please try again."
+		return textParts("Sorry, I could not read this conversation just now. Please try again.")
 	}
 	entries := t.Entries
 	if len(entries) > historyLines {
@@ -63,18 +66,62 @@ func (b *Bot) history(ctx context.Context, in sessions.Inbound) string {
 		entries = entries[1:]
 	}
 	if len(entries) == 0 {
-		return emptyHistory
+		return textParts(emptyHistory)
 	}
-	var sb strings.Builder
-	sb.WriteString(historyHeader)
-	for _, e := range entries {
-		who := "You"
-		if e.Role != "user" {
-			who = "Bot"
+	if b.opts.Format == FormatPlain {
+		var sb strings.Builder
+		sb.WriteString(historyHeader)
+		for _, e := range entries {
+			sb.WriteString("\n\n" + historyWho(e.Role) + ": " + cut(e.Text, historyLineRunes))
 		}
-		sb.WriteString("\n\n" + who + ": " + cut(e.Text, historyLineRunes))
+		return plainParts(sb.String())
 	}
-	return sb.String()
+	// Lines are packed into messages within Telegram's limit; a line
+	// goes whole into one message (a line too long for one alone is
+	// split as a reply is).
+	var out []tgformat.Part
+	cur := tgformat.Part{HTML: htmlEscaper.Replace(historyHeader), Plain: historyHeader}
+	for _, e := range entries {
+		label := historyWho(e.Role) + ": "
+		line := tgformat.Part{HTML: label, Plain: label}
+		for _, p := range tgformat.Split(cut(e.Text, historyLineRunes), MaxMessageUnits) {
+			line.HTML += p.HTML
+			line.Plain += p.Plain
+		}
+		if tgformat.Units(cur.Plain)+2+tgformat.Units(line.Plain) <= MaxMessageUnits {
+			cur.HTML += "\n\n" + line.HTML
+			cur.Plain += "\n\n" + line.Plain
+			continue
+		}
+		out = append(out, cur)
+		if tgformat.Units(line.Plain) <= MaxMessageUnits {
+			cur = line
+			continue
+		}
+		parts := tgformat.Split(label+cut(e.Text, historyLineRunes), MaxMessageUnits)
+		out = append(out, parts[:len(parts)-1]...)
+		cur = parts[len(parts)-1]
+	}
+	return append(out, cur)
+}
+
+// textParts are text's messages as written, in both forms: their HTML
+// is the text escaped, so they go with either parse mode.
+func textParts(text string) []tgformat.Part {
+	parts := plainParts(text)
+	for i := range parts {
+		parts[i].HTML = htmlEscaper.Replace(parts[i].Plain)
+	}
+	return parts
+}
+
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+func historyWho(role string) string {
+	if role == "user" {
+		return "You"
+	}
+	return "Bot"
 }
 
 // cut shortens text to at most n runes, ending it with "…" when cut.

@@ -209,6 +209,16 @@ func (s *stream) show(text, parseMode string) {
 			s.pace.abort()
 			return
 		}
+		var apiErr *tgbotapi.Error
+		if isClientError(err) && !(parseMode != "" && errors.As(err, &apiErr) && refusedEntities(apiErr)) {
+			// The server has drafts but will not take this one (not for
+			// this bot, or not in this chat): this reply shows by edits
+			// instead, at once; the next tries drafts again.
+			b.warnOnce(methodDraft, err)
+			s.mode = methodEdit
+			s.pace.abort()
+			return
+		}
 	case s.msgID == 0:
 		params.AddNonZero("reply_to_message_id", s.replyTo)
 		params.AddBool("allow_sending_without_reply", true)
@@ -273,8 +283,33 @@ func (s *stream) release() {
 	}
 	s.b.releasePacer(s.chatID)
 	if s.delivered {
-		s.b.clearPreview(s.key)
+		s.b.clearPreview(s.key, s.chatID, s.msgID)
 	}
+}
+
+// dropPreview deletes the preview message of a turn whose reply will not
+// go into it: a newer message cut the turn, and the next turn's reply is
+// sent as a message of its own. A failed delete is logged once; the
+// preview then stays as it was.
+func (b *Bot) dropPreview(s *stream) {
+	if s == nil || s.msgID == 0 {
+		return
+	}
+	if b.deletePreview(s.chatID, s.msgID) {
+		b.clearPreview(s.key, s.chatID, s.msgID)
+	}
+}
+
+// deletePreview deletes preview message msgID, reporting whether it is
+// gone; a failure is logged once.
+func (b *Bot) deletePreview(chatID int64, msgID int) bool {
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chatID, 10)}
+	params.AddNonZero("message_id", msgID)
+	if _, err := b.api.MakeRequest("deleteMessage", params); err != nil {
+		b.warnOnce("deleteMessage", err)
+		return false
+	}
+	return true
 }
 
 // deliverReply sends a live turn's reply: into its preview message when
@@ -290,9 +325,10 @@ func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text st
 
 // finishPreview turns preview message msgID, showing shown, into the
 // reply: its first part by an edit (when pace, the chat's pacer, allows),
-// the rest as new messages. An edit that fails for good (the
-// message was deleted, or is too old) sends the whole reply as new
-// messages instead: the reply is never lost to a preview.
+// the rest as new messages. An edit that fails for good (the message was
+// deleted, or is too old, or 429s went on through every retry) sends the
+// whole reply as new messages instead, and the preview, half a reply, is
+// deleted: the reply is never lost to a preview.
 func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown string, pace *pacer, text string, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	parts := b.finalParts(text)
@@ -305,7 +341,11 @@ func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown 
 		if err := b.editFinal(ctx, chatID, msgID, parts[0], html, pace); err != nil {
 			b.log.Warn("telegram: the preview could not be turned into the reply; sending it anew",
 				slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
-			return b.send(ctx, chatID, text, replyTo)
+			ref, err := b.send(ctx, chatID, text, replyTo)
+			if err == nil {
+				b.deletePreview(chatID, msgID)
+			}
+			return ref, err
 		}
 	}
 	ids := []string{strconv.Itoa(msgID)}
@@ -506,12 +546,25 @@ func (b *Bot) previewKey(key string) string { return b.stateKey("preview:" + key
 // the clean-up after a restart: it is logged once.
 func (b *Bot) recordPreview(key string, r previewRecord) {
 	v, _ := json.Marshal(r)
+	b.previewMu.Lock()
+	defer b.previewMu.Unlock()
 	if err := b.sess.SetChannelState(context.Background(), b.previewKey(key), string(v)); err != nil {
 		b.warnOnce("store preview", err)
 	}
 }
 
-func (b *Bot) clearPreview(key string) {
+// clearPreview forgets the key's preview record once message msgID of
+// chat became its reply — only if the record still names that message:
+// the key's next reply may have started streaming into a preview of its
+// own meanwhile, and that one's record must stay.
+func (b *Bot) clearPreview(key string, chat int64, msgID int) {
+	b.previewMu.Lock()
+	defer b.previewMu.Unlock()
+	v, err := b.sess.ChannelState(context.Background(), b.previewKey(key))
+	var r previewRecord
+	if err == nil && (v == "" || json.Unmarshal([]byte(v), &r) != nil || r.Chat != chat || r.Message != msgID) {
+		return
+	}
 	if err := b.sess.SetChannelState(context.Background(), b.previewKey(key), ""); err != nil {
 		b.warnOnce("store preview", err)
 	}
@@ -538,7 +591,7 @@ func (b *Bot) deliverStoredText(ctx context.Context, d sessions.Delivery, chatID
 	}
 	ref, err := b.finishPreview(ctx, chatID, r.Message, "", nil, text, replyTo)
 	if err == nil {
-		b.clearPreview(d.SessionKey)
+		b.clearPreview(d.SessionKey, chatID, r.Message)
 	}
 	return ref, err
 }

@@ -123,12 +123,13 @@ const (
 	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
 		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
 		"/history — the last messages of this conversation\n/stop — stop the answer being written\n/help — this message"
-	startText    = "Hello! " + helpText
-	resetText    = "Started a new conversation."
-	stoppedText  = "Stopped."
-	idleStopText = "Nothing is running."
-	refusalText  = "Sorry, this bot is private."
-	unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
+	startText      = "Hello! " + helpText
+	resetText      = "Started a new conversation."
+	stoppedText    = "Stopped."
+	emptyReplyText = "(The answer was empty.)"
+	idleStopText   = "Nothing is running."
+	refusalText    = "Sorry, this bot is private."
+	unstoredText   = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 )
 
 // Retrying an update whose message could not be stored: the first wait,
@@ -179,6 +180,7 @@ type Bot struct {
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
 	pacers        map[int64]*pacer // per chat with a reply streaming; guarded by mu
+	previewMu     sync.Mutex       // a key's stored preview record: read and written one at a time
 	connected     chan struct{}    // closed once connected
 	notices       *notifier        // sweep notices (NotifyResets), or nil
 }
@@ -688,6 +690,11 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 		b.log.Warn("telegram: a turn ended without a reply to send", slog.String("session_key", key), slog.String("error", err.Error()))
 		return
 	case out.Turn.Claim == "":
+		if out.Reply.Status == sessions.MsgInterrupted && out.Reply.Error == sessions.InterruptedByMessage {
+			// The next turn answers in a message of its own: the half
+			// reply this one's preview shows goes.
+			b.dropPreview(st)
+		}
 		// Nothing for this message to send: a later message of its burst
 		// carries the reply (Merged); another runner holds the turn and
 		// delivers it (Pending); a newer message cut the turn (busy mode
@@ -720,12 +727,15 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 
 // replyText is what the chat is sent for a stored reply, and false when
 // nothing is: a turn stopped by /stop before anything was written (the
-// answer to /stop said so).
+// answer to /stop said so). A reply with nothing visible in it, which
+// Telegram refuses to send, is told as empty.
 func replyText(r sessions.Reply) (string, bool) {
-	if r.Status != sessions.MsgInterrupted || r.Text != "" {
+	switch {
+	case strings.TrimSpace(r.Text) != "":
 		return r.Text, true
-	}
-	if r.Error == sessions.InterruptedByUser {
+	case r.Status != sessions.MsgInterrupted:
+		return emptyReplyText, true
+	case r.Error == sessions.InterruptedByUser:
 		return "", false
 	}
 	return stoppedText, true
@@ -799,7 +809,9 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 		}
 		text = t
 	case "history":
-		b.later(in.SessionKey, func() { b.send(ctx, m.Chat.ID, b.history(ctx, in), m.MessageID) })
+		b.later(in.SessionKey, func() {
+			b.sendParts(ctx, m.Chat.ID, b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
+		})
 		return nil
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.Chat.ID, text, m.MessageID) })

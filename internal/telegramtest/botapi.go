@@ -145,6 +145,10 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.mu.Unlock()
 			return
 		}
+		if a.refuseLength(w, r, "message is too long") {
+			a.mu.Unlock()
+			return
+		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
 		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
@@ -175,6 +179,8 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ok(true)
 	case "getFile":
 		a.getFile(w, r) // files.go
+	case "deleteMessage":
+		a.serveDelete(w, r) // botapi_stream.go
 	default:
 		if a.serveStreaming(method, w, r) {
 			return

@@ -3,8 +3,10 @@ package telegramtest
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,10 +17,12 @@ type streamState struct {
 	now          func() time.Time
 	index        map[msgKey]int // chat and message id → index in sent
 	refuseDrafts bool
-	editEvery429 int // every n-th editMessageText answers 429
+	failDrafts   string // a 400 description every draft is answered with
+	editEvery429 int    // every n-th editMessageText answers 429
 	editCalls    int
 	editsRefused int
 	notModified  int
+	deleted      map[msgKey]bool // messages the bot deleted (deleteMessage)
 }
 
 type msgKey struct {
@@ -41,6 +45,15 @@ func (a *Server) SetClock(now func() time.Time) {
 func (a *Server) RefuseDrafts() {
 	a.mu.Lock()
 	a.stream.refuseDrafts = true
+	a.mu.Unlock()
+}
+
+// FailDrafts makes every sendMessageDraft answer 400 "Bad Request: " and
+// description, as a server that knows the method but will not take it
+// from this bot or in this chat.
+func (a *Server) FailDrafts(description string) {
+	a.mu.Lock()
+	a.stream.failDrafts = description
 	a.mu.Unlock()
 }
 
@@ -87,16 +100,17 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 			fail(http.StatusNotFound, `{"ok":false,"error_code":404,"description":"Not Found"}`)
 			return true
 		}
+		if a.stream.failDrafts != "" {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400, "description": "Bad Request: " + a.stream.failDrafts})
+			return true
+		}
 		draft, _ := strconv.Atoi(r.FormValue("draft_id"))
 		if draft == 0 {
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: draft_id must be non-zero"}`)
 			return true
 		}
-		if n := utf16Count(r.FormValue("text")); n > 4096 {
-			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: text is too long"}`)
-			return true
-		}
-		if a.refuseEntities(w, r) {
+		if a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") {
 			return true
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
@@ -113,18 +127,14 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		id, _ := strconv.Atoi(r.FormValue("message_id"))
 		i, ok := a.stream.index[msgKey{chat, id}]
-		if !ok {
+		if !ok || a.stream.deleted[msgKey{chat, id}] {
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message to edit not found"}`)
 			return true
 		}
-		if a.refuseEntities(w, r) {
+		if a.refuseEntities(w, r) || a.refuseLength(w, r, "MESSAGE_TOO_LONG") {
 			return true
 		}
 		text := r.FormValue("text")
-		if utf16Count(text) > 4096 {
-			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: MESSAGE_TOO_LONG"}`)
-			return true
-		}
 		if a.sent[i].Text == text {
 			a.stream.notModified++
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}`)
@@ -204,4 +214,77 @@ func (a *Server) Poke() {
 	a.mu.Lock()
 	a.cond.Broadcast()
 	a.mu.Unlock()
+}
+
+// serveDelete answers deleteMessage as the Bot API does: the message
+// disappears (editing it fails from then on) and the call answers true,
+// or 400 "message to delete not found" for one that is not there.
+func (a *Server) serveDelete(w http.ResponseWriter, r *http.Request) {
+	chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
+	id, _ := strconv.Atoi(r.FormValue("message_id"))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := msgKey{chat, id}
+	if _, ok := a.stream.index[k]; !ok || a.stream.deleted[k] {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"ok":false,"error_code":400,"description":"Bad Request: message to delete not found"}`)
+		return
+	}
+	if a.stream.deleted == nil {
+		a.stream.deleted = map[msgKey]bool{}
+	}
+	a.stream.deleted[k] = true
+	a.cond.Broadcast()
+	json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
+}
+
+// Deleted reports whether the bot deleted message id of chat.
+func (a *Server) Deleted(chat int64, id int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stream.deleted[msgKey{chat, id}]
+}
+
+// refuseLength answers 400 as the Bot API does when a text is empty or
+// over 4096 UTF-16 code units once its entities are parsed (with parse_mode
+// HTML the tags do not count and an entity counts as its character), and
+// reports whether it did. tooLong is the method's description of a text
+// over the limit. Called under a.mu, after refuseEntities.
+func (a *Server) refuseLength(w http.ResponseWriter, r *http.Request, tooLong string) bool {
+	text := r.FormValue("text")
+	if strings.EqualFold(r.FormValue("parse_mode"), "HTML") {
+		text = visibleHTML(text)
+	}
+	why := ""
+	switch {
+	case strings.TrimSpace(text) == "":
+		why = "message text is empty"
+	case utf16Count(text) > 4096:
+		why = tooLong
+	default:
+		return false
+	}
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400, "description": "Bad Request: " + why})
+	return true
+}
+
+// visibleHTML is the text Telegram shows for HTML that CheckHTML accepts:
+// without its tags, its entities resolved.
+func visibleHTML(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '<')
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(s[:i])
+		j := strings.IndexByte(s[i:], '>')
+		if j < 0 {
+			break
+		}
+		s = s[i+j+1:]
+	}
+	return html.UnescapeString(b.String())
 }

@@ -119,3 +119,48 @@ func TestStreamingCalls(t *testing.T) {
 		t.Fatalf("a throttled edit changed the message: %+v", m)
 	}
 }
+
+// TestTextLengthRules: as the Bot API, sendMessage and editMessageText
+// refuse an empty text and one over 4096 UTF-16 code units, counted after
+// HTML entities are parsed (tags do not count, "&amp;" is one character);
+// deleteMessage takes a message away, and editing it then fails.
+func TestTextLengthRules(t *testing.T) {
+	a := New(t)
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := func(err error, want string) {
+		t.Helper()
+		var e *tgbotapi.Error
+		if !errors.As(err, &e) || e.Code != 400 || !strings.Contains(e.Message, want) {
+			t.Fatalf("error %v, want 400 %q", err, want)
+		}
+	}
+	_, err = api.Send(tgbotapi.NewMessage(7, " \n"))
+	refused(err, "message text is empty")
+	_, err = api.Send(tgbotapi.NewMessage(7, strings.Repeat("x", 4096)+"😀"))
+	refused(err, "message is too long")
+	html := tgbotapi.NewMessage(7, "<b>"+strings.Repeat("&amp;", 4096)+"</b>")
+	html.ParseMode = tgbotapi.ModeHTML
+	sent, err := api.Send(html)
+	if err != nil {
+		t.Fatalf("4096 characters as HTML: %v", err)
+	}
+	_, err = api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, strings.Repeat("y", 4097)))
+	refused(err, "MESSAGE_TOO_LONG")
+	_, err = api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, ""))
+	refused(err, "message text is empty")
+	if _, err := api.Request(tgbotapi.NewDeleteMessage(7, sent.MessageID)); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if !a.Deleted(7, sent.MessageID) {
+		t.Fatal("the message was not deleted")
+	}
+	_, err = api.Request(tgbotapi.NewEditMessageText(7, sent.MessageID, "z"))
+	refused(err, "message to edit not found")
+	_, err = api.Request(tgbotapi.NewDeleteMessage(7, sent.MessageID))
+	refused(err, "message to delete not found")
+}
