@@ -117,6 +117,10 @@ type readyFrame struct {
 	Resumed      bool          `json:"resumed"`
 	User         string        `json:"user"`
 	History      []historyItem `json:"history"`
+	// MaxFrameBytes is the largest frame the server reads: a client checks
+	// a message with pictures against it before sending, since a larger
+	// frame closes the connection (1009) and a resend would close it again.
+	MaxFrameBytes int64 `json:"max_frame_bytes"`
 }
 
 type ackFrame struct {

@@ -784,7 +784,8 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 		return false
 	}
 	c.moved(t.Conversation, t.LastSeq)
-	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries)}))
+	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
+		MaxFrameBytes: ws.opts.MaxFrameBytes}))
 	return true
 }
 

@@ -35,6 +35,14 @@
   let composing = []; // [{mime, data (base64), url (object URL)}]
   const sentImages = new Map(); // client id -> attachments
   const shown = new Set(); // seqs already on screen
+  // The largest frame the server reads (ready.max_frame_bytes; 0 until
+  // known). A larger one closes the connection, and resending it would
+  // close it again: such a message is not sent.
+  let maxFrame = 0;
+  function fits(frame) { return !maxFrame || new TextEncoder().encode(JSON.stringify(frame)).length <= maxFrame; }
+  function tooLarge() {
+    notice("This message is too large for the server (at most " + Math.floor(maxFrame / 1024) + " KiB with its pictures): send a smaller picture.");
+  }
 
   function setStatus(s, cls) { statusEl.textContent = s; statusEl.className = "status " + (cls || ""); }
   function scroll() { log.scrollTop = log.scrollHeight; }
@@ -194,6 +202,7 @@
           gotReady = true;
           backoff = 500;
           store.set("session", f.session);
+          maxFrame = f.max_frame_bytes || 0;
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
@@ -208,7 +217,16 @@
           }
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
-          for (const p of pending) send(withImages({ type: "message", id: p.id, text: p.text }));
+          for (const p of pending) {
+            let frame = withImages({ type: "message", id: p.id, text: p.text });
+            if (!fits(frame) && frame.attachments) {
+              // Queued before the limit was known: the text goes alone.
+              sentImages.delete(p.id);
+              tooLarge();
+              frame = { type: "message", id: p.id, text: p.text };
+            }
+            if (fits(frame)) send(frame); else tooLarge();
+          }
           break;
         case "ack": {
           pending = pending.filter(function (p) { return p.id !== f.id; });
@@ -280,6 +298,11 @@
     const body = text.value.trim();
     if (!body && composing.length === 0) return;
     const id = newId();
+    const atts = composing.map(function (i) { return { kind: "image", mime: i.mime, data: i.data }; });
+    if (!fits(atts.length ? { type: "message", id: id, text: body, attachments: atts } : { type: "message", id: id, text: body })) {
+      tooLarge(); // the text and the pictures stay in the composer
+      return;
+    }
     takeImages(id);
     pending.push({ id: id, text: body });
     store.set("pending", pending);
