@@ -436,20 +436,28 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		}
 		return
 	}
-	go func() {
-		// Not on the sweep's goroutine: opening takes the key's lock.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
-		if err != nil {
-			return
-		}
-		frame := encode(ws.resetFrame(t.Conversation, ev.Reason))
-		for _, c := range targets {
-			c.enqueue(frame)
-			c.moved(t.Conversation, t.LastSeq)
-		}
-	}()
+	// Not on the sweep's goroutine: opening takes the key's lock.
+	go ws.announceSweep(ev, targets)
+}
+
+// announceSweep tells targets that a sweep archived their conversation,
+// opening the next one so that they learn its id. When the key's active
+// conversation is the archived one again, a resume_previous reopened it
+// after the sweep (before this ran): its own reset frame, with the
+// history, told the clients, and an idle or daily one now would make
+// them show that conversation as new and empty.
+func (ws *WebSocket) announceSweep(ev sessions.ResetEvent, targets []*wsConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
+	if err != nil || t.Conversation == ev.OldConversation {
+		return
+	}
+	frame := encode(ws.resetFrame(t.Conversation, ev.Reason))
+	for _, c := range targets {
+		c.enqueue(frame)
+		c.moved(t.Conversation, t.LastSeq)
+	}
 }
 
 // wsConn is one connection. An idle connection has one goroutine, its
