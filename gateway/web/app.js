@@ -82,6 +82,14 @@
     for (const el of log.querySelectorAll(".msg.user.waiting")) { if (Number(el.dataset.seq) <= seq) el.classList.remove("waiting"); }
   }
 
+  // showPending shows the messages sent and not yet acknowledged that are
+  // not on screen: after a switch of conversation they are stored in the
+  // new one (their acks come after the switch).
+  function showPending() {
+    for (const p of pending) {
+      if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
+    }
+  }
   function showHistory(items) {
     for (const m of items) {
       if (shown.has(m.seq)) continue;
@@ -212,9 +220,7 @@
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
-          for (const p of pending) {
-            if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
-          }
+          showPending();
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
           for (const p of pending) {
@@ -330,6 +336,10 @@
   function switchConversation(f) {
     const had = shown.size > 0; // an empty conversation's reset needs no word
     clear();
+    announce(f, had);
+    showPending();
+  }
+  function announce(f, had) {
     conversation = f.conversation;
     lastSeq = 0;
     store.set("conversation", conversation);
