@@ -90,6 +90,13 @@
       if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
     }
   }
+  function dropPending(id) {
+    pending = pending.filter(function (p) { return p.id !== id; });
+    store.set("pending", pending);
+    sentImages.delete(id);
+    const el = pendingEl(id);
+    if (el) el.remove();
+  }
   function showHistory(items) {
     for (const m of items) {
       if (shown.has(m.seq)) continue;
@@ -223,13 +230,21 @@
           showPending();
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
-          for (const p of pending) {
+          for (const p of pending.slice()) {
             let frame = withImages({ type: "message", id: p.id, text: p.text });
             if (!fits(frame) && frame.attachments) {
               // Queued before the limit was known: the text goes alone.
               sentImages.delete(p.id);
               tooLarge();
               frame = { type: "message", id: p.id, text: p.text };
+            }
+            if (!frame.attachments && !p.text.trim()) {
+              // Only pictures, and they are gone (they are kept in memory
+              // only, not across a reload): an empty message would be
+              // refused on every reconnect.
+              dropPending(p.id);
+              notice("A picture sent before the page was reloaded was not delivered: send it again.");
+              continue;
             }
             if (fits(frame)) send(frame); else tooLarge();
           }
