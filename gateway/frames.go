@@ -166,6 +166,22 @@ type resetFrame struct {
 type errorFrame struct {
 	Type string `json:"type"`
 	wsError
+	// ID is the client id of the message the error is about, if any: a
+	// client stops resending a message refused for what it is.
+	ID string `json:"id,omitempty"`
+}
+
+// refusedID is the id of a message frame that decodeFrame refused, read
+// leniently, or "" when the frame is no message or has no usable id.
+func refusedID(data []byte) string {
+	var probe struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.Type != "message" || len(probe.ID) > maxClientMsgID || !utf8.ValidString(probe.ID) {
+		return ""
+	}
+	return probe.ID
 }
 
 func encode(v any) []byte {

@@ -614,6 +614,11 @@ func (c *wsConn) sendError(e *wsError) {
 	c.enqueue(encode(errorFrame{Type: "error", wsError: *e}))
 }
 
+// sendMessageError sends the error frame about message id.
+func (c *wsConn) sendMessageError(e *wsError, id string) {
+	c.enqueue(encode(errorFrame{Type: "error", wsError: *e, ID: id}))
+}
+
 // fail sends an error frame, then closes with code.
 func (c *wsConn) fail(e *wsError, code int) {
 	c.sendError(e)
@@ -662,7 +667,7 @@ func (c *wsConn) readLoop() {
 				c.fail(errUnauthorized.with("send hello with a token first"), websocket.ClosePolicyViolation)
 				return
 			}
-			c.sendError(perr)
+			c.sendMessageError(perr, refusedID(data))
 			continue
 		}
 		if f.Type == "hello" {
@@ -903,7 +908,7 @@ func (c *wsConn) run(f *clientFrame) {
 	})
 	if err != nil {
 		c.finish()
-		c.sendError(messageError(err, f.ID))
+		c.sendMessageError(messageError(err, f.ID), f.ID)
 		return
 	}
 	if !acked {
@@ -932,7 +937,7 @@ func (c *wsConn) await(t *sessions.Ticket, id, shown string, prev <-chan struct{
 	}
 	switch {
 	case err != nil:
-		c.sendError(messageError(err, id))
+		c.sendMessageError(messageError(err, id), id)
 	case out.Merged, out.Pending:
 	default:
 		c.saw(out.ConversationID, out.Reply.Seq)

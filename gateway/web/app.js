@@ -299,6 +299,15 @@
             ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
             break;
           }
+          if (f.id && (f.code === "bad_frame" || f.code === "too_large")) {
+            // Refused for what it is: resending would be refused again. The
+            // message stays on screen, marked, and is no longer resent.
+            const el = pendingEl(f.id);
+            pending = pending.filter(function (p) { return p.id !== f.id; });
+            store.set("pending", pending);
+            sentImages.delete(f.id);
+            if (el) { el.classList.remove("pending", "waiting"); el.classList.add("failed"); }
+          }
           notice(f.message);
           break;
       }
