@@ -64,7 +64,9 @@
     log.appendChild(el);
     scroll();
   }
-  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); }
+  // clear empties the log for another conversation; a reply streaming in
+  // the one left sends no more frames here, so Stop goes with its bubble.
+  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; }
   function statusClass(status) { return status === "ok" ? "" : status; }
   function newId() { return "c-" + Date.now().toString(36) + "-" + Math.random().toString(36).slice(2, 8); }
   function send(frame) {
