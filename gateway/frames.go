@@ -121,6 +121,9 @@ type readyFrame struct {
 	// a message with pictures against it before sending, since a larger
 	// frame closes the connection (1009) and a resend would close it again.
 	MaxFrameBytes int64 `json:"max_frame_bytes"`
+	// Images tells whether the model is given the pictures sent; without
+	// it a client says so rather than offering to send them.
+	Images bool `json:"images"`
 }
 
 type ackFrame struct {

@@ -798,8 +798,15 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	}
 	c.moved(t.Conversation, t.LastSeq)
 	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
-		MaxFrameBytes: ws.opts.MaxFrameBytes}))
+		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages()}))
 	return true
+}
+
+// readsImages reports whether the session manager's agent is given the
+// images clients send.
+func (ws *WebSocket) readsImages() bool {
+	r, ok := ws.sess.(interface{ ReadsImages() bool })
+	return ok && r.ReadsImages()
 }
 
 // historyItems is a transcript's lines as ready carries them.

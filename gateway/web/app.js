@@ -39,6 +39,9 @@
   // known). A larger one closes the connection, and resending it would
   // close it again: such a message is not sent.
   let maxFrame = 0;
+  // Whether the model is given pictures (ready.images): if not, the page
+  // does not offer to send them, and says so when one is pasted.
+  let readsImages = true;
   function fits(frame) { return !maxFrame || new TextEncoder().encode(JSON.stringify(frame)).length <= maxFrame; }
   function tooLarge() {
     notice("This message is too large for the server (at most " + Math.floor(maxFrame / 1024) + " KiB with its pictures): send a smaller picture.");
@@ -140,6 +143,7 @@
     });
   }
   function addImage(file) {
+    if (!readsImages) { notice("Pictures are not read here: describe it in words."); return; }
     if (imageTypes.indexOf(file.type) < 0) { notice("Only PNG, JPEG, GIF and WebP pictures can be sent."); return; }
     if (file.size > maxImageBytes) { notice("That picture is over 5 MiB."); return; }
     if (composing.length >= maxImages) { notice("At most " + maxImages + " pictures per message."); return; }
@@ -220,6 +224,8 @@
           backoff = 500;
           store.set("session", f.session);
           maxFrame = f.max_frame_bytes || 0;
+          readsImages = f.images !== false;
+          document.getElementById("attach").hidden = !readsImages;
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
