@@ -231,7 +231,7 @@
             clear();
             lastSeq = 0;
           }
-          if (wasAway) resetWhileAway();
+          if (wasAway) resetWhileAway((f.history || []).length > 0);
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
@@ -416,8 +416,11 @@
     log.appendChild(el);
     scroll();
   }
-  function resetWhileAway() {
-    noticeWithPrevious("New conversation: the last one was closed while you were away.");
+  // resetWhileAway says that the conversation shown before is no longer
+  // the session's: a new, empty one after a reset, or — with history — one
+  // another device went back to or wrote in meanwhile.
+  function resetWhileAway(hasHistory) {
+    noticeWithPrevious(hasHistory ? "The conversation changed while you were away." : "New conversation: the last one was closed while you were away.");
   }
   function askPrevious() {
     if (!send({ type: "resume_previous" })) notice("offline: try again when connected");
