@@ -117,6 +117,13 @@ type readyFrame struct {
 	Resumed      bool          `json:"resumed"`
 	User         string        `json:"user"`
 	History      []historyItem `json:"history"`
+	// MaxFrameBytes is the largest frame the server reads: a client checks
+	// a message with pictures against it before sending, since a larger
+	// frame closes the connection (1009) and a resend would close it again.
+	MaxFrameBytes int64 `json:"max_frame_bytes"`
+	// Images tells whether the model is given the pictures sent; without
+	// it a client says so rather than offering to send them.
+	Images bool `json:"images"`
 }
 
 type ackFrame struct {
@@ -162,6 +169,22 @@ type resetFrame struct {
 type errorFrame struct {
 	Type string `json:"type"`
 	wsError
+	// ID is the client id of the message the error is about, if any: a
+	// client stops resending a message refused for what it is.
+	ID string `json:"id,omitempty"`
+}
+
+// refusedID is the id of a message frame that decodeFrame refused, read
+// leniently, or "" when the frame is no message or has no usable id.
+func refusedID(data []byte) string {
+	var probe struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.Type != "message" || len(probe.ID) > maxClientMsgID || !utf8.ValidString(probe.ID) {
+		return ""
+	}
+	return probe.ID
 }
 
 func encode(v any) []byte {

@@ -148,3 +148,33 @@ func (c *client) expectSkipping(typ, skip string) map[string]any {
 		c.t.Fatalf("got %v, want a %s frame", f, typ)
 	}
 }
+
+// A sweep's announcement that runs after a resume_previous reopened the
+// conversation the sweep archived (the user went back at the moment of
+// the sweep) says nothing: the resume's frame, with the history, already
+// told the client, and an idle reset frame naming the reopened
+// conversation would make the page show it as new and empty.
+func TestSweepAnnouncedAfterResumeSaysNothing(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
+	a, ready := e.connect(map[string]any{"user": "sue"})
+	a.send(map[string]any{"type": "message", "id": "s1", "text": "one"})
+	a.expect("reply")
+	a.send(map[string]any{"type": "reset"})
+	a.expect("reset")
+	a.send(map[string]any{"type": "message", "id": "s2", "text": "two"})
+	a.expect("reply")
+	a.send(map[string]any{"type": "resume_previous"})
+	if r := a.expect("reset"); r["reason"] != "resume" || r["conversation"] != ready["conversation"] {
+		t.Fatalf("resume: %v", r)
+	}
+	// The sweep had archived the first conversation before the resume
+	// reopened it; its announcement comes only now.
+	key := sessions.WebSocketKey("sue")
+	e.ws.announceSweep(sessions.ResetEvent{Channel: Channel, SessionKey: key, OldConversation: ready["conversation"].(string),
+		Reason: sessions.ReasonIdle}, e.ws.connsOf(key))
+	// Anything it sent would come before the answer to this stop.
+	a.send(map[string]any{"type": "stop"})
+	if f := a.expect("error"); f["code"] != "not_found" {
+		t.Fatalf("after the late sweep announcement: %v", f)
+	}
+}

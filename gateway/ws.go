@@ -438,20 +438,28 @@ func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
 		}
 		return
 	}
-	go func() {
-		// Not on the sweep's goroutine: opening takes the key's lock.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
-		if err != nil {
-			return
-		}
-		frame := encode(ws.resetFrame(t.Conversation, ev.Reason))
-		for _, c := range targets {
-			c.enqueue(frame)
-			c.moved(t.Conversation, t.LastSeq)
-		}
-	}()
+	// Not on the sweep's goroutine: opening takes the key's lock.
+	go ws.announceSweep(ev, targets)
+}
+
+// announceSweep tells targets that a sweep archived their conversation,
+// opening the next one so that they learn its id. When the key's active
+// conversation is the archived one again, a resume_previous reopened it
+// after the sweep (before this ran): its own reset frame, with the
+// history, told the clients, and an idle or daily one now would make
+// them show that conversation as new and empty.
+func (ws *WebSocket) announceSweep(ev sessions.ResetEvent, targets []*wsConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := ws.sess.Open(ctx, sessions.Inbound{Channel: Channel, SessionKey: ev.SessionKey, UserID: targets[0].principal}, 0, 1)
+	if err != nil || t.Conversation == ev.OldConversation {
+		return
+	}
+	frame := encode(ws.resetFrame(t.Conversation, ev.Reason))
+	for _, c := range targets {
+		c.enqueue(frame)
+		c.moved(t.Conversation, t.LastSeq)
+	}
 }
 
 // wsConn is one connection. An idle connection has one goroutine, its
@@ -608,6 +616,11 @@ func (c *wsConn) sendError(e *wsError) {
 	c.enqueue(encode(errorFrame{Type: "error", wsError: *e}))
 }
 
+// sendMessageError sends the error frame about message id.
+func (c *wsConn) sendMessageError(e *wsError, id string) {
+	c.enqueue(encode(errorFrame{Type: "error", wsError: *e, ID: id}))
+}
+
 // fail sends an error frame, then closes with code.
 func (c *wsConn) fail(e *wsError, code int) {
 	c.sendError(e)
@@ -656,7 +669,7 @@ func (c *wsConn) readLoop() {
 				c.fail(errUnauthorized.with("send hello with a token first"), websocket.ClosePolicyViolation)
 				return
 			}
-			c.sendError(perr)
+			c.sendMessageError(perr, refusedID(data))
 			continue
 		}
 		if f.Type == "hello" {
@@ -786,8 +799,16 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 		return false
 	}
 	c.moved(t.Conversation, t.LastSeq)
-	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries)}))
+	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
+		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages()}))
 	return true
+}
+
+// readsImages reports whether the session manager's agent is given the
+// images clients send.
+func (ws *WebSocket) readsImages() bool {
+	r, ok := ws.sess.(interface{ ReadsImages() bool })
+	return ok && r.ReadsImages()
 }
 
 // historyItems is a transcript's lines as ready carries them.
@@ -896,7 +917,7 @@ func (c *wsConn) run(f *clientFrame) {
 	})
 	if err != nil {
 		c.finish()
-		c.sendError(messageError(err, f.ID))
+		c.sendMessageError(messageError(err, f.ID), f.ID)
 		return
 	}
 	if !acked {
@@ -925,7 +946,7 @@ func (c *wsConn) await(t *sessions.Ticket, id, shown string, prev <-chan struct{
 	}
 	switch {
 	case err != nil:
-		c.sendError(messageError(err, id))
+		c.sendMessageError(messageError(err, id), id)
 	case out.Merged, out.Pending:
 	default:
 		c.saw(out.ConversationID, out.Reply.Seq)

@@ -35,6 +35,17 @@
   let composing = []; // [{mime, data (base64), url (object URL)}]
   const sentImages = new Map(); // client id -> attachments
   const shown = new Set(); // seqs already on screen
+  // The largest frame the server reads (ready.max_frame_bytes; 0 until
+  // known). A larger one closes the connection, and resending it would
+  // close it again: such a message is not sent.
+  let maxFrame = 0;
+  // Whether the model is given pictures (ready.images): if not, the page
+  // does not offer to send them, and says so when one is pasted.
+  let readsImages = true;
+  function fits(frame) { return !maxFrame || new TextEncoder().encode(JSON.stringify(frame)).length <= maxFrame; }
+  function tooLarge() {
+    notice("This message is too large for the server (at most " + Math.floor(maxFrame / 1024) + " KiB with its pictures): send a smaller picture.");
+  }
 
   function setStatus(s, cls) { statusEl.textContent = s; statusEl.className = "status " + (cls || ""); }
   function scroll() { log.scrollTop = log.scrollHeight; }
@@ -56,7 +67,9 @@
     log.appendChild(el);
     scroll();
   }
-  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); }
+  // clear empties the log for another conversation; a reply streaming in
+  // the one left sends no more frames here, so Stop goes with its bubble.
+  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; }
   function statusClass(status) { return status === "ok" ? "" : status; }
   function newId() { return "c-" + Date.now().toString(36) + "-" + Math.random().toString(36).slice(2, 8); }
   function send(frame) {
@@ -74,6 +87,21 @@
     for (const el of log.querySelectorAll(".msg.user.waiting")) { if (Number(el.dataset.seq) <= seq) el.classList.remove("waiting"); }
   }
 
+  // showPending shows the messages sent and not yet acknowledged that are
+  // not on screen: after a switch of conversation they are stored in the
+  // new one (their acks come after the switch).
+  function showPending() {
+    for (const p of pending) {
+      if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
+    }
+  }
+  function dropPending(id) {
+    pending = pending.filter(function (p) { return p.id !== id; });
+    store.set("pending", pending);
+    sentImages.delete(id);
+    const el = pendingEl(id);
+    if (el) el.remove();
+  }
   function showHistory(items) {
     for (const m of items) {
       if (shown.has(m.seq)) continue;
@@ -115,6 +143,7 @@
     });
   }
   function addImage(file) {
+    if (!readsImages) { notice("Pictures are not read here: describe it in words."); return; }
     if (imageTypes.indexOf(file.type) < 0) { notice("Only PNG, JPEG, GIF and WebP pictures can be sent."); return; }
     if (file.size > maxImageBytes) { notice("That picture is over 5 MiB."); return; }
     if (composing.length >= maxImages) { notice("At most " + maxImages + " pictures per message."); return; }
@@ -194,21 +223,39 @@
           gotReady = true;
           backoff = 500;
           store.set("session", f.session);
+          maxFrame = f.max_frame_bytes || 0;
+          readsImages = f.images !== false;
+          document.getElementById("attach").hidden = !readsImages;
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
             lastSeq = 0;
           }
-          if (wasAway) resetWhileAway();
+          if (wasAway) resetWhileAway((f.history || []).length > 0);
           if (f.conversation !== conversation) { conversation = f.conversation; store.set("conversation", conversation); store.set("lastSeq", 0); }
           firstConnect = false;
           showHistory(f.history || []);
-          for (const p of pending) {
-            if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
-          }
+          showPending();
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
-          for (const p of pending) send(withImages({ type: "message", id: p.id, text: p.text }));
+          for (const p of pending.slice()) {
+            let frame = withImages({ type: "message", id: p.id, text: p.text });
+            if (!fits(frame) && frame.attachments) {
+              // Queued before the limit was known: the text goes alone.
+              sentImages.delete(p.id);
+              tooLarge();
+              frame = { type: "message", id: p.id, text: p.text };
+            }
+            if (!frame.attachments && !p.text.trim()) {
+              // Only pictures, and they are gone (they are kept in memory
+              // only, not across a reload): an empty message would be
+              // refused on every reconnect.
+              dropPending(p.id);
+              notice("A picture sent before the page was reloaded was not delivered: send it again.");
+              continue;
+            }
+            if (fits(frame)) send(frame); else tooLarge();
+          }
           break;
         case "ack": {
           pending = pending.filter(function (p) { return p.id !== f.id; });
@@ -260,6 +307,15 @@
             ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
             break;
           }
+          if (f.id && (f.code === "bad_frame" || f.code === "too_large")) {
+            // Refused for what it is: resending would be refused again. The
+            // message stays on screen, marked, and is no longer resent.
+            const el = pendingEl(f.id);
+            pending = pending.filter(function (p) { return p.id !== f.id; });
+            store.set("pending", pending);
+            sentImages.delete(f.id);
+            if (el) { el.classList.remove("pending", "waiting"); el.classList.add("failed"); }
+          }
           notice(f.message);
           break;
       }
@@ -280,6 +336,11 @@
     const body = text.value.trim();
     if (!body && composing.length === 0) return;
     const id = newId();
+    const atts = composing.map(function (i) { return { kind: "image", mime: i.mime, data: i.data }; });
+    if (!fits(atts.length ? { type: "message", id: id, text: body, attachments: atts } : { type: "message", id: id, text: body })) {
+      tooLarge(); // the text and the pictures stay in the composer
+      return;
+    }
     takeImages(id);
     pending.push({ id: id, text: body });
     store.set("pending", pending);
@@ -307,6 +368,10 @@
   function switchConversation(f) {
     const had = shown.size > 0; // an empty conversation's reset needs no word
     clear();
+    announce(f, had);
+    showPending();
+  }
+  function announce(f, had) {
     conversation = f.conversation;
     lastSeq = 0;
     store.set("conversation", conversation);
@@ -351,8 +416,11 @@
     log.appendChild(el);
     scroll();
   }
-  function resetWhileAway() {
-    noticeWithPrevious("New conversation: the last one was closed while you were away.");
+  // resetWhileAway says that the conversation shown before is no longer
+  // the session's: a new, empty one after a reset, or — with history — one
+  // another device went back to or wrote in meanwhile.
+  function resetWhileAway(hasHistory) {
+    noticeWithPrevious(hasHistory ? "The conversation changed while you were away." : "New conversation: the last one was closed while you were away.");
   }
   function askPrevious() {
     if (!send({ type: "resume_previous" })) notice("offline: try again when connected");
