@@ -2,8 +2,6 @@ package admin
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,57 +9,18 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/browsertest"
 )
 
-// chromium finds a Chromium binary: $CHROMIUM_PATH, /usr/bin/chromium, or
-// one on PATH.
-func chromium() string {
-	if p := os.Getenv("CHROMIUM_PATH"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
+// browser is a headless Chromium on a desktop-size screen for this test.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	bin := chromium()
-	if bin == "" {
-		t.Skip("browser test skipped: no Chromium found (apt-get install chromium, or set CHROMIUM_PATH)")
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.WindowSize(1200, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
-	return ctx
+	return browsertest.New(t, 1200, 900)
 }
 
 // waitText waits until some element matching sel contains text.
 func waitText(sel, text string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll(`+jsString(sel)+`)).some(e => e.textContent.includes(`+jsString(text)+`))`,
-		chromedp.WithPollingInterval(50*time.Millisecond))
-}
-
-func jsString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+	return browsertest.WaitText(sel, text)
 }
 
 func TestAdminPageInBrowser(t *testing.T) {
