@@ -6,13 +6,13 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -93,18 +93,6 @@ func TestRateLimitGlobalCeiling(t *testing.T) {
 	}
 }
 
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // A resume token older than resume_ttl gets not_found; nothing is opened
 // or issued from it, and the client may then say hello without it.
 func TestExpiredResumeTokenGetsNotFound(t *testing.T) {
@@ -113,7 +101,7 @@ func TestExpiredResumeTokenGetsNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &testClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := clocktest.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
 	e := serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false)
 	c, ready := e.connect(nil)
@@ -200,7 +188,7 @@ func TestWebPageExpiredResumeToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &testClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := clocktest.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
 	e := serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false)
 	bctx := browser(t)
