@@ -1,10 +1,8 @@
 package admin
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -12,23 +10,12 @@ import (
 	"github.com/chatgate/chatgate/internal/browsertest"
 )
 
-// browser is a headless Chromium on a desktop-size screen for this test.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	return browsertest.New(t, 1200, 900)
-}
-
-// waitText waits until some element matching sel contains text.
-func waitText(sel, text string) chromedp.Action[chromedp.Void] {
-	return browsertest.WaitText(sel, text)
-}
-
 func TestAdminPageInBrowser(t *testing.T) {
 	e := newEnv(t, agent.Echo{})
 	ann := e.connect("ann")
 	ann.say("a-1", "hello from ann")
 	e.turn("telegram", "telegram:dm:7", "7", "hello from telegram")
-	ctx := browser(t)
+	ctx := browsertest.New(t, 1200, 900)
 
 	// A wrong token is refused and the login stays.
 	err := chromedp.Do(ctx,
@@ -36,7 +23,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		chromedp.WaitVisible("#token"),
 		chromedp.SendKeys("#token", "not-the-token-at-all"),
 		chromedp.Click("#save"),
-		waitText("#error", "refused"),
+		browsertest.WaitText("#error", "refused"),
 	)
 	if err != nil {
 		t.Fatalf("wrong token: %v", err)
@@ -46,10 +33,10 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.SendKeys("#token", aliceToken),
 		chromedp.Click("#save"),
-		waitText("#sessions td", "websocket:ann"),
-		waitText("#sessions td", "telegram:dm:7"),
-		waitText("#s-conns", "1"),
-		waitText("#s-rate", "(2)"),
+		browsertest.WaitText("#sessions td", "websocket:ann"),
+		browsertest.WaitText("#sessions td", "telegram:dm:7"),
+		browsertest.WaitText("#s-conns", "1"),
+		browsertest.WaitText("#s-rate", "(2)"),
 	)
 	if err != nil {
 		t.Fatalf("session list: %v", err)
@@ -59,13 +46,12 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.SendKeys("#q", "ann"),
 		chromedp.Click("#search button[type=submit]"),
-		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#sessions tr').length === 1 && document.querySelector('#sessions td').textContent === 'websocket:ann'`,
-			chromedp.WithPollingInterval(50*time.Millisecond)),
+		browsertest.WaitJS(`document.querySelectorAll('#sessions tr').length === 1 && document.querySelector('#sessions td').textContent === 'websocket:ann'`),
 		chromedp.Click("#sessions tr"),
-		waitText("#transcript li.user .msg-text", "hello from ann"),
-		waitText("#transcript li.assistant .msg-text", "echo: hello from ann"),
-		waitText("#transcript li.user .turn", "turn "),
-		waitText("#conv-meta", "websocket:ann"),
+		browsertest.WaitText("#transcript li.user .msg-text", "hello from ann"),
+		browsertest.WaitText("#transcript li.assistant .msg-text", "echo: hello from ann"),
+		browsertest.WaitText("#transcript li.user .turn", "turn "),
+		browsertest.WaitText("#conv-meta", "websocket:ann"),
 	)
 	if err != nil {
 		t.Fatalf("transcript: %v", err)
@@ -83,7 +69,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
 		chromedp.Click("#reset"),
-		waitText("#conv-meta", "archived (manual)"),
+		browsertest.WaitText("#conv-meta", "archived (manual)"),
 	)
 	if err != nil {
 		t.Fatalf("reset: %v", err)
@@ -93,7 +79,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	// Drain and undrain from the page.
 	err = chromedp.Do(ctx,
 		chromedp.Click("#drain"),
-		waitText("#s-ready", "drained by alice"),
+		browsertest.WaitText("#s-ready", "drained by alice"),
 	)
 	if err != nil {
 		t.Fatalf("drain: %v", err)
@@ -101,7 +87,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if not := e.srv.NotReady(); len(not) != 1 || !strings.HasPrefix(not[0], "admin: drained by alice") {
 		t.Fatalf("readiness after the page's drain: %v", not)
 	}
-	if err := chromedp.Do(ctx, chromedp.Click("#drain"), waitText("#s-ready", "serving")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Click("#drain"), browsertest.WaitText("#s-ready", "serving")); err != nil {
 		t.Fatalf("undrain: %v", err)
 	}
 	if not := e.srv.NotReady(); len(not) != 0 {
