@@ -31,3 +31,10 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
 }
+
+// Set puts the clock at t, forward or back.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
