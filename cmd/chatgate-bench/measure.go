@@ -175,9 +175,8 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 				}
 			}
 			for {
-				c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				var f map[string]any
-				if c.ReadJSON(&f) != nil || f["type"] == "error" {
+				f, ok := readFrame(c)
+				if !ok {
 					fail()
 					return nil
 				}
@@ -241,6 +240,17 @@ func dialClient(ctx context.Context, url, user string) (*websocket.Conn, error) 
 		}
 	}
 	return c, nil
+}
+
+// readFrame reads the client's next frame, waiting 30 s at the most; a
+// read that fails or an error frame is not ok.
+func readFrame(c *websocket.Conn) (map[string]any, bool) {
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var f map[string]any
+	if c.ReadJSON(&f) != nil || f["type"] == "error" {
+		return nil, false
+	}
+	return f, true
 }
 
 func summarize(clients int, lat []time.Duration, elapsed time.Duration, errors int) loadResult {

@@ -153,9 +153,8 @@ func driveFirstDelta(ctx context.Context, url string, n int, o options) loadResu
 			}
 			var first time.Duration
 			for {
-				c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				var f map[string]any
-				if c.ReadJSON(&f) != nil || f["type"] == "error" {
+				f, ok := readFrame(c)
+				if !ok {
 					fail()
 					return nil
 				}
