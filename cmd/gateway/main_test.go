@@ -333,18 +333,8 @@ log:
 	for i, text := range []string{"one", "two", "three"} {
 		c.WriteJSON(map[string]any{"type": "message", "id": text, "text": text})
 		want := fmt.Sprintf("echo: %s (history: %d)", text, min(i*2, 1))
-		for {
-			var f map[string]any
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if err := c.ReadJSON(&f); err != nil {
-				t.Fatal(err)
-			}
-			if f["type"] == "reply" {
-				if f["text"] != want {
-					t.Fatalf("reply = %v, want %q (max_history 1 from bot.yaml)", f["text"], want)
-				}
-				break
-			}
+		if f := readReply(t, c); f["text"] != want {
+			t.Fatalf("reply = %v, want %q (max_history 1 from bot.yaml)", f["text"], want)
 		}
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -371,6 +361,22 @@ log:
 	}
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// readReply reads the client's frames, each within 10 s, up to the next
+// reply, and returns it.
+func readReply(t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	for {
+		var f map[string]any
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := c.ReadJSON(&f); err != nil {
+			t.Fatal(err)
+		}
+		if f["type"] == "reply" {
+			return f
+		}
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -67,16 +66,7 @@ func TestServeExportsTracesOnStop(t *testing.T) {
 	defer c.Close()
 	c.WriteJSON(map[string]any{"type": "hello", "user": "ann"})
 	c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": "hi"})
-	for {
-		var f map[string]any
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if err := c.ReadJSON(&f); err != nil {
-			t.Fatal(err)
-		}
-		if f["type"] == "reply" {
-			break
-		}
-	}
+	readReply(t, c)
 	stop() // a graceful stop flushes the spans
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
