@@ -20,6 +20,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/gateway"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -59,24 +60,6 @@ func (b *syncBuffer) records(t *testing.T) []map[string]any {
 	return out
 }
 
-// fakeClock is the turn counter's clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // env is a gateway with the admin API: a real SQLite store, a session
 // manager, the WebSocket channel and the HTTP server on loopback.
 type env struct {
@@ -86,7 +69,7 @@ type env struct {
 	mgr   *sessions.Manager
 	ws    *gateway.WebSocket
 	srv   *gateway.Server
-	clock *fakeClock
+	clock *clocktest.Clock
 	logs  *syncBuffer
 }
 
@@ -99,7 +82,7 @@ func newEnv(t *testing.T, ag agent.Agent) *env {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	quiet := slog.New(slog.DiscardHandler)
-	clock := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	turns := CountTurns(gateway.NewMetrics(), clock.Now)
 	mgr := sessions.New(db, ag, sessions.Options{Logger: quiet, Observer: turns})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{Logger: quiet})
@@ -526,7 +509,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.clock.Add(30 * time.Second)
+	e.clock.Advance(30 * time.Second)
 	for i := range 4 {
 		go func() { g.release <- struct{}{} }()
 		e.turn("telegram", "telegram:dm:7", "7", fmt.Sprint("t", i))
@@ -537,11 +520,11 @@ func TestStats(t *testing.T) {
 		t.Fatalf("stats after six turns: %+v", s)
 	}
 	// The first two turns leave the minute.
-	e.clock.Add(45 * time.Second)
+	e.clock.Advance(45 * time.Second)
 	if s = stats(); s.TurnsLastMinute != 4 {
 		t.Fatalf("stats 75 s after the first turns: %+v", s)
 	}
-	e.clock.Add(time.Hour)
+	e.clock.Advance(time.Hour)
 	if s = stats(); s.TurnsLastMinute != 0 {
 		t.Fatalf("stats an hour later: %+v", s)
 	}
@@ -625,7 +608,7 @@ func TestEveryActionLogsWho(t *testing.T) {
 }
 
 func TestTurnCounter(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	clock := clocktest.New(time.Unix(1_000_000, 0))
 	c := CountTurns(gateway.NewMetrics(), clock.Now)
 	c.TurnDone("websocket", "ok", time.Millisecond)
 	c.TurnDone("websocket", "failed", time.Millisecond)
@@ -633,12 +616,12 @@ func TestTurnCounter(t *testing.T) {
 	c.TurnDone("websocket", "error", 0)
 	c.TurnDone("websocket", "merged", 0)
 	c.TurnDone("websocket", "pending", 0)
-	clock.Add(59 * time.Second)
+	clock.Advance(59 * time.Second)
 	c.TurnDone("telegram", "interrupted", time.Millisecond)
 	if n := c.LastMinute(); n != 3 {
 		t.Fatalf("last minute: %d, want 3", n)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	if n := c.LastMinute(); n != 1 {
 		t.Fatalf("a minute after the first two: %d, want 1", n)
 	}

@@ -1,75 +1,21 @@
 package admin
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/browsertest"
 )
-
-// chromium finds a Chromium binary: $CHROMIUM_PATH, /usr/bin/chromium, or
-// one on PATH.
-func chromium() string {
-	if p := os.Getenv("CHROMIUM_PATH"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	bin := chromium()
-	if bin == "" {
-		t.Skip("browser test skipped: no Chromium found (apt-get install chromium, or set CHROMIUM_PATH)")
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.WindowSize(1200, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
-	return ctx
-}
-
-// waitText waits until some element matching sel contains text.
-func waitText(sel, text string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll(`+jsString(sel)+`)).some(e => e.textContent.includes(`+jsString(text)+`))`,
-		chromedp.WithPollingInterval(50*time.Millisecond))
-}
-
-func jsString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
-}
 
 func TestAdminPageInBrowser(t *testing.T) {
 	e := newEnv(t, agent.Echo{})
 	ann := e.connect("ann")
 	ann.say("a-1", "hello from ann")
 	e.turn("telegram", "telegram:dm:7", "7", "hello from telegram")
-	ctx := browser(t)
+	ctx := browsertest.New(t, 1200, 900)
 
 	// A wrong token is refused and the login stays.
 	err := chromedp.Do(ctx,
@@ -77,7 +23,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		chromedp.WaitVisible("#token"),
 		chromedp.SendKeys("#token", "not-the-token-at-all"),
 		chromedp.Click("#save"),
-		waitText("#error", "refused"),
+		browsertest.WaitText("#error", "refused"),
 	)
 	if err != nil {
 		t.Fatalf("wrong token: %v", err)
@@ -87,10 +33,10 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.SendKeys("#token", aliceToken),
 		chromedp.Click("#save"),
-		waitText("#sessions td", "websocket:ann"),
-		waitText("#sessions td", "telegram:dm:7"),
-		waitText("#s-conns", "1"),
-		waitText("#s-rate", "(2)"),
+		browsertest.WaitText("#sessions td", "websocket:ann"),
+		browsertest.WaitText("#sessions td", "telegram:dm:7"),
+		browsertest.WaitText("#s-conns", "1"),
+		browsertest.WaitText("#s-rate", "(2)"),
 	)
 	if err != nil {
 		t.Fatalf("session list: %v", err)
@@ -100,13 +46,12 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.SendKeys("#q", "ann"),
 		chromedp.Click("#search button[type=submit]"),
-		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#sessions tr').length === 1 && document.querySelector('#sessions td').textContent === 'websocket:ann'`,
-			chromedp.WithPollingInterval(50*time.Millisecond)),
+		browsertest.WaitJS(`document.querySelectorAll('#sessions tr').length === 1 && document.querySelector('#sessions td').textContent === 'websocket:ann'`),
 		chromedp.Click("#sessions tr"),
-		waitText("#transcript li.user .msg-text", "hello from ann"),
-		waitText("#transcript li.assistant .msg-text", "echo: hello from ann"),
-		waitText("#transcript li.user .turn", "turn "),
-		waitText("#conv-meta", "websocket:ann"),
+		browsertest.WaitText("#transcript li.user .msg-text", "hello from ann"),
+		browsertest.WaitText("#transcript li.assistant .msg-text", "echo: hello from ann"),
+		browsertest.WaitText("#transcript li.user .turn", "turn "),
+		browsertest.WaitText("#conv-meta", "websocket:ann"),
 	)
 	if err != nil {
 		t.Fatalf("transcript: %v", err)
@@ -124,7 +69,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
 		chromedp.Click("#reset"),
-		waitText("#conv-meta", "archived (manual)"),
+		browsertest.WaitText("#conv-meta", "archived (manual)"),
 	)
 	if err != nil {
 		t.Fatalf("reset: %v", err)
@@ -134,7 +79,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	// Drain and undrain from the page.
 	err = chromedp.Do(ctx,
 		chromedp.Click("#drain"),
-		waitText("#s-ready", "drained by alice"),
+		browsertest.WaitText("#s-ready", "drained by alice"),
 	)
 	if err != nil {
 		t.Fatalf("drain: %v", err)
@@ -142,7 +87,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if not := e.srv.NotReady(); len(not) != 1 || !strings.HasPrefix(not[0], "admin: drained by alice") {
 		t.Fatalf("readiness after the page's drain: %v", not)
 	}
-	if err := chromedp.Do(ctx, chromedp.Click("#drain"), waitText("#s-ready", "serving")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Click("#drain"), browsertest.WaitText("#s-ready", "serving")); err != nil {
 		t.Fatalf("undrain: %v", err)
 	}
 	if not := e.srv.NotReady(); len(not) != 0 {

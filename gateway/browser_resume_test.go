@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -15,7 +16,7 @@ import (
 // shows the reopened history; an idle reset shows why, with the same
 // offer in its notice line.
 func TestPreviousConversationInBrowser(t *testing.T) {
-	clock := &fakeNow{now: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
 	e := newEnv(t, agent.Echo{}, WSOptions{}, map[string]sessions.Policy{
 		Channel: {MaxHistory: 50, Reset: sessions.ResetPolicy{Mode: sessions.ResetIdle, IdleFor: 45 * time.Minute}},
 	}, clock.Now)
@@ -59,7 +60,7 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
@@ -74,7 +75,7 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 	}
 
 	// An idle sweep: the notice says why and offers the conversation back.
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}

@@ -5,69 +5,30 @@ import (
 	"context"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 
+	"github.com/chatgate/chatgate/internal/browsertest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// chromium finds a Chromium binary: $CHROMIUM_PATH, /usr/bin/chromium, or
-// one on PATH.
-func chromium() string {
-	if p := os.Getenv("CHROMIUM_PATH"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
+// browser is a headless Chromium on a phone-width screen for this test.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	bin := chromium()
-	if bin == "" {
-		t.Skip("browser test skipped: no Chromium found (apt-get install chromium, or set CHROMIUM_PATH)")
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.WindowSize(390, 844), // a phone-width screen
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
-	return ctx
+	return browsertest.New(t, 390, 844)
 }
 
 // waitText waits until some element matching sel contains text.
 func waitText(sel, text string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll(`+jsString(sel)+`)).some(e => e.textContent.includes(`+jsString(text)+`))`,
-		chromedp.WithPollingInterval(50*time.Millisecond))
+	return browsertest.WaitText(sel, text)
 }
 
 // waitJS waits until the JavaScript expression is true.
-func waitJS(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond))
-}
+func waitJS(expr string) chromedp.Action[chromedp.Void] { return browsertest.WaitJS(expr) }
 
 // shownMsg is a message bubble on the page.
 type shownMsg struct {
@@ -87,9 +48,8 @@ func sendText(text string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(chromedp.SendKeys("#text", text), chromedp.Click("#send"))
 }
 
-func jsString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
-}
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string { return browsertest.JSString(s) }
 
 func TestWebPageInBrowser(t *testing.T) {
 	g := newGate()

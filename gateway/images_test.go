@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/base64"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -19,10 +18,7 @@ func pngBytes(fill string) []byte {
 
 func visionEnv(t *testing.T, opts WSOptions) (*env, *llmtest.Server) {
 	t.Helper()
-	llm := &llmtest.Server{}
-	srv := httptest.NewServer(llm)
-	t.Cleanup(srv.Close)
-	ag := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", Vision: true})
+	llm, ag := llmtest.Agent(t, true)
 	return newEnv(t, ag, opts, nil, nil), llm
 }
 

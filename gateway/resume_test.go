@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -79,14 +79,14 @@ func TestResumePreviousWithNothingToResume(t *testing.T) {
 // An idle reset frame says how long the idle period is, so a client can
 // tell why.
 func TestIdleResetFrameSaysHowLong(t *testing.T) {
-	clock := &fakeNow{now: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
 	e := newEnv(t, agent.Echo{}, WSOptions{}, map[string]sessions.Policy{
 		Channel: {MaxHistory: 50, Reset: sessions.ResetPolicy{Mode: sessions.ResetIdle, IdleFor: 45 * time.Minute}},
 	}, clock.Now)
 	c, _ := e.connect(map[string]any{"user": "cy"})
 	c.send(map[string]any{"type": "message", "text": "hi"})
 	c.expect("reply")
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
@@ -94,16 +94,6 @@ func TestIdleResetFrameSaysHowLong(t *testing.T) {
 		t.Fatalf("idle reset frame = %v", r)
 	}
 }
-
-// fakeNow is a clock the test moves by hand.
-type fakeNow struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeNow) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *fakeNow) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // A resume_previous made through replica A switches the same user's
 // client on B to the reopened conversation, with its history.

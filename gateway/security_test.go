@@ -6,13 +6,13 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -93,29 +93,23 @@ func TestRateLimitGlobalCeiling(t *testing.T) {
 	}
 }
 
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// resumeTTLEnv serves anonymous WebSocket clients on a fake clock, with
+// resume tokens that expire after an hour.
+func resumeTTLEnv(t *testing.T) (*env, *clocktest.Clock) {
+	t.Helper()
+	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
+	return serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false), clk
 }
 
 // A resume token older than resume_ttl gets not_found; nothing is opened
 // or issued from it, and the client may then say hello without it.
 func TestExpiredResumeTokenGetsNotFound(t *testing.T) {
-	ctx := context.Background()
-	db, err := sessions.Open(ctx, sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
-	e := serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false)
+	e, clk := resumeTTLEnv(t)
 	c, ready := e.connect(nil)
 	token, guest := ready["session"].(string), ready["user"].(string)
 	c.send(map[string]any{"type": "message", "id": "m1", "text": "hi"})
@@ -129,8 +123,8 @@ func TestExpiredResumeTokenGetsNotFound(t *testing.T) {
 	}
 	clk.Advance(time.Hour + time.Second)
 	count := func() (convs, states int64) {
-		db.Gorm().Model(&sessions.Conversation{}).Count(&convs)
-		db.Gorm().Model(&sessions.ChannelState{}).Count(&states)
+		e.db.Gorm().Model(&sessions.Conversation{}).Count(&convs)
+		e.db.Gorm().Model(&sessions.ChannelState{}).Count(&states)
 		return
 	}
 	convs, states := count()
@@ -195,14 +189,7 @@ func TestMetricsToken(t *testing.T) {
 // the token and says hello again: it comes back online as a new guest
 // instead of retrying the dead token.
 func TestWebPageExpiredResumeToken(t *testing.T) {
-	ctx := context.Background()
-	db, err := sessions.Open(ctx, sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: quiet, Now: clk.Now, ResumeTTL: time.Hour})
-	e := serveEnv(t, db, mgr, WSOptions{Anonymous: true}, false)
+	e, clk := resumeTTLEnv(t)
 	bctx := browser(t)
 	status := func() string {
 		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))

@@ -9,19 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/internal/clocktest"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (f *fakeClock) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
-func (f *fakeClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-}
 
 func TestNoTwoHolders(t *testing.T) {
 	for _, keys := range []int{1, 3, 1000} {
@@ -164,7 +154,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 }
 
 func TestHeldAndAwaitedEntriesAreNeverEvicted(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(0, 0)}
+	clock := clocktest.New(time.Unix(0, 0))
 	c := New(Options{MaxEntries: 1, TTL: time.Minute, Now: clock.Now})
 	held, _ := c.Acquire(context.Background(), "held")
 	got := make(chan struct{})
@@ -190,7 +180,7 @@ func TestHeldAndAwaitedEntriesAreNeverEvicted(t *testing.T) {
 }
 
 func TestTTLExpiresIdleEntries(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(0, 0)}
+	clock := clocktest.New(time.Unix(0, 0))
 	c := New(Options{MaxEntries: 100, TTL: time.Minute, Now: clock.Now})
 	for i := 0; i < 10; i++ {
 		r, _ := c.Acquire(context.Background(), fmt.Sprint(i))

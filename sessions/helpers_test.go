@@ -14,34 +14,14 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 )
 
 // clock is a fake clock tests move by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type clock = clocktest.Clock
 
-func newClock(t time.Time) *clock { return &clock{now: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock(t time.Time) *clock { return clocktest.New(t) }
 
 // drivers runs fn once per database: SQLite always, PostgreSQL when
 // CHATGATE_TEST_POSTGRES_DSN is set.

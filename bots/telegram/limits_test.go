@@ -7,28 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 )
-
-type fakeNow struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (f *fakeNow) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
-func (f *fakeNow) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-}
 
 // A user over the rate limit gets one polite reply per burst and the
 // messages are not run; another user has a bucket of their own; each
 // refusal is counted with its limit.
 func TestRateLimitPerUser(t *testing.T) {
 	api := telegramtest.New(t)
-	clk := &fakeNow{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := clocktest.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	var mu sync.Mutex
 	refusals := map[string]int{}
 	h := start(t, api, t.TempDir(), setup{policies: queued, opts: Options{

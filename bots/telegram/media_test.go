@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -13,15 +12,6 @@ import (
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 )
-
-// llmAgent is the openai backend on a local chat-completions server.
-func llmAgent(t *testing.T, vision bool) (*llmtest.Server, agent.Agent) {
-	t.Helper()
-	llm := &llmtest.Server{}
-	srv := httptest.NewServer(llm)
-	t.Cleanup(srv.Close)
-	return llm, agent.NewOpenAI(agent.OpenAIConfig{BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", MaxRetries: 0, Vision: vision})
-}
 
 // userRows are the stored user messages of a session key, read back from
 // the database.
@@ -67,7 +57,7 @@ func lastUser(msgs []llmtest.Message) llmtest.Message {
 
 func TestPhotoWithCaptionReachesVisionModel(t *testing.T) {
 	api := telegramtest.New(t)
-	llm, ag := llmAgent(t, true)
+	llm, ag := llmtest.Agent(t, true)
 	h := start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Vision: true, MaxImageBytes: 1 << 20}})
 	small, big := []byte("small-jpeg"), []byte(strings.Repeat("B", 4000))
 	api.AddFile("p-small", small)
@@ -114,7 +104,7 @@ func TestPhotoWithCaptionReachesVisionModel(t *testing.T) {
 
 func TestPhotoWithoutVisionIsAnsweredAsText(t *testing.T) {
 	api := telegramtest.New(t)
-	llm, ag := llmAgent(t, false)
+	llm, ag := llmtest.Agent(t, false)
 	h := start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Vision: false}})
 	api.AddFile("p1", []byte("jpeg"))
 	photo := func(caption string) map[string]any {
@@ -195,7 +185,7 @@ func TestVoiceNoteGetsItsReply(t *testing.T) {
 
 func TestImageFilesAndGroups(t *testing.T) {
 	api := telegramtest.New(t)
-	llm, ag := llmAgent(t, true)
+	llm, ag := llmtest.Agent(t, true)
 	start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Vision: true, MaxImageBytes: 2048}})
 	api.AddFile("f-png", []byte("\x89PNG-bytes"))
 	// An image sent as a file goes to the model as an image.

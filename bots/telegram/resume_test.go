@@ -11,19 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 )
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // countNotices is a setup.beforeStart that makes done receive once per
 // notice the bot is done with (sent or failed).
@@ -64,7 +55,7 @@ func (h *harness) store(user int64, text string) {
 // group or for an empty conversation; a user told at once is not told
 // again when they next write.
 func TestSweepNoticesGoToPrivateChatsOnly(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	api := telegramtest.New(t)
 	done := make(chan struct{}, 16)
 	h := start(t, api, t.TempDir(), setup{now: clock.Now, policies: idle30, beforeStart: countNotices(done),
@@ -114,7 +105,7 @@ func TestSweepNoticesGoToPrivateChatsOnly(t *testing.T) {
 // Notices past the queue's bound are dropped and counted, never blocking
 // the sweep; those users are told when they next write.
 func TestSweepNoticesOverTheQueueAreDroppedAndToldLater(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	api := telegramtest.New(t)
 	users := []int64{21, 22, 23, 24, 25}
 	done := make(chan struct{}, 16)
@@ -153,7 +144,7 @@ func TestSweepNoticesOverTheQueueAreDroppedAndToldLater(t *testing.T) {
 // Without notify_resets a sweep tells no one at once; the next message
 // is told why, before its answer.
 func TestSweptConversationIsToldOnTheNextMessage(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), setup{now: clock.Now, policies: idle30})
 	api.Push(telegramtest.DM(7, "before"))

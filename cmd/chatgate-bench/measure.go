@@ -152,6 +152,50 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 // the echo server the echoed frame. A result's Turns counts rounds.
 // Bounded by o.messages (per client) and o.duration.
 func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bool, burst int) loadResult {
+	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
+		user := ""
+		if gatewayProtocol {
+			user = fmt.Sprintf("bench-%d-%s", i, shortID())
+		}
+		c, err := dialClient(ctx, url, user)
+		if err != nil {
+			fail()
+			return nil
+		}
+		defer c.Close()
+		mine := make([]time.Duration, 0, o.messages/burst+1)
+		for m := 0; m < o.messages && time.Now().Before(deadline); m += burst {
+			t0 := time.Now()
+			last := ""
+			for k := 0; k < burst; k++ {
+				last = fmt.Sprint("m", m+k)
+				if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
+					fail()
+					return nil
+				}
+			}
+			for {
+				f, ok := readFrame(c)
+				if !ok {
+					fail()
+					return nil
+				}
+				if !gatewayProtocol || (f["type"] == "reply" && f["reply_to"] == last) {
+					break
+				}
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		return mine
+	})
+}
+
+// runClients runs n clients at once and summarizes the latencies they
+// time. Client i runs its rounds until deadline (o.duration from now; its
+// context allows 10 s more for the round in flight), calls fail for each
+// error, and returns its latencies: nil when it gave up, which drops the
+// rounds it had timed.
+func runClients(ctx context.Context, n int, o options, client func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration) loadResult {
 	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(o.duration)
@@ -164,57 +208,49 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			c, _, err := dialer.DialContext(ctx, url, nil)
-			if err != nil {
-				fail()
-				return
-			}
-			defer c.Close()
-			if gatewayProtocol {
-				c.WriteJSON(map[string]any{"type": "hello", "user": fmt.Sprintf("bench-%d-%s", i, shortID())})
-				var ready map[string]any
-				if c.ReadJSON(&ready) != nil {
-					fail()
-					return
-				}
-			}
-			mine := make([]time.Duration, 0, o.messages/burst+1)
-			for m := 0; m < o.messages && time.Now().Before(deadline); m += burst {
-				t0 := time.Now()
-				last := ""
-				for k := 0; k < burst; k++ {
-					last = fmt.Sprint("m", m+k)
-					if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
-						fail()
-						return
-					}
-				}
-				for {
-					c.SetReadDeadline(time.Now().Add(30 * time.Second))
-					var f map[string]any
-					if c.ReadJSON(&f) != nil || f["type"] == "error" {
-						fail()
-						return
-					}
-					if !gatewayProtocol || (f["type"] == "reply" && f["reply_to"] == last) {
-						break
-					}
-				}
-				mine = append(mine, time.Since(t0))
-			}
+			mine := client(ctx, i, deadline, fail)
 			mu.Lock()
 			lat = append(lat, mine...)
 			mu.Unlock()
-		}(i)
+		}()
 	}
 	wg.Wait()
 	return summarize(n, lat, time.Since(start), errors)
+}
+
+// dialClient connects a WebSocket client to url and, when user is set,
+// says hello as user and waits for ready, as a gateway client does.
+func dialClient(ctx context.Context, url, user string) (*websocket.Conn, error) {
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	c, _, err := dialer.DialContext(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if user != "" {
+		c.WriteJSON(map[string]any{"type": "hello", "user": user})
+		var ready map[string]any
+		if err := c.ReadJSON(&ready); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// readFrame reads the client's next frame, waiting 30 s at the most; a
+// read that fails or an error frame is not ok.
+func readFrame(c *websocket.Conn) (map[string]any, bool) {
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var f map[string]any
+	if c.ReadJSON(&f) != nil || f["type"] == "error" {
+		return nil, false
+	}
+	return f, true
 }
 
 func summarize(clients int, lat []time.Duration, elapsed time.Duration, errors int) loadResult {

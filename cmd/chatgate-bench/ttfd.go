@@ -6,10 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
@@ -113,42 +110,24 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 // at a time, timing each from the call to its first delta; a call that
 // fails or streams nothing counts as an error. Bounded like drive.
 func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResult {
-	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(o.duration)
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := make([]time.Duration, 0, o.messages)
-			failed := 0
-			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
-				var first time.Duration
-				t0 := time.Now()
-				_, err := ag.Reply(ctx, agent.Request{SessionKey: fmt.Sprint("bench-", i), Input: "hello gateway"}, func(string) {
-					if first == 0 {
-						first = time.Since(t0)
-					}
-				})
-				if err != nil || first == 0 {
-					failed++
-					continue
+	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
+		mine := make([]time.Duration, 0, o.messages)
+		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+			var first time.Duration
+			t0 := time.Now()
+			_, err := ag.Reply(ctx, agent.Request{SessionKey: fmt.Sprint("bench-", i), Input: "hello gateway"}, func(string) {
+				if first == 0 {
+					first = time.Since(t0)
 				}
-				mine = append(mine, first)
+			})
+			if err != nil || first == 0 {
+				fail()
+				continue
 			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			errs += failed
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return summarize(n, lat, time.Since(start), errs)
+			mine = append(mine, first)
+		}
+		return mine
+	})
 }
 
 // driveFirstDelta runs n WebSocket clients against the gateway at url,
@@ -157,70 +136,41 @@ func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResu
 // reply before it sends the next. A reply without a delta before it is
 // an error. Bounded like drive.
 func driveFirstDelta(ctx context.Context, url string, n int, o options) loadResult {
-	ctx, cancel := context.WithTimeout(ctx, o.duration+10*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(o.duration)
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	fail := func() {
-		mu.Lock()
-		errs++
-		mu.Unlock()
-	}
-	var wg sync.WaitGroup
-	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, _, err := dialer.DialContext(ctx, url, nil)
-			if err != nil {
+	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
+		c, err := dialClient(ctx, url, fmt.Sprintf("ttfd-%d-%s", i, shortID()))
+		if err != nil {
+			fail()
+			return nil
+		}
+		defer c.Close()
+		mine := make([]time.Duration, 0, o.messages)
+		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+			id := fmt.Sprint("m", m)
+			t0 := time.Now()
+			if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
 				fail()
-				return
+				return nil
 			}
-			defer c.Close()
-			c.WriteJSON(map[string]any{"type": "hello", "user": fmt.Sprintf("ttfd-%d-%s", i, shortID())})
-			var ready map[string]any
-			if c.ReadJSON(&ready) != nil {
+			var first time.Duration
+			for {
+				f, ok := readFrame(c)
+				if !ok {
+					fail()
+					return nil
+				}
+				if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
+					first = time.Since(t0)
+				}
+				if f["type"] == "reply" && f["reply_to"] == id {
+					break
+				}
+			}
+			if first == 0 {
 				fail()
-				return
+				continue
 			}
-			mine := make([]time.Duration, 0, o.messages)
-			for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
-				id := fmt.Sprint("m", m)
-				t0 := time.Now()
-				if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
-					fail()
-					return
-				}
-				var first time.Duration
-				for {
-					c.SetReadDeadline(time.Now().Add(30 * time.Second))
-					var f map[string]any
-					if c.ReadJSON(&f) != nil || f["type"] == "error" {
-						fail()
-						return
-					}
-					if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
-						first = time.Since(t0)
-					}
-					if f["type"] == "reply" && f["reply_to"] == id {
-						break
-					}
-				}
-				if first == 0 {
-					fail()
-					continue
-				}
-				mine = append(mine, first)
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return summarize(n, lat, time.Since(start), errs)
+			mine = append(mine, first)
+		}
+		return mine
+	})
 }

@@ -1,41 +1,23 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// startServe runs serve with the configuration and stops it when the test
-// ends.
+// startServe runs serve with the configuration body (after a listener,
+// a database and the log level of its own) until the test ends, and
+// returns its base URL once it is ready.
 func startServe(t *testing.T, body string) string {
 	t.Helper()
 	addr := freeAddr(t)
-	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n%s", addr, filepath.Join(t.TempDir(), "g.db"), body))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, stderr.String())
-			}
-		case <-time.After(60 * time.Second): // a hang guard, not a speed check
-			t.Error("serve did not stop")
-		}
-	})
+	serveConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n%s", addr, filepath.Join(t.TempDir(), "g.db"), body))
 	base := "http://" + addr
 	waitHealthy(t, base)
 	waitReadyz(t, base, http.StatusOK, "ready\n")
@@ -101,17 +83,7 @@ func TestServeAdmin(t *testing.T) {
 func TestSessionsExportMarkdown(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "g.db")
 	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
-	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := sessions.New(db, agent.Echo{}, sessions.Options{})
-	out, err := m.Handle(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"}, sessions.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Shutdown(context.Background())
-	db.Close()
+	out := storeTurn(t, dbPath, sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"})
 	code, md, _ := runCmd(t, "sessions", "export", "-c", path, "-format", "markdown", out.ConversationID)
 	if code != 0 || !strings.Contains(md, "# Conversation "+out.ConversationID) || !strings.Contains(md, "> echo: hello (history: 0)") {
 		t.Fatalf("markdown export (%d):\n%s", code, md)

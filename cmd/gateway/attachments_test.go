@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -16,19 +15,8 @@ func TestTranscriptsNameAttachments(t *testing.T) {
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "g.db")
 	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
-	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := sessions.New(db, agent.Echo{}, sessions.Options{})
-	in := sessions.Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", Text: "look",
-		Attachments: []agent.Attachment{{Kind: agent.KindImage, Type: "photo", Mime: "image/jpeg", FileID: "AgAD", Size: 48213}}}
-	out, err := m.Handle(context.Background(), in, sessions.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Shutdown(context.Background())
-	db.Close()
+	out := storeTurn(t, dbPath, sessions.Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", Text: "look",
+		Attachments: []agent.Attachment{{Kind: agent.KindImage, Type: "photo", Mime: "image/jpeg", FileID: "AgAD", Size: 48213}}})
 	code, shown, _ := runCmd(t, "sessions", "show", "-c", path, "telegram:dm:7")
 	if code != 0 || !strings.Contains(shown, "look [photo image/jpeg 48213 bytes]") ||
 		!strings.Contains(shown, "echo: look "+agent.MissingImageText+" (history: 0)") {

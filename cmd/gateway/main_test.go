@@ -51,6 +51,24 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+// storeTurn runs one turn of in with the echo agent on the SQLite
+// database at dbPath, closed again after it, and returns the turn.
+func storeTurn(t *testing.T, dbPath string, in sessions.Inbound) sessions.Outcome {
+	t.Helper()
+	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sessions.New(db, agent.Echo{}, sessions.Options{})
+	out, err := m.Handle(context.Background(), in, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(context.Background())
+	db.Close()
+	return out
+}
+
 func TestCheckExample(t *testing.T) {
 	code, out, errOut := runCmd(t, "check", "-c", "../../bot.yaml.example")
 	if code != 0 {
@@ -105,23 +123,11 @@ channels:
 func TestServeRunsAndStopsCleanly(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n", addr, filepath.Join(dir, "g.db")))
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr bytes.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
+	stop := serveConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: warn\n", addr, filepath.Join(dir, "g.db")))
 	// Healthy as soon as it listens; ready once started.
 	waitHealthy(t, "http://"+addr)
 	waitReadyz(t, "http://"+addr, http.StatusOK, "ready\n")
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-	case <-time.After(60 * time.Second): // a hang guard, not a speed check
-		t.Fatal("serve did not stop")
-	}
+	stop()
 	if _, err := os.Stat(filepath.Join(dir, "g.db")); err != nil {
 		t.Fatalf("database not created: %v", err)
 	}
@@ -200,17 +206,7 @@ func TestSessionsCommands(t *testing.T) {
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "g.db")
 	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
-	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := sessions.New(db, agent.Echo{}, sessions.Options{})
-	out, err := m.Handle(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"}, sessions.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Shutdown(context.Background())
-	db.Close()
+	out := storeTurn(t, dbPath, sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"})
 
 	code, list, _ := runCmd(t, "sessions", "list", "-c", path)
 	if code != 0 || !strings.Contains(list, out.ConversationID) || !strings.Contains(list, "websocket:ann") {
@@ -337,18 +333,8 @@ log:
 	for i, text := range []string{"one", "two", "three"} {
 		c.WriteJSON(map[string]any{"type": "message", "id": text, "text": text})
 		want := fmt.Sprintf("echo: %s (history: %d)", text, min(i*2, 1))
-		for {
-			var f map[string]any
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if err := c.ReadJSON(&f); err != nil {
-				t.Fatal(err)
-			}
-			if f["type"] == "reply" {
-				if f["text"] != want {
-					t.Fatalf("reply = %v, want %q (max_history 1 from bot.yaml)", f["text"], want)
-				}
-				break
-			}
+		if f := readReply(t, c); f["text"] != want {
+			t.Fatalf("reply = %v, want %q (max_history 1 from bot.yaml)", f["text"], want)
 		}
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -375,6 +361,22 @@ log:
 	}
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// readReply reads the client's frames, each within 10 s, up to the next
+// reply, and returns it.
+func readReply(t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	for {
+		var f map[string]any
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := c.ReadJSON(&f); err != nil {
+			t.Fatal(err)
+		}
+		if f["type"] == "reply" {
+			return f
+		}
 	}
 }
 

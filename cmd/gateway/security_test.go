@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +16,32 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// serveConfig runs serve with config until the test ends.
-func serveConfig(t *testing.T, config string) {
+// serveConfig runs serve with config until the test ends or stop is
+// called, whichever comes first; either way the test fails unless serve
+// then exits 0.
+func serveConfig(t *testing.T, config string) (stop func()) {
 	t.Helper()
 	path := writeConfig(t, config)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr bytes.Buffer
+	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exit %d: %s", code, stderr.String())
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("serve exited %d: %s", code, stderr.String())
+				}
+			case <-time.After(60 * time.Second): // a hang guard, not a speed check
+				t.Error("serve did not stop")
 			}
-		case <-time.After(60 * time.Second): // a hang guard
-			t.Error("serve did not stop")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func status(t *testing.T, url, auth string) int {

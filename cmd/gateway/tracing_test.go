@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -59,11 +57,7 @@ func TestServeExportsTracesOnStop(t *testing.T) {
 
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	path := writeConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: error\n", addr, filepath.Join(dir, "g.db")))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncBuffer
-	go func() { done <- run(ctx, []string{"serve", "-c", path}, &bytes.Buffer{}, &stderr) }()
+	stop := serveConfig(t, fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  dsn: %s\nlog:\n  level: error\n", addr, filepath.Join(dir, "g.db")))
 	waitHealthy(t, "http://"+addr)
 	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
 	if err != nil {
@@ -72,25 +66,8 @@ func TestServeExportsTracesOnStop(t *testing.T) {
 	defer c.Close()
 	c.WriteJSON(map[string]any{"type": "hello", "user": "ann"})
 	c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": "hi"})
-	for {
-		var f map[string]any
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if err := c.ReadJSON(&f); err != nil {
-			t.Fatal(err)
-		}
-		if f["type"] == "reply" {
-			break
-		}
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-	case <-time.After(60 * time.Second): // a hang guard, not a speed check
-		t.Fatal("serve did not stop")
-	}
+	readReply(t, c)
+	stop() // a graceful stop flushes the spans
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	for _, name := range []string{"message", "store", "turn", "lock wait", "agent call", "store reply", "delivery"} {

@@ -410,8 +410,20 @@ func (a *Server) LastUpdateID() int { a.mu.Lock(); defer a.mu.Unlock(); return a
 // sent message wakes it. It fails the test after 20 s.
 func (a *Server) waitFor(t testing.TB, cond func() bool, why func() string) {
 	t.Helper()
+	if !a.waitUntil(cond, 20*time.Second) {
+		a.mu.Lock()
+		msg := why()
+		a.mu.Unlock()
+		t.Fatal(msg)
+	}
+}
+
+// waitUntil waits, under the lock, until cond holds or within has passed,
+// and reports whether it held; every request, every sent message and Poke
+// wake it.
+func (a *Server) waitUntil(cond func() bool, within time.Duration) bool {
 	expired := false
-	timer := time.AfterFunc(20*time.Second, func() {
+	timer := time.AfterFunc(within, func() {
 		a.mu.Lock()
 		expired = true
 		a.cond.Broadcast()
@@ -422,8 +434,9 @@ func (a *Server) waitFor(t testing.TB, cond func() bool, why func() string) {
 	defer a.mu.Unlock()
 	for !cond() {
 		if expired {
-			t.Fatal(why())
+			return false
 		}
 		a.cond.Wait()
 	}
+	return true
 }

@@ -189,23 +189,7 @@ func utf16Count(s string) int {
 // it may wait on any goroutine. Every request wakes it, and so does Poke;
 // cond runs under the server's lock and must not keep calls.
 func (a *Server) WaitCalls(cond func(calls []Call) bool, within time.Duration) bool {
-	expired := false
-	timer := time.AfterFunc(within, func() {
-		a.mu.Lock()
-		expired = true
-		a.cond.Broadcast()
-		a.mu.Unlock()
-	})
-	defer timer.Stop()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for !cond(a.calls) {
-		if expired {
-			return false
-		}
-		a.cond.Wait()
-	}
-	return true
+	return a.waitUntil(func() bool { return cond(a.calls) }, within)
 }
 
 // Poke wakes WaitCalls to test its condition again, for a condition that

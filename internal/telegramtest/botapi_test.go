@@ -9,18 +9,26 @@ import (
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
 
+// newClient serves a new fake until the test ends and returns it with the
+// real client library's bot on it.
+func newClient(t *testing.T) (*Server, *tgbotapi.BotAPI) {
+	t.Helper()
+	a := New(t)
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, api
+}
+
 // TestGetUpdatesRules checks the fake against the Bot API's documented
 // getUpdates rules, through the real client library: at most limit
 // updates (1–100, default 100), an offset confirms every update below it,
 // a negative offset keeps only the newest, and every call is recorded.
 func TestGetUpdatesRules(t *testing.T) {
-	a := New(t)
-	srv := httptest.NewServer(a)
-	defer srv.Close()
-	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, api := newClient(t)
 	for i := 0; i < 150; i++ {
 		a.Push(DM(7, "m"))
 	}
@@ -70,13 +78,7 @@ func TestGetUpdatesRules(t *testing.T) {
 // found" for an unknown message; the variants answer drafts 404 Not
 // Found and every n-th edit 429 with retry_after 2.
 func TestStreamingCalls(t *testing.T) {
-	a := New(t)
-	srv := httptest.NewServer(a)
-	defer srv.Close()
-	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, api := newClient(t)
 	apiErr := func(err error) *tgbotapi.Error {
 		t.Helper()
 		var e *tgbotapi.Error

@@ -2,7 +2,6 @@ package telegramtest
 
 import (
 	"errors"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,13 +79,7 @@ func TestCheckHTML(t *testing.T) {
 // 400 "can't parse entities" and is not taken; valid HTML and plain text
 // are taken with their parse_mode recorded; FailParse refuses valid HTML.
 func TestSendMessageParseMode(t *testing.T) {
-	a := New(t)
-	srv := httptest.NewServer(a)
-	defer srv.Close()
-	api, err := tgbotapi.NewBotAPIWithClient(Token, srv.URL+"/bot%s/%s", srv.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, api := newClient(t)
 	send := func(text, mode string) error {
 		msg := tgbotapi.NewMessage(5, text)
 		msg.ParseMode = mode
