@@ -29,6 +29,10 @@ type ttfdResult struct {
 // ttfdClients are the client counts of the time-to-first-delta rows.
 var ttfdClients = []int{1, 50}
 
+// ttfdMaxHistory is the gateway's max_history in these rows; the direct
+// callers send as much history.
+const ttfdMaxHistory = 20
+
 // streamingLLM is an OpenAI-compatible chat-completions server on
 // loopback that streams every answer as server-sent chunks: the first
 // after firstChunk (at once when 0), then four more and the usage, each
@@ -90,7 +94,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	if err != nil {
 		return nil, err
 	}
-	url, stop, err := serveGateway(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: 20})
+	url, stop, err := serveGateway(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory})
 	if err != nil {
 		return nil, err
 	}
@@ -108,14 +112,20 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 
 // driveDirect runs n callers of the backend, each asking one question
 // at a time, timing each from the call to its first delta; a call that
-// fails or streams nothing counts as an error. Bounded like drive.
+// fails or streams nothing counts as an error. Bounded like drive. Each
+// caller keeps its conversation as a client of the model would, and as
+// the gateway does: its history, trimmed to the gateway's max_history
+// (ttfdMaxHistory), goes with every question, so that both sides send the
+// model the same request.
 func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResult {
 	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
 		mine := make([]time.Duration, 0, o.messages)
+		var history []agent.Message
 		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
 			var first time.Duration
 			t0 := time.Now()
-			_, err := ag.Reply(ctx, agent.Request{SessionKey: fmt.Sprint("bench-", i), Input: "hello gateway"}, func(string) {
+			req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: "hello gateway"}
+			reply, err := ag.Reply(ctx, req, func(string) {
 				if first == 0 {
 					first = time.Since(t0)
 				}
@@ -125,6 +135,10 @@ func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResu
 				continue
 			}
 			mine = append(mine, first)
+			history = append(history, agent.Message{Role: agent.RoleUser, Content: req.Input}, agent.Message{Role: agent.RoleAssistant, Content: reply.Text()})
+			if len(history) > ttfdMaxHistory {
+				history = history[len(history)-ttfdMaxHistory:]
+			}
 		}
 		return mine
 	})
