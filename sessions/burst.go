@@ -112,7 +112,7 @@ type burst struct {
 	key     string
 	policy  BusyPolicy
 	waiting []*Ticket
-	first   time.Time // wall clock: the first waiting message arrived
+	first   time.Time // the first waiting message arrived (Options.Now)
 	last    time.Time // and the newest
 	kick    chan struct{}
 	stop    bool // Stop came while nothing ran: the next turn is stopped
@@ -425,7 +425,7 @@ func (m *Manager) idle(key string) bool {
 func (m *Manager) enqueue(t *Ticket) {
 	m.hold(t.ref)
 	key := t.in.SessionKey
-	now := time.Now()
+	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.bursts[key]
@@ -468,15 +468,12 @@ func (m *Manager) runBurst(b *burst) {
 		}
 		at, stop := b.startAt(), b.stop
 		m.mu.Unlock()
-		if wait := time.Until(at); wait > 0 && !stop && m.draining.Err() == nil {
-			timer := time.NewTimer(wait)
+		if wait := at.Sub(m.now()); wait > 0 && !stop && m.draining.Err() == nil {
 			select {
-			case <-timer.C:
+			case <-m.opts.After(wait):
 			case <-b.kick:
-				timer.Stop()
 				continue // a new message: the wait starts again
 			case <-m.draining.Done():
-				timer.Stop()
 			}
 		}
 		if err := m.runNext(b); err != nil {

@@ -226,18 +226,31 @@ func TestInterruptAnswersEverythingInOneNewTurn(t *testing.T) {
 	})
 }
 
-// Debounce: messages closer together than debounce_ms are one turn.
+// Debounce: messages closer together than debounce_ms are one turn. The
+// clock moves 300 ms between messages (the pace of a person typing) and
+// only once the runner waits on it; the turn starts when it has moved a
+// whole debounce past the last one.
 func TestDebounceWaitsForMoreMessages(t *testing.T) {
 	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
 	rec := &recorder{}
-	m := newManager(t, db, rec, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect, Debounce: time.Second}))
+	c := newClock(t0)
+	m := New(db, rec, Options{Now: c.Now, After: c.After, Logger: quiet,
+		Policies: busyPolicy(BusyPolicy{Mode: BusyCollect, Debounce: time.Second})})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	var tickets []*Ticket
 	for i := range 3 {
-		if i > 0 {
-			time.Sleep(300 * time.Millisecond) // the pace of a person typing
-		}
 		tickets = append(tickets, submit(t, m, msg("websocket:ann", fmt.Sprint("part ", i+1))))
+		if !c.WaitTimers(i+1, 20*time.Second) { // the runner waits out the debounce again
+			t.Fatalf("the runner did not wait after message %d", i+1)
+		}
+		if i < 2 {
+			c.Advance(300 * time.Millisecond)
+		}
 	}
+	if n := rec.calls.Load(); n != 0 {
+		t.Fatalf("%d agent calls before the debounce passed", n)
+	}
+	c.Advance(time.Second)
 	out := wait(t, tickets[2])
 	if n := rec.calls.Load(); n != 1 || out.Reply.Text != "echo: part 1\npart 2\npart 3 (history: 0)" {
 		t.Fatalf("%d agent calls, reply %q; want one for the three", n, out.Reply.Text)

@@ -174,7 +174,10 @@ type Options struct {
 	Instructions string
 	Locks        *locks.Cache
 	Now          func() time.Time
-	Logger       *slog.Logger
+	// After is the debounce's timer, on the clock of Now (default
+	// time.After).
+	After  func(time.Duration) <-chan time.Time
+	Logger *slog.Logger
 	// HotConversations bounds the in-memory cache of active conversations
 	// (default 1024), and CacheBytes their estimated size (default
 	// DefaultCacheBytes); the least recently used go first.
@@ -308,6 +311,9 @@ func (h *hotConv) byClientID(id string) *Message {
 func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.After == nil {
+		opts.After = time.After
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

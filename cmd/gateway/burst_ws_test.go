@@ -301,8 +301,9 @@ func TestWebSocketInterruptAnswersBoth(t *testing.T) {
 	}
 }
 
-// Three messages 300 ms apart, the first one slow: a 1 s debounce gathers
-// them into one turn; queue mode runs one turn for each.
+// Three messages, each sent once the one before is stored, the first one
+// slow: a 1 s debounce gathers them into one turn; queue mode runs one
+// turn for each.
 func TestWebSocketDebounceAndQueue(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -316,13 +317,11 @@ func TestWebSocketDebounceAndQueue(t *testing.T) {
 			llm := newBurstLLM()
 			addr := burstGateway(t, llm, tc.session)
 			cl, _ := dialClient(t, addr, map[string]any{"user": "ann"})
+			// Each message is sent once the one before it is stored: with
+			// no debounce its turn could start then, so only the debounce
+			// gathers them.
 			for i, text := range []string{"slow one", "two", "three"} {
-				if i > 0 {
-					time.Sleep(300 * time.Millisecond) // the user types on
-				}
 				send(t, cl, fmt.Sprint("m-", i+1), text)
-			}
-			for i := range 3 {
 				expectFrame(t, cl, "ack", map[string]any{"id": fmt.Sprint("m-", i+1), "seq": i + 1})
 			}
 			llm.open()
