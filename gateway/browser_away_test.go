@@ -17,14 +17,7 @@ func TestPreviousFromAnotherDeviceWhileAway(t *testing.T) {
 	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
 	ctx := browser(t)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/?user=ned"),
-		waitText("#status", "online as ned"),
-		sendText("one"),
-		waitText(".msg.assistant", "echo: one (history: 0)"),
-		chromedp.Click("#reset"),
-		waitText(".notice", "New conversation"),
-		sendText("two"),
-		waitText(".msg.assistant", "echo: two (history: 0)"),
+		twoConversations(e.srv.URL, "ned"),
 		chromedp.Navigate("about:blank"),
 	); err != nil {
 		t.Fatal(err)

@@ -15,14 +15,7 @@ func TestMessageRightAfterPreviousStaysShown(t *testing.T) {
 	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
 	ctx := browser(t)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/?user=gil"),
-		waitText("#status", "online as gil"),
-		sendText("one"),
-		waitText(".msg.assistant", "echo: one (history: 0)"),
-		chromedp.Click("#reset"),
-		waitText(".notice", "New conversation"),
-		sendText("two"),
-		waitText(".msg.assistant", "echo: two (history: 0)"),
+		twoConversations(e.srv.URL, "gil"),
 	); err != nil {
 		t.Fatalf("before going back: %v", err)
 	}

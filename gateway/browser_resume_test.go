@@ -22,14 +22,7 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 	}, clock.Now)
 	ctx := browser(t)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/?user=eve"),
-		waitText("#status", "online as eve"),
-		sendText("one"),
-		waitText(".msg.assistant", "echo: one (history: 0)"),
-		chromedp.Click("#reset"),
-		waitText(".notice", "New conversation"),
-		sendText("two"),
-		waitText(".msg.assistant", "echo: two (history: 0)"),
+		twoConversations(e.srv.URL, "eve"),
 	); err != nil {
 		t.Fatalf("before going back: %v", err)
 	}
@@ -97,4 +90,20 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatalf("nothing to go back to: %v", err)
 	}
+}
+
+// twoConversations opens the page as user, says "one", starts a new
+// conversation and says "two" in it: the session then has a previous
+// conversation to go back to.
+func twoConversations(url, user string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(url+"/?user="+user),
+		waitText("#status", "online as "+user),
+		sendText("one"),
+		waitText(".msg.assistant", "echo: one (history: 0)"),
+		chromedp.Click("#reset"),
+		waitText(".notice", "New conversation"),
+		sendText("two"),
+		waitText(".msg.assistant", "echo: two (history: 0)"),
+	)
 }

@@ -119,14 +119,9 @@ type wsClient struct {
 	closeCh chan int
 }
 
-func dialClient(t *testing.T, addr string, hello map[string]any) (*wsClient, map[string]any) {
-	t.Helper()
-	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hello["type"] = "hello"
-	c.WriteJSON(hello)
+// readFrames reads c's frames into a client's frames channel until the
+// connection ends, whose close code then goes to closeCh.
+func readFrames(c *websocket.Conn) *wsClient {
 	cl := &wsClient{c: c, frames: make(chan map[string]any, 64), closeCh: make(chan int, 1)}
 	go func() {
 		for {
@@ -144,6 +139,18 @@ func dialClient(t *testing.T, addr string, hello map[string]any) (*wsClient, map
 			cl.frames <- f
 		}
 	}()
+	return cl
+}
+
+func dialClient(t *testing.T, addr string, hello map[string]any) (*wsClient, map[string]any) {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello["type"] = "hello"
+	c.WriteJSON(hello)
+	cl := readFrames(c)
 	ready := cl.next(t, "ready")
 	cl.session, cl.conv = ready["session"].(string), ready["conversation"].(string)
 	return cl, ready

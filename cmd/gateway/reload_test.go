@@ -57,23 +57,7 @@ func dialToken(t *testing.T, addr, token string) (*wsClient, map[string]any) {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.WriteJSON(map[string]any{"type": "hello"})
-	cl := &wsClient{c: c, frames: make(chan map[string]any, 64), closeCh: make(chan int, 1)}
-	go func() {
-		for {
-			var f map[string]any
-			if err := c.ReadJSON(&f); err != nil {
-				var ce *websocket.CloseError
-				code := 0
-				if errors.As(err, &ce) {
-					code = ce.Code
-				}
-				cl.closeCh <- code
-				close(cl.frames)
-				return
-			}
-			cl.frames <- f
-		}
-	}()
+	cl := readFrames(c)
 	select {
 	case f, ok := <-cl.frames:
 		if !ok {
