@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/subtle"
 	"net/http"
-	"strings"
 )
 
 // RateLimited returns the hook a channel calls for each refusal of one of
@@ -22,8 +21,8 @@ func (m *Metrics) ProtectedHandler(token string) http.Handler {
 	}
 	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		got, ok := bearer(r)
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return

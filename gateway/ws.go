@@ -268,10 +268,16 @@ func (ws *WebSocket) principalFor(token string) string {
 }
 
 func requestToken(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		return strings.TrimSpace(h[len("Bearer "):])
+	if tok, ok := bearer(r); ok {
+		return tok
 	}
 	return r.URL.Query().Get("token")
+}
+
+// bearer is the token of an "Authorization: Bearer TOKEN" header.
+func bearer(r *http.Request) (string, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(tok), ok
 }
 
 // ServeHTTP upgrades GET /ws.
