@@ -255,7 +255,8 @@ func (o *offsetTracker) state(committed int) offsetState {
 	}
 	slices.Sort(st.Done)
 	for _, h := range o.held {
-		st.Held = append(st.Held, h)
+		c := *h // a copy: the state is written outside o.mu while hold changes h
+		st.Held = append(st.Held, &c)
 	}
 	slices.SortFunc(st.Held, func(a, b *heldUpdate) int { return a.Update.UpdateID - b.Update.UpdateID })
 	return st
