@@ -20,7 +20,15 @@ func (m *Manager) WaitingMessages() (messages, keys int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, b := range m.bursts {
-		if n := len(b.waiting); n > 0 {
+		n := 0
+		for _, t := range b.waiting {
+			// A message stored claimed is its own turn, running or about
+			// to (its call may have started before the runner took it).
+			if t.claimed == nil {
+				n++
+			}
+		}
+		if n > 0 {
 			messages += n
 			keys++
 		}
