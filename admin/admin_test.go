@@ -244,10 +244,10 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("a refused drain drained: %v", not)
 	}
 	// Each admin's token works, and the log names the admin it belongs to.
-	for name, tok := range map[string]string{"alice": aliceToken, "bob": bobToken} {
-		code, _, body := e.do("GET", "/admin/api/sessions", tok)
+	for _, a := range []struct{ name, tok string }{{"alice", aliceToken}, {"bob", bobToken}} { // in this order
+		code, _, body := e.do("GET", "/admin/api/sessions", a.tok)
 		if code != http.StatusOK {
-			t.Fatalf("%s: %d %s", name, code, body)
+			t.Fatalf("%s: %d %s", a.name, code, body)
 		}
 	}
 	var who []string
