@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -49,10 +50,11 @@ type Ticket struct {
 	claimed *Batch     // the message was stored claimed, as this turn
 	early   *earlyCall // and its agent call started meanwhile; the runner takes it
 
-	once sync.Once
-	done chan struct{}
-	out  Outcome
-	err  error
+	once    sync.Once
+	delayed atomic.Bool // OnDelay was called
+	done    chan struct{}
+	out     Outcome
+	err     error
 
 	span trace.SpanContext // the message's span: its turn links to it
 }
@@ -116,6 +118,10 @@ type burst struct {
 	last    time.Time // and the newest
 	kick    chan struct{}
 	stop    bool // Stop came while nothing ran: the next turn is stopped
+	// failing: since when starting the next turn has failed (storage),
+	// and the pause before the next try.
+	failing time.Time
+	backoff time.Duration
 }
 
 // startAt is when the burst's next turn may start.
@@ -395,19 +401,39 @@ func clientIDs(rows []BatchRow) []string {
 	return ids
 }
 
-// settledTail reports whether the conversation's newest message is a
-// final reply (or there is none): then no earlier message waits for a
-// turn, and a new one can be stored as its own.
+// settledTail reports whether every user message in the cached window
+// has its final reply (or there is none): then no earlier message waits
+// for a turn, and a new one can be stored as its own. (A message may be
+// stored with its answer lost, and a reply stored after it: the newest
+// message being a reply proves nothing.)
 func settledTail(hc *hotConv) bool {
 	if hc.conv.LastSeq == 0 {
 		return true
 	}
-	if len(hc.window) == 0 {
+	if len(hc.window) == 0 || hc.window[len(hc.window)-1].Seq != hc.conv.LastSeq {
 		return false
 	}
-	last := &hc.window[len(hc.window)-1]
-	return last.Seq == hc.conv.LastSeq && last.isFinalReply() &&
-		!(last.Status == MsgInterrupted && (last.Error == InterruptedByShutdown || last.Error == InterruptedByMessage))
+	answered := map[int64]bool{}
+	for i := range hc.window {
+		if m := &hc.window[i]; m.isFinalReply() &&
+			!(m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage)) {
+			answered[m.ReplyTo] = true
+		}
+	}
+	for i := range hc.window {
+		m := &hc.window[i]
+		if m.Role != agent.RoleUser {
+			continue
+		}
+		lead := m.TurnLead
+		if lead == 0 {
+			lead = m.Seq
+		}
+		if !answered[lead] {
+			return false
+		}
+	}
+	return true
 }
 
 // idle reports whether nothing of the key waits or runs here.
@@ -476,16 +502,50 @@ func (m *Manager) runBurst(b *burst) {
 			case <-m.draining.Done():
 			}
 		}
-		if err := m.runNext(b); err != nil {
-			// Storage failing: the messages stay stored and waiting; try
-			// again shortly.
-			m.log.Error("starting a turn failed; retrying", slog.String("session_key", b.key), slog.String("error", err.Error()))
-			backoff := time.NewTimer(time.Second)
-			select {
-			case <-backoff.C:
-			case <-m.base.Done():
-				backoff.Stop()
-			}
+		err := m.runNext(b)
+		if err == nil {
+			m.mu.Lock()
+			b.failing, b.backoff = time.Time{}, 0
+			m.mu.Unlock()
+			continue
+		}
+		// Storage failing: the messages stay stored and waiting, held by
+		// this runner, which tries again with backoff; their users are
+		// told once when it lasts (Options.DelayNotice).
+		now := m.now()
+		m.mu.Lock()
+		first := b.failing.IsZero()
+		if first {
+			b.failing = now
+		}
+		since := b.failing
+		b.backoff = min(max(2*b.backoff, m.opts.RetryPause), 8*m.opts.RetryPause)
+		wait := b.backoff
+		waiting := slices.Clone(b.waiting)
+		m.mu.Unlock()
+		if first {
+			m.log.Error("starting a turn failed; retrying until storage answers", slog.String("session_key", b.key), slog.String("error", err.Error()))
+		}
+		m.noticeDelay(waiting, since)
+		backoff := time.NewTimer(wait)
+		select {
+		case <-backoff.C:
+		case <-m.base.Done():
+			backoff.Stop()
+		}
+	}
+}
+
+// noticeDelay tells the users of tickets whose turn has waited on the
+// database since since, once each, when that is longer than
+// Options.DelayNotice.
+func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
+	if m.opts.DelayNotice <= 0 || m.now().Sub(since) < m.opts.DelayNotice {
+		return
+	}
+	for _, t := range tickets {
+		if t.hooks.OnDelay != nil && t.delayed.CompareAndSwap(false, true) {
+			t.hooks.OnDelay(Delay{ConversationID: t.ref.conv, Seq: t.ref.seq, Since: since})
 		}
 	}
 }
@@ -494,6 +554,11 @@ func (m *Manager) runBurst(b *burst) {
 // nothing was claimed (storage failed) and the burst waits as it was.
 func (m *Manager) runNext(b *burst) error {
 	m.mu.Lock()
+	if len(b.waiting) == 0 {
+		// Another runner here (the rescuer) took them meanwhile.
+		m.mu.Unlock()
+		return nil
+	}
 	head := b.waiting[0]
 	m.mu.Unlock()
 	in := head.in
@@ -516,9 +581,12 @@ func (m *Manager) runNext(b *burst) error {
 	}
 	endLock(err)
 	defer func() { endTurn(err) }()
+	if err != nil && !errors.Is(err, ErrShuttingDown) {
+		return err // storage: the burst waits as it is, and runBurst retries
+	}
 	if err != nil {
-		// Shutting down: the messages stay stored and pending; the next
-		// start (or another replica) answers them.
+		// The gateway is stopping: the messages stay stored and pending;
+		// the next start (or another replica) answers them.
 		m.mu.Lock()
 		waiting := b.waiting
 		b.waiting = nil
@@ -543,8 +611,10 @@ func (m *Manager) runNext(b *burst) error {
 }
 
 // takeTickets removes from the key's burst the tickets of conversation
-// conv up to seq lead and returns them.
-func (m *Manager) takeTickets(key, conv string, lead int64) []*Ticket {
+// conv that pick chooses and returns them. A ticket leaves the burst only
+// for the batch that holds its message, or for a claim that found its
+// message taken: never on the guess that another runner has it.
+func (m *Manager) takeTickets(key, conv string, pick func(*Ticket) bool) []*Ticket {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.bursts[key]
@@ -554,7 +624,7 @@ func (m *Manager) takeTickets(key, conv string, lead int64) []*Ticket {
 	var took []*Ticket
 	kept := b.waiting[:0]
 	for _, t := range b.waiting {
-		if t.ref.conv == conv && t.ref.seq <= lead {
+		if t.ref.conv == conv && pick(t) {
 			took = append(took, t)
 		} else {
 			kept = append(kept, t)
@@ -606,11 +676,11 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		release()
 		return "", nil, err
 	}
-	others := slices.DeleteFunc(slices.Clone(alive), func(id string) bool { return id == m.opts.ReplicaID })
 	now := m.now()
 	b := claimed
 	if b == nil {
-		b, err = m.store.ClaimBatch(ctx, conv, m.opts.ReplicaID, alive != nil, others, now, busy.MaxBatch, m.tracks(in.Channel))
+		b, err = m.store.ClaimBatch(ctx, Claim{ConversationID: conv, Owner: m.opts.ReplicaID, Held: m.heldSeqs(key, conv),
+			TakeOver: alive != nil, Alive: alive, Now: now, Limit: busy.MaxBatch, Track: m.tracks(in.Channel)})
 	} else {
 		b.LastSeq, b.Epoch = hc.conv.LastSeq, hc.conv.Epoch // stored by this process, under this lock
 	}
@@ -622,8 +692,10 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		release()
 		m.traceStatus(ctx, "none")
 		// Nothing to run: another runner took this conversation's
-		// messages (it delivers their replies), or they are answered.
-		for _, t := range m.takeTickets(key, conv, 1<<62) {
+		// waiting messages (it delivers their replies), or they are
+		// answered. A message stored as its own turn is not among them:
+		// no claim takes it, and its ticket runs it.
+		for _, t := range m.takeTickets(key, conv, func(t *Ticket) bool { return t.claimed == nil }) {
 			t.resolve(Outcome{ConversationID: t.ref.conv, UserSeq: t.ref.seq, Pending: true, Turn: TurnRef{ConversationID: t.ref.conv, Seq: t.ref.seq}}, nil)
 		}
 		return "", nil, nil
@@ -642,8 +714,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		// the turn sees what it wrote.
 		if hc, err = m.reload(ctx, in, conv); err != nil {
 			release()
-			m.unholdBatch(b)
-			m.handBack(conv, lead, b.Attempt)
+			m.handBack(b)
 			return "", nil, err
 		}
 	}
@@ -654,7 +725,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	prior := priorOf(hc.window, members, lead)
 	release()
 
-	tickets := m.takeTickets(key, conv, lead)
+	tickets := m.takeTickets(key, conv, func(t *Ticket) bool { return members[t.ref.seq] })
 	var leadTicket *Ticket
 	for _, t := range tickets {
 		if t.ref.seq == lead && !t.resend {
@@ -708,28 +779,29 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// moved the conversation's epoch. An interrupted turn is handed back
 	// with its partial reply, due at once; a tracked channel's delivery
 	// stays claimed: the channel sends, then marks it.
-	release, err = m.lockState(context.WithoutCancel(ctx), key, false)
-	if err == nil {
-		endStore := m.startSpan(ctx, "store reply")
-		err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, lead, b.Attempt, state)
-		endStore(err)
-		release()
-	}
+	endStore := m.startSpan(ctx, "store reply")
+	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, lead, b.Attempt, state,
+		func(since time.Time) { m.noticeDelay(tickets, since) })
+	endStore(err)
 	if err != nil {
 		m.hot.Remove(key)
-		if errors.Is(err, ErrLostClaim) {
+		lost := errors.Is(err, ErrLostClaim)
+		if lost {
 			m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.Int64("seq", lead))
 		} else {
 			m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.String("error", err.Error()))
-			m.handBack(conv, lead, b.Attempt)
 		}
 		err = fmt.Errorf("%w: %w", ErrReplyNotStored, err)
 		for _, t := range tickets {
 			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq}, err)
 		}
-		m.unholdBatch(b)
+		if lost {
+			m.unholdBatch(b)
+		} else {
+			m.handBack(b) // under the turn lock still: no claim of this replica comes between
+		}
 		return "", b, err
 	}
 	final := toReply(&msgs[len(msgs)-1])
@@ -743,12 +815,9 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	for _, t := range tickets {
 		switch {
 		case t == leadTicket:
-		case members[t.ref.seq]:
+		default:
 			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Reply: final, Merged: true,
 				Turn: TurnRef{ConversationID: conv, Seq: lead}}, nil)
-		default:
-			// Taken by another runner before this batch: it answers.
-			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Pending: true, Turn: TurnRef{ConversationID: conv, Seq: t.ref.seq}}, nil)
 		}
 	}
 	for _, r := range b.Rows {

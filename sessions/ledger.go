@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -292,6 +293,20 @@ func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, l
 	return out, nil
 }
 
+// OwnTurns returns the turns of a conversation that owner holds in the
+// ledger and that are not settled: not yet answered, or answered and not
+// yet marked delivered on a channel that confirms delivery. The caller
+// compares them with what its runners hold: the others it claims again.
+func (s *DB) OwnTurns(ctx context.Context, convID, owner string) ([]DueTurn, error) {
+	out, err := s.scanDue(ctx, `WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_owner = ? AND u.turn_due IS NULL
+		AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT `+answeredSQL("u")+`)
+		ORDER BY u.seq`, convID, owner)
+	if err != nil {
+		return nil, fmt.Errorf("find own turns of %s: %w", convID, err)
+	}
+	return out, nil
+}
+
 // ClaimTurn claims a turn for owner, so that of any number of runners
 // trying at once one wins: the turn must still be as seen (seenOwner,
 // seenAttempt), and either due at now, or held by seenOwner, whom the
@@ -520,21 +535,47 @@ func (b *Batch) Ref() TurnRef {
 	return TurnRef{ConversationID: b.ConversationID, Seq: b.Lead(), Claim: strconv.Itoa(b.Attempt)}
 }
 
-// ClaimBatch claims, for owner, the oldest unanswered turns of a
-// conversation as one turn: every message stored and not
-// yet run (pending), turns handed back (interrupted, or released) that are
-// due, and, with takeOver, turns held by an owner not among busy (the
-// replicas alive other than owner) — at most limit. owner's own running
-// turns are never taken: a message stored already claimed is run by its
-// own runner. All get one claim, one lead (the
-// newest), and the delivery tracking (track) on the lead alone. It
-// returns nil when nothing is claimable. Callers hold the session key's
-// lease, so that on several replicas one runs a user's turns at a time;
-// the claim itself is conditional all the same (PostgreSQL locks the
+// Claim asks ClaimBatch for the claimable turns of a conversation.
+type Claim struct {
+	ConversationID string
+	Owner          string
+	// Held are the seqs of the conversation's messages a runner of Owner
+	// holds now (in memory): Owner's other turns in the conversation are
+	// its own to claim again — a turn nobody runs, whose earlier claim
+	// failed or whose answer was lost.
+	Held []int64
+	// TakeOver takes the turns of owners not in Alive (replicas that
+	// stopped heartbeating).
+	TakeOver bool
+	Alive    []string
+	Now      time.Time
+	Limit    int
+	// Track: the channel confirms delivery (the lead's turn stays open
+	// until it is marked delivered).
+	Track bool
+}
+
+// ClaimBatch claims, for c.Owner, the oldest unanswered turns of a
+// conversation as one turn: every message stored and not yet run
+// (pending), turns handed back (interrupted, or released) that are due,
+// Owner's own turns that no runner of it holds (not in c.Held), and, with
+// TakeOver, turns held by an owner not among c.Alive — at most c.Limit.
+// A turn Owner's runner holds is never taken: a message stored already
+// claimed is run by its own runner. All get one claim, one lead (the
+// newest), and the delivery tracking on the lead alone. It returns nil
+// when nothing is claimable. Callers hold the session key's lease, so
+// that on several replicas one runs a user's turns at a time; the claim
+// itself is conditional all the same (PostgreSQL locks the
 // conversation's row first, SQLite has one writer).
-func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool, busy []string, now time.Time, limit int, track bool) (*Batch, error) {
-	if len(busy) == 0 {
-		busy = []string{""} // NOT IN needs a list; no owner is empty there
+func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
+	convID, owner, now, limit, track := c.ConversationID, c.Owner, c.Now, c.Limit, c.Track
+	alive := c.Alive
+	if !slices.Contains(alive, owner) {
+		alive = append(slices.Clone(alive), owner)
+	}
+	held := c.Held
+	if len(held) == 0 {
+		held = []int64{-1} // NOT IN needs a list; no seq is negative
 	}
 	var got *Batch
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
@@ -552,10 +593,11 @@ func (s *DB) ClaimBatch(ctx context.Context, convID, owner string, takeOver bool
 		}
 		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.attachments, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
 			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
-			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = '' OR (? AND u.turn_owner NOT IN ?))
+			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = ''
+				OR (u.turn_owner = ? AND u.seq NOT IN ?) OR (? AND u.turn_owner NOT IN ?))
 			AND (u.turn_due IS NULL OR u.turn_due <= ?)
 			AND NOT `+answeredSQL("u")+`
-			ORDER BY u.seq LIMIT ?`, convID, takeOver, busy, now, limit).Rows()
+			ORDER BY u.seq LIMIT ?`, convID, owner, held, c.TakeOver, alive, now, limit).Rows()
 		if err != nil {
 			return err
 		}

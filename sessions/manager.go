@@ -96,6 +96,11 @@ type Hooks struct {
 	OnReset func(ResetEvent)
 	OnAck   func(Ack)
 	OnDelta func(text string)
+	// OnDelay is called at most once, when the message is stored and its
+	// turn has waited on the database longer than Options.DelayNotice
+	// (it is kept, and answered once storage is back): the channel tells
+	// the user so (DelayText).
+	OnDelay func(Delay)
 }
 
 // Reply is the stored answer to a user message.
@@ -219,6 +224,14 @@ type Options struct {
 	// (default 3s). A turn still storing after it stays claimed until its
 	// lease ends, and is run again then.
 	InterruptGrace time.Duration
+	// RetryPause is the first pause before a storage step that failed
+	// is tried again (default 250ms); each later one doubles, up to 8
+	// times it for starting a turn and 20 times for looking at owed
+	// conversations and settling claims.
+	RetryPause time.Duration
+	// DelayNotice: a stored message whose turn has waited on the
+	// database this long gets Hooks.OnDelay, once (0: never).
+	DelayNotice time.Duration
 	// TracerProvider makes the turn spans (tracing.go); unset, tracing is
 	// off and costs a nil check.
 	TracerProvider trace.TracerProvider
@@ -229,7 +242,8 @@ const DefaultInterruptGrace = 3 * time.Second
 
 // Manager is the BotSessionManager.
 type Manager struct {
-	store   Store
+	store   Store // backing, watched (watch.go)
+	backing Store
 	opts    Options
 	locks   *locks.Cache
 	now     func() time.Time
@@ -252,8 +266,9 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
-	fetchers  sync.Map             // channel → Fetcher (fetch.go)
-	claims    map[turnKey]struct{} // turns a run of this replica holds now
+	fetchers  sync.Map                      // channel → Fetcher (fetch.go)
+	claims    map[string]map[int64]struct{} // conversation → seqs a run of this replica holds now
+	owed      map[string]*owedConv          // conversations to look at again (owed.go)
 	wake      chan struct{}
 	started   time.Time   // when this replica's heartbeat began
 	rescanAll atomic.Bool // the next rescuer pass reads the whole horizon
@@ -265,7 +280,9 @@ type Manager struct {
 	loops     sync.WaitGroup // the heartbeat and the rescuer
 	stopLoops chan struct{}
 	stopOnce  sync.Once
-	relay     relay // events of other replicas (notify.go)
+	relay     relay        // events of other replicas (notify.go)
+	unstored  atomic.Int64 // replies waiting in appendReply for storage
+	health    health
 	bursts    map[string]*burst
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
@@ -352,6 +369,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	if opts.RescueEvery <= 0 {
 		opts.RescueEvery = 5 * time.Second
 	}
+	if opts.RetryPause <= 0 {
+		opts.RetryPause = 250 * time.Millisecond
+	}
 	if opts.InterruptGrace <= 0 {
 		opts.InterruptGrace = DefaultInterruptGrace
 	}
@@ -371,12 +391,13 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[turnKey]struct{}{}, bursts: map[string]*burst{},
+		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{},
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer: newTracer(opts.TracerProvider),
 	}
 	m.live.Store(live)
+	m.backing, m.store = store, watched{Store: store, m: m}
 	return m
 }
 
@@ -508,6 +529,29 @@ func (m *Manager) lockTurn(ctx context.Context, key string) (func(), error) {
 	return func() { releaseLease(); release() }, nil
 }
 
+// tryLockTurn is lockTurn without waiting: errBusy when the key's turn
+// runs here, or its lease is held elsewhere for longer than a moment.
+func (m *Manager) tryLockTurn(ctx context.Context, key string) (func(), error) {
+	release, ok := m.turnLocks.TryAcquire(key)
+	if !ok {
+		return nil, errBusy
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	releaseLease, err := m.store.Lease(lctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
+	if err != nil {
+		release()
+		switch {
+		case ctx.Err() != nil:
+			return nil, ErrShuttingDown
+		case lctx.Err() != nil:
+			return nil, errBusy
+		}
+		return nil, err
+	}
+	return func() { releaseLease(); release() }, nil
+}
+
 // Handle runs one message to its outcome: Submit, then Wait. ctx bounds
 // only the wait for the key's state lock and the storing of the message;
 // once stored, its turn runs to its end even if the caller goes away (a
@@ -561,6 +605,10 @@ func toReply(msg *Message) Reply {
 	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
 }
 
+// maxUnstored bounds how many replies that could not be stored yet are
+// kept in memory at once.
+const maxUnstored = 1024
+
 // ErrReplyNotStored means the agent answered but its reply could not be
 // stored while this replica held the turn (storage unreachable): nothing
 // was delivered, and the turn is run again by whoever claims it next.
@@ -597,18 +645,64 @@ func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Reque
 // state interrupted hands the turn back in the same transaction. It does
 // not require the conversation to be active: a sweep may archive it while
 // the agent works, and the reply still belongs there. A storage failure
-// is retried, with backoff, for as long as the turn's lease would last:
-// the claim is this replica's unless somebody took it over, which moves
-// the conversation's epoch — the append then fails, and nothing is stored
-// twice (ErrLostClaim).
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string) error {
+// is retried, with backoff, until storage answers: the reply the model
+// wrote is kept in memory (up to maxUnstored replies at once; past that,
+// for as long as the turn's lease would last, and the turn is handed
+// back), so the model is not paid twice for it. The claim is this
+// replica's unless somebody took it over — another replica that saw this
+// one's heartbeat stop — which moves the conversation's epoch: the append
+// then fails, and nothing is stored twice (ErrLostClaim). It gives up
+// when the drain's deadline has passed (the process ends; the others, or
+// its next start, run the turn). waiting is told, after each failure,
+// since when the reply has waited.
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, waiting func(since time.Time)) error {
 	ctx := context.WithoutCancel(turnCtx)
 	var release *Settle
 	if state == TurnInterrupted {
 		release = &Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &now}
 	}
+	kept := m.unstored.Add(1) <= maxUnstored
+	defer m.unstored.Add(-1)
 	giveUp := time.Now().Add(m.opts.LeaseTTL)
-	wait := 50 * time.Millisecond
+	expired := func() bool { return !kept && time.Now().After(giveUp) }
+	wait := min(50*time.Millisecond, m.opts.RetryPause)
+	var failing time.Time
+	for {
+		// Each try under the key's state lock, which guards hc; not held
+		// while waiting, so that the user's next messages are stored
+		// meanwhile whenever storage takes them.
+		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
+		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, userSeq, attempt, state, release, expired)
+		unlock()
+		if done {
+			return err
+		}
+		if errors.Is(err, ErrClosed) || expired() || m.base.Err() != nil {
+			return err
+		}
+		if failing.IsZero() {
+			failing = m.now()
+			m.log.WarnContext(turnCtx, "storing reply failed; kept and retried until storage answers", slog.String("conversation", hc.conv.ID),
+				slog.Int64("seq", userSeq), slog.String("error", err.Error()))
+		}
+		if waiting != nil {
+			waiting(failing)
+		}
+		// The same append again: if the failed one landed after all, the
+		// next finds the conversation moved, and sees that it did.
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-m.base.Done():
+			t.Stop()
+		}
+		wait = min(wait*2, 4*m.opts.RetryPause)
+	}
+}
+
+// tryAppendReply is one try of appendReply, under the key's state lock:
+// done with the outcome, or not done with the storage error to wait on.
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, release *Settle, expired func() bool) (bool, error) {
 	for {
 		for i := range msgs {
 			msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
@@ -619,57 +713,53 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			hc.push(msgs...)
 			m.hot.Update(hc.conv.SessionKey, hc)
 			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
-			return nil
+			return true, nil
 		}
-		if errors.Is(err, ErrStale) || errors.Is(err, ErrLostClaim) {
-			// The conversation moved on — another append, or a claim moved
-			// its epoch — or the hand-back found the claim gone: is the
-			// turn still this runner's?
-			t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
-			switch {
-			case lerr != nil || t == nil:
-				return errors.Join(err, lerr)
-			case t.Attempts == attempt && ((release == nil && t.Owner == m.opts.ReplicaID && t.ReplySeq > 0) ||
-				(release != nil && t.Owner == "" && t.State == TurnInterrupted)):
-				// An earlier attempt landed after all (its commit's answer
-				// was lost): only the holder of the claim appends replies.
-				if t.ReplySeq > 0 {
-					for i := range msgs {
-						msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
-					}
+		if !errors.Is(err, ErrStale) && !errors.Is(err, ErrLostClaim) {
+			return false, err
+		}
+		// The conversation moved on — another append, or a claim moved
+		// its epoch — or the hand-back found the claim gone: is the turn
+		// still this runner's?
+		t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
+		switch {
+		case lerr != nil:
+			return false, lerr // storage again: wait, and ask again
+		case t == nil:
+			return true, fmt.Errorf("%w: the message vanished", err)
+		case t.Attempts == attempt && ((release == nil && t.Owner == m.opts.ReplicaID && t.ReplySeq > 0) ||
+			(release != nil && t.Owner == "" && t.State == TurnInterrupted)):
+			// An earlier try landed after all (its commit's answer was
+			// lost): only the holder of the claim appends replies.
+			if t.ReplySeq > 0 {
+				for i := range msgs {
+					msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
 				}
-				m.hot.Remove(hc.conv.SessionKey)
-				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
-				return nil
-			case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
-				return fmt.Errorf("%w (%v)", ErrLostClaim, err)
-			case time.Now().After(giveUp):
-				return err
 			}
-			// Still this runner's: others stored messages meanwhile (a user
-			// writing on, on another replica). Append after them.
-			fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
-			if lerr != nil || fresh == nil {
-				return errors.Join(err, lerr)
-			}
-			hc.conv = *fresh
-			// The tail moved: the window follows, so the next turn's history
-			// has what was stored meanwhile.
-			if hc.window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap); lerr != nil {
-				return errors.Join(err, lerr)
-			}
-			continue
+			m.hot.Remove(hc.conv.SessionKey)
+			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+			return true, nil
+		case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
+			return true, fmt.Errorf("%w (%v)", ErrLostClaim, err)
+		case expired():
+			return true, err
 		}
-		if errors.Is(err, ErrClosed) || time.Now().Add(wait).After(giveUp) {
-			return err
+		// Still this runner's: others stored messages meanwhile (the user
+		// writing on, here or on another replica). Append after them.
+		fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
+		if lerr == nil && fresh == nil {
+			return true, fmt.Errorf("%w: the conversation vanished", err)
 		}
-		m.log.WarnContext(turnCtx, "storing reply failed; retrying while the turn is held", slog.String("conversation", hc.conv.ID),
-			slog.Int64("seq", userSeq), slog.String("error", err.Error()))
-		// The same append again: if the failed one landed after all, this
-		// one finds the conversation moved, and the check above sees it.
-		t := time.NewTimer(wait)
-		<-t.C
-		wait = min(wait*2, time.Second)
+		var window []Message
+		if lerr == nil {
+			// The tail moved: the window follows, so the next turn's
+			// history has what was stored meanwhile.
+			window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap)
+		}
+		if lerr != nil {
+			return false, lerr
+		}
+		hc.conv, hc.window = *fresh, window
 	}
 }
 

@@ -420,7 +420,7 @@ func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, reply
 // its store carries them. It waits a few seconds at most for the listen
 // connection; past that, listening starts when the database answers.
 func (m *Manager) listenEvents() {
-	n, ok := m.store.(notifier)
+	n, ok := m.backing.(notifier)
 	if !ok {
 		return
 	}
@@ -488,7 +488,7 @@ func (m *Manager) announce(ev event) {
 	if !m.peers.Load() {
 		return // nobody else to tell; the rows stay the truth
 	}
-	if n, ok := m.store.(notifier); ok {
+	if n, ok := m.backing.(notifier); ok {
 		ev.Origin = m.opts.ReplicaID
 		n.notify(ev)
 	}

@@ -74,51 +74,83 @@ func (m *Manager) tracks(channel string) bool {
 // claim the caller holds (Outcome.Turn): nil closes the turn as delivered
 // with ref; an error wrapping ErrUndeliverable closes it with the error;
 // any other error gives the claim back, and the rescuer delivers again a
-// minute later.
+// minute later. When storage fails, the record is kept in memory and
+// retried until it lands — the turn stays held meanwhile, so that nobody
+// delivers it again — and the error says so.
 func (m *Manager) Delivered(ctx context.Context, t TurnRef, ref string, err error) error {
 	if t.Claim == "" {
 		return nil
 	}
-	defer m.unhold(turnKey{t.ConversationID, t.Seq})
+	k := turnKey{t.ConversationID, t.Seq}
 	attempt, perr := strconv.Atoi(t.Claim)
 	if perr != nil {
+		m.unhold(k)
 		return fmt.Errorf("delivered: bad claim %q", t.Claim)
 	}
-	ctx = context.WithoutCancel(ctx)
 	now := m.now()
+	var record func(ctx context.Context) error
 	switch {
 	case err == nil:
-		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, "", now)
+		record = func(ctx context.Context) error {
+			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, "", now)
+		}
 	case errors.Is(err, ErrUndeliverable):
-		return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, err.Error(), now)
+		record = func(ctx context.Context) error {
+			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, err.Error(), now)
+		}
 	default:
-		return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, now.Add(time.Minute), "delivery failed: "+err.Error())
+		why := "delivery failed: " + err.Error()
+		record = func(ctx context.Context) error {
+			return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, m.now().Add(time.Minute), why)
+		}
 	}
+	return m.settle(func() { m.unhold(k) }, record)
 }
 
-// handBack gives a turn this replica could not finish (its reply could
-// not be stored) back to the ledger, due at once, so that the rescuer —
-// here or on another replica — runs it again. Storage is likely still
-// failing: it retries in the background until the release lands, the
-// claim turns out taken over, or the gateway stops (its heartbeat then
-// stops too, and others take the turn over).
-func (m *Manager) handBack(convID string, seq int64, attempt int) {
+// settle makes a claim-guarded write that gives up a turn this replica
+// holds (a delivery mark, a hand-back). If it fails for any reason but
+// the claim being gone, the turn stays held and the write is retried in
+// the background, with backoff, until it lands, the claim turns out taken
+// over, or the gateway stops (its heartbeat then stops too, and the
+// others take the turn over): a turn is never left owned with nobody
+// holding it. The first attempt's error is returned.
+func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) error {
+	err := write(m.base)
+	if err == nil || definite(err) {
+		unhold()
+		m.Wake()
+		return err
+	}
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
-		for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
-			err := m.store.ReleaseTurn(m.base, convID, seq, m.opts.ReplicaID, attempt, m.now(), "reply could not be stored")
-			if err == nil || errors.Is(err, ErrLostClaim) {
-				m.Wake()
-				return
-			}
+		defer unhold()
+		for wait := m.opts.RetryPause; ; wait = min(wait*2, 20*m.opts.RetryPause) {
 			select {
 			case <-m.stopLoops:
 				return
 			case <-time.After(wait):
 			}
+			if err := write(m.base); err == nil || definite(err) {
+				m.Wake()
+				return
+			}
 		}
 	}()
+	return fmt.Errorf("%w (kept, and retried until storage answers)", err)
+}
+
+// handBack gives a batch this replica claimed and could not finish (its
+// reply could not be stored) back to the ledger, due at once, so that the
+// rescuer — here or on another replica — runs it again; see settle. Its
+// messages stay held until the hand-back lands.
+func (m *Manager) handBack(b *Batch) {
+	for _, r := range b.Rows {
+		m.hold(turnKey{b.ConversationID, r.Seq})
+	}
+	m.settle(func() { m.unholdBatch(b) }, func(ctx context.Context) error {
+		return m.store.ReleaseTurn(ctx, b.ConversationID, b.Lead(), m.opts.ReplicaID, b.Attempt, m.now(), "reply could not be stored")
+	})
 }
 
 // turnKey names a turn in memory.
@@ -128,25 +160,67 @@ type turnKey struct {
 }
 
 // hold notes that a run of this replica holds a turn now, so that a
-// resend arriving meanwhile does not take it for abandoned.
+// resend arriving meanwhile does not take it for abandoned, and no claim
+// of this replica takes it again (heldSeqs).
 func (m *Manager) hold(k turnKey) {
 	m.mu.Lock()
-	m.claims[k] = struct{}{}
+	seqs := m.claims[k.conv]
+	if seqs == nil {
+		seqs = map[int64]struct{}{}
+		m.claims[k.conv] = seqs
+	}
+	seqs[k.seq] = struct{}{}
 	m.mu.Unlock()
 }
 
 // unhold: the turn is settled or handed on.
 func (m *Manager) unhold(k turnKey) {
 	m.mu.Lock()
-	delete(m.claims, k)
+	if seqs := m.claims[k.conv]; seqs != nil {
+		delete(seqs, k.seq)
+		if len(seqs) == 0 {
+			delete(m.claims, k.conv)
+		}
+	}
 	m.mu.Unlock()
 }
 
 func (m *Manager) holding(k turnKey) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, ok := m.claims[k]
+	_, ok := m.claims[k.conv][k.seq]
 	return ok
+}
+
+// heldSeqs are the messages of conversation conv that a runner of this
+// replica holds: turns running or delivering, and messages stored as
+// their own turn whose runner has not taken them yet. A message waiting
+// in the key's burst to be claimed is not among them — its runner claims
+// it, whatever state an earlier, failed claim left it in. Every other
+// turn this replica owns in conv is nobody's here, and its claims take
+// it again. Called under the key's state lock.
+func (m *Manager) heldSeqs(key, conv string) []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seqs := m.claims[conv]
+	if len(seqs) == 0 {
+		return nil
+	}
+	waiting := map[int64]bool{}
+	if b := m.bursts[key]; b != nil {
+		for _, t := range b.waiting {
+			if t.ref.conv == conv && t.claimed == nil {
+				waiting[t.ref.seq] = true
+			}
+		}
+	}
+	out := make([]int64, 0, len(seqs))
+	for seq := range seqs {
+		if !waiting[seq] {
+			out = append(out, seq)
+		}
+	}
+	return out
 }
 
 // beat writes this replica's heartbeat, which is the lease of every turn
@@ -230,13 +304,29 @@ func (m *Manager) StartRescuer() {
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
-		t := time.NewTicker(m.opts.RescueEvery)
+		t := time.NewTimer(m.opts.RescueEvery) // (Reset discards a stale tick)
 		defer t.Stop()
 		_, _, err := m.Recover(m.draining, m.opts.RecoveryMaxAge)
+		var logged string
+		var loggedAt time.Time
 		for {
 			if err != nil && m.draining.Err() == nil {
-				m.log.Error("recovery pass failed", slog.String("error", err.Error()))
+				// Once per kind of failure, and then every half minute: a
+				// database outage fails every pass.
+				if msg := err.Error(); msg != logged || time.Since(loggedAt) > 30*time.Second {
+					m.log.Error("recovery pass failed", slog.String("error", msg))
+					logged, loggedAt = msg, time.Now()
+				}
+			} else if err == nil {
+				logged = ""
 			}
+			// The next pass: after RescueEvery, or as soon as an owed
+			// conversation is due.
+			next := m.opts.RescueEvery
+			if d, ok := m.owedNext(); ok {
+				next = min(next, max(d, 50*time.Millisecond))
+			}
+			t.Reset(next)
 			select {
 			case <-m.stopLoops:
 				return
@@ -291,6 +381,9 @@ func (m *Manager) Recover(ctx context.Context, maxAge time.Duration) (int, int, 
 // yet, or a failure) makes the next one full again.
 func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full bool) (int, int, error) {
 	full = m.rescanAll.Swap(false) || full
+	// This replica's own turns that nobody here holds first: they wait on
+	// nothing but this pass.
+	owedRan := m.rescueOwed(ctx, maxAge)
 	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
 	err := p.drain(false, func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
 	if err == nil {
@@ -321,6 +414,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 	if full && (err != nil || p.failed > 0 || p.skipped > 0) {
 		m.rescanAll.Store(true)
 	}
+	p.ran += owedRan
 	m.opts.Observer.RecoveryPass(p.ran, p.expired)
 	if p.ran+p.expired > 0 {
 		m.log.Info("recovered turns", slog.Int("ran", p.ran), slog.Int("expired", p.expired))
@@ -390,7 +484,7 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 				defer p.wg.Done()
 				defer func() { <-p.sem }()
 				for _, d := range turns {
-					kind, err := p.m.rescue(p.ctx, d, p.maxAge)
+					kind, err := p.m.rescueTurn(p.ctx, d, p.maxAge, false)
 					p.mu.Lock()
 					switch {
 					case err != nil:
@@ -414,13 +508,14 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 	return nil
 }
 
-// rescue takes a claimable turn over, under its session key's turn lock:
-// an unanswered one is run, with every other claimable message of its
-// conversation (one turn, as live bursts are), or marked expired; an
+// rescueTurn takes a claimable turn over, under its session key's turn
+// lock: an unanswered one is run, with every other claimable message of
+// its conversation (one turn, as live bursts are), or marked expired; an
 // answered one whose delivery never completed is delivered. It reports
 // what it did: running (ran it), expired, answered (delivered only), or
-// "" (someone else had it).
-func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (string, error) {
+// "" (someone else had it). With try, a turn lock that is busy is not
+// waited for (errBusy).
+func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duration, try bool) (string, error) {
 	if !m.enter() {
 		return "", ErrShuttingDown
 	}
@@ -428,7 +523,13 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 	if err := m.startHeartbeat(); err != nil {
 		return "", err
 	}
-	release, err := m.lockTurn(ctx, d.SessionKey)
+	var release func()
+	var err error
+	if try {
+		release, err = m.tryLockTurn(ctx, d.SessionKey)
+	} else {
+		release, err = m.lockTurn(ctx, d.SessionKey)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -463,8 +564,8 @@ func (m *Manager) rescue(ctx context.Context, d DueTurn, maxAge time.Duration) (
 			}
 		}
 	}
-	if !t.Track || t.State == TurnDelivered || t.Lead != t.Seq {
-		return "", nil
+	if !t.Track || t.State == TurnDelivered || t.Lead != t.Seq || m.holding(turnKey{t.ConversationID, t.Seq}) {
+		return "", nil // (a delivery of this replica's in progress, or its mark)
 	}
 	// Answered before; only its delivery is due.
 	c, err := m.claim(ctx, d.ConversationID, d.Seq, d.Owner, d.Attempt)

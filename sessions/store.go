@@ -32,29 +32,29 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
-// Store is what the session manager needs from a database. DB implements it
-// on GORM for SQLite and PostgreSQL.
-type Store interface {
+// Ledger is what a turn needs from storage on its way from a stored
+// message to a delivered reply: the conversation it belongs to, the
+// appends, the claims and their settling, the replicas' liveness and the
+// session leases. Every call may fail: a turn's state after any failed
+// call is still one the ledger recovers from (see watch.go), which the
+// fault-injection tests prove by failing each call in turn.
+type Ledger interface {
 	ActiveConversation(ctx context.Context, key string) (*Conversation, error)
 	Conversation(ctx context.Context, id string) (*Conversation, error)
 	CreateConversation(ctx context.Context, c *Conversation) error
 	RecentMessages(ctx context.Context, convID string, limit int) ([]Message, error)
-	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]Message, error)
 	MessageByClientID(ctx context.Context, convID, clientID string) (*Message, error)
 	Message(ctx context.Context, convID string, seq int64) (*Message, error)
 	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
 	Append(ctx context.Context, a Append) error
 	Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error)
-	// LastArchived and Reopen take a key back to its previous
-	// conversation (reopen.go).
-	LastArchived(ctx context.Context, key string) (*Conversation, error)
-	Reopen(ctx context.Context, r Reopen) error
 	TurnAt(ctx context.Context, convID string, seq int64) (*Turn, error)
 	TurnByClientID(ctx context.Context, key, clientID string) (*Turn, error)
 	DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error)
 	OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error)
+	OwnTurns(ctx context.Context, convID, owner string) ([]DueTurn, error)
 	ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*Claimed, error)
-	ClaimBatch(ctx context.Context, convID, owner string, takeOver bool, busy []string, now time.Time, limit int, track bool) (*Batch, error)
+	ClaimBatch(ctx context.Context, c Claim) (*Batch, error)
 	Covers(ctx context.Context, convID string, lead int64) ([]BatchRow, error)
 	ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error
 	MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error
@@ -62,11 +62,23 @@ type Store interface {
 	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []Replica, alive []string, err error)
 	ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error
 	Retire(ctx context.Context, replica string) error
+	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
+}
+
+// Store is what the session manager needs from a database: the ledger,
+// and what sweeps, resumes, retention and the channels' own state need.
+// DB implements it on GORM for SQLite and PostgreSQL.
+type Store interface {
+	Ledger
+	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]Message, error)
+	// LastArchived and Reopen take a key back to its previous
+	// conversation (reopen.go).
+	LastArchived(ctx context.Context, key string) (*Conversation, error)
+	Reopen(ctx context.Context, r Reopen) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error)
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
-	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
 	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	Resign(ctx context.Context, name, holder string) error
 	// Shared reports whether several gateways may use the database at
@@ -761,6 +773,10 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 				WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))`,
 			key, holder, replica, ttl.Seconds())
 		if err != nil {
+			// The insert may have landed with its answer lost: this
+			// acquisition's row, if there is one, is deleted when the
+			// database answers again (only this holder's).
+			go s.retryUnlease(key, holder, ttl)
 			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {

@@ -1,0 +1,67 @@
+package sessions
+
+import (
+	"sync"
+	"time"
+)
+
+// DelayText is what a user is told, once, when their stored message has
+// waited on the database longer than Options.DelayNotice.
+const DelayText = "Your message is saved, but I can't reach my storage right now. I'll answer it as soon as it is back — no need to send it again."
+
+// Delay tells a channel that a stored message's turn has waited on the
+// database since Since (Hooks.OnDelay): the message is kept and will be
+// answered once storage is back.
+type Delay struct {
+	ConversationID string
+	Seq            int64
+	Since          time.Time
+}
+
+// health is what this process knows of its database: since when every
+// call failed (zero while the last one succeeded).
+type health struct {
+	mu     sync.Mutex
+	downAt time.Time
+	lastOK time.Time
+}
+
+// observe records the outcome of one storage call.
+func (h *health) observe(err error, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.downAt = time.Time{}
+		h.lastOK = now
+		return
+	}
+	if h.downAt.IsZero() {
+		h.downAt = now
+	}
+}
+
+func (h *health) down() (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.downAt, !h.downAt.IsZero()
+}
+
+// StorageDown reports since when the database has failed every call this
+// process made, or false while it answers.
+func (m *Manager) StorageDown() (since time.Time, down bool) { return m.health.down() }
+
+// WaitingOnStorage is how many turns of this replica wait for the
+// database now: stored messages whose turn could not start, replies kept
+// in memory until they can be stored, and conversations whose turns are
+// to be claimed again once it answers.
+func (m *Manager) WaitingOnStorage() int {
+	n := int(m.unstored.Load())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, b := range m.bursts {
+		if !b.failing.IsZero() {
+			n += len(b.waiting)
+		}
+	}
+	return n + len(m.owed)
+}

@@ -1,0 +1,159 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Owed conversations (watch.go): conversations where this replica may own
+// turns that none of its runners holds, because a storage call on them
+// failed. The rescuer looks at each once it is due and claims again what
+// nobody here holds; a look that fails, or finds a turn it cannot take
+// yet (its user's turn lock is busy), is tried again later, with backoff.
+
+// owedConv is one owed conversation.
+type owedConv struct {
+	gen  uint64    // bumped by every owe: a look only pays what it saw
+	due  time.Time // wall clock: the next look
+	wait time.Duration
+}
+
+type owedRef struct {
+	conv string
+	gen  uint64
+}
+
+// errBusy: the turn's user has a turn running here or on another replica;
+// the owed turn is looked at again later.
+var errBusy = errors.New("the session's turn lock is busy")
+
+// owe marks conv owed, due at once.
+func (m *Manager) owe(conv string) {
+	m.mu.Lock()
+	o := m.owed[conv]
+	if o == nil {
+		o = &owedConv{}
+		m.owed[conv] = o
+	}
+	o.gen++
+	o.due, o.wait = time.Time{}, 0
+	m.mu.Unlock()
+}
+
+// owedDue lists the owed conversations due now.
+func (m *Manager) owedDue() []owedRef {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []owedRef
+	for conv, o := range m.owed {
+		if !o.due.After(now) {
+			out = append(out, owedRef{conv, o.gen})
+		}
+	}
+	return out
+}
+
+// owedNext is how long until the next owed conversation is due, or false
+// when none is owed.
+func (m *Manager) owedNext() (time.Duration, bool) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Duration
+	found := false
+	for _, o := range m.owed {
+		d := max(o.due.Sub(now), 0)
+		if !found || d < next {
+			next, found = d, true
+		}
+	}
+	return next, found
+}
+
+// paid settles a look at an owed conversation: done, it is forgotten
+// unless owed again since; not done, it is due again after a backoff.
+func (m *Manager) paid(r owedRef, done bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owed[r.conv]
+	switch {
+	case o == nil:
+	case done && o.gen == r.gen:
+		delete(m.owed, r.conv)
+	case !done:
+		o.wait = min(max(2*o.wait, m.opts.RetryPause), 20*m.opts.RetryPause)
+		o.due = time.Now().Add(o.wait)
+	}
+}
+
+// owedCount is how many conversations are owed.
+func (m *Manager) owedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.owed)
+}
+
+// rescueOwed looks at every owed conversation that is due: it claims
+// again, and runs or delivers, each turn this replica owns there that no
+// runner here holds.
+func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int) {
+	due := m.owedDue()
+	if len(due) == 0 {
+		return 0
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, m.opts.RecoveryConcurrency)
+	)
+	for _, r := range due {
+		turns, err := m.store.OwnTurns(ctx, r.conv, m.opts.ReplicaID)
+		if err != nil {
+			m.paid(r, false)
+			continue
+		}
+		var free []DueTurn
+		for _, d := range turns {
+			if !m.holding(turnKey{d.ConversationID, d.Seq}) {
+				free = append(free, d)
+			}
+		}
+		if len(free) == 0 {
+			m.paid(r, true)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			m.paid(r, false)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			done := true
+			for _, d := range free {
+				kind, err := m.rescueTurn(ctx, d, maxAge, true)
+				if err != nil {
+					done = false
+					if !errors.Is(err, errBusy) && !errors.Is(err, ErrShuttingDown) && ctx.Err() == nil {
+						m.log.Warn("claiming an own turn again failed; retried", "session_key", d.SessionKey, "seq", d.Seq, "error", err.Error())
+					}
+					break // the user's later turns wait behind it
+				}
+				if kind == TurnRunning {
+					mu.Lock()
+					ran++
+					mu.Unlock()
+				}
+			}
+			m.paid(r, done)
+		}()
+	}
+	wg.Wait()
+	return ran
+}
