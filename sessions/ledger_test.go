@@ -527,40 +527,52 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	m.Shutdown(context.Background())
 }
 
-// A reply that cannot be stored for as long as the claim's lease lasts is
-// not delivered; the turn is handed back to the ledger and runs again once
-// storage takes it.
-func TestUnstorableReplyIsHandedBackAndRunAgain(t *testing.T) {
+// A reply the database refuses is kept in memory and stored once it
+// accepts it: the model is not called again, and the user gets that
+// reply.
+func TestUnstorableReplyIsKeptUntilStored(t *testing.T) {
 	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
 	c := newClock(t0)
 	rec := &recorder{}
-	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond})
+	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond, RescueEvery: 20 * time.Millisecond})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	m.OnDeliver("websocket", false, noopDeliver)
+	m.StartRescuer()
 	refuse := `CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN NEW.role = 'assistant'
 		BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END`
 	if err := db.Gorm().Exec(refuse).Error; err != nil {
 		t.Fatal(err)
 	}
-	out, err := m.Handle(context.Background(), msg("websocket:ann", "hello"), Hooks{})
-	if !errors.Is(err, ErrReplyNotStored) || out.Reply.Text != "" {
-		t.Fatalf("outcome = %+v, %v; want no reply and ErrReplyNotStored", out, err)
+	tk, err := m.Submit(context.Background(), msg("websocket:ann", "hello"), Hooks{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for tn := turnAt(t, db, out.ConversationID, 1); tn.Owner != "" || tn.DueAt == nil; tn = turnAt(t, db, out.ConversationID, 1) {
+	for m.WaitingOnStorage() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the turn was not handed back: %+v", tn)
+			t.Fatal("the reply never waited on storage")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err := db.Gorm().Exec("DROP TRIGGER refuse_replies").Error; err != nil {
 		t.Fatal(err)
 	}
-	if ran, _, err := m.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
-		t.Fatalf("Recover = %d, %v; want the handed-back turn run", ran, err)
+	out, err := tk.Wait(context.Background())
+	if err != nil || out.Reply.Text != "echo: hello (history: 0)" {
+		t.Fatalf("outcome = %+v, %v; want the kept reply", out, err)
 	}
 	expectPairedTurns(t, db, "websocket:ann", 1)
-	if n := rec.calls.Load(); n != 2 {
-		t.Fatalf("agent called %d times, want 2 (the reply lost, then the rerun)", n)
+	if n := rec.calls.Load(); n != 1 {
+		t.Fatalf("agent called %d times, want 1 (the reply was kept)", n)
+	}
+	// The conversation the failures touched is looked at once more by
+	// the rescuer, which finds nothing left to claim.
+	for deadline := time.Now().Add(10 * time.Second); m.WaitingOnStorage() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("WaitingOnStorage = %d after the reply was stored", m.WaitingOnStorage())
+		}
+	}
+	if n := rec.calls.Load(); n != 1 {
+		t.Fatalf("agent called %d times after the rescuer's look, want 1", n)
 	}
 }
