@@ -406,18 +406,28 @@ type Stats struct {
 	RunningTurns    int     `json:"running_turns"`
 	// WaitingMessages are stored user messages whose turn has not started
 	// (debounce, or the turn before them), in WaitingSessions keys.
-	WaitingMessages      int      `json:"waiting_messages"`
-	WaitingSessions      int      `json:"waiting_sessions"`
-	WebSocketConnections int      `json:"websocket_connections"`
-	ReplicasAlive        []string `json:"replicas_alive"`
-	Draining             bool     `json:"draining"`
-	DrainedBy            string   `json:"drained_by,omitempty"`
+	WaitingMessages int `json:"waiting_messages"`
+	WaitingSessions int `json:"waiting_sessions"`
+	// WaitingOnStorage are the turns waiting for the database: stored
+	// messages whose turn could not start, replies kept until they can be
+	// stored, conversations to look at again (sessions.WaitingOnStorage).
+	WaitingOnStorage int `json:"waiting_on_storage"`
+	// StorageDownSince is set while every storage call fails.
+	StorageDownSince     *time.Time `json:"storage_down_since,omitempty"`
+	WebSocketConnections int        `json:"websocket_connections"`
+	ReplicasAlive        []string   `json:"replicas_alive"`
+	Draining             bool       `json:"draining"`
+	DrainedBy            string     `json:"drained_by,omitempty"`
 }
 
 func (a *Admin) stats(w http.ResponseWriter, r *http.Request, who string) {
 	a.logAction(r, who, "stats", "")
 	s := Stats{Replica: a.opts.Manager.ReplicaID(), RunningTurns: a.opts.Manager.RunningTurns()}
 	s.WaitingMessages, s.WaitingSessions = a.opts.Manager.WaitingMessages()
+	s.WaitingOnStorage = a.opts.Manager.WaitingOnStorage()
+	if since, down := a.opts.Manager.StorageDown(); down {
+		s.StorageDownSince = &since
+	}
 	if a.opts.Turns != nil {
 		s.TurnsLastMinute = a.opts.Turns.LastMinute()
 		s.TurnsPerSecond = float64(s.TurnsLastMinute) / 60

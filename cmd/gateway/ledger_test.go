@@ -310,7 +310,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	proxy.setCut(true)
 	llm.release() // the turns end during the outage
 	eventually(t, "a reply failing to store", func() bool {
-		return strings.Contains(p.stderr.String(), "storing reply failed; retrying while the turn is held")
+		return strings.Contains(p.stderr.String(), "storing reply failed; kept and retried until storage answers")
 	})
 	time.Sleep(4 * time.Second) // the outage
 	if n := len(api.Messages()); n != 0 {

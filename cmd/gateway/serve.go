@@ -137,8 +137,13 @@ const (
 )
 
 // storageCheck is the readiness check of the store: it answers a ping.
-func storageCheck(store *sessions.DB) func() error {
+func storageCheck(store *sessions.DB, mgr *sessions.Manager) func() error {
 	return func() error {
+		if since, down := mgr.StorageDown(); down {
+			// Every storage call of a turn has failed since then: the
+			// turns wait (kept), and run once it answers again.
+			return fmt.Errorf("unreachable since %s", since.UTC().Format(time.RFC3339))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := store.Ping(ctx); err != nil {
@@ -306,7 +311,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
-	srv.AddCheck("storage", storageCheck(store))
+	srv.AddCheck("storage", storageCheck(store, mgr))
 	// The listener is bound before anything slow (the Bot API): /healthz
 	// answers at once and /readyz says what is not ready yet.
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
