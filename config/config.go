@@ -94,6 +94,10 @@ type Session struct {
 	// CacheBytes bounds the memory of the hot conversation cache (top
 	// level only).
 	CacheBytes ByteSize `yaml:"cache_bytes"`
+	// DelayNotice: a user whose message has waited on the database this
+	// long is told, once, that it is kept and will be answered (top level
+	// only; default DefaultDelayNotice, 0 turns it off).
+	DelayNotice *Duration `yaml:"delay_notice"`
 }
 
 // Reset is a reset policy; every field is optional so that a channel can
@@ -282,6 +286,15 @@ func parseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("too large")
 	}
 	return n * mult, nil
+}
+
+// DelayNotice is session.delay_notice: how long a message waits on the
+// database before its user is told, once, that it is kept (0: never).
+func (c *Config) DelayNotice() time.Duration {
+	if c.Session.DelayNotice == nil {
+		return DefaultDelayNotice
+	}
+	return c.Session.DelayNotice.D()
 }
 
 // WebSocketEnabled reports whether GET /ws is served.

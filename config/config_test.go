@@ -369,3 +369,28 @@ func TestNotifyResets(t *testing.T) {
 		t.Fatal("notify_resets: sometimes was accepted")
 	}
 }
+
+func TestDelayNotice(t *testing.T) {
+	if got := mustParse(t, "session:\n  max_history: 10\n").DelayNotice(); got != DefaultDelayNotice {
+		t.Fatalf("default delay_notice = %v, want %v", got, DefaultDelayNotice)
+	}
+	c := mustParse(t, "session:\n  delay_notice: 0s\n")
+	var out strings.Builder
+	c.Describe(&out)
+	if c.DelayNotice() != 0 || !regexp.MustCompile(`session\.delay_notice +off`).MatchString(out.String()) {
+		t.Fatalf("delay_notice 0s = %v; described:\n%s", c.DelayNotice(), out.String())
+	}
+	if got := mustParse(t, "session:\n  delay_notice: 45s\n").DelayNotice(); got != 45*time.Second {
+		t.Fatalf("delay_notice = %v", got)
+	}
+	for yaml, want := range map[string]string{
+		"session:\n  delay_notice: -1s\n": "bot.yaml:2: session.delay_notice: must not be negative",
+		"channels:\n  websocket:\n    session:\n      delay_notice: 5s\n": "bot.yaml:4: channels.websocket.session.delay_notice: is a setting of the top-level session only",
+		"session:\n  delay_notice: soon\n": "bot.yaml:2: session.delay_notice:",
+	} {
+		_, err := parse(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", yaml, err, want)
+		}
+	}
+}

@@ -85,6 +85,14 @@ func (c *Config) describeSecurity(tw io.Writer) {
 	}
 	fmt.Fprintf(tw, "  metrics\t%s\n", metrics)
 	fmt.Fprintf(tw, "  session.cache_bytes\t%d\n", int64(c.Session.CacheBytes))
+	notice := fmt.Sprintf("%s (default)", c.DelayNotice())
+	switch {
+	case c.Session.DelayNotice != nil && c.DelayNotice() == 0:
+		notice = "off"
+	case c.Session.DelayNotice != nil:
+		notice = c.DelayNotice().String()
+	}
+	fmt.Fprintf(tw, "  session.delay_notice\t%s\n", notice)
 	retention := "forever"
 	if c.Storage.RetentionDays > 0 {
 		retention = fmt.Sprintf("%d days", c.Storage.RetentionDays)

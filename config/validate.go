@@ -41,6 +41,7 @@ const (
 	MaxMaxBatch                = 1000
 	DefaultResumeTTL           = 30 * 24 * time.Hour
 	DefaultCacheBytes          = 64 << 20
+	DefaultDelayNotice         = 20 * time.Second
 	DefaultTelegramRatePerSec  = 1
 	DefaultTelegramRateBurst   = 10
 	MinCacheBytes              = 64 << 10
@@ -346,6 +347,12 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	}
 	if path != "session" && s.CacheBytes != 0 {
 		bad("cache_bytes", "is a setting of the top-level session only")
+	}
+	if path != "session" && s.DelayNotice != nil {
+		bad("delay_notice", "is a setting of the top-level session only")
+	}
+	if s.DelayNotice != nil && *s.DelayNotice < 0 {
+		bad("delay_notice", "must not be negative (0 turns the notice off)")
 	}
 	r := s.Reset
 	if r.Mode != nil {

@@ -540,7 +540,7 @@ func (m *Manager) runBurst(b *burst) {
 // database since since, once each, when that is longer than
 // Options.DelayNotice.
 func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
-	if m.opts.DelayNotice <= 0 || m.now().Sub(since) < m.opts.DelayNotice {
+	if d := m.DelayNotice(); d <= 0 || m.now().Sub(since) < d {
 		return
 	}
 	for _, t := range tickets {

@@ -46,6 +46,14 @@ func (h *health) down() (time.Time, bool) {
 	return h.downAt, !h.downAt.IsZero()
 }
 
+// DelayNotice is how long a message waits on the database before its
+// user is told, once, that it is kept (0: never).
+func (m *Manager) DelayNotice() time.Duration { return time.Duration(m.delay.Load()) }
+
+// SetDelayNotice changes DelayNotice for the waits that pass it from now
+// on (a reload).
+func (m *Manager) SetDelayNotice(d time.Duration) { m.delay.Store(int64(max(d, 0))) }
+
 // StorageDown reports since when the database has failed every call this
 // process made, or false while it answers.
 func (m *Manager) StorageDown() (since time.Time, down bool) { return m.health.down() }

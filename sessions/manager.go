@@ -230,7 +230,9 @@ type Options struct {
 	// conversations and settling claims.
 	RetryPause time.Duration
 	// DelayNotice: a stored message whose turn has waited on the
-	// database this long gets Hooks.OnDelay, once (0: never).
+	// database this long gets Hooks.OnDelay, once (0: never). A
+	// channel that could not store a message yet tells its user after
+	// as long (Manager.DelayNotice). SetDelayNotice changes it.
 	DelayNotice time.Duration
 	// TracerProvider makes the turn spans (tracing.go); unset, tracing is
 	// off and costs a nil check.
@@ -282,6 +284,7 @@ type Manager struct {
 	stopOnce  sync.Once
 	relay     relay        // events of other replicas (notify.go)
 	unstored  atomic.Int64 // replies waiting in appendReply for storage
+	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
 	health    health
 	bursts    map[string]*burst
 	// turnLocks: one turn at a time per key on this replica (the live
@@ -397,6 +400,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		tracer: newTracer(opts.TracerProvider),
 	}
 	m.live.Store(live)
+	m.SetDelayNotice(opts.DelayNotice)
 	m.backing, m.store = store, watched{Store: store, m: m}
 	return m
 }

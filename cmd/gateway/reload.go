@@ -106,6 +106,10 @@ func (r *reloader) apply(cfg *config.Config) []string {
 			r.log.Error("reload: sweeps", slog.String("error", err.Error()))
 		}
 	}
+	if old.DelayNotice() != cfg.DelayNotice() {
+		r.mgr.SetDelayNotice(cfg.DelayNotice())
+		changed = append(changed, "session.delay_notice")
+	}
 	ows, nws := old.Channels.WebSocket, cfg.Channels.WebSocket
 	if !reflect.DeepEqual(ows.AuthTokens, nws.AuthTokens) || old.AnonymousWebSocket() != cfg.AnonymousWebSocket() {
 		changed = append(changed, "auth_tokens")

@@ -246,6 +246,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RecoveryConcurrency: cfg.Recovery.Concurrency,
 		NoRerun:             !cfg.RerunInterrupted(),
 		InterruptGrace:      interruptGrace,
+		DelayNotice:         cfg.DelayNotice(),
 		// Room for a Telegram text document read into a message, beside
 		// its caption; WebSocket text is bounded by max_frame_bytes.
 		MaxInputBytes: maxInputBytes,
