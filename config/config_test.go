@@ -384,9 +384,9 @@ func TestDelayNotice(t *testing.T) {
 		t.Fatalf("delay_notice = %v", got)
 	}
 	for yaml, want := range map[string]string{
-		"session:\n  delay_notice: -1s\n": "bot.yaml:2: session.delay_notice: must not be negative",
+		"session:\n  delay_notice: -1s\n":                                 "bot.yaml:2: session.delay_notice: must not be negative",
 		"channels:\n  websocket:\n    session:\n      delay_notice: 5s\n": "bot.yaml:4: channels.websocket.session.delay_notice: is a setting of the top-level session only",
-		"session:\n  delay_notice: soon\n": "bot.yaml:2: session.delay_notice:",
+		"session:\n  delay_notice: soon\n":                                "bot.yaml:2: session.delay_notice:",
 	} {
 		_, err := parse(t, yaml)
 		if err == nil || !strings.Contains(err.Error(), want) {
