@@ -7,7 +7,7 @@ import (
 
 // DelayText is what a user is told, once, when their stored message has
 // waited on the database longer than Options.DelayNotice.
-const DelayText = "Your message is saved, but I can't reach my storage right now. I'll answer it as soon as it is back — no need to send it again."
+const DelayText = "I have your message, but I can't reach my storage right now. I'll answer it as soon as it is back — no need to send it again."
 
 // Delay tells a channel that a stored message's turn has waited on the
 // database since Since (Hooks.OnDelay): the message is kept and will be

@@ -49,6 +49,9 @@ type Sessions interface {
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
+	// DelayNotice is how long a message waits on the database before
+	// its user is told, once, that it is kept (0: never).
+	DelayNotice() time.Duration
 }
 
 // Options configures the bot.
@@ -465,9 +468,10 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
 	m := u.Message
 	wait := time.Duration(0)
+	var told atomic.Bool // the delay notice went: once per message, stored or not
 	for attempt := 0; ; attempt++ {
 		stored := false
-		err := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
+		err := b.process(ctx, m, key, attempt == 0, &told, func() { stored = true; done(true) })
 		if err == nil || stored {
 			done(true)
 			return
@@ -485,6 +489,9 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 			if b.persist(ctx, offsets, st) {
 				offsets.holdStored(u.UpdateID)
 			}
+		}
+		if d := b.sess.DelayNotice(); d > 0 && now.Sub(since) >= d {
+			b.tellDelay(ctx, m, &told)
 		}
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
@@ -591,11 +598,25 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 	return text[start:end]
 }
 
+// tellDelay tells m's sender, once (told), that their message is kept
+// while the database is unreachable and will be answered.
+func (b *Bot) tellDelay(ctx context.Context, m *tgbotapi.Message, told *atomic.Bool) {
+	if !told.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		if _, err := b.sendPlain(ctx, m.Chat.ID, sessions.DelayText, m.MessageID); err != nil {
+			b.log.Warn("telegram: sending the delay notice failed", slog.Int64("chat_id", m.Chat.ID), slog.String("error", err.Error()))
+		}
+	}()
+}
+
 // process handles one message. It returns nil when done with it, and an
 // error when the message could not be stored: the gateway is shutting down
 // (sessions.ErrShuttingDown, or ctx ended), or storage failed. stored is
 // called as soon as the message is stored. first is false on a retry,
-// whose failure is logged quietly.
+// whose failure is logged quietly. told is set once the user was told
+// their message waits on the database.
 //
 // process returns once the message is stored, so that the chat's next
 // update is taken at once — a burst of messages is merged into one turn
@@ -603,7 +624,7 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 // sends goes out on the key's reply queue (later): the reply is sent when
 // the turn that answers the message has ended, in the order the key's
 // messages came.
-func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
+func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, told *atomic.Bool, stored func()) error {
 	if !b.addressed(m) {
 		return nil
 	}
@@ -642,6 +663,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		OnDelta: onDelta,
 		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.Chat.ID, key, ev) },
+		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, m, told) },
 	})
 	if err != nil {
 		stopTyping()

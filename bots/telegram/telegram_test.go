@@ -53,6 +53,8 @@ type setup struct {
 	beforeStart func(h *harness)
 	// manager changes the manager's options (a tracer, a logger).
 	manager func(*sessions.Options)
+	// store wraps the database as the manager sees it (a fault injector).
+	store func(*sessions.DB) sessions.Store
 }
 
 // countPolls counts a bot's getUpdates requests on their way out.
@@ -89,7 +91,11 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	if s.manager != nil {
 		s.manager(&mopts)
 	}
-	h.mgr = sessions.New(db, s.agent, mopts)
+	var store sessions.Store = db
+	if s.store != nil {
+		store = s.store(db)
+	}
+	h.mgr = sessions.New(store, s.agent, mopts)
 	opts := s.opts
 	opts.Token = telegramtest.Token
 	opts.APIURL = h.srv.URL
