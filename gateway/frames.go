@@ -166,6 +166,16 @@ type resetFrame struct {
 	History []historyItem `json:"history,omitempty"`
 }
 
+// noticeFrame tells a client something about one of its messages that is
+// not an error: code "delayed" — the message is stored and waits on the
+// database; it is answered once the database is back (do not resend).
+type noticeFrame struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	ID      string `json:"id,omitempty"`
+	Message string `json:"message"`
+}
+
 type errorFrame struct {
 	Type string `json:"type"`
 	wsError

@@ -920,6 +920,11 @@ func (c *wsConn) run(f *clientFrame) {
 				c.deliver(*pos, encode(deltaFrame{Type: "delta", ReplyTo: f.ID, Text: d}))
 			}
 		},
+		OnDelay: func(sessions.Delay) {
+			if pos := shown.Load(); pos != nil {
+				c.deliver(*pos, encode(noticeFrame{Type: "notice", Code: "delayed", ID: f.ID, Message: sessions.DelayText}))
+			}
+		},
 	})
 	if err != nil {
 		c.finish()

@@ -76,12 +76,24 @@
     if (ws && ws.readyState === WebSocket.OPEN) { ws.send(JSON.stringify(frame)); return true; }
     return false;
   }
+  // A message the gateway could not store (error "internal") is sent
+  // again after a pause that doubles, up to 30 s, while it stays pending;
+  // a reconnect resends it too.
+  const retryWait = new Map(); // id → the next pause, ms
+  function resendLater(id) {
+    const wait = retryWait.get(id) || 1000;
+    retryWait.set(id, Math.min(wait * 2, 30000));
+    setTimeout(function () {
+      const p = pending.find(function (q) { return q.id === id; });
+      if (p) send(withImages({ type: "message", id: p.id, text: p.text }));
+    }, wait);
+  }
   function pendingEl(id) { return log.querySelector('[data-id="' + CSS.escape(id) + '"]'); }
   // A user message is "waiting" from its ack until a reply answers it. One
   // reply can answer several: those its covers name (a merged burst), or,
   // in history, every message up to the seq it replies to.
   function answered(ids) {
-    for (const id of ids) { const el = pendingEl(id); if (el) el.classList.remove("pending", "waiting"); }
+    for (const id of ids) { const el = pendingEl(id); if (el) el.classList.remove("pending", "waiting", "delayed"); retryWait.delete(id); }
   }
   function answeredUpTo(seq) {
     for (const el of log.querySelectorAll(".msg.user.waiting")) { if (Number(el.dataset.seq) <= seq) el.classList.remove("waiting"); }
@@ -261,6 +273,7 @@
           pending = pending.filter(function (p) { return p.id !== f.id; });
           store.set("pending", pending);
           sentImages.delete(f.id);
+          retryWait.delete(f.id);
           const el = pendingEl(f.id);
           if (el) {
             el.classList.remove("pending");
@@ -300,6 +313,14 @@
         case "reset":
           switchConversation(f);
           break;
+        case "notice": {
+          // "delayed": stored, and waiting on the gateway's database; the
+          // reply follows once it is back (not resent: it was acknowledged).
+          const el = f.id && pendingEl(f.id);
+          if (el && f.code === "delayed") el.classList.add("delayed");
+          notice(f.message);
+          break;
+        }
         case "error":
           if (f.code === "not_found" && !gotReady && store.get("session", "")) {
             // The resume token expired: start a new session without it.
@@ -315,6 +336,11 @@
             store.set("pending", pending);
             sentImages.delete(f.id);
             if (el) { el.classList.remove("pending", "waiting"); el.classList.add("failed"); }
+          }
+          if (f.id && f.code === "internal" && pending.some(function (p) { return p.id === f.id; })) {
+            const again = retryWait.has(f.id);
+            resendLater(f.id);
+            if (again) break; // said once already
           }
           notice(f.message);
           break;
