@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -19,11 +20,13 @@ type Delay struct {
 }
 
 // health is what this process knows of its database: since when every
-// call failed (zero while the last one succeeded).
+// call failed (zero while the last one succeeded), and since when it has
+// answered again after the last outage.
 type health struct {
-	mu     sync.Mutex
-	downAt time.Time
-	lastOK time.Time
+	mu      sync.Mutex
+	downAt  time.Time
+	lastOK  time.Time
+	upSince time.Time // zero: never down
 }
 
 // observe records the outcome of one storage call.
@@ -31,6 +34,9 @@ func (h *health) observe(err error, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil {
+		if !h.downAt.IsZero() {
+			h.upSince = now
+		}
 		h.downAt = time.Time{}
 		h.lastOK = now
 		return
@@ -38,6 +44,17 @@ func (h *health) observe(err error, now time.Time) {
 	if h.downAt.IsZero() {
 		h.downAt = now
 	}
+}
+
+// steady reports whether the database has answered this process for at
+// least d since its last outage (or was never down). Only then does a
+// stale heartbeat of another replica say that replica is gone: during an
+// outage nobody could write one, and after it each replica needs a
+// heartbeat's time to write its next.
+func (h *health) steady(now time.Time, d time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.downAt.IsZero() && (h.upSince.IsZero() || now.Sub(h.upSince) >= d)
 }
 
 func (h *health) down() (time.Time, bool) {
@@ -72,4 +89,18 @@ func (m *Manager) WaitingOnStorage() int {
 		}
 	}
 	return n + len(m.owed)
+}
+
+// replicas is Store.Replicas as the judge of which replicas are gone:
+// until this process has reached the database steadily for a lease TTL
+// (health.steady), none is — every known replica counts as alive.
+func (m *Manager) replicas(ctx context.Context) (gone []Replica, alive []string, err error) {
+	gone, alive, err = m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+	if err == nil && len(gone) > 0 && !m.health.steady(time.Now(), m.opts.LeaseTTL) {
+		for _, r := range gone {
+			alive = append(alive, r.ID)
+		}
+		gone = nil
+	}
+	return gone, alive, err
 }

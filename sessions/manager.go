@@ -583,7 +583,7 @@ func (m *Manager) claimIfFree(ctx context.Context, t *Turn) (*Claimed, error) {
 			return nil, nil
 		}
 	case t.owned():
-		_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		_, alive, err := m.replicas(ctx)
 		if err != nil || slices.Contains(alive, t.Owner) {
 			return nil, err
 		}

@@ -387,7 +387,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
 	err := p.drain(false, func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
 	if err == nil {
-		gone, alive, rerr := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		gone, alive, rerr := m.replicas(ctx)
 		err = rerr
 		if rerr == nil && len(alive) > 1 {
 			m.peers.Store(true)
@@ -540,7 +540,7 @@ func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duratio
 		return "", errors.Join(errors.New("turn vanished"), err)
 	}
 	if !t.settled() {
-		_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+		_, alive, err := m.replicas(ctx)
 		if err != nil {
 			return "", err
 		}

@@ -49,6 +49,7 @@ type Store struct {
 	failing  bool // an outage is on (started at from, not healed)
 	failures int  // calls failed by the outage
 	healed   bool
+	byName   map[string]int // every call made, periodic ones too, by name
 }
 
 // New wraps s.
@@ -60,6 +61,21 @@ func (f *Store) Outage(from int, mode Mode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.from, f.mode, f.healed = from, mode, false
+}
+
+// Down starts an outage now: every call fails, in mode, until Heal.
+func (f *Store) Down(mode Mode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mode, f.failing, f.healed = mode, true, false
+}
+
+// Count is how many calls named name were made (or failed), periodic
+// ones included.
+func (f *Store) Count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byName[name]
 }
 
 // Heal ends the outage: every call reaches the database again.
@@ -117,6 +133,10 @@ func (f *Store) WaitFailures(n int, d time.Duration) bool {
 func (f *Store) enter(name string, counted bool) (Mode, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.byName == nil {
+		f.byName = map[string]int{}
+	}
+	f.byName[name]++
 	if counted {
 		f.counted++
 		f.steps = append(f.steps, name)
