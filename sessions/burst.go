@@ -537,17 +537,35 @@ func (m *Manager) runBurst(b *burst) {
 }
 
 // noticeDelay tells the users of tickets whose turn has waited on the
-// database since since, once each, when that is longer than
-// Options.DelayNotice.
+// database since since, when that is longer than Options.DelayNotice:
+// once per session key until a turn of the key is stored again (a user
+// with a burst of waiting messages is told once), through the first of
+// the key's tickets that has an OnDelay hook.
 func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
 	if d := m.DelayNotice(); d <= 0 || m.now().Sub(since) < d {
 		return
 	}
 	for _, t := range tickets {
-		if t.hooks.OnDelay != nil && t.delayed.CompareAndSwap(false, true) {
+		if t.hooks.OnDelay == nil || t.delayed.Load() {
+			continue
+		}
+		key := t.in.SessionKey
+		m.mu.Lock()
+		told := m.told[key]
+		m.told[key] = true
+		m.mu.Unlock()
+		t.delayed.Store(true)
+		if !told {
 			t.hooks.OnDelay(Delay{ConversationID: t.ref.conv, Seq: t.ref.seq, Since: since})
 		}
 	}
+}
+
+// delayOver: a turn of key was stored; a later delay is told again.
+func (m *Manager) delayOver(key string) {
+	m.mu.Lock()
+	delete(m.told, key)
+	m.mu.Unlock()
 }
 
 // runNext runs the turn of the burst's oldest message. An error means
@@ -804,6 +822,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		}
 		return "", b, err
 	}
+	m.delayOver(key)
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}

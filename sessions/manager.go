@@ -287,6 +287,7 @@ type Manager struct {
 	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
 	health    health
 	bursts    map[string]*burst
+	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
@@ -394,7 +395,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{},
+		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer: newTracer(opts.TracerProvider),
