@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,13 +276,8 @@ func TestRollingDeployRunsEachTurnOnce(t *testing.T) {
 // behind.
 func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Skipf("the outage test needs a URL-form DSN, got %q", dsn)
-	}
-	proxy := startProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	proxied := u.String()
+	proxy := startPGProxy(t, dsn)
+	proxied := proxy.DSN
 
 	api := telegramtest.New(t)
 	apiSrv := httptest.NewServer(api)
@@ -307,7 +301,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	}
 	llm.waitInFlight(t, users) // every message stored and claimed
 
-	proxy.setCut(true)
+	proxy.Cut()
 	llm.release() // the turns end during the outage
 	eventually(t, "a reply failing to store", func() bool {
 		return strings.Contains(p.stderr.String(), "storing reply failed; kept and retried until storage answers")
@@ -316,7 +310,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	if n := len(api.Messages()); n != 0 {
 		t.Fatalf("%d replies sent while the database was down: a reply went out before it was stored", n)
 	}
-	proxy.setCut(false)
+	proxy.Heal(t)
 	api.WaitSent(t, users)
 
 	stopGateway(t, p)

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,90 +61,16 @@ func TestListenerStartsBeforeTheBotAPIAnswers(t *testing.T) {
 	}
 }
 
-// tcpProxy forwards loopback connections to target; while cut, it closes
-// every connection, as a database that went away would.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]bool
-}
-
-func startProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.forward(c)
-		}
-	}()
-	return p
-}
-
-func (p *tcpProxy) forward(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		c.Close()
-		up.Close()
-		return
-	}
-	p.conns[c], p.conns[up] = true, true
-	p.mu.Unlock()
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		dst.Close()
-		src.Close()
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-}
-
-// setCut closes every connection and refuses new ones (true), or lets
-// them through again (false).
-func (p *tcpProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
 // /readyz names the storage while the database does not answer, and is
 // ready again once it does; the gateway then stops cleanly.
 func TestReadyzNamesUnreachableStorage(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Skipf("needs a URL DSN in %s", pgtest.EnvVar)
-	}
-	proxy := startProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
+	proxy := startPGProxy(t, pgtest.DSN(t))
 	addr := freeAddr(t)
-	p := startGateway(t, t.TempDir(), fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  driver: postgres\n  dsn: %q\nlog:\n  level: error\n", addr, u.String()))
+	p := startGateway(t, t.TempDir(), fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  driver: postgres\n  dsn: %q\nlog:\n  level: error\n", addr, proxy.DSN))
 	base := "http://" + addr
 	waitReadyz(t, base, http.StatusOK, "ready\n")
 
-	proxy.setCut(true)
+	proxy.Cut()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(base + "/readyz")
@@ -167,7 +91,7 @@ func TestReadyzNamesUnreachableStorage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling a running process
 	}
 
-	proxy.setCut(false)
+	proxy.Heal(t)
 	waitReadyz(t, base, http.StatusOK, "ready\n")
 	stopGateway(t, p)
 }
