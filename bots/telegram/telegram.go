@@ -169,8 +169,9 @@ type Bot struct {
 
 	mu           sync.Mutex
 	draining     bool
-	stopping     chan struct{}               // closed by StopTaking
-	refused      *lru.Cache[int64, struct{}] // chats that got the private-bot refusal (limits.go)
+	stopping     chan struct{}                // closed by StopTaking
+	refused      *lru.Cache[int64, struct{}]  // chats that got the private-bot refusal (limits.go)
+	delayTold    *lru.Cache[string, struct{}] // keys told of a delay, until a reply of theirs is sent
 	limits       *limits
 	cur          atomic.Pointer[tgLive] // what a reload changes (reload.go)
 	warned       map[string]bool
@@ -262,11 +263,12 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
-		ctx:     &ctxClient{client: opts.HTTPClient, poll: context.Background()},
-		queue:   newKeyQueues(),
-		replies: newKeyQueues(),
-		seen:    newRecentUpdates(4096),
-		refused: newRefused(), warned: map[string]bool{}, typers: map[int64]*typer{},
+		ctx:       &ctxClient{client: opts.HTTPClient, poll: context.Background()},
+		queue:     newKeyQueues(),
+		replies:   newKeyQueues(),
+		seen:      newRecentUpdates(4096),
+		delayTold: must(lru.New[string, struct{}](4096)),
+		refused:   newRefused(), warned: map[string]bool{}, typers: map[int64]*typer{},
 		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
@@ -468,10 +470,9 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
 	m := u.Message
 	wait := time.Duration(0)
-	var told atomic.Bool // the delay notice went: once per message, stored or not
 	for attempt := 0; ; attempt++ {
 		stored := false
-		err := b.process(ctx, m, key, attempt == 0, &told, func() { stored = true; done(true) })
+		err := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
 		if err == nil || stored {
 			done(true)
 			return
@@ -491,7 +492,7 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 			}
 		}
 		if d := b.sess.DelayNotice(); d > 0 && now.Sub(since) >= d {
-			b.tellDelay(ctx, m, &told)
+			b.tellDelay(ctx, key, m)
 		}
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
@@ -598,10 +599,12 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 	return text[start:end]
 }
 
-// tellDelay tells m's sender, once (told), that their message is kept
-// while the database is unreachable and will be answered.
-func (b *Bot) tellDelay(ctx context.Context, m *tgbotapi.Message, told *atomic.Bool) {
-	if !told.CompareAndSwap(false, true) {
+// tellDelay tells m's sender that their message is kept while the
+// database is unreachable and will be answered: once per session key,
+// until a reply of the key is sent — whether the message could not be
+// stored yet or its turn waits.
+func (b *Bot) tellDelay(ctx context.Context, key string, m *tgbotapi.Message) {
+	if told, _ := b.delayTold.ContainsOrAdd(key, struct{}{}); told {
 		return
 	}
 	go func() {
@@ -615,8 +618,7 @@ func (b *Bot) tellDelay(ctx context.Context, m *tgbotapi.Message, told *atomic.B
 // error when the message could not be stored: the gateway is shutting down
 // (sessions.ErrShuttingDown, or ctx ended), or storage failed. stored is
 // called as soon as the message is stored. first is false on a retry,
-// whose failure is logged quietly. told is set once the user was told
-// their message waits on the database.
+// whose failure is logged quietly.
 //
 // process returns once the message is stored, so that the chat's next
 // update is taken at once — a burst of messages is merged into one turn
@@ -624,7 +626,7 @@ func (b *Bot) tellDelay(ctx context.Context, m *tgbotapi.Message, told *atomic.B
 // sends goes out on the key's reply queue (later): the reply is sent when
 // the turn that answers the message has ended, in the order the key's
 // messages came.
-func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, told *atomic.Bool, stored func()) error {
+func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
 	if !b.addressed(m) {
 		return nil
 	}
@@ -663,7 +665,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		OnDelta: onDelta,
 		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.Chat.ID, key, ev) },
-		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, m, told) },
+		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, key, m) },
 	})
 	if err != nil {
 		stopTyping()
@@ -740,6 +742,9 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 		dctx, endDelivery := b.traceDelivery(ctx, out)
 		ref, serr = b.deliverReply(dctx, st, m.Chat.ID, text, replyTo)
 		endDelivery(serr)
+		if serr == nil {
+			b.delayTold.Remove(key) // a later delay is told again
+		}
 		b.deliveryFailed(serr)
 	}
 	if err := b.sess.Delivered(ctx, out.Turn, ref, serr); err != nil {
@@ -1071,4 +1076,12 @@ func (b *Bot) Wait(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// must returns v, for constructors that fail only on arguments known good.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
