@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/chatgate/chatgate/agent"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/chatgate/chatgate/agent"
 )
 
 // Export is one conversation with all its messages, as the CLI's

@@ -2,8 +2,13 @@ package sessions
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"sync"
+	"time"
 	"unsafe"
+
+	"github.com/google/uuid"
 )
 
 // DefaultCacheBytes is Options.CacheBytes' default.
@@ -138,4 +143,92 @@ func (c *hotCache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
+}
+
+// hotConv is an active conversation with the tail of its messages. It is
+// read and changed only by the holder of its session key's lock.
+type hotConv struct {
+	conv   Conversation
+	window []Message
+	cap    int
+}
+
+// push adds messages to the window. The window grows to twice its cap
+// before the newest cap messages move to the front, so a turn copies and
+// allocates nothing in the steady state. The window is only read under the
+// session key's lock, never kept past it.
+func (h *hotConv) push(msgs ...Message) {
+	if len(h.window)+len(msgs) > 2*h.cap && len(h.window) > 0 {
+		keep := max(h.cap-len(msgs), 0)
+		n := copy(h.window, h.window[max(len(h.window)-keep, 0):])
+		clear(h.window[n:])
+		h.window = h.window[:n]
+	}
+	if h.window == nil {
+		h.window = make([]Message, 0, 2*h.cap)
+	}
+	h.window = append(h.window, msgs...)
+}
+
+func (h *hotConv) byClientID(id string) *Message {
+	for i := len(h.window) - 1; i >= 0; i-- {
+		if m := &h.window[i]; m.ClientMsgID != nil && *m.ClientMsgID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// load returns the session key's active conversation, creating one if none.
+func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
+	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == StatusActive {
+		return hc, nil
+	}
+	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
+	if err != nil {
+		return nil, err
+	}
+	if conv == nil {
+		return m.create(ctx, in, policy, now)
+	}
+	hc := &hotConv{conv: *conv, cap: windowCap(policy)}
+	if hc.window, err = m.store.RecentMessages(ctx, conv.ID, hc.cap); err != nil {
+		return nil, err
+	}
+	m.hot.Add(in.SessionKey, hc)
+	return hc, nil
+}
+
+// windowCap is how many recent messages a hot conversation keeps: the
+// history window plus room for messages History leaves out.
+func windowCap(p Policy) int { return p.MaxHistory + 16 + p.Busy.withDefaults().MaxBatch }
+
+func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
+	ag := m.settings().agent
+	conv := Conversation{
+		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: StatusActive,
+		StartedAt: now, LastActivityAt: now, AgentName: ag.Name(), Model: ag.Model(),
+		UserID: in.UserID, ChatID: in.ChatID,
+	}
+	if err := m.store.CreateConversation(ctx, &conv); err != nil {
+		if errors.Is(err, ErrStale) {
+			// Another process opened one first: use theirs.
+			m.hot.Remove(in.SessionKey)
+			existing, lerr := m.store.ActiveConversation(ctx, in.SessionKey)
+			if lerr != nil || existing == nil {
+				return nil, errors.Join(err, lerr)
+			}
+			hc := &hotConv{conv: *existing, cap: windowCap(policy)}
+			hc.window, lerr = m.store.RecentMessages(ctx, existing.ID, hc.cap)
+			if lerr != nil {
+				return nil, lerr
+			}
+			m.hot.Add(in.SessionKey, hc)
+			return hc, nil
+		}
+		return nil, err
+	}
+	hc := &hotConv{conv: conv, cap: windowCap(policy)}
+	m.hot.Add(in.SessionKey, hc)
+	return hc, nil
 }

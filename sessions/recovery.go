@@ -1,11 +1,15 @@
 package sessions
 
+// The rescuer: this replica's heartbeat, and a pass every RescueEvery
+// (and whenever woken) that runs what nobody runs — this replica's owed
+// conversations first (owed.go), then turns that are due, then the
+// turns of replicas whose heartbeat stopped — each through the same
+// conditional claim as every other runner.
+
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -13,215 +17,9 @@ import (
 // ExpiredText is the reply stored for an unanswered message too old to run.
 const ExpiredText = "Sorry, this message arrived while the assistant was restarting and was not answered. Please send it again."
 
-// Delivery is a stored reply that a channel delivers outside a live turn:
-// one the rescuer produced (after a restart, or for a replica that died),
-// or one whose earlier delivery never completed.
-type Delivery struct {
-	Channel     string
-	SessionKey  string
-	UserID      string
-	ChatID      string
-	ClientMsgID string
-	UserSeq     int64
-	Reply       Reply
-	Turn        TurnRef
-}
-
-// DeliverFunc delivers a reply. A channel that confirms delivery returns
-// its reference to what it sent (such as Telegram message ids), or an
-// error; one wrapping ErrUndeliverable means the channel refused it for
-// good, any other is retried later.
-type DeliverFunc func(ctx context.Context, d Delivery) (ref string, err error)
-
 // ErrUndeliverable marks a delivery the channel refused for good (the user
 // blocked the bot, the chat is gone): the turn is closed with the error.
 var ErrUndeliverable = errors.New("undeliverable")
-
-type deliverer struct {
-	fn    DeliverFunc
-	track bool
-}
-
-// OnDeliver registers how a channel delivers replies outside a live turn.
-// With track, the channel confirms delivery: its turns stay open after
-// they are answered until Delivered is called, and a delivery that did not
-// complete (the process died) is claimed and made again — at most one
-// duplicate, in the window between a send and its mark. Register before
-// turns run.
-func (m *Manager) OnDeliver(channel string, track bool, fn DeliverFunc) {
-	m.mu.Lock()
-	m.delivery[channel] = deliverer{fn: fn, track: track}
-	m.mu.Unlock()
-	// Turns of this channel that passes left alone may be claimable now.
-	m.rescanAll.Store(true)
-	m.Wake()
-}
-
-func (m *Manager) deliverer(channel string) (deliverer, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	d, ok := m.delivery[channel]
-	return d, ok
-}
-
-// tracks reports whether the channel confirms delivery.
-func (m *Manager) tracks(channel string) bool {
-	d, ok := m.deliverer(channel)
-	return ok && d.track
-}
-
-// Delivered records the outcome of delivering a turn's reply under the
-// claim the caller holds (Outcome.Turn): nil closes the turn as delivered
-// with ref; an error wrapping ErrUndeliverable closes it with the error;
-// any other error gives the claim back, and the rescuer delivers again a
-// minute later. When storage fails, the record is kept in memory and
-// retried until it lands — the turn stays held meanwhile, so that nobody
-// delivers it again — and the error says so.
-func (m *Manager) Delivered(ctx context.Context, t TurnRef, ref string, err error) error {
-	if t.Claim == "" {
-		return nil
-	}
-	k := turnKey{t.ConversationID, t.Seq}
-	attempt, perr := strconv.Atoi(t.Claim)
-	if perr != nil {
-		m.unhold(k)
-		return fmt.Errorf("delivered: bad claim %q", t.Claim)
-	}
-	now := m.now()
-	var record func(ctx context.Context) error
-	switch {
-	case err == nil:
-		record = func(ctx context.Context) error {
-			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, "", now)
-		}
-	case errors.Is(err, ErrUndeliverable):
-		record = func(ctx context.Context) error {
-			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, err.Error(), now)
-		}
-	default:
-		why := "delivery failed: " + err.Error()
-		record = func(ctx context.Context) error {
-			return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, m.now().Add(time.Minute), why)
-		}
-	}
-	return m.settle(func() { m.unhold(k) }, record)
-}
-
-// settle makes a claim-guarded write that gives up a turn this replica
-// holds (a delivery mark, a hand-back). If it fails for any reason but
-// the claim being gone, the turn stays held and the write is retried in
-// the background, with backoff, until it lands, the claim turns out taken
-// over, or the gateway stops (its heartbeat then stops too, and the
-// others take the turn over): a turn is never left owned with nobody
-// holding it. The first attempt's error is returned.
-func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) error {
-	err := write(m.base)
-	if err == nil || definite(err) {
-		unhold()
-		m.Wake()
-		return err
-	}
-	m.loops.Add(1)
-	go func() {
-		defer m.loops.Done()
-		defer unhold()
-		for wait := m.opts.RetryPause; ; wait = min(wait*2, 20*m.opts.RetryPause) {
-			select {
-			case <-m.stopLoops:
-				return
-			case <-time.After(wait):
-			}
-			if err := write(m.base); err == nil || definite(err) {
-				m.Wake()
-				return
-			}
-		}
-	}()
-	return fmt.Errorf("%w (kept, and retried until storage answers)", err)
-}
-
-// handBack gives a batch this replica claimed and could not finish (its
-// reply could not be stored) back to the ledger, due at once, so that the
-// rescuer — here or on another replica — runs it again; see settle. Its
-// messages stay held until the hand-back lands.
-func (m *Manager) handBack(b *Batch) {
-	for _, r := range b.Rows {
-		m.hold(turnKey{b.ConversationID, r.Seq})
-	}
-	m.settle(func() { m.unholdBatch(b) }, func(ctx context.Context) error {
-		return m.store.ReleaseTurn(ctx, b.ConversationID, b.Lead(), m.opts.ReplicaID, b.Attempt, m.now(), "reply could not be stored")
-	})
-}
-
-// turnKey names a turn in memory.
-type turnKey struct {
-	conv string
-	seq  int64
-}
-
-// hold notes that a run of this replica holds a turn now, so that a
-// resend arriving meanwhile does not take it for abandoned, and no claim
-// of this replica takes it again (heldSeqs).
-func (m *Manager) hold(k turnKey) {
-	m.mu.Lock()
-	seqs := m.claims[k.conv]
-	if seqs == nil {
-		seqs = map[int64]struct{}{}
-		m.claims[k.conv] = seqs
-	}
-	seqs[k.seq] = struct{}{}
-	m.mu.Unlock()
-}
-
-// unhold: the turn is settled or handed on.
-func (m *Manager) unhold(k turnKey) {
-	m.mu.Lock()
-	if seqs := m.claims[k.conv]; seqs != nil {
-		delete(seqs, k.seq)
-		if len(seqs) == 0 {
-			delete(m.claims, k.conv)
-		}
-	}
-	m.mu.Unlock()
-}
-
-func (m *Manager) holding(k turnKey) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.claims[k.conv][k.seq]
-	return ok
-}
-
-// heldSeqs are the messages of conversation conv that a runner of this
-// replica holds: turns running or delivering, and messages stored as
-// their own turn whose runner has not taken them yet. A message waiting
-// in the key's burst to be claimed is not among them — its runner claims
-// it, whatever state an earlier, failed claim left it in. Every other
-// turn this replica owns in conv is nobody's here, and its claims take
-// it again. Called under the key's state lock.
-func (m *Manager) heldSeqs(key, conv string) []int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	seqs := m.claims[conv]
-	if len(seqs) == 0 {
-		return nil
-	}
-	waiting := map[int64]bool{}
-	if b := m.bursts[key]; b != nil {
-		for _, t := range b.waiting {
-			if t.ref.conv == conv && t.claimed == nil {
-				waiting[t.ref.seq] = true
-			}
-		}
-	}
-	out := make([]int64, 0, len(seqs))
-	for seq := range seqs {
-		if !waiting[seq] {
-			out = append(out, seq)
-		}
-	}
-	return out
-}
 
 // beat writes this replica's heartbeat, which is the lease of every turn
 // it holds, and looks whether other replicas live (peers).
@@ -584,28 +382,4 @@ func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duratio
 	m.deliverTurn(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
 		ClientMsgID: clientID, UserSeq: t.Seq, Reply: out.Reply, Turn: c.Ref()})
 	return TurnAnswered, nil
-}
-
-// deliverTurn hands a reply nobody here waits for to its channel and,
-// when the channel confirms delivery, records the outcome under the
-// claim d.Turn.
-func (m *Manager) deliverTurn(ctx context.Context, d Delivery) {
-	dv, ok := m.deliverer(d.Channel)
-	if !ok {
-		// No channel here to deliver it: a claim for delivering is given
-		// back for a replica (or a later start) that has one.
-		if d.Turn.Claim != "" {
-			m.Delivered(ctx, d.Turn, "", errors.New("no channel to deliver it here"))
-		}
-		return
-	}
-	dctx, endDelivery := m.startSpanCtx(ctx, "delivery")
-	sent, err := dv.fn(dctx, d)
-	endDelivery(err)
-	if d.Turn.Claim == "" {
-		return
-	}
-	if err := m.Delivered(ctx, d.Turn, sent, err); err != nil {
-		m.log.Warn("recording a delivery failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
-	}
 }

@@ -1,7 +1,9 @@
 package sessions
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -136,4 +138,62 @@ func dayBoundary(y int, m time.Month, d, hour int, loc *time.Location) time.Time
 		}
 	}
 	return t
+}
+
+// Reset archives the session key's conversation (reason manual) and opens a
+// new one, which it returns. It does not wait for a running turn: that
+// turn, and the messages stored before the reset, are answered in the
+// archived conversation; the messages after it go to the new one.
+func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
+	if in.Channel == "" || in.SessionKey == "" {
+		return ResetEvent{}, ErrBadInbound
+	}
+	release, err := m.acquire(ctx, in.SessionKey)
+	if err != nil {
+		return ResetEvent{}, err
+	}
+	defer release()
+	now := m.now()
+	ev := ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, Reason: ReasonManual}
+	if conv, err := m.store.ActiveConversation(ctx, in.SessionKey); err != nil {
+		return ResetEvent{}, err
+	} else if conv != nil {
+		if _, err := m.store.Archive(ctx, conv.ID, ReasonManual, now, -1); err != nil {
+			return ResetEvent{}, err
+		}
+		ev.OldConversation, ev.OldMessages = conv.ID, conv.LastSeq
+	}
+	m.hot.Remove(in.SessionKey)
+	hc, err := m.create(ctx, in, m.Policy(in.Channel), now)
+	if err != nil {
+		return ResetEvent{}, err
+	}
+	ev.NewConversation = hc.conv.ID
+	m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", ReasonManual),
+		slog.String("archived", ev.OldConversation), slog.String("conversation", ev.NewConversation))
+	m.publish(ev)
+	return ev, nil
+}
+
+// Stop cancels the running turn of a session key — or, when none runs,
+// the turn its waiting messages would start next (debounce). The stopped
+// turn's partial reply is stored as interrupted (stopped) and is not run
+// again; nothing stored is dropped, and messages sent after the stop are
+// answered as usual.
+func (m *Manager) Stop(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cancel, ok := m.running[key]; ok {
+		cancel(errStoppedByUser)
+		return true
+	}
+	if b := m.bursts[key]; b != nil && len(b.waiting) > 0 {
+		b.stop = true
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	return false
 }

@@ -1,0 +1,141 @@
+package sessions
+
+// Session leases: one turn at a time per session key across replicas
+// sharing PostgreSQL (turnlock.go takes them), on a pool of their own.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
+)
+
+// Exclusive runs fn unless another process sharing the database is running
+// the same name: on PostgreSQL it holds pg_try_advisory_xact_lock inside a
+// transaction for fn's duration (the lock ends with the transaction, also
+// when a replica dies); SQLite has one gateway per file and just runs fn.
+// It reports whether fn ran.
+func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool, error) {
+	if s.driver != DriverPostgres {
+		return true, fn()
+	}
+	ran := false
+	err := s.write.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var got bool
+		if err := tx.Raw("SELECT pg_try_advisory_xact_lock(hashtext(?))", "chatgate:"+name).Scan(&got).Error; err != nil {
+			return err
+		}
+		if !got {
+			return nil
+		}
+		ran = true
+		return fn()
+	})
+	return ran, err
+}
+
+// openLeasePool opens the connections session leases and heartbeats are
+// written through. A lease lives for one turn and a heartbeat for a third
+// of the lease, so their writes commit without waiting for the log flush
+// (synchronous_commit off): they are as atomic and as visible to other
+// replicas as any, and only a PostgreSQL crash could forget one — after
+// which the turns' seq guards and claims still keep one user's messages
+// from interleaving and each turn to one runner.
+func openLeasePool(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	return db, nil
+}
+
+// Lease takes the cross-replica lease of a session key for replica,
+// waiting while another replica holds it (until ctx ends). SQLite serves
+// one gateway per file, where the in-process lock suffices: the lease is
+// then free. A lease lives as long as its replica heartbeats (the turn
+// ledger's liveness, replicasql.go): a replica that stopped for ttl no longer
+// holds its leases, and one that stops cleanly releases them.
+//
+// A replica may always retake its own lease: its in-process lock already
+// keeps its own turns of a key apart, so a release that failed (the
+// database was unreachable for a moment) never locks out that replica's
+// users; it is retried in the background.
+func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) (func(), error) {
+	if s.driver != DriverPostgres {
+		return func() {}, nil
+	}
+	holder := uuid.NewString()
+	wait := 5 * time.Millisecond
+	for {
+		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
+			VALUES ($1, $2, $3, now())
+			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
+			WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
+				WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))`,
+			key, holder, replica, ttl.Seconds())
+		if err != nil {
+			// The insert may have landed with its answer lost: this
+			// acquisition's row, if there is one, is deleted when the
+			// database answers again (only this holder's).
+			go s.retryUnlease(key, holder, ttl)
+			return nil, fmt.Errorf("lease %s: %w", key, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if s.unlease(key, holder) != nil {
+				go s.retryUnlease(key, holder, ttl)
+			}
+		})
+	}, nil
+}
+
+func (s *DB) unlease(key, holder string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.leases.ExecContext(ctx, `DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
+	return err
+}
+
+// retryUnlease keeps trying to release a lease until it is released or
+// the store closes (the process ends, and with its heartbeat its leases).
+// Only this acquisition's row is deleted (holder is unique to it), so a
+// late release never frees a lease taken again since.
+func (s *DB) retryUnlease(key, holder string, ttl time.Duration) {
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, ttl/6) {
+		select {
+		case <-s.closed:
+			return
+		case <-time.After(wait):
+		}
+		if s.unlease(key, holder) == nil {
+			return
+		}
+	}
+}
+
+// LeaseTTL is how long a replica holds its turns and session leases after
+// its last heartbeat; it beats every third of that.
+const LeaseTTL = 30 * time.Second

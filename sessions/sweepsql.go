@@ -1,0 +1,159 @@
+package sessions
+
+// The SQL of the reset sweeps (idle and daily archiving) and of purging
+// what retention lets go.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Archived is a conversation a sweep archived.
+type Archived struct {
+	ID         string
+	SessionKey string
+	Channel    string
+	LastSeq    int64 // 0: the conversation was empty
+}
+
+// SweepIdle archives the channel's active conversations idle since cutoff or
+// longer. Set-based and idempotent: a repeated or concurrent run archives
+// nothing twice. It passes each committed chunk of archived conversations
+// to each and returns how many it archived.
+func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error) {
+	return s.sweep(ctx, ReasonIdle, at, each, idleWhere, channel, cutoff)
+}
+
+// SweepDaily archives the channel's active conversations started before
+// boundary. Idempotent like SweepIdle.
+func (s *DB) SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]Archived)) (int, error) {
+	return s.sweep(ctx, ReasonDaily, at, each, dailyWhere, channel, boundary)
+}
+
+// sweepQuery archives one chunk of the conversations matching where and
+// returns their ids, session keys and last seqs. Its parameters: status, archived_at,
+// reset_reason, where's arguments, the chunk size.
+func sweepQuery(driver, where string) string {
+	if driver == DriverPostgres {
+		// FOR UPDATE locks the chosen rows and, when a replica's turn
+		// updated one meanwhile, checks where again on its new version, so
+		// that a conversation active again is left alone. The ids as an
+		// array make the update find each by its primary key.
+		return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE id = ANY(ARRAY(SELECT id FROM conversations WHERE " +
+			where + " LIMIT ? FOR UPDATE)) RETURNING id, session_key, last_seq"
+	}
+	// SQLite: the one writer runs the statement alone, so the rows the
+	// subquery picks still match; the update finds them by rowid.
+	return "UPDATE conversations SET status = ?, archived_at = ?, reset_reason = ? WHERE rowid IN (SELECT rowid FROM conversations WHERE " +
+		where + " LIMIT ?) RETURNING id, session_key, last_seq"
+}
+
+// sweep archives the channel's conversations matching where (its bound
+// the second argument), s.chunk at a time, until a chunk comes back short.
+// A conversation a chunk passes over because a turn changed it meanwhile
+// is left to the next run, or to the check on the user's next message.
+func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bound time.Time) (int, error) {
+	query := sweepQuery(s.driver, where)
+	// SQLite compares the stored times as text, which orders instants only
+	// in one offset: every time is stored in UTC, and a daily boundary
+	// comes in its policy's zone.
+	params := []any{StatusArchived, at.UTC(), reason, channel, bound.UTC(), s.chunk}
+	total := 0
+	got := make([]Archived, 0, s.chunk)
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("%s sweep stopped after %d: %w", reason, total, err)
+		}
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			got = got[:0] // a batch that failed runs its writes again
+			rows, err := tx.Raw(query, params...).Rows()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				a := Archived{Channel: channel}
+				if err := rows.Scan(&a.ID, &a.SessionKey, &a.LastSeq); err != nil {
+					return err
+				}
+				got = append(got, a)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return total, fmt.Errorf("%s sweep: %w", reason, err)
+		}
+		total += len(got)
+		if len(got) > 0 && each != nil {
+			each(got)
+		}
+		if len(got) < s.chunk {
+			return total, nil
+		}
+	}
+}
+
+// Purge deletes archived conversations (and their messages) archived before
+// the given time. It is the only deletion chatgate does.
+//
+// archived_at has no index (archiving a million conversations would pay
+// for one on every row), so the conversations to delete are found by a walk
+// of the table in key order on a reader; the writer only deletes them, a
+// chunk per transaction.
+func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error) {
+	// The walk's key and its start: SQLite's rowid (the table's own
+	// order), PostgreSQL's primary key.
+	key, after := "rowid", any(int64(0))
+	if s.driver == DriverPostgres {
+		key, after = "id", ""
+	}
+	find := "SELECT " + key + ", id FROM conversations WHERE " + key + " > ? AND status = ? AND archived_at < ? ORDER BY " + key + " LIMIT ?"
+	var n int64
+	ids := make([]string, 0, s.chunk)
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("purge stopped after %d: %w", n, err)
+		}
+		ids = ids[:0]
+		rows, err := s.read.WithContext(ctx).Raw(find, after, StatusArchived, archivedBefore, s.chunk).Rows()
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err = rows.Scan(&after, &id); err != nil {
+				break
+			}
+			ids = append(ids, id)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		if len(ids) == 0 {
+			return n, nil
+		}
+		var deleted int64
+		err = s.commit.do(ctx, func(tx *gorm.DB) error {
+			if err := tx.Where("conversation_id IN ?", ids).Delete(&Message{}).Error; err != nil {
+				return err
+			}
+			res := tx.Where("id IN ? AND status = ?", ids, StatusArchived).Delete(&Conversation{})
+			deleted = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return n, fmt.Errorf("purge archived conversations: %w", err)
+		}
+		n += deleted
+		if len(ids) < s.chunk {
+			return n, nil
+		}
+	}
+}
