@@ -435,3 +435,73 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A message whose store landed while its answer was lost (the client was
+// told it failed), stored behind a running turn whose reply then lands
+// after it: the next message is not taken for the first of a settled
+// conversation and run ahead of it. The conversation answers in order,
+// each message once. (The newest message being a reply once counted as
+// proof that nothing earlier waited, and the next message ran alone,
+// ahead of the stored one.)
+func TestAMessageStoredWithItsAnswerLostIsAnsweredInOrder(t *testing.T) {
+	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"),
+		sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fs := faults.New(db)
+	ag := &gatedAgent{gate: make(chan struct{}), started: make(chan struct{}, 4)}
+	m := sessions.New(fs, ag, sessions.Options{Logger: slog.New(slog.DiscardHandler),
+		Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
+			Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}}})
+	defer m.Shutdown(context.Background())
+	key := sessions.WebSocketKey("u")
+	submit := func(id string) (*sessions.Ticket, error) {
+		return m.Submit(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: key, UserID: "u", ClientMsgID: id, Text: id}, sessions.Hooks{})
+	}
+	t0, err := submit("m0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ag.started
+	fs.Outage(fs.Calls()+1, faults.After)
+	if _, err := submit("m1"); err == nil {
+		t.Fatal("m1's store reported success through the fault")
+	}
+	fs.Heal()
+	close(ag.gate) // m0's reply lands after m1
+	wait := func(tk *sessions.Ticket) sessions.Outcome {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := tk.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	wait(t0)
+	t2, err := submit("m2") // before the client sends m1 again
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1, err := submit("m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t2)
+	wait(t1)
+	replyOf := func(id string) int64 {
+		tr, err := db.TurnByClientID(context.Background(), key, id)
+		if err != nil || tr == nil || tr.ReplySeq == 0 {
+			t.Fatalf("%s: %+v, %v", id, tr, err)
+		}
+		return tr.ReplySeq
+	}
+	if r1, r2 := replyOf("m1"), replyOf("m2"); r1 > r2 {
+		t.Fatalf("m2 was answered (seq %d) before m1 (seq %d), which was stored first", r2, r1)
+	}
+	for _, line := range finalRepliesPerTurn(t, db) {
+		t.Error(line)
+	}
+}

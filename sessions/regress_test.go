@@ -1,0 +1,97 @@
+package sessions
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Deterministic regressions of the ledger's claims, beside the
+// fault-at-every-step harness (faults_test.go), which found them by
+// chance.
+
+// A claim of this replica never takes a turn a runner here holds: a
+// message stored already claimed, as its own turn, while its call runs.
+// (The rescuer's claim for another turn of the conversation once took
+// it, and both ran it.)
+func TestAClaimNeverTakesATurnHeldHere(t *testing.T) {
+	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 2)}
+	m := newManager(t, db, rec, newClock(t0), map[string]Policy{"websocket": {MaxHistory: 20, Busy: BusyPolicy{Mode: BusyCollect}}})
+	in := msg("websocket:ann", "hello")
+	in.ClientMsgID = "a1"
+	tk, err := m.Submit(context.Background(), in, Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-rec.started // stored as its own turn, running, held here
+	conv := tk.ConversationID()
+	b, err := m.store.ClaimBatch(context.Background(), Claim{ConversationID: conv, Owner: m.opts.ReplicaID,
+		Held: m.heldSeqs(in.SessionKey, conv), TakeOver: true, Alive: []string{m.opts.ReplicaID}, Now: m.now(), Limit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != nil {
+		t.Fatalf("a claim took the running turn %+v", b.Rows)
+	}
+	close(rec.block)
+	if _, err := tk.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.calls.Load(); n != 1 {
+		t.Fatalf("the model ran %d times, want once", n)
+	}
+}
+
+// In busy mode queue a rescue of a turn runs the turns before it first,
+// one a turn, and returns only once the turn it was given is answered —
+// it does not claim the oldest and leave the one it found.
+func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 4)}
+	a := New(openStore(t, DriverSQLite, path), rec, Options{Policies: queued, Now: newClock(t0).Now, Logger: quiet})
+	var last *Ticket
+	for _, id := range []string{"q0", "q1", "q2"} {
+		in := msg("websocket:ann", id)
+		in.ClientMsgID = id
+		tk, err := a.Submit(context.Background(), in, Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = tk
+	}
+	<-rec.started // q0 runs; q1 and q2 wait
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	a.Shutdown(ctx) // q0 is interrupted and handed back; q1, q2 stay pending
+	cancel()
+
+	db := openStore(t, DriverSQLite, path)
+	b := newManager(t, db, &recorder{}, newClock(t0.Add(time.Minute)), queued)
+	b.OnDeliver("websocket", false, func(context.Context, Delivery) (string, error) { return "", nil })
+	d := DueTurn{ConversationID: last.ConversationID(), Seq: last.Seq(), SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann"}
+	if _, err := b.rescueTurn(context.Background(), d, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"q0", "q1", "q2"} {
+		tr, err := db.TurnByClientID(context.Background(), "websocket:ann", id)
+		if err != nil || tr == nil || !tr.settled() {
+			t.Fatalf("%s after the rescue of q2: %+v, %v", id, tr, err)
+		}
+	}
+	// One answer each (q0's reply cut by the shutdown stays stored).
+	answers := map[int64]int{}
+	for _, r := range transcript(t, db, last.ConversationID()) {
+		if r.isFinalReply() && r.Status == MsgOK {
+			answers[r.ReplyTo]++
+		}
+	}
+	if len(answers) != 3 {
+		t.Fatalf("answers by message: %v, want one for each of 3", answers)
+	}
+	for seq, n := range answers {
+		if n != 1 {
+			t.Fatalf("message %d answered %d times", seq, n)
+		}
+	}
+}
