@@ -47,11 +47,12 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 // replicas as any, and only a PostgreSQL crash could forget one — after
 // which the turns' seq guards and claims still keep one user's messages
 // from interleaving and each turn to one runner.
-func openLeasePool(dsn string) (*sql.DB, error) {
+func openLeasePool(dsn string, tracer pgx.QueryTracer) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Tracer = tracer
 	cfg.RuntimeParams["synchronous_commit"] = "off"
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(8)

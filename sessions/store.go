@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -146,6 +148,9 @@ type DB struct {
 type OpenOptions struct {
 	Logger   *slog.Logger
 	MaxBatch int // writes per group commit (default 512)
+	// Tracer, on PostgreSQL, sees every statement the store's pools send
+	// (the benchmark counts round trips and transactions with it).
+	Tracer pgx.QueryTracer
 }
 
 // Open opens (and migrates) the database. For sqlite, dsn is a file path.
@@ -173,7 +178,12 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB, _ := w.DB()
 		sqlDB.SetMaxOpenConns(1)
 	case DriverPostgres:
-		db, err := gorm.Open(postgres.Open(dsn), gcfg)
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		cfg.Tracer = opts.Tracer
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: stdlib.OpenDB(*cfg)}), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
@@ -182,7 +192,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
 		workers = 4
-		if s.leases, err = openLeasePool(dsn); err != nil {
+		if s.leases, err = openLeasePool(dsn, opts.Tracer); err != nil {
 			s.closeDBs()
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}

@@ -147,8 +147,10 @@ type report struct {
 	Postgres []loadResult `json:"gateway_postgres,omitempty"`
 	// Cross is the latency a reply's cross-replica delivery adds
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
-	Cross   *loadResult   `json:"cross_replica_postgres,omitempty"`
-	Collect []burstResult `json:"collect_bursts,omitempty"`
+	Cross *loadResult `json:"cross_replica_postgres,omitempty"`
+	// PostgresCost is what a turn costs PostgreSQL (pgcost.go).
+	PostgresCost *pgCost       `json:"postgres_cost_per_turn,omitempty"`
+	Collect      []burstResult `json:"collect_bursts,omitempty"`
 	// FirstDelta is time to first delta, direct and through the gateway,
 	// per store and client count.
 	FirstDelta []ttfdResult `json:"time_to_first_delta,omitempty"`
@@ -229,6 +231,10 @@ func (r *report) print(w io.Writer) {
 	}
 	if len(r.Collect) > 0 {
 		fmt.Fprintln(w)
+	}
+	if c := r.PostgresCost; c != nil {
+		fmt.Fprintf(w, "\npostgres per turn at %d clients (%d turns): %.2f transactions (pg_stat_database), %.2f transactions and %.2f round trips from the gateway's pools (pgx tracer)\n",
+			c.Clients, c.Turns, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn)
 	}
 	if len(r.FirstDelta) > 0 {
 		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms):\n", r.FirstChunkMillis)

@@ -104,6 +104,15 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 	}
 
+	if o.dsn != "" {
+		step("what a turn costs PostgreSQL: transactions and round trips at 50 clients")
+		c, err := postgresCost(ctx, 50, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.PostgresCost = &c
+	}
+
 	for _, debounce := range []time.Duration{0, 100 * time.Millisecond} {
 		step(fmt.Sprintf("collect: bursts of 5 messages at 50 clients on %s, debounce %s", o.store, debounce))
 		collect, err := collectBursts(ctx, o.store, 50, 5, debounce, o)
@@ -301,13 +310,18 @@ func echoServer() (string, func()) {
 // openStore opens a fresh database: a temporary SQLite file, or a new
 // schema on the PostgreSQL server, removed by the returned func.
 func openStore(ctx context.Context, driver string, o options) (*sessions.DB, func(), error) {
+	return openStoreWith(ctx, driver, o, sessions.OpenOptions{Logger: discard})
+}
+
+// openStoreWith is openStore with the store's options.
+func openStoreWith(ctx context.Context, driver string, o options, opts sessions.OpenOptions) (*sessions.DB, func(), error) {
 	switch driver {
 	case sessions.DriverSQLite:
 		dir, err := os.MkdirTemp("", "chatgate-bench")
 		if err != nil {
 			return nil, nil, err
 		}
-		db, err := sessions.Open(ctx, driver, filepath.Join(dir, "bench.db"), sessions.OpenOptions{Logger: discard})
+		db, err := sessions.Open(ctx, driver, filepath.Join(dir, "bench.db"), opts)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, nil, err
@@ -326,7 +340,7 @@ func openStore(ctx context.Context, driver string, o options) (*sessions.DB, fun
 		if strings.Contains(o.dsn, "?") {
 			sep = "&"
 		}
-		db, err := sessions.Open(ctx, driver, o.dsn+sep+"search_path="+schema, sessions.OpenOptions{Logger: discard})
+		db, err := sessions.Open(ctx, driver, o.dsn+sep+"search_path="+schema, opts)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -489,6 +503,9 @@ func goals(r *report) []goal {
 			ratio := mid.P99Millis / e.P99Millis
 			out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99", mid.Clients), "≤ 4", ratio, ratio <= 4})
 		}
+	}
+	if c := r.PostgresCost; c != nil {
+		out = append(out, goal{fmt.Sprintf("postgres transactions per turn, %d clients", c.Clients), "≤ 1.0", c.StatXactsPerTurn, c.StatXactsPerTurn <= 1})
 	}
 	for _, f := range r.FirstDelta {
 		if f.Store == sessions.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 {
