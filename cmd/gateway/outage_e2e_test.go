@@ -21,8 +21,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // The end-to-end database outage: the built gateway on PostgreSQL through
@@ -52,6 +54,10 @@ const (
 	// answerWithin is how long after the database is back every message
 	// must be answered, with the gateway running on as it is.
 	answerWithin = 15 * time.Second
+	// delayNotice is session.delay_notice, which the rigs leave at its
+	// default: a user whose message waits on the database this long is
+	// told so, once.
+	delayNotice = config.DefaultDelayNotice
 )
 
 func TestOutageTelegram(t *testing.T) {
@@ -105,6 +111,15 @@ type outageChannel interface {
 	// dropConnections cuts the network of half of moment m's users, who
 	// then reconnect.
 	dropConnections(m string)
+	// notices counts the delay notices user i of moment m was given
+	// (Telegram: sendMessage calls in the user's chat whose text is
+	// sessions.DelayText; WebSocket: notice frames with code delayed,
+	// over all the user's connections).
+	notices(m string, i int) int
+	// problems lists what the channel saw go wrong for moment m's users
+	// besides their answers: a delay notice that is not about a message
+	// of its user.
+	problems(m string) []string
 }
 
 func newOutageRig(t *testing.T, channel string) *outageRig {
@@ -127,7 +142,7 @@ func newOutageRig(t *testing.T, channel string) *outageRig {
 	var section string
 	switch channel {
 	case "telegram":
-		tg := &tgOutageUsers{api: telegramtest.New(t)}
+		tg := &tgOutageUsers{api: telegramtest.New(t), msgs: map[int64][]int{}}
 		apiSrv := httptest.NewServer(tg)
 		t.Cleanup(apiSrv.Close)
 		// Busy mode and debounce are Telegram's defaults: collect, 1500 ms.
@@ -285,8 +300,51 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	}
 	typing.Wait()
 
-	// 0 unanswered, answerWithin after the outage ended.
-	deadline := healed.Add(answerWithin)
+	// The outage is shorter than the delay notice: nobody is told of a delay.
+	if outage >= delayNotice {
+		t.Fatalf("a %s outage is not shorter than the delay notice (%s)", outage, delayNotice)
+	}
+	noNotice := make([]noticeWant, outageUsers)
+	for i := range noNotice {
+		noNotice[i] = noticeWant{n: 0, exact: true}
+	}
+	res := r.verify(t, moment, keys, texts, healed, answerWithin, noNotice)
+	t.Logf("moment %s, %s outage (at the cut: %s; when it ended: %d answered, %d marked delivered): %s%s",
+		moment, outage, atCut, early, marked, res, r.users.stats())
+}
+
+// noticeWant is how many delay notices a user is to have had once a
+// moment is over: exactly n, or, unless exact, at most n.
+type noticeWant struct {
+	n     int
+	exact bool
+}
+
+// verdict is what verify measured for one moment's users.
+type verdict struct {
+	messages, calls, answered, twice int
+	longest, settled                 time.Duration
+	nextAnswered                     int
+	leases                           int64
+	notices                          []int // per user
+}
+
+func (v verdict) String() string {
+	return fmt.Sprintf("%d messages, %d model calls, %d answered, %d answered twice, longest wait after the database came back %.1f s, "+
+		"ledger settled %.1f s after; next messages answered %d/%d; session leases left %d; delay notices per user %v",
+		v.messages, v.calls, v.answered, v.twice, v.longest.Seconds(), v.settled.Seconds(), v.nextAnswered, len(v.notices), v.leases, v.notices)
+}
+
+// verify checks the invariants for the users of moment (session keys
+// keys, who sent texts) once the database came back at healed: every
+// message answered once, within of healed; the ledger settled, no
+// session lease left; each user's next message answered; and each user
+// i told of the delay as notices[i] says.
+func (r *outageRig) verify(t *testing.T, moment string, keys, texts []string, healed time.Time, within time.Duration, notices []noticeWant) verdict {
+	t.Helper()
+	v := verdict{messages: len(texts)}
+	// 0 unanswered, within after the outage ended.
+	deadline := healed.Add(within)
 	unanswered := func() []string {
 		got := r.users.answers()
 		var out []string
@@ -302,31 +360,30 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	left := unanswered()
 	if len(left) > 0 {
 		failed = true
-		t.Errorf("%d of %d messages unanswered %s after the outage ended: %v", len(left), len(texts), answerWithin, left)
+		t.Errorf("%d of %d messages unanswered %s after the outage ended: %v", len(left), len(texts), within, left)
 	}
 	// The ledger: each message stored once with one final reply, nothing
 	// due, deliveries marked; no session lease left.
 	var problem string
 	waitUntil(time.Until(deadline), func() bool { problem = r.ledgerProblem(keys); return problem == "" })
-	settled := time.Since(healed)
+	v.settled = time.Since(healed)
 	if problem != "" {
 		failed = true
-		t.Errorf("the ledger %s after the outage ended: %s", answerWithin, problem)
+		t.Errorf("the ledger %s after the outage ended: %s", within, problem)
 	}
-	var leases int64
 	waitUntil(max(time.Until(deadline), time.Second), func() bool {
-		leases = -1
-		r.db.Raw("SELECT count(*) FROM session_leases").Scan(&leases)
-		return leases == 0
+		v.leases = -1
+		r.db.Raw("SELECT count(*) FROM session_leases").Scan(&v.leases)
+		return v.leases == 0
 	})
-	if leases != 0 {
+	if v.leases != 0 {
 		failed = true
-		t.Errorf("%d session leases left %s after the outage ended", leases, answerWithin)
+		t.Errorf("%d session leases left %s after the outage ended", v.leases, within)
 	}
 
 	// Each user's next message is answered.
-	next := make([]string, outageUsers)
-	for i := range outageUsers {
+	next := make([]string, len(keys))
+	for i := range keys {
 		next[i] = fmt.Sprintf("%s u%d next", moment, i)
 		r.users.send(t, moment, i, next[i])
 	}
@@ -339,36 +396,49 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	// answers a batch of a user's messages), and its user got one reply.
 	runs := r.llm.runs(moment)
 	got := r.users.answers()
-	twice, answered := 0, 0
-	var longest time.Duration
 	for _, s := range texts {
 		if runs[s] > 1 || len(got[s]) > 1 {
-			twice++
+			v.twice++
 			failed = true
 			t.Errorf("%q ran the model %d times and reached its user in %d replies, want once", s, runs[s], len(got[s]))
 		}
 		if len(got[s]) > 0 {
-			answered++
-			longest = max(longest, got[s][0].Sub(healed))
+			v.answered++
+			v.longest = max(v.longest, got[s][0].Sub(healed))
 		}
 	}
-	nextAnswered := 0
 	for _, s := range next {
 		if runs[s] == 1 && len(got[s]) == 1 {
-			nextAnswered++
+			v.nextAnswered++
 			continue
 		}
 		failed = true
 		t.Errorf("the next message %q ran the model %d times and got %d replies, want 1 and 1", s, runs[s], len(got[s]))
 	}
+	v.calls = r.llm.callsAnswering(texts)
+
+	// Each user told of the delay as often as they are to be.
+	for _, p := range r.users.problems(moment) {
+		failed = true
+		t.Error(p)
+	}
+	v.notices = make([]int, len(keys))
+	for i := range keys {
+		n, want := r.users.notices(moment, i), notices[i]
+		v.notices[i] = n
+		switch {
+		case want.exact && n != want.n:
+			failed = true
+			t.Errorf("%s was told of a delay %d times, want %d", keys[i], n, want.n)
+		case n > want.n:
+			failed = true
+			t.Errorf("%s was told of a delay %d times, want at most %d", keys[i], n, want.n)
+		}
+	}
 	if failed {
 		r.dump(t, keys)
 	}
-	t.Logf("moment %s, %s outage (at the cut: %s; when it ended: %d answered, %d marked delivered): "+
-		"%d messages, %d model calls, %d answered, %d answered twice, longest wait after the database came back %.1f s, "+
-		"ledger settled %.1f s after; next messages answered %d/%d; session leases left %d%s",
-		moment, outage, atCut, early, marked, len(texts), r.llm.callsAnswering(texts), answered, twice, longest.Seconds(),
-		settled.Seconds(), nextAnswered, outageUsers, leases, r.users.stats())
+	return v
 }
 
 // waitUntil polls cond until it holds or within has passed, and reports
@@ -682,13 +752,15 @@ type tgOutageUsers struct {
 	api   *telegramtest.Server
 	mu    sync.Mutex
 	sends []tgSend
+	msgs  map[int64][]int // per chat, the ids of the messages its user sent
 	hold  *tgHold
 }
 
 type tgSend struct {
-	chat int64
-	text string
-	at   time.Time
+	chat    int64
+	text    string
+	replyTo int
+	at      time.Time
 }
 
 // tgHold holds the answer to each chat's first sendMessage until every
@@ -717,7 +789,11 @@ func (u *tgOutageUsers) key(m string, i int) string {
 }
 
 func (u *tgOutageUsers) send(t *testing.T, m string, i int, text string) {
-	u.api.Push(telegramtest.DM(u.chat(m, i), text))
+	chat := u.chat(m, i)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	id := u.api.Push(telegramtest.DM(chat, text))
+	u.msgs[chat] = append(u.msgs[chat], id)
 }
 
 func (u *tgOutageUsers) answers() map[string][]time.Time {
@@ -727,6 +803,38 @@ func (u *tgOutageUsers) answers() map[string][]time.Time {
 	for _, s := range u.sends {
 		for _, text := range answeredBy(s.text) {
 			out[text] = append(out[text], s.at)
+		}
+	}
+	return out
+}
+
+// notices counts the delay notices sent to user i's chat; each must
+// answer a message of that chat.
+func (u *tgOutageUsers) notices(m string, i int) int {
+	chat := u.chat(m, i)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, s := range u.sends {
+		if s.chat == chat && s.text == sessions.DelayText {
+			n++
+		}
+	}
+	return n
+}
+
+// problems lists the delay notices to moment m's chats that do not
+// answer a message of their chat.
+func (u *tgOutageUsers) problems(m string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for i := range outageUsers {
+		chat := u.chat(m, i)
+		for _, s := range u.sends {
+			if s.chat == chat && s.text == sessions.DelayText && !slices.Contains(u.msgs[chat], s.replyTo) {
+				out = append(out, fmt.Sprintf("the delay notice to chat %d answers message %d, not one of the chat's %v", chat, s.replyTo, u.msgs[chat]))
+			}
 		}
 	}
 	return out
@@ -760,7 +868,8 @@ func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.api.ServeHTTP(rec, r)
 	u.mu.Lock()
 	if rec.Code == http.StatusOK {
-		u.sends = append(u.sends, tgSend{chat: chat, text: r.FormValue("text"), at: time.Now()})
+		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
+		u.sends = append(u.sends, tgSend{chat: chat, text: r.FormValue("text"), replyTo: replyTo, at: time.Now()})
 	}
 	h := u.hold
 	held := h != nil && h.chats[chat] && !h.seen[chat]
@@ -849,6 +958,36 @@ func (ws *wsOutageUsers) stats() string {
 		"and had %d messages answered first in ready.history", ws.resent.Swap(0), ws.reconnects.Swap(0), ws.resentOnReady.Swap(0), ws.fromHistory.Swap(0))
 }
 
+func (ws *wsOutageUsers) user(m string, i int) *wsOutageUser {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.users[ws.name(m, i)]
+}
+
+func (ws *wsOutageUsers) notices(m string, i int) int {
+	u := ws.user(m, i)
+	if u == nil {
+		return 0
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.notices
+}
+
+// problems lists the delay notices to moment m's users that named no
+// message of theirs, or said something else than sessions.DelayText.
+func (ws *wsOutageUsers) problems(m string) []string {
+	var out []string
+	for i := range outageUsers {
+		if u := ws.user(m, i); u != nil {
+			u.mu.Lock()
+			out = append(out, u.wrong...)
+			u.mu.Unlock()
+		}
+	}
+	return out
+}
+
 // dropConnections closes the connections of moment m's even users.
 func (ws *wsOutageUsers) dropConnections(m string) {
 	for i := 0; i < outageUsers; i += 2 {
@@ -908,6 +1047,8 @@ type wsOutageUser struct {
 	pending []string          // ids sent and not acknowledged, oldest first
 	retry   map[string]time.Duration
 	replies map[string]map[int64]time.Time // text → seq of each reply answering it → first seen
+	notices int                            // notice frames with code delayed
+	wrong   []string                       // what was wrong with them
 	closed  bool
 	stop    chan struct{}
 }
@@ -1047,6 +1188,14 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 			u.answered(texts, f.Seq)
 			u.lastSeq = max(u.lastSeq, f.Seq)
 			replied = f.Status == "ok"
+		case "notice":
+			if f.Code != "delayed" {
+				break
+			}
+			u.notices++
+			if _, ok := u.texts[f.ID]; !ok || f.Message != sessions.DelayText {
+				u.wrong = append(u.wrong, fmt.Sprintf("%s had a delay notice about %q (the client's ids go to c-%d): %q", u.name, f.ID, u.nextID, f.Message))
+			}
 		case "error":
 			if f.Code == "internal" && slices.Contains(u.pending, f.ID) {
 				// Not stored: resend it after a pause, longer each time.
