@@ -142,7 +142,8 @@ func newOutageRig(t *testing.T, channel string) *outageRig {
 	var section string
 	switch channel {
 	case "telegram":
-		tg := &tgOutageUsers{api: telegramtest.New(t), msgs: map[int64][]int{}}
+		tg := &tgOutageUsers{api: telegramtest.New(t), db: db, msgs: map[int64][]int{},
+			updates: map[int]tgUpdate{}, stored: map[int]bool{}, handed: map[int]int{}}
 		apiSrv := httptest.NewServer(tg)
 		t.Cleanup(apiSrv.Close)
 		// Busy mode and debounce are Telegram's defaults: collect, 1500 ms.
@@ -750,10 +751,31 @@ func answeredBy(reply string) []string {
 // hold them for the delivery moment.
 type tgOutageUsers struct {
 	api   *telegramtest.Server
+	db    *gorm.DB // straight to PostgreSQL, not through the proxy
 	mu    sync.Mutex
 	sends []tgSend
 	msgs  map[int64][]int // per chat, the ids of the messages its user sent
 	hold  *tgHold
+	// The offset: each update pushed, those whose message getUpdates
+	// found stored, what was confirmed too early, and how often each
+	// update was handed out.
+	updates map[int]tgUpdate
+	stored  map[int]bool
+	early   []tgEarly
+	handed  map[int]int
+	again   int // updates handed out more than once, since stats last told
+}
+
+type tgUpdate struct {
+	chat int64
+	text string
+}
+
+// tgEarly is a getUpdates that confirmed an update whose message was not
+// stored: Telegram would never send it again.
+type tgEarly struct {
+	chat int64
+	what string
 }
 
 type tgSend struct {
@@ -794,6 +816,91 @@ func (u *tgOutageUsers) send(t *testing.T, m string, i int, text string) {
 	defer u.mu.Unlock()
 	id := u.api.Push(telegramtest.DM(chat, text))
 	u.msgs[chat] = append(u.msgs[chat], id)
+	u.updates[u.api.LastUpdateID()] = tgUpdate{chat: chat, text: text} // pushes are one at a time, under u.mu
+}
+
+// checkOffset records each update below offset — a getUpdates asking
+// with offset confirms them, and Telegram never sends them again — whose
+// message is neither stored nor held in the bot's stored offset state.
+// An update found stored is not looked at again; one found held is, on
+// every getUpdates, until its message is stored: the state must not
+// forget it before.
+func (u *tgOutageUsers) checkOffset(offset int) {
+	u.mu.Lock()
+	open := map[int]tgUpdate{}
+	for id, up := range u.updates {
+		if id < offset && !u.stored[id] {
+			open[id] = up
+		}
+	}
+	u.mu.Unlock()
+	if len(open) == 0 {
+		return
+	}
+	held, err := u.heldUpdates()
+	if err != nil {
+		return // PostgreSQL did not answer the test: nothing to tell
+	}
+	for id, up := range open {
+		var n int64
+		if err := u.db.Raw(`SELECT count(*) FROM messages WHERE role = 'user' AND content = ?`, up.text).Scan(&n).Error; err != nil {
+			continue
+		}
+		if n == 0 && held[id] {
+			continue
+		}
+		u.mu.Lock()
+		u.stored[id] = true // or reported: once
+		if n == 0 {
+			u.early = append(u.early, tgEarly{chat: up.chat, what: fmt.Sprintf(
+				"getUpdates with offset %d confirmed update %d (%q), whose message is neither stored nor held in the stored offset state", offset, id, up.text)})
+		}
+		u.mu.Unlock()
+	}
+}
+
+// heldUpdates reads the ids of the updates the bot's stored offset state
+// holds (bots/telegram offsetState).
+func (u *tgOutageUsers) heldUpdates() (map[int]bool, error) {
+	var values []string
+	if err := u.db.Raw(`SELECT value FROM channel_states WHERE name LIKE 'telegram:%:offset'`).Scan(&values).Error; err != nil {
+		return nil, err
+	}
+	held := map[int]bool{}
+	for _, v := range values {
+		var st struct {
+			Held []struct {
+				Update struct {
+					UpdateID int `json:"update_id"`
+				} `json:"update"`
+			} `json:"held"`
+		}
+		if err := json.Unmarshal([]byte(v), &st); err != nil {
+			return nil, fmt.Errorf("stored offset state %q: %w", v, err)
+		}
+		for _, h := range st.Held {
+			held[h.Update.UpdateID] = true
+		}
+	}
+	return held, nil
+}
+
+// handedOut counts the updates of a getUpdates answer, each one's
+// second and later times as handed out again.
+func (u *tgOutageUsers) handedOut(body []byte) {
+	var res struct {
+		Result []struct {
+			UpdateID int `json:"update_id"`
+		} `json:"result"`
+	}
+	json.Unmarshal(body, &res)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, up := range res.Result {
+		if u.handed[up.UpdateID]++; u.handed[up.UpdateID] == 2 {
+			u.again++
+		}
+	}
 }
 
 func (u *tgOutageUsers) answers() map[string][]time.Time {
@@ -823,14 +930,20 @@ func (u *tgOutageUsers) notices(m string, i int) int {
 	return n
 }
 
-// problems lists the delay notices to moment m's chats that do not
-// answer a message of their chat.
+// problems lists, for moment m's chats, the updates whose offset was
+// confirmed before their message was stored, and the delay notices that
+// do not answer a message of their chat.
 func (u *tgOutageUsers) problems(m string) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var out []string
 	for i := range outageUsers {
 		chat := u.chat(m, i)
+		for _, e := range u.early {
+			if e.chat == chat {
+				out = append(out, e.what)
+			}
+		}
 		for _, s := range u.sends {
 			if s.chat == chat && s.text == sessions.DelayText && !slices.Contains(u.msgs[chat], s.replyTo) {
 				out = append(out, fmt.Sprintf("the delay notice to chat %d answers message %d, not one of the chat's %v", chat, s.replyTo, u.msgs[chat]))
@@ -840,7 +953,13 @@ func (u *tgOutageUsers) problems(m string) []string {
 	return out
 }
 
-func (u *tgOutageUsers) stats() string { return "" }
+func (u *tgOutageUsers) stats() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	again := u.again
+	u.again = 0
+	return fmt.Sprintf("; getUpdates handed out %d updates more than once (the offset held them)", again)
+}
 
 // dropConnections does nothing: a Telegram user's connection is
 // Telegram's, and the bot's to the Bot API does not go through the
@@ -858,6 +977,16 @@ func (u *tgOutageUsers) armDelivery(m string, cut func()) {
 }
 
 func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/getUpdates") {
+		r.ParseForm()
+		offset, _ := strconv.Atoi(r.FormValue("offset"))
+		u.checkOffset(offset)
+		rec := httptest.NewRecorder()
+		u.api.ServeHTTP(rec, r)
+		u.handedOut(rec.Body.Bytes())
+		copyResponse(w, rec)
+		return
+	}
 	if !strings.HasSuffix(r.URL.Path, "/sendMessage") {
 		u.api.ServeHTTP(w, r)
 		return
@@ -891,6 +1020,11 @@ func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fire()
 		}
 	}
+	copyResponse(w, rec)
+}
+
+// copyResponse writes what rec recorded to w.
+func copyResponse(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 	for k, v := range rec.Header() {
 		w.Header()[k] = v
 	}
