@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,10 @@ import (
 // never restarted. Afterwards every message has reached the model once
 // and its user has the reply, the ledger holds one final reply per turn,
 // no session lease is left, and each user's next message is answered.
+// A 4 s outage tells nobody of a delay; a long one (30 s, 90 s: longer
+// than the delay notice, and than the lease) tells each waiting user
+// once. On Telegram no getUpdates ever confirms an update whose message
+// is neither stored nor held in the bot's stored offset state.
 
 // The moments an outage starts at, in a turn's order.
 const (
@@ -62,20 +67,186 @@ const (
 
 func TestOutageTelegram(t *testing.T) {
 	t.Parallel()
-	rig := newOutageRig(t, "telegram")
+	outageRuns(t, "telegram")
+}
+
+func TestOutageWebSocket(t *testing.T) {
+	t.Parallel()
+	outageRuns(t, "websocket")
+}
+
+// outageRuns runs a 4 s outage at each moment, one after the other on
+// one gateway, and meanwhile each long outage on a gateway of its own.
+// The long ones are subtests started from goroutines of their own, not
+// parallel subtests: those would wait for go test's -parallel slots (as
+// many as the machine has cores) behind the 4 s runs, and the file would
+// take the sum of the outages rather than the longest.
+func outageRuns(t *testing.T, channel string) {
+	var long sync.WaitGroup
+	defer long.Wait()
+	for _, outage := range longOutages {
+		if testing.Short() {
+			break
+		}
+		long.Go(func() { t.Run(fmt.Sprintf("long-%s", outage), func(t *testing.T) { longOutage(t, channel, outage) }) })
+	}
+	rig := newOutageRig(t, channel)
 	for _, moment := range outageMoments {
 		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
 	}
 	stopGateway(t, rig.gw) // and it stops cleanly, its race detector silent
 }
 
-func TestOutageWebSocket(t *testing.T) {
-	t.Parallel()
-	rig := newOutageRig(t, "websocket")
-	for _, moment := range outageMoments {
-		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
+// The long outages outlast the delay notice (20 s) and the Telegram
+// poller role (15 s); 90 s outlasts the lease (30 s) too: every turn's
+// and session's lease has expired when the database comes back.
+var longOutages = []time.Duration{30 * time.Second, 90 * time.Second}
+
+// longAnswerWithin is how long after a long outage every message must be
+// answered. The slowest way back is a Telegram update retried from
+// memory: its tries are 0.5 s apart, doubling up to 30 s, so the
+// database may come back just after one and the next comes 30 s later;
+// then the debounce (1.5 s), the model call and the reply's delivery and
+// mark, a few seconds on a busy machine. (The WebSocket clients here
+// resend a refused message after pauses that double up to 20 s, 25 s
+// with jitter — the web page's go up to 30 s — and reconnect within
+// 12.5 s; the session manager retries a turn within 2 s.)
+const longAnswerWithin = 40 * time.Second
+
+// atLate is the users of a long outage whose messages all come while the
+// database is away: none of them is stored before it is back.
+const atLate = "late"
+
+// longOutage cuts PostgreSQL for outage, longer than the delay notice,
+// with three groups of ten users waiting on it:
+//   - store: every model call streams at the cut and ends while cut, so
+//     each user's stored messages wait for their reply to be stored;
+//   - debounce: each user's first message is stored and its turn waits
+//     for the debounce; the other two come while cut (WebSocket: half of
+//     the users lose their connection at the cut too);
+//   - late: the users are online and send all three messages while cut.
+//
+// The gateway runs on throughout. Afterwards every message is answered
+// once, within longAnswerWithin, the ledger is settled with no lease
+// left, each user's next message is answered, and each user who was
+// waiting when the delay notice came due was told exactly once: on
+// Telegram every user (a stored message waited, or an update could not
+// be stored); on WebSocket each user with an acknowledged message who
+// was connected throughout (the notice is a frame to the connections
+// open then), and nobody else.
+func longOutage(t *testing.T, channel string, outage time.Duration) {
+	r := newOutageRig(t, channel)
+	groups := []string{atStore, atDebounce, atLate}
+	text := func(m string, i, k int) string { return fmt.Sprintf("%s u%d m%d", m, i, k) }
+	keys, texts := map[string][]string{}, map[string][]string{}
+	var all []string
+	for _, m := range groups {
+		for i := range outageUsers {
+			keys[m] = append(keys[m], r.users.key(m, i))
+			for k := 1; k <= outageMessages; k++ {
+				texts[m] = append(texts[m], text(m, i, k))
+			}
+		}
+		all = append(all, keys[m]...)
 	}
-	stopGateway(t, rig.gw) // and it stops cleanly, its race detector silent
+	var typing sync.WaitGroup
+	typeAll := func(m string) {
+		for i := range outageUsers {
+			typing.Go(func() {
+				for k := 1; k <= outageMessages; k++ {
+					if k > 1 {
+						time.Sleep(outageGap) // the users' pace, not a wait for the gateway
+					}
+					r.users.send(t, m, i, text(m, i, k))
+				}
+			})
+		}
+	}
+
+	r.llm.hold(atStore)
+	typeAll(atStore)
+	r.llm.waitInFlight(t, atStore, outageUsers)
+	for i := range outageUsers {
+		r.users.join(t, atLate, i)
+	}
+	typeAll(atDebounce)
+	if !waitUntil(time.Minute, func() bool { return r.usersWithStored(keys[atDebounce]) == outageUsers }) {
+		t.Fatalf("the debounce users' first messages were not stored")
+	}
+	r.proxy.Cut()
+	cut := time.Now()
+	atCut := r.state(all)
+	r.llm.release(atStore) // the answers end while nothing can be stored
+	r.users.dropConnections(atDebounce)
+	time.Sleep(time.Second) // the late users' messages come a second into the outage
+	typeAll(atLate)
+	time.Sleep(time.Until(cut.Add(outage))) // the outage itself
+
+	// Who is to be told: nothing changed in the ledger since the cut.
+	want := map[string][]noticeWant{}
+	for _, m := range groups {
+		for i, key := range keys[m] {
+			want[m] = append(want[m], r.noticeWant(m, i, key, cut))
+		}
+	}
+	if tg, ok := r.users.(*tgOutageUsers); ok {
+		// While cut, the bot could store nothing, its offset state
+		// included: no getUpdates may have confirmed an update whose
+		// message is not stored.
+		polls, highest := tg.polls(cut, time.Now())
+		lowest := tg.lowestUnstored()
+		if highest > lowest {
+			t.Errorf("during the outage getUpdates asked with offset %d, past update %d, whose message is not stored", highest, lowest)
+		}
+		t.Logf("%s outage: %d getUpdates while cut, the highest offset %d; the lowest update not stored when it ended %d", outage, polls, highest, lowest)
+	}
+	r.proxy.Heal(t)
+	healed := time.Now()
+	early := 0
+	for s, as := range r.users.answers() {
+		if slices.Contains(groups, momentOf(s)) && as[0].Before(healed) {
+			early++
+		}
+	}
+	if early > 0 {
+		t.Errorf("%d messages answered while the database was away: a reply went out before it was stored", early)
+	}
+	typing.Wait()
+	for _, m := range groups {
+		res := r.verify(t, m, keys[m], texts[m], healed, longAnswerWithin, want[m])
+		t.Logf("%s outage, %s users (at the cut: %s): %s; delay notices wanted %v", outage, m, atCut, res, want[m])
+	}
+	t.Logf("%s outage: after it%s", outage, r.users.stats())
+	stopGateway(t, r.gw)
+}
+
+// noticeWant is how many delay notices user i of moment m (session key
+// key) is to get for an outage that began at cut and is still on.
+func (r *outageRig) noticeWant(m string, i int, key string, cut time.Time) noticeWant {
+	stored := r.storedUserMessages([]string{key}) > 0
+	if r.channel == "telegram" {
+		// Each user's messages were stored before the cut, or come while
+		// cut and cannot be stored.
+		return noticeWant{n: 1, exact: true}
+	}
+	since, online := r.users.online(m, i)
+	switch {
+	case !stored:
+		return noticeWant{n: 0, exact: true} // refused with internal, not acknowledged: nothing waits
+	case online && since.Before(cut):
+		return noticeWant{n: 1, exact: true}
+	case !online && since.Before(cut.Add(delayNotice)):
+		return noticeWant{n: 0, exact: true} // no connection to tell it to when it came due
+	}
+	return noticeWant{n: 1}
+}
+
+// usersWithStored counts the keys that have a user message stored.
+func (r *outageRig) usersWithStored(keys []string) int {
+	var n int64
+	r.db.Raw(`SELECT count(DISTINCT c.session_key) FROM messages m JOIN conversations c ON c.id = m.conversation_id
+		WHERE c.session_key IN ? AND m.role = 'user'`, keys).Scan(&n)
+	return int(n)
 }
 
 // outageRig is one gateway on PostgreSQL through a proxy, its model
@@ -116,6 +287,13 @@ type outageChannel interface {
 	// sessions.DelayText; WebSocket: notice frames with code delayed,
 	// over all the user's connections).
 	notices(m string, i int) int
+	// join brings user i of moment m online without sending anything
+	// (WebSocket: connected; Telegram: nothing to do).
+	join(t *testing.T, m string, i int)
+	// online reports whether user i of moment m can be sent frames now,
+	// and since when that is so (or since when not). Telegram users
+	// always can: their connection is Telegram's.
+	online(m string, i int) (since time.Time, ok bool)
 	// problems lists what the channel saw go wrong for moment m's users
 	// besides their answers: a delay notice that is not about a message
 	// of its user.
@@ -803,8 +981,15 @@ func (h *tgHold) fire() {
 }
 
 func (u *tgOutageUsers) chat(m string, i int) int64 {
-	return int64(1000*(slices.Index(outageMoments, m)+1) + i)
+	return int64(1000*(slices.Index(chatMoments, m)+1) + i)
 }
+
+// chatMoments number the moments in chat ids.
+var chatMoments = append(slices.Clone(outageMoments), atLate)
+
+func (u *tgOutageUsers) join(*testing.T, string, int) {}
+
+func (u *tgOutageUsers) online(string, int) (time.Time, bool) { return time.Time{}, true }
 
 func (u *tgOutageUsers) key(m string, i int) string {
 	return fmt.Sprintf("telegram:dm:%d", u.chat(m, i))
@@ -857,6 +1042,37 @@ func (u *tgOutageUsers) checkOffset(offset int) {
 		}
 		u.mu.Unlock()
 	}
+}
+
+// polls counts the getUpdates calls from since to until and returns the
+// highest offset they asked with.
+func (u *tgOutageUsers) polls(since, until time.Time) (n, highest int) {
+	for _, c := range u.api.Calls("getUpdates") {
+		if c.At.Before(since) || c.At.After(until) {
+			continue
+		}
+		n++
+		offset, _ := strconv.Atoi(c.Params.Get("offset"))
+		highest = max(highest, offset)
+	}
+	return n, highest
+}
+
+// lowestUnstored is the lowest id of an update pushed whose message is
+// not stored (or one past the last update, if every one is).
+func (u *tgOutageUsers) lowestUnstored() int {
+	u.mu.Lock()
+	updates := maps.Clone(u.updates)
+	u.mu.Unlock()
+	lowest := u.api.LastUpdateID() + 1
+	for id, up := range updates {
+		var n int64
+		err := u.db.Raw(`SELECT count(*) FROM messages WHERE role = 'user' AND content = ?`, up.text).Scan(&n).Error
+		if err == nil && n == 0 {
+			lowest = min(lowest, id)
+		}
+	}
+	return lowest
 }
 
 // heldUpdates reads the ids of the updates the bot's stored offset state
@@ -1050,9 +1266,11 @@ func (ws *wsOutageUsers) name(m string, i int) string { return fmt.Sprintf("%s-u
 
 func (ws *wsOutageUsers) key(m string, i int) string { return "websocket:" + ws.name(m, i) }
 
-func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
+// client returns user i of moment m's client, started on first use.
+func (ws *wsOutageUsers) client(m string, i int) *wsOutageUser {
 	name := ws.name(m, i)
 	ws.mu.Lock()
+	defer ws.mu.Unlock()
 	u := ws.users[name]
 	if u == nil {
 		u = &wsOutageUser{all: ws, name: name, texts: map[string]string{}, retry: map[string]time.Duration{},
@@ -1060,8 +1278,27 @@ func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
 		ws.users[name] = u
 		go u.run()
 	}
-	ws.mu.Unlock()
-	u.send(text)
+	return u
+}
+
+func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
+	ws.client(m, i).send(text)
+}
+
+// join connects user i of moment m and waits for its ready.
+func (ws *wsOutageUsers) join(t *testing.T, m string, i int) {
+	t.Helper()
+	u := ws.client(m, i)
+	if !waitUntil(10*time.Second, func() bool { _, ok := u.online(); return ok }) {
+		t.Fatalf("%s did not connect", u.name)
+	}
+}
+
+func (ws *wsOutageUsers) online(m string, i int) (time.Time, bool) {
+	if u := ws.user(m, i); u != nil {
+		return u.online()
+	}
+	return time.Time{}, false
 }
 
 func (ws *wsOutageUsers) answers() map[string][]time.Time {
@@ -1171,6 +1408,8 @@ type wsOutageUser struct {
 
 	mu      sync.Mutex
 	conn    *websocket.Conn // nil while disconnected
+	readyAt time.Time       // when conn got its ready
+	lostAt  time.Time       // when the last connection ended
 	session string
 	conv    string
 	lastSeq int64
@@ -1258,7 +1497,7 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 	defer func() {
 		u.mu.Lock()
 		if u.conn == c {
-			u.conn = nil
+			u.conn, u.lostAt = nil, time.Now()
 		}
 		u.mu.Unlock()
 	}()
@@ -1289,7 +1528,7 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 		u.mu.Lock()
 		switch f.Type {
 		case "ready":
-			u.conn, u.backoff = c, 500*time.Millisecond
+			u.conn, u.backoff, u.readyAt = c, 500*time.Millisecond, time.Now()
 			if f.Conv != u.conv {
 				u.lastSeq = 0
 			}
@@ -1369,6 +1608,17 @@ func (u *wsOutageUser) answered(texts []string, seq int64) (first int) {
 		}
 	}
 	return first
+}
+
+// online reports whether the client is connected, and since when it is
+// connected or not.
+func (u *wsOutageUser) online() (since time.Time, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.conn != nil {
+		return u.readyAt, true
+	}
+	return u.lostAt, false
 }
 
 // drop closes the connection, as a lost network does.
