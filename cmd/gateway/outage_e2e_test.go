@@ -223,12 +223,12 @@ func longOutage(t *testing.T, channel string, outage time.Duration) {
 // noticeWant is how many delay notices user i of moment m (session key
 // key) is to get for an outage that began at cut and is still on.
 func (r *outageRig) noticeWant(m string, i int, key string, cut time.Time) noticeWant {
-	stored := r.storedUserMessages([]string{key}) > 0
 	if r.channel == "telegram" {
 		// Each user's messages were stored before the cut, or come while
 		// cut and cannot be stored.
 		return noticeWant{n: 1, exact: true}
 	}
+	stored := r.storedUserMessages([]string{key}) > 0
 	since, online := r.users.online(m, i)
 	switch {
 	case !stored:
@@ -497,6 +497,13 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 type noticeWant struct {
 	n     int
 	exact bool
+}
+
+func (w noticeWant) String() string {
+	if w.exact {
+		return strconv.Itoa(w.n)
+	}
+	return fmt.Sprintf("≤%d", w.n)
 }
 
 // verdict is what verify measured for one moment's users.
