@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -21,8 +22,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // The end-to-end database outage: the built gateway on PostgreSQL through
@@ -33,6 +36,10 @@ import (
 // never restarted. Afterwards every message has reached the model once
 // and its user has the reply, the ledger holds one final reply per turn,
 // no session lease is left, and each user's next message is answered.
+// A 4 s outage tells nobody of a delay; a long one (30 s, 90 s: longer
+// than the delay notice, and than the lease) tells each waiting user
+// once. On Telegram no getUpdates ever confirms an update whose message
+// is neither stored nor held in the bot's stored offset state.
 
 // The moments an outage starts at, in a turn's order.
 const (
@@ -52,24 +59,194 @@ const (
 	// answerWithin is how long after the database is back every message
 	// must be answered, with the gateway running on as it is.
 	answerWithin = 15 * time.Second
+	// delayNotice is session.delay_notice, which the rigs leave at its
+	// default: a user whose message waits on the database this long is
+	// told so, once.
+	delayNotice = config.DefaultDelayNotice
 )
 
 func TestOutageTelegram(t *testing.T) {
 	t.Parallel()
-	rig := newOutageRig(t, "telegram")
+	outageRuns(t, "telegram")
+}
+
+func TestOutageWebSocket(t *testing.T) {
+	t.Parallel()
+	outageRuns(t, "websocket")
+}
+
+// outageRuns runs a 4 s outage at each moment, one after the other on
+// one gateway, and meanwhile each long outage on a gateway of its own.
+// The long ones are subtests started from goroutines of their own, not
+// parallel subtests: those would wait for go test's -parallel slots (as
+// many as the machine has cores) behind the 4 s runs, and the file would
+// take the sum of the outages rather than the longest.
+func outageRuns(t *testing.T, channel string) {
+	var long sync.WaitGroup
+	defer long.Wait()
+	for _, outage := range longOutages {
+		if testing.Short() {
+			break
+		}
+		long.Go(func() { t.Run(fmt.Sprintf("long-%s", outage), func(t *testing.T) { longOutage(t, channel, outage) }) })
+	}
+	rig := newOutageRig(t, channel)
 	for _, moment := range outageMoments {
 		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
 	}
 	stopGateway(t, rig.gw) // and it stops cleanly, its race detector silent
 }
 
-func TestOutageWebSocket(t *testing.T) {
-	t.Parallel()
-	rig := newOutageRig(t, "websocket")
-	for _, moment := range outageMoments {
-		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
+// The long outages outlast the delay notice (20 s) and the Telegram
+// poller role (15 s); 90 s outlasts the lease (30 s) too: every turn's
+// and session's lease has expired when the database comes back.
+var longOutages = []time.Duration{30 * time.Second, 90 * time.Second}
+
+// longAnswerWithin is how long after a long outage every message must be
+// answered. The slowest way back is a Telegram update retried from
+// memory: its tries are 0.5 s apart, doubling up to 30 s, so the
+// database may come back just after one and the next comes 30 s later;
+// then the debounce (1.5 s), the model call and the reply's delivery and
+// mark, a few seconds on a busy machine. (The WebSocket clients here
+// resend a refused message after pauses that double up to 20 s, 25 s
+// with jitter — the web page's go up to 30 s — and reconnect within
+// 12.5 s; the session manager retries a turn within 2 s.)
+const longAnswerWithin = 40 * time.Second
+
+// atLate is the users of a long outage whose messages all come while the
+// database is away: none of them is stored before it is back.
+const atLate = "late"
+
+// longOutage cuts PostgreSQL for outage, longer than the delay notice,
+// with three groups of ten users waiting on it:
+//   - store: every model call streams at the cut and ends while cut, so
+//     each user's stored messages wait for their reply to be stored;
+//   - debounce: each user's first message is stored and its turn waits
+//     for the debounce; the other two come while cut (WebSocket: half of
+//     the users lose their connection at the cut too);
+//   - late: the users are online and send all three messages while cut.
+//
+// The gateway runs on throughout. Afterwards every message is answered
+// once, within longAnswerWithin, the ledger is settled with no lease
+// left, each user's next message is answered, and each user who was
+// waiting when the delay notice came due was told exactly once: on
+// Telegram every user (a stored message waited, or an update could not
+// be stored); on WebSocket each user with an acknowledged message who
+// was connected throughout (the notice is a frame to the connections
+// open then), and nobody else.
+func longOutage(t *testing.T, channel string, outage time.Duration) {
+	r := newOutageRig(t, channel)
+	groups := []string{atStore, atDebounce, atLate}
+	text := func(m string, i, k int) string { return fmt.Sprintf("%s u%d m%d", m, i, k) }
+	keys, texts := map[string][]string{}, map[string][]string{}
+	var all []string
+	for _, m := range groups {
+		for i := range outageUsers {
+			keys[m] = append(keys[m], r.users.key(m, i))
+			for k := 1; k <= outageMessages; k++ {
+				texts[m] = append(texts[m], text(m, i, k))
+			}
+		}
+		all = append(all, keys[m]...)
 	}
-	stopGateway(t, rig.gw) // and it stops cleanly, its race detector silent
+	var typing sync.WaitGroup
+	typeAll := func(m string) {
+		for i := range outageUsers {
+			typing.Go(func() {
+				for k := 1; k <= outageMessages; k++ {
+					if k > 1 {
+						time.Sleep(outageGap) // the users' pace, not a wait for the gateway
+					}
+					r.users.send(t, m, i, text(m, i, k))
+				}
+			})
+		}
+	}
+
+	r.llm.hold(atStore)
+	typeAll(atStore)
+	r.llm.waitInFlight(t, atStore, outageUsers)
+	for i := range outageUsers {
+		r.users.join(t, atLate, i)
+	}
+	typeAll(atDebounce)
+	if !waitUntil(time.Minute, func() bool { return r.usersWithStored(keys[atDebounce]) == outageUsers }) {
+		t.Fatalf("the debounce users' first messages were not stored")
+	}
+	r.proxy.Cut()
+	cut := time.Now()
+	atCut := r.state(all)
+	r.llm.release(atStore) // the answers end while nothing can be stored
+	r.users.dropConnections(atDebounce)
+	time.Sleep(time.Second) // the late users' messages come a second into the outage
+	typeAll(atLate)
+	time.Sleep(time.Until(cut.Add(outage))) // the outage itself
+
+	// Who is to be told: nothing changed in the ledger since the cut.
+	want := map[string][]noticeWant{}
+	for _, m := range groups {
+		for i, key := range keys[m] {
+			want[m] = append(want[m], r.noticeWant(m, i, key, cut))
+		}
+	}
+	if tg, ok := r.users.(*tgOutageUsers); ok {
+		// While cut, the bot could store nothing, its offset state
+		// included: no getUpdates may have confirmed an update whose
+		// message is not stored.
+		polls, highest := tg.polls(cut, time.Now())
+		lowest := tg.lowestUnstored()
+		if highest > lowest {
+			t.Errorf("during the outage getUpdates asked with offset %d, past update %d, whose message is not stored", highest, lowest)
+		}
+		t.Logf("%s outage: %d getUpdates while cut, the highest offset %d; the lowest update not stored when it ended %d", outage, polls, highest, lowest)
+	}
+	r.proxy.Heal(t)
+	healed := time.Now()
+	early := 0
+	for s, as := range r.users.answers() {
+		if slices.Contains(groups, momentOf(s)) && as[0].Before(healed) {
+			early++
+		}
+	}
+	if early > 0 {
+		t.Errorf("%d messages answered while the database was away: a reply went out before it was stored", early)
+	}
+	typing.Wait()
+	for _, m := range groups {
+		res := r.verify(t, m, keys[m], texts[m], healed, longAnswerWithin, want[m])
+		t.Logf("%s outage, %s users (at the cut: %s): %s; delay notices wanted %v", outage, m, atCut, res, want[m])
+	}
+	t.Logf("%s outage: after it%s", outage, r.users.stats())
+	stopGateway(t, r.gw)
+}
+
+// noticeWant is how many delay notices user i of moment m (session key
+// key) is to get for an outage that began at cut and is still on.
+func (r *outageRig) noticeWant(m string, i int, key string, cut time.Time) noticeWant {
+	if r.channel == "telegram" {
+		// Each user's messages were stored before the cut, or come while
+		// cut and cannot be stored.
+		return noticeWant{n: 1, exact: true}
+	}
+	stored := r.storedUserMessages([]string{key}) > 0
+	since, online := r.users.online(m, i)
+	switch {
+	case !stored:
+		return noticeWant{n: 0, exact: true} // refused with internal, not acknowledged: nothing waits
+	case online && since.Before(cut):
+		return noticeWant{n: 1, exact: true}
+	case !online && since.Before(cut.Add(delayNotice)):
+		return noticeWant{n: 0, exact: true} // no connection to tell it to when it came due
+	}
+	return noticeWant{n: 1}
+}
+
+// usersWithStored counts the keys that have a user message stored.
+func (r *outageRig) usersWithStored(keys []string) int {
+	var n int64
+	r.db.Raw(`SELECT count(DISTINCT c.session_key) FROM messages m JOIN conversations c ON c.id = m.conversation_id
+		WHERE c.session_key IN ? AND m.role = 'user'`, keys).Scan(&n)
+	return int(n)
 }
 
 // outageRig is one gateway on PostgreSQL through a proxy, its model
@@ -105,6 +282,22 @@ type outageChannel interface {
 	// dropConnections cuts the network of half of moment m's users, who
 	// then reconnect.
 	dropConnections(m string)
+	// notices counts the delay notices user i of moment m was given
+	// (Telegram: sendMessage calls in the user's chat whose text is
+	// sessions.DelayText; WebSocket: notice frames with code delayed,
+	// over all the user's connections).
+	notices(m string, i int) int
+	// join brings user i of moment m online without sending anything
+	// (WebSocket: connected; Telegram: nothing to do).
+	join(t *testing.T, m string, i int)
+	// online reports whether user i of moment m can be sent frames now,
+	// and since when that is so (or since when not). Telegram users
+	// always can: their connection is Telegram's.
+	online(m string, i int) (since time.Time, ok bool)
+	// problems lists what the channel saw go wrong for moment m's users
+	// besides their answers: a delay notice that is not about a message
+	// of its user.
+	problems(m string) []string
 }
 
 func newOutageRig(t *testing.T, channel string) *outageRig {
@@ -127,7 +320,8 @@ func newOutageRig(t *testing.T, channel string) *outageRig {
 	var section string
 	switch channel {
 	case "telegram":
-		tg := &tgOutageUsers{api: telegramtest.New(t)}
+		tg := &tgOutageUsers{api: telegramtest.New(t), db: db, msgs: map[int64][]int{},
+			updates: map[int]tgUpdate{}, stored: map[int]bool{}, handed: map[int]int{}}
 		apiSrv := httptest.NewServer(tg)
 		t.Cleanup(apiSrv.Close)
 		// Busy mode and debounce are Telegram's defaults: collect, 1500 ms.
@@ -285,8 +479,58 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	}
 	typing.Wait()
 
-	// 0 unanswered, answerWithin after the outage ended.
-	deadline := healed.Add(answerWithin)
+	// The outage is shorter than the delay notice: nobody is told of a delay.
+	if outage >= delayNotice {
+		t.Fatalf("a %s outage is not shorter than the delay notice (%s)", outage, delayNotice)
+	}
+	noNotice := make([]noticeWant, outageUsers)
+	for i := range noNotice {
+		noNotice[i] = noticeWant{n: 0, exact: true}
+	}
+	res := r.verify(t, moment, keys, texts, healed, answerWithin, noNotice)
+	t.Logf("moment %s, %s outage (at the cut: %s; when it ended: %d answered, %d marked delivered): %s%s",
+		moment, outage, atCut, early, marked, res, r.users.stats())
+}
+
+// noticeWant is how many delay notices a user is to have had once a
+// moment is over: exactly n, or, unless exact, at most n.
+type noticeWant struct {
+	n     int
+	exact bool
+}
+
+func (w noticeWant) String() string {
+	if w.exact {
+		return strconv.Itoa(w.n)
+	}
+	return fmt.Sprintf("≤%d", w.n)
+}
+
+// verdict is what verify measured for one moment's users.
+type verdict struct {
+	messages, calls, answered, twice int
+	longest, settled                 time.Duration
+	nextAnswered                     int
+	leases                           int64
+	notices                          []int // per user
+}
+
+func (v verdict) String() string {
+	return fmt.Sprintf("%d messages, %d model calls, %d answered, %d answered twice, longest wait after the database came back %.1f s, "+
+		"ledger settled %.1f s after; next messages answered %d/%d; session leases left %d; delay notices per user %v",
+		v.messages, v.calls, v.answered, v.twice, v.longest.Seconds(), v.settled.Seconds(), v.nextAnswered, len(v.notices), v.leases, v.notices)
+}
+
+// verify checks the invariants for the users of moment (session keys
+// keys, who sent texts) once the database came back at healed: every
+// message answered once, within of healed; the ledger settled, no
+// session lease left; each user's next message answered; and each user
+// i told of the delay as notices[i] says.
+func (r *outageRig) verify(t *testing.T, moment string, keys, texts []string, healed time.Time, within time.Duration, notices []noticeWant) verdict {
+	t.Helper()
+	v := verdict{messages: len(texts)}
+	// 0 unanswered, within after the outage ended.
+	deadline := healed.Add(within)
 	unanswered := func() []string {
 		got := r.users.answers()
 		var out []string
@@ -302,31 +546,30 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	left := unanswered()
 	if len(left) > 0 {
 		failed = true
-		t.Errorf("%d of %d messages unanswered %s after the outage ended: %v", len(left), len(texts), answerWithin, left)
+		t.Errorf("%d of %d messages unanswered %s after the outage ended: %v", len(left), len(texts), within, left)
 	}
 	// The ledger: each message stored once with one final reply, nothing
 	// due, deliveries marked; no session lease left.
 	var problem string
 	waitUntil(time.Until(deadline), func() bool { problem = r.ledgerProblem(keys); return problem == "" })
-	settled := time.Since(healed)
+	v.settled = time.Since(healed)
 	if problem != "" {
 		failed = true
-		t.Errorf("the ledger %s after the outage ended: %s", answerWithin, problem)
+		t.Errorf("the ledger %s after the outage ended: %s", within, problem)
 	}
-	var leases int64
 	waitUntil(max(time.Until(deadline), time.Second), func() bool {
-		leases = -1
-		r.db.Raw("SELECT count(*) FROM session_leases").Scan(&leases)
-		return leases == 0
+		v.leases = -1
+		r.db.Raw("SELECT count(*) FROM session_leases").Scan(&v.leases)
+		return v.leases == 0
 	})
-	if leases != 0 {
+	if v.leases != 0 {
 		failed = true
-		t.Errorf("%d session leases left %s after the outage ended", leases, answerWithin)
+		t.Errorf("%d session leases left %s after the outage ended", v.leases, within)
 	}
 
 	// Each user's next message is answered.
-	next := make([]string, outageUsers)
-	for i := range outageUsers {
+	next := make([]string, len(keys))
+	for i := range keys {
 		next[i] = fmt.Sprintf("%s u%d next", moment, i)
 		r.users.send(t, moment, i, next[i])
 	}
@@ -339,36 +582,49 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	// answers a batch of a user's messages), and its user got one reply.
 	runs := r.llm.runs(moment)
 	got := r.users.answers()
-	twice, answered := 0, 0
-	var longest time.Duration
 	for _, s := range texts {
 		if runs[s] > 1 || len(got[s]) > 1 {
-			twice++
+			v.twice++
 			failed = true
 			t.Errorf("%q ran the model %d times and reached its user in %d replies, want once", s, runs[s], len(got[s]))
 		}
 		if len(got[s]) > 0 {
-			answered++
-			longest = max(longest, got[s][0].Sub(healed))
+			v.answered++
+			v.longest = max(v.longest, got[s][0].Sub(healed))
 		}
 	}
-	nextAnswered := 0
 	for _, s := range next {
 		if runs[s] == 1 && len(got[s]) == 1 {
-			nextAnswered++
+			v.nextAnswered++
 			continue
 		}
 		failed = true
 		t.Errorf("the next message %q ran the model %d times and got %d replies, want 1 and 1", s, runs[s], len(got[s]))
 	}
+	v.calls = r.llm.callsAnswering(texts)
+
+	// Each user told of the delay as often as they are to be.
+	for _, p := range r.users.problems(moment) {
+		failed = true
+		t.Error(p)
+	}
+	v.notices = make([]int, len(keys))
+	for i := range keys {
+		n, want := r.users.notices(moment, i), notices[i]
+		v.notices[i] = n
+		switch {
+		case want.exact && n != want.n:
+			failed = true
+			t.Errorf("%s was told of a delay %d times, want %d", keys[i], n, want.n)
+		case n > want.n:
+			failed = true
+			t.Errorf("%s was told of a delay %d times, want at most %d", keys[i], n, want.n)
+		}
+	}
 	if failed {
 		r.dump(t, keys)
 	}
-	t.Logf("moment %s, %s outage (at the cut: %s; when it ended: %d answered, %d marked delivered): "+
-		"%d messages, %d model calls, %d answered, %d answered twice, longest wait after the database came back %.1f s, "+
-		"ledger settled %.1f s after; next messages answered %d/%d; session leases left %d%s",
-		moment, outage, atCut, early, marked, len(texts), r.llm.callsAnswering(texts), answered, twice, longest.Seconds(),
-		settled.Seconds(), nextAnswered, outageUsers, leases, r.users.stats())
+	return v
 }
 
 // waitUntil polls cond until it holds or within has passed, and reports
@@ -680,15 +936,38 @@ func answeredBy(reply string) []string {
 // hold them for the delivery moment.
 type tgOutageUsers struct {
 	api   *telegramtest.Server
+	db    *gorm.DB // straight to PostgreSQL, not through the proxy
 	mu    sync.Mutex
 	sends []tgSend
+	msgs  map[int64][]int // per chat, the ids of the messages its user sent
 	hold  *tgHold
+	// The offset: each update pushed, those whose message getUpdates
+	// found stored, what was confirmed too early, and how often each
+	// update was handed out.
+	updates map[int]tgUpdate
+	stored  map[int]bool
+	early   []tgEarly
+	handed  map[int]int
+	again   int // updates handed out more than once, since stats last told
+}
+
+type tgUpdate struct {
+	chat int64
+	text string
+}
+
+// tgEarly is a getUpdates that confirmed an update whose message was not
+// stored: Telegram would never send it again.
+type tgEarly struct {
+	chat int64
+	what string
 }
 
 type tgSend struct {
-	chat int64
-	text string
-	at   time.Time
+	chat    int64
+	text    string
+	replyTo int
+	at      time.Time
 }
 
 // tgHold holds the answer to each chat's first sendMessage until every
@@ -709,15 +988,142 @@ func (h *tgHold) fire() {
 }
 
 func (u *tgOutageUsers) chat(m string, i int) int64 {
-	return int64(1000*(slices.Index(outageMoments, m)+1) + i)
+	return int64(1000*(slices.Index(chatMoments, m)+1) + i)
 }
+
+// chatMoments number the moments in chat ids.
+var chatMoments = append(slices.Clone(outageMoments), atLate)
+
+func (u *tgOutageUsers) join(*testing.T, string, int) {}
+
+func (u *tgOutageUsers) online(string, int) (time.Time, bool) { return time.Time{}, true }
 
 func (u *tgOutageUsers) key(m string, i int) string {
 	return fmt.Sprintf("telegram:dm:%d", u.chat(m, i))
 }
 
 func (u *tgOutageUsers) send(t *testing.T, m string, i int, text string) {
-	u.api.Push(telegramtest.DM(u.chat(m, i), text))
+	chat := u.chat(m, i)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	id := u.api.Push(telegramtest.DM(chat, text))
+	u.msgs[chat] = append(u.msgs[chat], id)
+	u.updates[u.api.LastUpdateID()] = tgUpdate{chat: chat, text: text} // pushes are one at a time, under u.mu
+}
+
+// checkOffset records each update below offset — a getUpdates asking
+// with offset confirms them, and Telegram never sends them again — whose
+// message is neither stored nor held in the bot's stored offset state.
+// An update found stored is not looked at again; one found held is, on
+// every getUpdates, until its message is stored: the state must not
+// forget it before.
+func (u *tgOutageUsers) checkOffset(offset int) {
+	u.mu.Lock()
+	open := map[int]tgUpdate{}
+	for id, up := range u.updates {
+		if id < offset && !u.stored[id] {
+			open[id] = up
+		}
+	}
+	u.mu.Unlock()
+	if len(open) == 0 {
+		return
+	}
+	held, err := u.heldUpdates()
+	if err != nil {
+		return // PostgreSQL did not answer the test: nothing to tell
+	}
+	for id, up := range open {
+		var n int64
+		if err := u.db.Raw(`SELECT count(*) FROM messages WHERE role = 'user' AND content = ?`, up.text).Scan(&n).Error; err != nil {
+			continue
+		}
+		if n == 0 && held[id] {
+			continue
+		}
+		u.mu.Lock()
+		u.stored[id] = true // or reported: once
+		if n == 0 {
+			u.early = append(u.early, tgEarly{chat: up.chat, what: fmt.Sprintf(
+				"getUpdates with offset %d confirmed update %d (%q), whose message is neither stored nor held in the stored offset state", offset, id, up.text)})
+		}
+		u.mu.Unlock()
+	}
+}
+
+// polls counts the getUpdates calls from since to until and returns the
+// highest offset they asked with.
+func (u *tgOutageUsers) polls(since, until time.Time) (n, highest int) {
+	for _, c := range u.api.Calls("getUpdates") {
+		if c.At.Before(since) || c.At.After(until) {
+			continue
+		}
+		n++
+		offset, _ := strconv.Atoi(c.Params.Get("offset"))
+		highest = max(highest, offset)
+	}
+	return n, highest
+}
+
+// lowestUnstored is the lowest id of an update pushed whose message is
+// not stored (or one past the last update, if every one is).
+func (u *tgOutageUsers) lowestUnstored() int {
+	u.mu.Lock()
+	updates := maps.Clone(u.updates)
+	u.mu.Unlock()
+	lowest := u.api.LastUpdateID() + 1
+	for id, up := range updates {
+		var n int64
+		err := u.db.Raw(`SELECT count(*) FROM messages WHERE role = 'user' AND content = ?`, up.text).Scan(&n).Error
+		if err == nil && n == 0 {
+			lowest = min(lowest, id)
+		}
+	}
+	return lowest
+}
+
+// heldUpdates reads the ids of the updates the bot's stored offset state
+// holds (bots/telegram offsetState).
+func (u *tgOutageUsers) heldUpdates() (map[int]bool, error) {
+	var values []string
+	if err := u.db.Raw(`SELECT value FROM channel_states WHERE name LIKE 'telegram:%:offset'`).Scan(&values).Error; err != nil {
+		return nil, err
+	}
+	held := map[int]bool{}
+	for _, v := range values {
+		var st struct {
+			Held []struct {
+				Update struct {
+					UpdateID int `json:"update_id"`
+				} `json:"update"`
+			} `json:"held"`
+		}
+		if err := json.Unmarshal([]byte(v), &st); err != nil {
+			return nil, fmt.Errorf("stored offset state %q: %w", v, err)
+		}
+		for _, h := range st.Held {
+			held[h.Update.UpdateID] = true
+		}
+	}
+	return held, nil
+}
+
+// handedOut counts the updates of a getUpdates answer, each one's
+// second and later times as handed out again.
+func (u *tgOutageUsers) handedOut(body []byte) {
+	var res struct {
+		Result []struct {
+			UpdateID int `json:"update_id"`
+		} `json:"result"`
+	}
+	json.Unmarshal(body, &res)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, up := range res.Result {
+		if u.handed[up.UpdateID]++; u.handed[up.UpdateID] == 2 {
+			u.again++
+		}
+	}
 }
 
 func (u *tgOutageUsers) answers() map[string][]time.Time {
@@ -732,7 +1138,51 @@ func (u *tgOutageUsers) answers() map[string][]time.Time {
 	return out
 }
 
-func (u *tgOutageUsers) stats() string { return "" }
+// notices counts the delay notices sent to user i's chat; each must
+// answer a message of that chat.
+func (u *tgOutageUsers) notices(m string, i int) int {
+	chat := u.chat(m, i)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, s := range u.sends {
+		if s.chat == chat && s.text == sessions.DelayText {
+			n++
+		}
+	}
+	return n
+}
+
+// problems lists, for moment m's chats, the updates whose offset was
+// confirmed before their message was stored, and the delay notices that
+// do not answer a message of their chat.
+func (u *tgOutageUsers) problems(m string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for i := range outageUsers {
+		chat := u.chat(m, i)
+		for _, e := range u.early {
+			if e.chat == chat {
+				out = append(out, e.what)
+			}
+		}
+		for _, s := range u.sends {
+			if s.chat == chat && s.text == sessions.DelayText && !slices.Contains(u.msgs[chat], s.replyTo) {
+				out = append(out, fmt.Sprintf("the delay notice to chat %d answers message %d, not one of the chat's %v", chat, s.replyTo, u.msgs[chat]))
+			}
+		}
+	}
+	return out
+}
+
+func (u *tgOutageUsers) stats() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	again := u.again
+	u.again = 0
+	return fmt.Sprintf("; getUpdates handed out %d updates more than once (the offset held them)", again)
+}
 
 // dropConnections does nothing: a Telegram user's connection is
 // Telegram's, and the bot's to the Bot API does not go through the
@@ -750,6 +1200,16 @@ func (u *tgOutageUsers) armDelivery(m string, cut func()) {
 }
 
 func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/getUpdates") {
+		r.ParseForm()
+		offset, _ := strconv.Atoi(r.FormValue("offset"))
+		u.checkOffset(offset)
+		rec := httptest.NewRecorder()
+		u.api.ServeHTTP(rec, r)
+		u.handedOut(rec.Body.Bytes())
+		copyResponse(w, rec)
+		return
+	}
 	if !strings.HasSuffix(r.URL.Path, "/sendMessage") {
 		u.api.ServeHTTP(w, r)
 		return
@@ -760,7 +1220,8 @@ func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.api.ServeHTTP(rec, r)
 	u.mu.Lock()
 	if rec.Code == http.StatusOK {
-		u.sends = append(u.sends, tgSend{chat: chat, text: r.FormValue("text"), at: time.Now()})
+		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
+		u.sends = append(u.sends, tgSend{chat: chat, text: r.FormValue("text"), replyTo: replyTo, at: time.Now()})
 	}
 	h := u.hold
 	held := h != nil && h.chats[chat] && !h.seen[chat]
@@ -782,6 +1243,11 @@ func (u *tgOutageUsers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fire()
 		}
 	}
+	copyResponse(w, rec)
+}
+
+// copyResponse writes what rec recorded to w.
+func copyResponse(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 	for k, v := range rec.Header() {
 		w.Header()[k] = v
 	}
@@ -807,9 +1273,11 @@ func (ws *wsOutageUsers) name(m string, i int) string { return fmt.Sprintf("%s-u
 
 func (ws *wsOutageUsers) key(m string, i int) string { return "websocket:" + ws.name(m, i) }
 
-func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
+// client returns user i of moment m's client, started on first use.
+func (ws *wsOutageUsers) client(m string, i int) *wsOutageUser {
 	name := ws.name(m, i)
 	ws.mu.Lock()
+	defer ws.mu.Unlock()
 	u := ws.users[name]
 	if u == nil {
 		u = &wsOutageUser{all: ws, name: name, texts: map[string]string{}, retry: map[string]time.Duration{},
@@ -817,8 +1285,27 @@ func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
 		ws.users[name] = u
 		go u.run()
 	}
-	ws.mu.Unlock()
-	u.send(text)
+	return u
+}
+
+func (ws *wsOutageUsers) send(t *testing.T, m string, i int, text string) {
+	ws.client(m, i).send(text)
+}
+
+// join connects user i of moment m and waits for its ready.
+func (ws *wsOutageUsers) join(t *testing.T, m string, i int) {
+	t.Helper()
+	u := ws.client(m, i)
+	if !waitUntil(10*time.Second, func() bool { _, ok := u.online(); return ok }) {
+		t.Fatalf("%s did not connect", u.name)
+	}
+}
+
+func (ws *wsOutageUsers) online(m string, i int) (time.Time, bool) {
+	if u := ws.user(m, i); u != nil {
+		return u.online()
+	}
+	return time.Time{}, false
 }
 
 func (ws *wsOutageUsers) answers() map[string][]time.Time {
@@ -847,6 +1334,36 @@ func (ws *wsOutageUsers) answers() map[string][]time.Time {
 func (ws *wsOutageUsers) stats() string {
 	return fmt.Sprintf("; clients resent %d messages after an `internal` error, reconnected %d times, resent %d messages after reconnecting, "+
 		"and had %d messages answered first in ready.history", ws.resent.Swap(0), ws.reconnects.Swap(0), ws.resentOnReady.Swap(0), ws.fromHistory.Swap(0))
+}
+
+func (ws *wsOutageUsers) user(m string, i int) *wsOutageUser {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.users[ws.name(m, i)]
+}
+
+func (ws *wsOutageUsers) notices(m string, i int) int {
+	u := ws.user(m, i)
+	if u == nil {
+		return 0
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.notices
+}
+
+// problems lists the delay notices to moment m's users that named no
+// message of theirs, or said something else than sessions.DelayText.
+func (ws *wsOutageUsers) problems(m string) []string {
+	var out []string
+	for i := range outageUsers {
+		if u := ws.user(m, i); u != nil {
+			u.mu.Lock()
+			out = append(out, u.wrong...)
+			u.mu.Unlock()
+		}
+	}
+	return out
 }
 
 // dropConnections closes the connections of moment m's even users.
@@ -898,6 +1415,8 @@ type wsOutageUser struct {
 
 	mu      sync.Mutex
 	conn    *websocket.Conn // nil while disconnected
+	readyAt time.Time       // when conn got its ready
+	lostAt  time.Time       // when the last connection ended
 	session string
 	conv    string
 	lastSeq int64
@@ -908,6 +1427,8 @@ type wsOutageUser struct {
 	pending []string          // ids sent and not acknowledged, oldest first
 	retry   map[string]time.Duration
 	replies map[string]map[int64]time.Time // text → seq of each reply answering it → first seen
+	notices int                            // notice frames with code delayed
+	wrong   []string                       // what was wrong with them
 	closed  bool
 	stop    chan struct{}
 }
@@ -983,7 +1504,7 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 	defer func() {
 		u.mu.Lock()
 		if u.conn == c {
-			u.conn = nil
+			u.conn, u.lostAt = nil, time.Now()
 		}
 		u.mu.Unlock()
 	}()
@@ -1014,7 +1535,7 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 		u.mu.Lock()
 		switch f.Type {
 		case "ready":
-			u.conn, u.backoff = c, 500*time.Millisecond
+			u.conn, u.backoff, u.readyAt = c, 500*time.Millisecond, time.Now()
 			if f.Conv != u.conv {
 				u.lastSeq = 0
 			}
@@ -1047,6 +1568,14 @@ func (u *wsOutageUser) serve(c *websocket.Conn) {
 			u.answered(texts, f.Seq)
 			u.lastSeq = max(u.lastSeq, f.Seq)
 			replied = f.Status == "ok"
+		case "notice":
+			if f.Code != "delayed" {
+				break
+			}
+			u.notices++
+			if _, ok := u.texts[f.ID]; !ok || f.Message != sessions.DelayText {
+				u.wrong = append(u.wrong, fmt.Sprintf("%s had a delay notice about %q (the client's ids go to c-%d): %q", u.name, f.ID, u.nextID, f.Message))
+			}
 		case "error":
 			if f.Code == "internal" && slices.Contains(u.pending, f.ID) {
 				// Not stored: resend it after a pause, longer each time.
@@ -1086,6 +1615,17 @@ func (u *wsOutageUser) answered(texts []string, seq int64) (first int) {
 		}
 	}
 	return first
+}
+
+// online reports whether the client is connected, and since when it is
+// connected or not.
+func (u *wsOutageUser) online() (since time.Time, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.conn != nil {
+		return u.readyAt, true
+	}
+	return u.lostAt, false
 }
 
 // drop closes the connection, as a lost network does.
