@@ -227,8 +227,15 @@ func (b *Bot) persist(ctx context.Context, offsets *offsetTracker, st offsetStat
 		err = b.sess.SetChannelState(context.WithoutCancel(ctx), b.stateKey("offset"), string(v))
 	}
 	if err != nil {
-		b.log.Error("telegram: storing offset failed", slog.String("error", err.Error()))
+		// Once per failing spell: every retry of every held update
+		// stores the state again.
+		if b.offsetFailing.CompareAndSwap(false, true) {
+			b.log.Error("telegram: storing offset failed; retried with each update", slog.String("error", err.Error()))
+		}
 		return false
+	}
+	if b.offsetFailing.CompareAndSwap(true, false) {
+		b.log.Info("telegram: storing offset works again")
 	}
 	return true
 }

@@ -50,8 +50,10 @@ type Sessions interface {
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
 	// DelayNotice is how long a message waits on the database before
-	// its user is told, once, that it is kept (0: never).
+	// its user is told, once, that it is kept (0: never); StorageDown
+	// tells since when the database has failed every call.
 	DelayNotice() time.Duration
+	StorageDown() (time.Time, bool)
 }
 
 // Options configures the bot.
@@ -167,19 +169,20 @@ type Bot struct {
 	leadTTL, leadEvery, leadRetry time.Duration
 	skipResign                    bool
 
-	mu           sync.Mutex
-	draining     bool
-	stopping     chan struct{}                // closed by StopTaking
-	refused      *lru.Cache[int64, struct{}]  // chats that got the private-bot refusal (limits.go)
-	delayTold    *lru.Cache[string, struct{}] // keys told of a delay, until a reply of theirs is sent
-	limits       *limits
-	cur          atomic.Pointer[tgLive] // what a reload changes (reload.go)
-	warned       map[string]bool
-	typers       map[int64]*typer // chats shown "typing…"
-	media        mediaState
-	persistMu    sync.Mutex
-	inflight     sync.WaitGroup
-	registerOnce sync.Once // the deliverer, once connected
+	mu            sync.Mutex
+	draining      bool
+	stopping      chan struct{}                // closed by StopTaking
+	refused       *lru.Cache[int64, struct{}]  // chats that got the private-bot refusal (limits.go)
+	delayTold     *lru.Cache[string, struct{}] // keys told of a delay, until a reply of theirs is sent
+	limits        *limits
+	cur           atomic.Pointer[tgLive] // what a reload changes (reload.go)
+	warned        map[string]bool
+	typers        map[int64]*typer // chats shown "typing…"
+	media         mediaState
+	persistMu     sync.Mutex
+	offsetFailing atomic.Bool // the last store of the offset state failed
+	inflight      sync.WaitGroup
+	registerOnce  sync.Once // the deliverer, once connected
 	// draftsRefused is set once the Bot API answered that it has no
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
@@ -478,6 +481,16 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 			return
 		}
 		if offsets == nil || b.isDraining() || ctx.Err() != nil || errors.Is(err, sessions.ErrShuttingDown) {
+			if offsets != nil && ctx.Err() != nil && !b.isDraining() && !errors.Is(err, sessions.ErrShuttingDown) {
+				// Polling stopped (its role could not be renewed: the
+				// database is down for the role too). The update is not
+				// confirmed and comes again once polling resumes; its user
+				// is still told of the wait when it lasts.
+				if since.IsZero() {
+					since = b.opts.Now()
+				}
+				b.watchDelay(key, m, since)
+			}
 			done(false) // webhook: Telegram retries on the 503
 			return
 		}
@@ -597,6 +610,27 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 		return ""
 	}
 	return text[start:end]
+}
+
+// watchDelay tells m's sender of the wait, as tellDelay does, if the
+// database is still unreachable when the delay notice falls due (since
+// the first failure to store m): for an update whose retries ended with
+// polling, before its notice was due.
+func (b *Bot) watchDelay(key string, m *tgbotapi.Message, since time.Time) {
+	d := b.sess.DelayNotice()
+	if d <= 0 {
+		return
+	}
+	b.inflight.Add(1)
+	go func() {
+		defer b.inflight.Done()
+		if wait := since.Add(d).Sub(b.opts.Now()); wait > 0 && b.pause(context.Background(), wait) != nil {
+			return // the bot stops
+		}
+		if _, down := b.sess.StorageDown(); down {
+			b.tellDelay(context.Background(), key, m)
+		}
+	}()
 }
 
 // tellDelay tells m's sender that their message is kept while the
