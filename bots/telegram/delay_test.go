@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,19 +17,12 @@ import (
 // takes it, it is answered once, and the notice is not repeated.
 func TestDelayNoticeForAnUnstoredMessage(t *testing.T) {
 	api := telegramtest.New(t)
-	var mu sync.Mutex
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	// Each retry wait moves the clock by what the bot asked, and really
+	// waits a hundredth of it.
+	clock, sleep := movingClock(scaled)
 	h := start(t, api, t.TempDir(), setup{
-		opts: Options{Now: clock},
-		// Each retry wait moves the clock by what the bot asked, and
-		// really waits a hundredth of it.
-		sleep: func(ctx context.Context, d time.Duration) error {
-			mu.Lock()
-			now = now.Add(d)
-			mu.Unlock()
-			return scaled(ctx, d)
-		},
+		opts:    Options{Now: clock},
+		sleep:   sleep,
 		manager: func(o *sessions.Options) { o.DelayNotice = 20 * time.Second },
 		beforeStart: func(h *harness) {
 			if err := h.db.Gorm().Exec(poison).Error; err != nil {
@@ -79,7 +71,9 @@ func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	var fs *faults.Store
 	ag := &gate{started: make(chan struct{}, 4), open: make(chan struct{})}
-	h := start(t, api, t.TempDir(), setup{
+	stored := make(chan string, 4)
+	start(t, api, t.TempDir(), setup{
+		sess:     noteStored(stored),
 		agent:    ag,
 		now:      clock.Now,
 		policies: map[string]sessions.Policy{Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}},
@@ -91,15 +85,7 @@ func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 	})
 	id := api.Push(telegramtest.DM(8, "hi"))
 	<-ag.started
-	// (The call may start before the message's commit lands.)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if tr, _ := h.db.TurnByClientID(context.Background(), sessions.TelegramDMKey(8), clientMsgID(8, id)); tr != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the message was never stored")
-		}
-	}
+	waitStored(t, stored, "hi") // (the call may start before the message's commit lands)
 	fs.Outage(fs.Calls()+1, faults.Before)
 	defer fs.Heal()
 	close(ag.open) // the reply's store fails, and is retried

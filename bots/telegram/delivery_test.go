@@ -26,6 +26,21 @@ const poison = `CREATE TRIGGER poison BEFORE INSERT ON messages WHEN NEW.content
 // asks, so that retries keep their shape without slowing the test.
 func scaled(ctx context.Context, d time.Duration) error { return sleep(ctx, d/100) }
 
+// movingClock is a clock that moves on by each wait the bot asks for;
+// real is what the wait does besides (returns at once, or waits a part).
+func movingClock(real func(ctx context.Context, d time.Duration) error) (now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) {
+	var mu sync.Mutex
+	at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	now = func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	sleep = func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		at = at.Add(d)
+		mu.Unlock()
+		return real(ctx, d)
+	}
+	return now, sleep
+}
+
 // isSubsequence reports whether want appears, in order, within got.
 func isSubsequence(want, got []time.Duration) bool {
 	i := 0
@@ -103,17 +118,10 @@ func TestUnstoredMessageNeverMakesPollingDeaf(t *testing.T) {
 // answered as usual.
 func TestUnstoredMessageIsGivenUpAfterTenMinutes(t *testing.T) {
 	api := telegramtest.New(t)
-	var mu sync.Mutex
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock, sleep := movingClock(func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	h := start(t, api, t.TempDir(), setup{
-		opts: Options{Now: clock},
-		sleep: func(ctx context.Context, d time.Duration) error {
-			mu.Lock()
-			now = now.Add(d)
-			mu.Unlock()
-			return ctx.Err()
-		},
+		opts:  Options{Now: clock},
+		sleep: sleep,
 		beforeStart: func(h *harness) {
 			if err := h.db.Gorm().Exec(poison).Error; err != nil {
 				t.Fatal(err)
