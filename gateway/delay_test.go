@@ -41,8 +41,8 @@ func TestDelayedNoticeFrame(t *testing.T) {
 	c.expect("ack")
 	<-g.started
 	fs.Outage(fs.Calls()+1, faults.Before)
-	close(g.release) // the reply's store fails, and is retried
-	fs.WaitFailures(1, 10*time.Second)
+	close(g.release)                   // the reply's store fails, and is retried
+	fs.WaitFailures(2, 10*time.Second) // retried: the wait is counted from the first
 	clock.Advance(21 * time.Second)
 	f := c.expect("notice")
 	if f["code"] != "delayed" || f["id"] != "m1" || f["message"] != sessions.DelayText {
@@ -80,7 +80,7 @@ func TestWebPageThroughADatabaseOutage(t *testing.T) {
 	<-g.started
 	fs.Outage(fs.Calls()+1, faults.Before)
 	close(g.release)
-	fs.WaitFailures(1, 10*time.Second)
+	fs.WaitFailures(2, 10*time.Second) // retried: the wait is counted from the first
 	clock.Advance(21 * time.Second)
 	err = chromedp.Do(ctx,
 		waitJS(`document.querySelectorAll('.msg.user.delayed').length === 1`),

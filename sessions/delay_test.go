@@ -70,7 +70,7 @@ func TestDelayNoticeOnceWhileStorageIsDown(t *testing.T) {
 				close(ag.gate) // the reply's store fails
 			}
 			// Failing for 19 s: a few more failed tries, no notice yet.
-			fs.WaitFailures(1, 10*time.Second)
+			fs.WaitFailures(2, 10*time.Second) // retried: the wait is counted from the first
 			clock.Advance(19 * time.Second)
 			n := fs.Failures()
 			if !fs.WaitFailures(n+2, 10*time.Second) {

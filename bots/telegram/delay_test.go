@@ -88,8 +88,8 @@ func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 	waitStored(t, stored, "hi") // (the call may start before the message's commit lands)
 	fs.Outage(fs.Calls()+1, faults.Before)
 	defer fs.Heal()
-	close(ag.open) // the reply's store fails, and is retried
-	fs.WaitFailures(1, 10*time.Second)
+	close(ag.open)                     // the reply's store fails, and is retried
+	fs.WaitFailures(2, 10*time.Second) // retried: the wait is counted from the first
 	clock.Advance(21 * time.Second)
 	sent := api.WaitSent(t, 1)
 	if sent[0].Text != sessions.DelayText || sent[0].ReplyTo != id {

@@ -46,8 +46,9 @@ type Store struct {
 	steps    []string // the counted calls, in order
 	from     int      // fail counted calls from this one on (0: none)
 	mode     Mode
-	failing  bool // an outage is on (started at from, not healed)
-	failures int  // calls failed by the outage
+	failing  bool          // an outage is on (started at from, not healed)
+	failures int           // calls failed by the outage
+	failed   chan struct{} // closed (and replaced) at each failure
 	healed   bool
 	byName   map[string]int // every call made, periodic ones too, by name
 }
@@ -116,14 +117,30 @@ func (f *Store) Failing() bool {
 // WaitFailures waits until the outage has failed n calls, or d passed;
 // it reports whether it had.
 func (f *Store) WaitFailures(n int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for f.Failures() < n {
-		if time.Now().After(deadline) {
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for {
+		f.mu.Lock()
+		if f.failures >= n {
+			f.mu.Unlock()
+			return true
+		}
+		next := f.failedLocked()
+		f.mu.Unlock()
+		select {
+		case <-next:
+		case <-timeout.C:
 			return false
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
-	return true
+}
+
+// failedLocked is the channel the next failure closes; f.mu is held.
+func (f *Store) failedLocked() chan struct{} {
+	if f.failed == nil {
+		f.failed = make(chan struct{})
+	}
+	return f.failed
 }
 
 // enter decides the fate of one call: counted says whether it is a step
@@ -148,6 +165,8 @@ func (f *Store) enter(name string, counted bool) (Mode, bool) {
 		return 0, true
 	}
 	f.failures++
+	close(f.failedLocked())
+	f.failed = nil
 	return f.mode, false
 }
 
