@@ -7,7 +7,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,6 +66,11 @@ func openLeasePool(dsn string, tracer pgx.QueryTracer) (*sql.DB, error) {
 // ledger's liveness, replicasql.go): a replica that stopped for ttl no longer
 // holds its leases, and one that stops cleanly releases them.
 //
+// A replica keeps a lease across its turns of the key (leasekeep.go): the
+// next turn reuses it without a statement, and it is given back when no
+// turn used it for a moment, when it is a few seconds old, or at once when
+// another replica asks for it.
+//
 // A replica may always retake its own lease: its in-process lock already
 // keeps its own turns of a key apart, so a release that failed (the
 // database was unreachable for a moment) never locks out that replica's
@@ -75,8 +79,13 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 	if s.driver != DriverPostgres {
 		return func() {}, nil
 	}
+	id := leaseID{replica: replica, key: key}
+	if release, ok := s.kept.reuse(id, ttl, time.Now()); ok {
+		return release, nil
+	}
 	holder := uuid.NewString()
 	wait := 5 * time.Millisecond
+	var asked time.Time
 	for {
 		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
 			VALUES ($1, $2, $3, now())
@@ -94,6 +103,12 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 		if n, _ := res.RowsAffected(); n == 1 {
 			break
 		}
+		// A live replica holds it: ask it to give the lease back (it
+		// keeps leases across its turns), again every second.
+		if now := time.Now(); now.Sub(asked) >= time.Second {
+			asked = now
+			s.notify(event{Kind: eventWant, Origin: replica, Key: key})
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -103,14 +118,7 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 		}
 		wait = min(wait*2, 200*time.Millisecond)
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			if s.unlease(key, holder) != nil {
-				go s.retryUnlease(key, holder, ttl)
-			}
-		})
-	}, nil
+	return s.kept.took(id, holder, ttl, time.Now()), nil
 }
 
 func (s *DB) unlease(key, holder string) error {

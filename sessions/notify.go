@@ -122,6 +122,8 @@ func (s *DB) openEvents(ctx context.Context, dsn string, log *slog.Logger) error
 	}
 	e := &events{dsn: dsn, channel: eventChannel(schema), pool: s.leases, log: log,
 		queue: make(chan string, publishQueue), pubDone: make(chan struct{}), connected: make(chan struct{})}
+	// Another replica's request for a lease kept here.
+	e.subs = append(e.subs, s.kept.wanted)
 	go e.publishLoop()
 	s.events = e
 	return nil
@@ -448,8 +450,8 @@ func (m *Manager) onEvent(ev event) {
 		return
 	}
 	m.peers.Store(true)
-	if ev.Kind == eventHello {
-		return
+	if ev.Kind == eventHello || ev.Kind == eventWant {
+		return // (a want is the store's: leasekeep.go)
 	}
 	// Another replica changed the key's conversation: the cached copy
 	// would fail its next append and be reloaded anyway.

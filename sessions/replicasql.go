@@ -16,8 +16,12 @@ import (
 func (s *DB) Heartbeat(ctx context.Context, replica string, started time.Time) error {
 	var err error
 	if s.driver == DriverPostgres {
+		sent := time.Now()
 		_, err = s.leases.ExecContext(ctx, `INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, $2, now())
 			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, replica, started)
+		if err == nil {
+			s.kept.beat(replica, sent)
+		}
 	} else {
 		err = s.commit.do(ctx, func(tx *gorm.DB) error {
 			return tx.Exec(`INSERT INTO replicas (id, started_at, heartbeat_at) VALUES (?, ?, ?)
@@ -80,6 +84,9 @@ func (s *DB) Retire(ctx context.Context, replica string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("retire replica %s: %w", replica, err)
+	}
+	if rows := s.kept.retire(replica); len(rows) > 0 {
+		s.giveBack(rows, LeaseTTL)
 	}
 	return nil
 }

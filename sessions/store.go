@@ -140,6 +140,8 @@ type DB struct {
 	chunk int
 	// events carries events between replicas (PostgreSQL; notify.go).
 	events *events
+	// kept is the session leases kept across turns (leasekeep.go).
+	kept keptLeases
 	// closed is closed by Close, ending background retries.
 	closed chan struct{}
 }
@@ -164,6 +166,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
 	s := &DB{driver: driver, chunk: defaultChunk, closed: make(chan struct{})}
+	s.kept.db = s
 	workers := 1
 	switch driver {
 	case DriverSQLite:
@@ -365,6 +368,9 @@ func (s *DB) Close() error {
 		close(s.closed)
 		if s.commit != nil {
 			s.commit.close()
+		}
+		if s.leases != nil {
+			s.closeLeases()
 		}
 		s.closeEvents()
 		s.closeErr = s.closeDBs()
