@@ -220,14 +220,17 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	// Stored pending, owned by this replica: if it dies before a turn
 	// takes the message, the others find it by its owner. When nothing
 	// else of the key is waiting or running here, no debounce applies and
-	// no other gateway shares the database, the message is stored already
-	// claimed, as its own turn: the claim would find it alone anyway.
+	// every message of the conversation has its answer, the message is
+	// stored already claimed, as its own turn: the claim would find it
+	// alone anyway. The append is conditional on the conversation being
+	// as cached, so on a shared database too no message of another
+	// replica's can be stored between them unseen.
 	um := Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
 		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Status: MsgOK, CreatedAt: now,
 		TurnState: TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
-	solo := policy.Busy.Debounce == 0 && !m.store.Shared() && m.idle(in.SessionKey) && settledTail(hc)
+	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc)
 	if solo {
 		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = TurnRunning, 1, um.Seq, m.tracks(in.Channel)
 	}

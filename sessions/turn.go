@@ -447,16 +447,18 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 	expired := func() bool { return !kept && time.Now().After(giveUp) }
 	wait := min(50*time.Millisecond, m.opts.RetryPause)
 	var failing time.Time
+	var failed error // the last try's storage error: it may have landed
 	for {
 		// Each try under the key's state lock, which guards hc; not held
 		// while waiting, so that the user's next messages are stored
 		// meanwhile whenever storage takes them.
 		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
-		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, userSeq, attempt, state, release, expired)
+		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, userSeq, attempt, state, release, expired, failed)
 		unlock()
 		if done {
 			return err
 		}
+		failed = err
 		if errors.Is(err, ErrClosed) || expired() || m.base.Err() != nil {
 			return err
 		}
@@ -468,8 +470,10 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 		if waiting != nil {
 			waiting(failing)
 		}
-		// The same append again: if the failed one landed after all, the
-		// next finds the conversation moved, and sees that it did.
+		// The next try first asks whether this one landed after all: the
+		// cached conversation may have been refreshed meanwhile (by the
+		// user's next message, or another turn), so the same append again
+		// need not find the conversation moved.
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -482,25 +486,30 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 
 // tryAppendReply is one try of appendReply, under the key's state lock:
 // done with the outcome, or not done with the storage error to wait on.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, release *Settle, expired func() bool) (bool, error) {
+// After a try that failed (failed: its error), the turn is read first:
+// that try may have landed.
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, release *Settle, expired func() bool, failed error) (bool, error) {
+	err := failed
 	for {
-		for i := range msgs {
-			msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
-		}
-		err := m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
-			TurnSeq: userSeq, Settle: release})
 		if err == nil {
-			hc.push(msgs...)
-			m.hot.Update(hc.conv.SessionKey, hc)
-			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
-			return true, nil
-		}
-		if !errors.Is(err, ErrStale) && !errors.Is(err, ErrLostClaim) {
-			return false, err
+			for i := range msgs {
+				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
+			}
+			err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
+				TurnSeq: userSeq, Settle: release})
+			if err == nil {
+				hc.push(msgs...)
+				m.hot.Update(hc.conv.SessionKey, hc)
+				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+				return true, nil
+			}
+			if !errors.Is(err, ErrStale) && !errors.Is(err, ErrLostClaim) {
+				return false, err
+			}
 		}
 		// The conversation moved on — another append, or a claim moved
-		// its epoch — or the hand-back found the claim gone: is the turn
-		// still this runner's?
+		// its epoch — or the hand-back found the claim gone, or the last
+		// try failed unseen: is the turn still this runner's?
 		t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
 		switch {
 		case lerr != nil:
@@ -540,5 +549,6 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 			return false, lerr
 		}
 		hc.conv, hc.window = *fresh, window
+		err = nil
 	}
 }
