@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -93,5 +94,52 @@ func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("message %d answered %d times", seq, n)
 		}
+	}
+}
+
+// A reply whose append failed is appended again only once the turn shows
+// no reply: the failed try may have landed, and the cached conversation
+// may have been refreshed since (the user's next message, another turn),
+// so the same append again need not find the conversation moved. (Two
+// replies to one turn, found by the fault harness.)
+func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
+	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	m := newManager(t, db, &recorder{}, newClock(t0), map[string]Policy{"websocket": {MaxHistory: 20}})
+	ctx := context.Background()
+	conv := &Conversation{ID: "c1", SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann", Status: StatusActive, StartedAt: t0, LastActivityAt: t0}
+	if err := db.CreateConversation(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	user := Message{ConversationID: "c1", Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: t0,
+		TurnState: TurnRunning, TurnOwner: m.opts.ReplicaID, TurnAttempt: 1, TurnLead: 1}
+	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: 0, RequireActive: true, Messages: []Message{user}, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	hc := &hotConv{conv: *conv, cap: 20}
+	reply := func() []Message {
+		return []Message{{ConversationID: "c1", Role: "assistant", Content: "hello", ReplyTo: 1, Status: MsgOK, CreatedAt: t0}}
+	}
+	// The first try lands, its answer lost: the cache is not told.
+	landed := *conv
+	msgs := reply()
+	msgs[0].Seq = 2
+	if err := db.Append(ctx, Append{Conv: &landed, ExpectSeq: 1, Messages: msgs, At: t0, TurnSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Something else refreshes the cached conversation meanwhile.
+	fresh, err := db.Conversation(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.conv = *fresh
+	done, err := m.tryAppendReply(ctx, hc, reply(), t0, 0, 0, "", 1, 1, TurnAnswered, nil, func() bool { return false },
+		errors.New("commit: connection reset"))
+	if !done || err != nil {
+		t.Fatalf("retry: done %v, %v", done, err)
+	}
+	var n int64
+	db.Gorm().Model(&Message{}).Where("conversation_id = ? AND role = ?", "c1", "assistant").Count(&n)
+	if n != 1 {
+		t.Fatalf("%d replies stored for one turn, want 1", n)
 	}
 }
