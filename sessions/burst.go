@@ -74,7 +74,8 @@ func (m *Manager) enqueue(t *Ticket) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.bursts[key]
-	if b == nil {
+	started := b == nil
+	if started {
 		b = &burst{key: key, kick: make(chan struct{}, 1)}
 		m.bursts[key] = b
 		m.turns.Add(1) // the runner
@@ -92,6 +93,9 @@ func (m *Manager) enqueue(t *Ticket) {
 		if cancel, ok := m.running[key]; ok {
 			cancel(errNewMessage)
 		}
+	}
+	if started {
+		return // the new runner reads the burst as it is
 	}
 	select {
 	case b.kick <- struct{}{}:
