@@ -47,6 +47,22 @@ func (l *eventLog) reply(t *testing.T) ReplyEvent {
 	return ReplyEvent{}
 }
 
+// knowPeers waits until each manager knows another replica lives (its
+// hello arrived, or its heartbeat was seen): replicas publish events only
+// then, and a turn now stores its reply sooner than a hello travels.
+func knowPeers(t *testing.T, ms ...*Manager) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, m := range ms {
+		for !m.peers.Load() {
+			if time.Now().After(deadline) {
+				t.Fatal("the replicas did not learn of each other within 10s")
+			}
+			time.Sleep(5 * time.Millisecond) // the hello arrives on the listener's goroutine
+		}
+	}
+}
+
 func (l *eventLog) reset(t *testing.T) ResetEvent {
 	t.Helper()
 	select {
@@ -85,6 +101,7 @@ func TestRepliesAndResetsReachTheOtherReplica(t *testing.T) {
 	la, lb := watch(a), watch(b)
 	a.StartRescuer()
 	b.StartRescuer()
+	knowPeers(t, a, b)
 
 	in := msg("websocket:ann", "hello")
 	in.ClientMsgID = "c-1"

@@ -274,6 +274,7 @@ func TestResumePreviousReachesTheOtherReplica(t *testing.T) {
 	lb := watch(b)
 	a.StartRescuer()
 	b.StartRescuer()
+	knowPeers(t, a, b)
 	const key = "websocket:gus"
 	first := handle(t, a, msg(key, "one"))
 	if _, err := a.Reset(context.Background(), msg(key, "")); err != nil {
