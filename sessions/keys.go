@@ -22,3 +22,14 @@ func TelegramGroupKey(chatID, userID int64, perUser bool) string {
 
 // WebSocketKey is the key of a WebSocket principal.
 func WebSocketKey(principal string) string { return "websocket:" + principal }
+
+// TelegramTopicKey is the key of a topic's conversation in a chat with
+// topics (a forum supergroup, or a private chat with topics): key, the
+// chat's key (TelegramDMKey or TelegramGroupKey), with the topic's thread
+// id. The General topic, thread 0, keeps the chat's own key.
+func TelegramTopicKey(key string, thread int) string {
+	if thread == 0 {
+		return key
+	}
+	return key + ":topic:" + strconv.Itoa(thread)
+}

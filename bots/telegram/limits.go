@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/chatgate/chatgate/internal/ratelimit"
@@ -54,7 +53,7 @@ func newRefused() *lru.Cache[int64, struct{}] {
 // overLimit reports whether m's sender is over a rate limit; the message
 // is then not run. The first refused message of a burst gets a polite
 // reply, the rest of it none; a message let through ends the burst.
-func (b *Bot) overLimit(ctx context.Context, m *tgbotapi.Message, key string) bool {
+func (b *Bot) overLimit(ctx context.Context, m *message, key string) bool {
 	l := b.limits
 	rl := l.rate.Load()
 	if rl == nil {
@@ -72,7 +71,7 @@ func (b *Bot) overLimit(ctx context.Context, m *tgbotapi.Message, key string) bo
 	}
 	if !l.told.Contains(m.From.ID) {
 		l.told.Add(m.From.ID, struct{}{})
-		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, slowDownText, m.MessageID) })
+		b.later(key, func() { b.sendPlain(ctx, m.to(), slowDownText, m.MessageID) })
 	}
 	return true
 }

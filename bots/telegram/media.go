@@ -95,7 +95,7 @@ type inbound struct {
 
 // messageText is the text the user wrote: a message's text, or a media
 // message's caption.
-func messageText(m *tgbotapi.Message) string {
+func messageText(m *message) string {
 	if m.Text != "" {
 		return m.Text
 	}
@@ -104,7 +104,7 @@ func messageText(m *tgbotapi.Message) string {
 
 // readMedia turns a message into what is stored and said. text is the
 // user's text (caption) with the bot's mention taken out.
-func (b *Bot) readMedia(ctx context.Context, m *tgbotapi.Message, text string) inbound {
+func (b *Bot) readMedia(ctx context.Context, m *message, text string) inbound {
 	in := inbound{text: text}
 	switch {
 	case len(m.Photo) > 0:
@@ -171,7 +171,7 @@ func (b *Bot) pickPhoto(sizes []tgbotapi.PhotoSize) (tgbotapi.PhotoSize, bool) {
 // answered and the chat told once; an image without a caption gets the
 // notice every time (else it would get no answer at all) and is not
 // stored.
-func (b *Bot) image(m *tgbotapi.Message, in *inbound, a agent.Attachment) {
+func (b *Bot) image(m *message, in *inbound, a agent.Attachment) {
 	if !b.opts.Vision {
 		if strings.TrimSpace(in.text) == "" {
 			in.notices = append(in.notices, noVisionText)
@@ -195,7 +195,7 @@ func (b *Bot) unsupported(in *inbound, kind string, a agent.Attachment) {
 }
 
 // document handles a file: an image, text to read, or something else.
-func (b *Bot) document(ctx context.Context, m *tgbotapi.Message, in *inbound) {
+func (b *Bot) document(ctx context.Context, m *message, in *inbound) {
 	d := m.Document
 	mime := strings.ToLower(strings.TrimSpace(strings.Split(d.MimeType, ";")[0]))
 	a := agent.Attachment{FileID: d.FileID, Mime: mime, Name: d.FileName, Size: int64(d.FileSize)}

@@ -47,7 +47,7 @@ type notifier struct {
 
 // sweptNotice is one notice to send.
 type sweptNotice struct {
-	chatID int64
+	to     place
 	key    string
 	conv   string // the archived conversation
 	reason string
@@ -93,13 +93,13 @@ func (b *Bot) onSweep(ev sessions.ResetEvent) {
 		(ev.Reason != sessions.ReasonIdle && ev.Reason != sessions.ReasonDaily) {
 		return
 	}
-	chatID, ok := privateChat(ev.SessionKey)
+	to, ok := privateChat(ev.SessionKey)
 	if !ok {
 		return // groups are never told
 	}
 	n := b.notices
 	select {
-	case n.queue <- sweptNotice{chatID: chatID, key: ev.SessionKey, conv: ev.OldConversation, reason: ev.Reason}:
+	case n.queue <- sweptNotice{to: to, key: ev.SessionKey, conv: ev.OldConversation, reason: ev.Reason}:
 	default:
 		n.dropped.Add(1)
 		n.unlogged.Add(1)
@@ -109,15 +109,26 @@ func (b *Bot) onSweep(ev sessions.ResetEvent) {
 // dmKeyPrefix starts the session keys of private chats (sessions.TelegramDMKey).
 const dmKeyPrefix = "telegram:dm:"
 
-// privateChat returns the chat of a private chat's session key; in a
-// private chat the chat id is the user's id, always positive.
-func privateChat(key string) (int64, bool) {
-	id, ok := strings.CutPrefix(key, dmKeyPrefix)
+// privateChat returns the chat, and topic, of a private chat's session
+// key (sessions.TelegramTopicKey); in a private chat the chat id is the
+// user's id, always positive.
+func privateChat(key string) (place, bool) {
+	rest, ok := strings.CutPrefix(key, dmKeyPrefix)
 	if !ok {
-		return 0, false
+		return place{}, false
 	}
+	id, topic, hasTopic := strings.Cut(rest, ":topic:")
 	n, err := strconv.ParseInt(id, 10, 64)
-	return n, err == nil && n > 0
+	if err != nil || n <= 0 {
+		return place{}, false
+	}
+	p := place{chat: n}
+	if hasTopic {
+		if p.thread, err = strconv.Atoi(topic); err != nil || p.thread <= 0 {
+			return place{}, false
+		}
+	}
+	return p, true
 }
 
 // sendNotices sends queued notices at the notifier's pace until the bot
@@ -148,7 +159,7 @@ func (b *Bot) sendNotices() {
 			left++
 			continue
 		}
-		if _, err := b.sendPlain(ctx, nt.chatID, b.resetNotice(nt.reason, true), 0); err != nil {
+		if _, err := b.sendPlain(ctx, nt.to, b.resetNotice(nt.reason, true), 0); err != nil {
 			n.failed.Add(1)
 		} else {
 			n.sent.Add(1)

@@ -127,9 +127,7 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 				break
 			}
 		}
-		updates, err := b.api.GetUpdates(tgbotapi.UpdateConfig{
-			Offset: offsets.offset(), Timeout: int(b.opts.PollTimeout / time.Second), AllowedUpdates: []string{"message"},
-		})
+		updates, err := b.getUpdates(offsets.offset())
 		if ctx.Err() != nil {
 			break
 		}
@@ -178,6 +176,26 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 		}
 	}
 	return offsets, nil
+}
+
+// getUpdates asks for the updates from offset on, read with their topics
+// (the library's GetUpdates would drop them).
+func (b *Bot) getUpdates(offset int) ([]update, error) {
+	params := tgbotapi.Params{}
+	params.AddNonZero("offset", offset)
+	params.AddNonZero("timeout", int(b.opts.PollTimeout/time.Second))
+	if err := params.AddInterface("allowed_updates", []string{"message"}); err != nil {
+		return nil, err
+	}
+	resp, err := b.api.MakeRequest("getUpdates", params)
+	if err != nil {
+		return nil, err
+	}
+	var updates []update
+	if err := json.Unmarshal(resp.Result, &updates); err != nil {
+		return nil, fmt.Errorf("getUpdates: %w", err)
+	}
+	return updates, nil
 }
 
 func grow(d, first, limit time.Duration) time.Duration {

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
 
 // keyQueues runs functions one at a time per key, in submission order, and
@@ -59,10 +57,10 @@ func (q *keyQueues) drain(key string) {
 // returns at most 100 updates from the offset, from reaching newer ones.
 type offsetTracker struct {
 	mu        sync.Mutex
-	pending   map[int]bool            // started, not processed
-	updates   map[int]tgbotapi.Update // the pending updates, to hold them
-	held      map[int]*heldUpdate     // not stored yet: retried
-	done      map[int]bool            // processed, above committed
+	pending   map[int]bool        // started, not processed
+	updates   map[int]update      // the pending updates, to hold them
+	held      map[int]*heldUpdate // not stored yet: retried
+	done      map[int]bool        // processed, above committed
 	maxSeen   int
 	committed int
 	progress  chan struct{} // a token after each finish
@@ -73,7 +71,7 @@ type offsetTracker struct {
 // failed, or it waits in its chat's queue (behind an update of its chat
 // being stored, or retried).
 type heldUpdate struct {
-	Update tgbotapi.Update `json:"update"`
+	Update update `json:"update"`
 	// Since is when storing it first failed (zero while it only waits);
 	// after giveUpAfter the user is told, and the update is let go.
 	Since time.Time `json:"since"`
@@ -89,7 +87,7 @@ type offsetState struct {
 }
 
 func newOffsetTracker(st offsetState) *offsetTracker {
-	o := &offsetTracker{pending: map[int]bool{}, updates: map[int]tgbotapi.Update{}, held: map[int]*heldUpdate{}, done: map[int]bool{},
+	o := &offsetTracker{pending: map[int]bool{}, updates: map[int]update{}, held: map[int]*heldUpdate{}, done: map[int]bool{},
 		maxSeen: st.Offset - 1, committed: st.Offset, progress: make(chan struct{}, 1)}
 	for _, id := range st.Done {
 		if id >= st.Offset {
@@ -145,7 +143,7 @@ func (o *offsetTracker) waitProgress(ctx context.Context, max time.Duration) {
 	}
 }
 
-func (o *offsetTracker) start(u tgbotapi.Update) {
+func (o *offsetTracker) start(u update) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := u.UpdateID
@@ -172,7 +170,7 @@ func (o *offsetTracker) finish(id int) offsetState {
 // hold records that u could not be stored (since when) and returns the
 // state to store, whose offset may pass u: the state carries u. Call
 // holdStored once that state is stored.
-func (o *offsetTracker) hold(u tgbotapi.Update, since time.Time) offsetState {
+func (o *offsetTracker) hold(u update, since time.Time) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.pending, u.UpdateID)

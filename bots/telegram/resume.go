@@ -145,7 +145,7 @@ func plural(n int64, word string) string {
 // it, that a policy reset started a new conversation, why, and how to go
 // back. A reset a sweep made earlier is told only if its notice was not
 // sent at once (notices.go). A user's own /new is answered by /new.
-func (b *Bot) tellReset(ctx context.Context, chatID int64, key string, ev sessions.ResetEvent) {
+func (b *Bot) tellReset(ctx context.Context, to place, key string, ev sessions.ResetEvent) {
 	if ev.Reason != sessions.ReasonIdle && ev.Reason != sessions.ReasonDaily {
 		return
 	}
@@ -153,7 +153,7 @@ func (b *Bot) tellReset(ctx context.Context, chatID int64, key string, ev sessio
 		if ev.Earlier && b.noticeSent(ctx, key, ev.OldConversation) {
 			return
 		}
-		b.sendPlain(ctx, chatID, b.resetNotice(ev.Reason, false), 0)
+		b.sendPlain(ctx, to, b.resetNotice(ev.Reason, false), 0)
 	})
 }
 

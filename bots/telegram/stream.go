@@ -84,7 +84,7 @@ func partsOf(format, text string) []tgformat.Part {
 // is delivered.
 type stream struct {
 	b       *Bot
-	chatID  int64
+	to      place // the chat and topic the turn answers
 	key     string
 	lead    string // the client id of the message the deltas answer
 	replyTo int
@@ -114,7 +114,7 @@ type stream struct {
 
 // newStream returns the stream for m's reply, or nil when this chat gets
 // no preview.
-func (b *Bot) newStream(m *tgbotapi.Message, key string) *stream {
+func (b *Bot) newStream(m *message, key string) *stream {
 	mode := b.opts.Streaming
 	private := m.Chat.IsPrivate()
 	var method string
@@ -136,7 +136,7 @@ func (b *Bot) newStream(m *tgbotapi.Message, key string) *stream {
 		every = groupEvery
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &stream{b: b, chatID: m.Chat.ID, key: key, lead: clientMsgID(m.Chat.ID, m.MessageID), replyTo: m.MessageID,
+	return &stream{b: b, to: m.to(), key: key, lead: clientMsgID(m.Chat.ID, m.MessageID), replyTo: m.MessageID,
 		draftID: m.MessageID, pace: b.pacerFor(m.Chat.ID, every), ctx: ctx, cancel: cancel, mode: method,
 		kick: make(chan struct{}, 1), exited: make(chan struct{})}
 }
@@ -197,13 +197,17 @@ func (s *stream) run() {
 // or edited.
 func (s *stream) show(text, parseMode string) {
 	b := s.b
-	params := tgbotapi.Params{"chat_id": strconv.FormatInt(s.chatID, 10), "text": text}
+	params := s.to.params() // a new draft or message goes to the topic
+	params["text"] = text
 	params.AddNonEmpty("parse_mode", parseMode)
 	var err error
 	switch {
 	case s.mode == methodDraft:
 		params.AddNonZero("draft_id", s.draftID)
-		if _, err = b.api.MakeRequest(methodDraft, params); err != nil && draftRefused(err) {
+		if _, err = b.api.MakeRequest(methodDraft, params); s.leftTopic(err) {
+			return
+		}
+		if err != nil && draftRefused(err) {
 			b.refuseDrafts(err)
 			s.mode = methodEdit // at once: the refused call showed nothing
 			s.pace.abort()
@@ -223,14 +227,18 @@ func (s *stream) show(text, parseMode string) {
 		params.AddNonZero("reply_to_message_id", s.replyTo)
 		params.AddBool("allow_sending_without_reply", true)
 		var resp *tgbotapi.APIResponse
-		if resp, err = b.api.MakeRequest("sendMessage", params); err == nil {
+		if resp, err = b.api.MakeRequest("sendMessage", params); s.leftTopic(err) {
+			return
+		}
+		if err == nil {
 			var sent tgbotapi.Message
 			if err = json.Unmarshal(resp.Result, &sent); err == nil {
 				s.msgID = sent.MessageID
-				b.recordPreview(s.key, previewRecord{Chat: s.chatID, Message: s.msgID, For: s.lead})
+				b.recordPreview(s.key, previewRecord{Chat: s.to.chat, Message: s.msgID, For: s.lead})
 			}
 		}
 	default:
+		delete(params, "message_thread_id") // an edit names the message alone
 		params.AddNonZero("message_id", s.msgID)
 		if _, err = b.api.MakeRequest(methodEdit, params); notModified(err) {
 			err = nil
@@ -246,7 +254,7 @@ func (s *stream) show(text, parseMode string) {
 		return // the text waits; nothing is lost
 	}
 	if parseMode != "" && errors.As(err, &apiErr) && refusedEntities(apiErr) {
-		b.warnParse(s.chatID, err)
+		b.warnParse(s.to.chat, err)
 		s.plain = true // the next preview goes without markup
 		return
 	}
@@ -255,6 +263,18 @@ func (s *stream) show(text, parseMode string) {
 	if s.failures >= previewFailures || (s.mode == methodEdit && isClientError(err)) {
 		s.off = true // the final reply goes out as without previews
 	}
+}
+
+// leftTopic reports whether err says the topic the preview was to go to
+// was closed or deleted. Then the previews, like the reply, go to the
+// General topic, the next one at once.
+func (s *stream) leftTopic(err error) bool {
+	if s.to.thread == 0 || !topicGone(err) {
+		return false
+	}
+	s.to.thread = s.b.toGeneral(s.to, "the reply's preview", err).thread
+	s.pace.abort()
+	return true
 }
 
 // end stops the previews: the turn is over. It waits for a call in
@@ -281,9 +301,9 @@ func (s *stream) release() {
 	if s == nil {
 		return
 	}
-	s.b.releasePacer(s.chatID)
+	s.b.releasePacer(s.to.chat)
 	if s.delivered {
-		s.b.clearPreview(s.key, s.chatID, s.msgID)
+		s.b.clearPreview(s.key, s.to.chat, s.msgID)
 	}
 }
 
@@ -295,8 +315,8 @@ func (b *Bot) dropPreview(s *stream) {
 	if s == nil || s.msgID == 0 {
 		return
 	}
-	if b.deletePreview(s.chatID, s.msgID) {
-		b.clearPreview(s.key, s.chatID, s.msgID)
+	if b.deletePreview(s.to.chat, s.msgID) {
+		b.clearPreview(s.key, s.to.chat, s.msgID)
 	}
 }
 
@@ -314,11 +334,11 @@ func (b *Bot) deletePreview(chatID int64, msgID int) bool {
 
 // deliverReply sends a live turn's reply: into its preview message when
 // the stream made one, else as today's messages. Call it after end.
-func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text string, replyTo int) (string, error) {
+func (b *Bot) deliverReply(ctx context.Context, s *stream, to place, text string, replyTo int) (string, error) {
 	if s == nil || s.msgID == 0 {
-		return b.send(ctx, chatID, text, replyTo)
+		return b.send(ctx, to, text, replyTo)
 	}
-	ref, err := b.finishPreview(ctx, chatID, s.msgID, s.shown, s.pace, text, replyTo)
+	ref, err := b.finishPreview(ctx, to, s.msgID, s.shown, s.pace, text, replyTo)
 	s.delivered = err == nil
 	return ref, err
 }
@@ -329,7 +349,7 @@ func (b *Bot) deliverReply(ctx context.Context, s *stream, chatID int64, text st
 // deleted, or is too old, or 429s went on through every retry) sends the
 // whole reply as new messages instead, and the preview, half a reply, is
 // deleted: the reply is never lost to a preview.
-func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown string, pace *pacer, text string, replyTo int) (string, error) {
+func (b *Bot) finishPreview(ctx context.Context, to place, msgID int, shown string, pace *pacer, text string, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	parts := b.finalParts(text)
 	html := b.opts.Format != FormatPlain
@@ -338,19 +358,19 @@ func (b *Bot) finishPreview(ctx context.Context, chatID int64, msgID int, shown 
 		first = parts[0].HTML
 	}
 	if first != shown {
-		if err := b.editFinal(ctx, chatID, msgID, parts[0], html, pace); err != nil {
+		if err := b.editFinal(ctx, to.chat, msgID, parts[0], html, pace); err != nil {
 			b.log.Warn("telegram: the preview could not be turned into the reply; sending it anew",
-				slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
-			ref, err := b.send(ctx, chatID, text, replyTo)
+				slog.Int64("chat", to.chat), slog.String("error", b.redact(err)))
+			ref, err := b.send(ctx, to, text, replyTo)
 			if err == nil {
-				b.deletePreview(chatID, msgID)
+				b.deletePreview(to.chat, msgID)
 			}
 			return ref, err
 		}
 	}
 	ids := []string{strconv.Itoa(msgID)}
 	if len(parts) > 1 {
-		ref, err := b.sendParts(ctx, chatID, parts[1:], html, 0)
+		ref, err := b.sendParts(ctx, to, parts[1:], html, 0)
 		if ref != "" {
 			ids = append(ids, ref)
 		}
@@ -572,26 +592,26 @@ func (b *Bot) clearPreview(key string, chat int64, msgID int) {
 
 // storedPreview returns the preview message a stored reply replaces: the
 // key's, when it was made for one of the messages the reply answers.
-func (b *Bot) storedPreview(ctx context.Context, d sessions.Delivery, chatID int64) (previewRecord, bool) {
+func (b *Bot) storedPreview(ctx context.Context, d sessions.Delivery, chat int64) (previewRecord, bool) {
 	v, err := b.sess.ChannelState(ctx, b.previewKey(d.SessionKey))
 	var r previewRecord
 	if err != nil || v == "" || json.Unmarshal([]byte(v), &r) != nil {
 		return r, false
 	}
-	return r, r.Chat == chatID && r.Message != 0 && slices.Contains(d.Reply.Covers, r.For)
+	return r, r.Chat == chat && r.Message != 0 && slices.Contains(d.Reply.Covers, r.For)
 }
 
 // deliverStoredText sends a stored reply: into the preview message a
 // stream of its turn left (its process stopped before the reply was
 // sent), else as new messages.
-func (b *Bot) deliverStoredText(ctx context.Context, d sessions.Delivery, chatID int64, text string, replyTo int) (string, error) {
-	r, ok := b.storedPreview(ctx, d, chatID)
+func (b *Bot) deliverStoredText(ctx context.Context, d sessions.Delivery, to place, text string, replyTo int) (string, error) {
+	r, ok := b.storedPreview(ctx, d, to.chat)
 	if !ok {
-		return b.send(ctx, chatID, text, replyTo)
+		return b.send(ctx, to, text, replyTo)
 	}
-	ref, err := b.finishPreview(ctx, chatID, r.Message, "", nil, text, replyTo)
+	ref, err := b.finishPreview(ctx, to, r.Message, "", nil, text, replyTo)
 	if err == nil {
-		b.clearPreview(d.SessionKey, chatID, r.Message)
+		b.clearPreview(d.SessionKey, to.chat, r.Message)
 	}
 	return ref, err
 }

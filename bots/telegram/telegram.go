@@ -5,6 +5,7 @@ package telegram
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -177,7 +178,7 @@ type Bot struct {
 	limits        *limits
 	cur           atomic.Pointer[tgLive] // what a reload changes (reload.go)
 	warned        map[string]bool
-	typers        map[int64]*typer // chats shown "typing…"
+	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
@@ -271,7 +272,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		replies:   newKeyQueues(),
 		seen:      newRecentUpdates(4096),
 		delayTold: must(lru.New[string, struct{}](4096)),
-		refused:   newRefused(), warned: map[string]bool{}, typers: map[int64]*typer{},
+		refused:   newRefused(), warned: map[string]bool{}, typers: map[place]*typer{},
 		stopping: make(chan struct{}),
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
@@ -419,7 +420,7 @@ func (b *Bot) connect(ctx context.Context) bool {
 // given, is called once: with true as soon as the update's message is
 // stored (or needs no storing), with false if it was not taken. held is
 // set for an update that already failed to be stored (since then).
-func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTracker, settled func(bool), held time.Time) {
+func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, settled func(bool), held time.Time) {
 	if offsets != nil {
 		offsets.start(u)
 	}
@@ -445,7 +446,7 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 			b.persist(ctx, offsets, st)
 		})
 	}
-	m := u.Message
+	m := u.message()
 	if m == nil || m.From == nil {
 		done(true) // edits, channel posts and the like are ignored
 		return
@@ -470,8 +471,8 @@ func (b *Bot) dispatch(ctx context.Context, u tgbotapi.Update, offsets *offsetTr
 // polling moves past it. After giveUpAfter the user is told and the update
 // is let go. While draining, or once this replica stops polling, it is
 // left unconfirmed: Telegram, or the stored state, brings it back.
-func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
-	m := u.Message
+func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
+	m := u.message()
 	wait := time.Duration(0)
 	for attempt := 0; ; attempt++ {
 		stored := false
@@ -510,7 +511,7 @@ func (b *Bot) run(ctx context.Context, u tgbotapi.Update, key string, offsets *o
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
 				slog.Int("update_id", u.UpdateID), slog.Duration("failing_for", now.Sub(since)))
-			b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, unstoredText, m.MessageID) })
+			b.later(key, func() { b.sendPlain(ctx, m.to(), unstoredText, m.MessageID) })
 			done(true)
 			return
 		}
@@ -542,14 +543,16 @@ func (b *Bot) isDraining() bool {
 	return b.draining
 }
 
-func (b *Bot) sessionKey(m *tgbotapi.Message) string {
+func (b *Bot) sessionKey(m *message) string {
+	// Each topic is a conversation of its own, with group_scope applied
+	// inside it; the General topic keeps the chat's key.
 	if m.Chat.IsPrivate() {
-		return sessions.TelegramDMKey(m.From.ID)
+		return sessions.TelegramTopicKey(sessions.TelegramDMKey(m.From.ID), m.thread)
 	}
-	return sessions.TelegramGroupKey(m.Chat.ID, m.From.ID, b.opts.GroupScope != "chat")
+	return sessions.TelegramTopicKey(sessions.TelegramGroupKey(m.Chat.ID, m.From.ID, b.opts.GroupScope != "chat"), m.thread)
 }
 
-func (b *Bot) allowed(m *tgbotapi.Message) bool {
+func (b *Bot) allowed(m *message) bool {
 	users := b.cur.Load().allowedUsers
 	return len(users) == 0 || slices.Contains(users, m.From.ID)
 }
@@ -557,7 +560,7 @@ func (b *Bot) allowed(m *tgbotapi.Message) bool {
 // addressed reports whether the bot should answer: always in a private
 // chat; in a group when mentioned, replied to, or commanded (or always with
 // group_policy all).
-func (b *Bot) addressed(m *tgbotapi.Message) bool {
+func (b *Bot) addressed(m *message) bool {
 	if m.Chat.IsPrivate() || b.cur.Load().groupPolicy == "all" {
 		return true
 	}
@@ -572,7 +575,7 @@ func (b *Bot) addressed(m *tgbotapi.Message) bool {
 	return b.mentioned(m)
 }
 
-func (b *Bot) mentioned(m *tgbotapi.Message) bool {
+func (b *Bot) mentioned(m *message) bool {
 	text, entities := m.Text, m.Entities
 	if text == "" {
 		text, entities = m.Caption, m.CaptionEntities // a media message's caption
@@ -616,7 +619,7 @@ func entityText(text string, e tgbotapi.MessageEntity) string {
 // database is still unreachable when the delay notice falls due (since
 // the first failure to store m): for an update whose retries ended with
 // polling, before its notice was due.
-func (b *Bot) watchDelay(key string, m *tgbotapi.Message, since time.Time) {
+func (b *Bot) watchDelay(key string, m *message, since time.Time) {
 	d := b.sess.DelayNotice()
 	if d <= 0 {
 		return
@@ -637,12 +640,12 @@ func (b *Bot) watchDelay(key string, m *tgbotapi.Message, since time.Time) {
 // database is unreachable and will be answered: once per session key,
 // until a reply of the key is sent — whether the message could not be
 // stored yet or its turn waits.
-func (b *Bot) tellDelay(ctx context.Context, key string, m *tgbotapi.Message) {
+func (b *Bot) tellDelay(ctx context.Context, key string, m *message) {
 	if told, _ := b.delayTold.ContainsOrAdd(key, struct{}{}); told {
 		return
 	}
 	go func() {
-		if _, err := b.sendPlain(ctx, m.Chat.ID, sessions.DelayText, m.MessageID); err != nil {
+		if _, err := b.sendPlain(ctx, m.to(), sessions.DelayText, m.MessageID); err != nil {
 			b.log.Warn("telegram: sending the delay notice failed", slog.Int64("chat_id", m.Chat.ID), slog.String("error", err.Error()))
 		}
 	}()
@@ -660,7 +663,7 @@ func (b *Bot) tellDelay(ctx context.Context, key string, m *tgbotapi.Message) {
 // sends goes out on the key's reply queue (later): the reply is sent when
 // the turn that answers the message has ended, in the order the key's
 // messages came.
-func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, first bool, stored func()) error {
+func (b *Bot) process(ctx context.Context, m *message, key string, first bool, stored func()) error {
 	if !b.addressed(m) {
 		return nil
 	}
@@ -673,7 +676,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	}
 	in := sessions.Inbound{
 		Channel: Channel, SessionKey: key,
-		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: strconv.FormatInt(m.Chat.ID, 10),
+		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: m.to().String(),
 		ClientMsgID: clientMsgID(m.Chat.ID, m.MessageID),
 	}
 	if m.IsCommand() {
@@ -681,13 +684,13 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	}
 	media := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
 	for _, notice := range media.notices {
-		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, notice, m.MessageID) })
+		b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })
 	}
 	if strings.TrimSpace(media.text) == "" && len(media.atts) == 0 {
 		return nil
 	}
 	in.Text, in.Attachments = media.text, media.atts
-	stopTyping := b.typing(m.Chat.ID)
+	stopTyping := b.typing(m.to())
 	// Deltas reach the hooks of the turn's lead message only: a burst
 	// streams once, into the reply to its last message.
 	st := b.newStream(m, key)
@@ -698,7 +701,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
 		OnDelta: onDelta,
 		OnAck:   func(sessions.Ack) { stored() },
-		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.Chat.ID, key, ev) },
+		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.to(), key, ev) },
 		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, key, m) },
 	})
 	if err != nil {
@@ -711,7 +714,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 		return err
 	case errors.Is(err, sessions.ErrTooLong):
 		b.later(key, func() {
-			b.sendPlain(ctx, m.Chat.ID, "That message is too long for me; please send a shorter one.", m.MessageID)
+			b.sendPlain(ctx, m.to(), "That message is too long for me; please send a shorter one.", m.MessageID)
 		})
 		return nil
 	case err != nil:
@@ -735,7 +738,7 @@ func (b *Bot) process(ctx context.Context, m *tgbotapi.Message, key string, firs
 // answer sends the reply of the turn that answered m, when m's outcome
 // carries it — into the preview st made, if any — and records its
 // delivery.
-func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out sessions.Outcome, err error, st *stream) {
+func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.Outcome, err error, st *stream) {
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		// Stored but not run: the next start (or another replica) runs it
@@ -774,7 +777,7 @@ func (b *Bot) answer(ctx context.Context, m *tgbotapi.Message, key string, out s
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
 		dctx, endDelivery := b.traceDelivery(ctx, out)
-		ref, serr = b.deliverReply(dctx, st, m.Chat.ID, text, replyTo)
+		ref, serr = b.deliverReply(dctx, st, m.to(), text, replyTo)
 		endDelivery(serr)
 		if serr == nil {
 			b.delayTold.Remove(key) // a later delay is told again
@@ -829,7 +832,7 @@ func (b *Bot) later(key string, fn func()) {
 }
 
 // stripMention removes the bot's @mention from a group message.
-func (b *Bot) stripMention(m *tgbotapi.Message) string {
+func (b *Bot) stripMention(m *message) string {
 	if m.Chat.IsPrivate() {
 		return messageText(m)
 	}
@@ -850,7 +853,7 @@ func (b *Bot) failed(first bool, msg, key string, err error) {
 // after the replies to the messages before it. A /new or /reset archives
 // the conversation at once: messages before it are answered in the old
 // conversation, those after it in the new one.
-func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbound, first bool) error {
+func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, first bool) error {
 	text := helpText // help, and unknown commands
 	switch m.Command() {
 	case "start":
@@ -871,17 +874,17 @@ func (b *Bot) command(ctx context.Context, m *tgbotapi.Message, in sessions.Inbo
 		text = t
 	case "history":
 		b.later(in.SessionKey, func() {
-			b.sendParts(ctx, m.Chat.ID, b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
+			b.sendParts(ctx, m.to(), b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
 		})
 		return nil
 	}
-	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.Chat.ID, text, m.MessageID) })
+	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })
 	return nil
 }
 
 // stop stops the key's running turn, or the turn its waiting messages
 // would start once their debounce has passed, and answers at once.
-func (b *Bot) stop(m *tgbotapi.Message, key string) {
+func (b *Bot) stop(m *message, key string) {
 	text := idleStopText
 	if b.sess.Stop(key) {
 		text = stoppedText
@@ -889,19 +892,19 @@ func (b *Bot) stop(m *tgbotapi.Message, key string) {
 	b.inflight.Add(1)
 	go func() {
 		defer b.inflight.Done()
-		b.sendPlain(context.Background(), m.Chat.ID, text, m.MessageID)
+		b.sendPlain(context.Background(), m.to(), text, m.MessageID)
 	}()
 }
 
 // refuse answers a user outside allowed_users once per chat; nothing of
 // theirs is stored.
-func (b *Bot) refuse(ctx context.Context, m *tgbotapi.Message, key string) {
+func (b *Bot) refuse(ctx context.Context, m *message, key string) {
 	b.mu.Lock()
 	first := !b.refused.Contains(m.Chat.ID)
 	b.refused.Add(m.Chat.ID, struct{}{})
 	b.mu.Unlock()
 	if first {
-		b.later(key, func() { b.sendPlain(ctx, m.Chat.ID, refusalText, m.MessageID) })
+		b.later(key, func() { b.sendPlain(ctx, m.to(), refusalText, m.MessageID) })
 	}
 }
 
@@ -915,13 +918,13 @@ type typer struct {
 // typing shows "typing…" in the chat until the returned func is called
 // (and no other message of the chat waits). A failing typing action is
 // logged once and never delays the reply.
-func (b *Bot) typing(chatID int64) func() {
+func (b *Bot) typing(to place) func() {
 	b.mu.Lock()
-	t := b.typers[chatID]
+	t := b.typers[to]
 	if t == nil {
 		t = &typer{stop: make(chan struct{})}
-		b.typers[chatID] = t
-		go b.showTyping(chatID, t.stop)
+		b.typers[to] = t
+		go b.showTyping(to, t.stop)
 	}
 	t.waiting++
 	b.mu.Unlock()
@@ -931,18 +934,20 @@ func (b *Bot) typing(chatID int64) func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			if t.waiting--; t.waiting == 0 {
-				delete(b.typers, chatID)
+				delete(b.typers, to)
 				close(t.stop)
 			}
 		})
 	}
 }
 
-func (b *Bot) showTyping(chatID int64, stop <-chan struct{}) {
+func (b *Bot) showTyping(to place, stop <-chan struct{}) {
 	t := time.NewTicker(b.opts.TypingEvery)
 	defer t.Stop()
 	for {
-		if _, err := b.api.Request(tgbotapi.NewChatAction(chatID, tgbotapi.ChatTyping)); err != nil {
+		params := to.params()
+		params["action"] = tgbotapi.ChatTyping
+		if _, err := b.api.MakeRequest("sendChatAction", params); err != nil {
 			b.warnOnce("sendChatAction", err)
 		}
 		select {
@@ -961,18 +966,18 @@ func (b *Bot) showTyping(chatID int64, stop <-chan struct{}) {
 // retried with backoff, then logged and returned — the reply stays stored
 // either way. A 4xx other than 429 will not get better and wraps
 // sessions.ErrUndeliverable.
-func (b *Bot) send(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
+func (b *Bot) send(ctx context.Context, to place, text string, replyTo int) (string, error) {
 	if b.opts.Format == FormatPlain {
-		return b.sendPlain(ctx, chatID, text, replyTo)
+		return b.sendPlain(ctx, to, text, replyTo)
 	}
-	return b.sendParts(ctx, chatID, tgformat.Split(text, MaxMessageUnits), true, replyTo)
+	return b.sendParts(ctx, to, tgformat.Split(text, MaxMessageUnits), true, replyTo)
 }
 
 // sendPlain delivers text as written, without a parse mode: the bot's own
 // texts (help, notices), which are not Markdown, and replies with format
 // plain.
-func (b *Bot) sendPlain(ctx context.Context, chatID int64, text string, replyTo int) (string, error) {
-	return b.sendParts(ctx, chatID, plainParts(text), false, replyTo)
+func (b *Bot) sendPlain(ctx context.Context, to place, text string, replyTo int) (string, error) {
+	return b.sendParts(ctx, to, plainParts(text), false, replyTo)
 }
 
 // plainParts are text's messages without markup, split at Telegram's
@@ -986,33 +991,48 @@ func plainParts(text string) []tgformat.Part {
 }
 
 // sendParts sends parts in order, each as HTML when html is set, else as
-// its plain text; the first answers replyTo.
-func (b *Bot) sendParts(ctx context.Context, chatID int64, parts []tgformat.Part, html bool, replyTo int) (string, error) {
+// its plain text; the first answers replyTo. They go to to's topic; if
+// Telegram says it was closed or deleted, to the General topic.
+func (b *Bot) sendParts(ctx context.Context, to place, parts []tgformat.Part, html bool, replyTo int) (string, error) {
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	var ids []string
 	for i, part := range parts {
-		msg := tgbotapi.NewMessage(chatID, part.Plain)
+		text, parseMode := part.Plain, ""
 		if html {
-			msg.Text, msg.ParseMode = part.HTML, tgbotapi.ModeHTML
-		}
-		if i == 0 && replyTo != 0 {
-			msg.ReplyToMessageID = replyTo
-			msg.AllowSendingWithoutReply = true
+			text, parseMode = part.HTML, tgbotapi.ModeHTML
 		}
 		var err error
 		var sent tgbotapi.Message
 		for attempt := 0; attempt < 6; attempt++ {
-			if sent, err = b.api.Send(msg); err == nil {
+			params := to.params()
+			params["text"] = text
+			params.AddNonEmpty("parse_mode", parseMode)
+			if i == 0 && replyTo != 0 {
+				params.AddNonZero("reply_to_message_id", replyTo)
+				params.AddBool("allow_sending_without_reply", true)
+			}
+			var resp *tgbotapi.APIResponse
+			if resp, err = b.api.MakeRequest("sendMessage", params); err == nil {
+				// Sent: the answer only gives its id, for the delivery's
+				// record; never sent again for an answer it cannot read.
+				_ = json.Unmarshal(resp.Result, &sent)
 				break
 			}
 			var apiErr *tgbotapi.Error
 			wait := time.Duration(1<<attempt) * 500 * time.Millisecond
 			if errors.As(err, &apiErr) {
-				if msg.ParseMode != "" && refusedEntities(apiErr) {
+				if parseMode != "" && refusedEntities(apiErr) {
 					// The markup will not get better: the same words go
 					// without it, at once.
-					b.warnParse(chatID, err)
-					msg.Text, msg.ParseMode = part.Plain, ""
+					b.warnParse(to.chat, err)
+					text, parseMode = part.Plain, ""
+					attempt--
+					continue
+				}
+				if to.thread != 0 && topicGone(err) {
+					// The reply is not lost with its topic: this part and
+					// the ones after it go to General, at once.
+					to = b.toGeneral(to, "the reply", err)
 					attempt--
 					continue
 				}
@@ -1029,7 +1049,7 @@ func (b *Bot) sendParts(ctx context.Context, chatID int64, parts []tgformat.Part
 			}
 		}
 		if err != nil {
-			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", chatID), slog.String("error", b.redact(err)))
+			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", to.chat), slog.String("error", b.redact(err)))
 			if !errors.Is(err, sessions.ErrUndeliverable) {
 				err = errors.New(b.redact(err))
 			}
@@ -1068,17 +1088,17 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 		// delivered again later.
 		return "", errors.New("telegram: the bot has not connected yet")
 	}
-	chatID, err := strconv.ParseInt(d.ChatID, 10, 64)
+	to, err := parsePlace(d.ChatID)
 	if err != nil {
-		return "", fmt.Errorf("%w: chat id %q", sessions.ErrUndeliverable, d.ChatID)
+		return "", fmt.Errorf("%w: %v", sessions.ErrUndeliverable, err)
 	}
 	// The reply answers the newest message its turn covers.
-	replyTo, _ := messageIn(d.ClientMsgID, chatID)
+	replyTo, _ := messageIn(d.ClientMsgID, to.chat)
 	text, ok := replyText(d.Reply)
 	if !ok {
 		return "", nil
 	}
-	ref, err := b.deliverStoredText(ctx, d, chatID, text, replyTo)
+	ref, err := b.deliverStoredText(ctx, d, to, text, replyTo)
 	b.deliveryFailed(err)
 	return ref, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -18,7 +17,7 @@ const TracerName = "github.com/chatgate/chatgate/bots/telegram"
 // traceUpdate starts the span "telegram update" of an update: the span
 // "message" of its message (sessions) is its child. The returned func
 // ends it, once, when the update is settled. A no-op without a tracer.
-func (b *Bot) traceUpdate(ctx context.Context, u tgbotapi.Update) (context.Context, func(processed bool)) {
+func (b *Bot) traceUpdate(ctx context.Context, u update) (context.Context, func(processed bool)) {
 	tp := b.opts.TracerProvider
 	if tp == nil {
 		return ctx, func(bool) {}

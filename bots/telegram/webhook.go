@@ -62,7 +62,7 @@ func (b *Bot) WebhookHandler() http.Handler {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
-		var u tgbotapi.Update
+		var u update
 		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 		if err := dec.Decode(&u); err != nil || u.UpdateID == 0 {
 			http.Error(w, "malformed update", http.StatusBadRequest)

@@ -4,7 +4,11 @@
 // rules: asking for offset N confirms — drops — every update below N (a
 // negative N keeps only the last -N), at most limit updates come back (1–100,
 // default 100), timeout seconds of long polling (default 0), and a second
-// getUpdates while one is waiting ends the first with 409 Conflict.
+// getUpdates while one is waiting ends the first with 409 Conflict. Forum
+// topics are as in Telegram: a pushed topic message opens its topic, and a
+// send with message_thread_id answers 400 "message thread not found" for a
+// topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
+// closed one; a send without it goes to the chat (a forum's General topic).
 package telegramtest
 
 import (
@@ -53,6 +57,7 @@ type Server struct {
 	failParse int
 	sentModes []string    // parse_mode of each of sent
 	stream    streamState // sendMessageDraft and editMessageText
+	topics    topics      // topics.go
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -72,6 +77,7 @@ type Sent struct {
 	ChatID  int64
 	Text    string
 	ReplyTo int
+	Thread  int // message_thread_id: the topic it went to, 0 for none
 }
 
 // New returns an empty server.
@@ -145,23 +151,27 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.mu.Unlock()
 			return
 		}
-		if a.refuseLength(w, r, "message is too long") {
+		if a.refuseLength(w, r, "message is too long") || a.refuseThread(w, r) {
 			a.mu.Unlock()
 			return
 		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
-		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo})
+		thread := threadOf(r)
+		a.sent = append(a.sent, Sent{ChatID: chat, Text: r.FormValue("text"), ReplyTo: replyTo, Thread: thread})
 		a.sentModes = append(a.sentModes, r.FormValue("parse_mode"))
 		id := a.nextMsg
 		a.nextMsg++
 		a.noteSent(chat, id)
 		a.cond.Broadcast()
 		a.mu.Unlock()
-		ok(map[string]any{"message_id": id, "date": 1, "chat": map[string]any{"id": chat, "type": "private"},
-			"from": map[string]any{"id": BotID, "is_bot": true, "first_name": "Gate"}, "text": r.FormValue("text")})
+		ok(botMessage(chat, id, thread, r.FormValue("text")))
 	case "sendChatAction":
 		a.mu.Lock()
+		if a.refuseThread(w, r) {
+			a.mu.Unlock()
+			return
+		}
 		a.actions++
 		a.mu.Unlock()
 		ok(true)
@@ -250,10 +260,12 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 	}
 }
 
-// Push queues an update carrying message and returns the message id.
+// Push queues an update carrying message and returns the message id; a
+// topic message registers its topic (topics.go).
 func (a *Server) Push(message map[string]any) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.noteTopic(message)
 	id := a.nextMsg
 	a.nextMsg++
 	message["message_id"] = id
@@ -297,6 +309,32 @@ func Group(chat, user int64, text string) map[string]any {
 	if i := strings.Index(text, "@"+BotName); i >= 0 && !strings.HasPrefix(text, "/") {
 		m["entities"] = []map[string]any{{"type": "mention", "offset": len([]rune(text[:i])), "length": len(BotName) + 1}}
 	}
+	return m
+}
+
+// Topic is a message from user in topic thread of forum supergroup chat; a
+// mention of the bot gets its entity, as in Group.
+func Topic(chat, user int64, thread int, text string) map[string]any {
+	m := ForumGeneral(chat, user, text)
+	m["message_thread_id"] = thread
+	m["is_topic_message"] = true
+	return m
+}
+
+// ForumGeneral is a message from user in the General topic of forum
+// supergroup chat, which Telegram sends without a message_thread_id.
+func ForumGeneral(chat, user int64, text string) map[string]any {
+	m := Group(chat, user, text)
+	m["chat"].(map[string]any)["is_forum"] = true
+	return m
+}
+
+// PrivateTopic is a message from user in topic thread of their private
+// chat with the bot (Bot API 9.x topics in private chats).
+func PrivateTopic(user int64, thread int, text string) map[string]any {
+	m := DM(user, text)
+	m["message_thread_id"] = thread
+	m["is_topic_message"] = true
 	return m
 }
 

@@ -11,10 +11,12 @@ import (
 )
 
 // streamState is what the streaming calls need: where each sent message
-// is (edits change its text in place), the server's clock, and the
-// variants that refuse drafts or throttle edits.
+// is (edits change its text in place, keeping its Thread), the drafts
+// taken, the server's clock, and the variants that refuse drafts or
+// throttle edits.
 type streamState struct {
 	now          func() time.Time
+	drafts       []Draft
 	index        map[msgKey]int // chat and message id → index in sent
 	refuseDrafts bool
 	failDrafts   string // a 400 description every draft is answered with
@@ -23,6 +25,21 @@ type streamState struct {
 	editsRefused int
 	notModified  int
 	deleted      map[msgKey]bool // messages the bot deleted (deleteMessage)
+}
+
+// Draft is a draft the bot streamed with sendMessageDraft.
+type Draft struct {
+	ChatID  int64
+	DraftID int
+	Text    string
+	Thread  int // message_thread_id: the topic it was shown in, 0 for none
+}
+
+// Drafts returns the drafts sendMessageDraft took so far, in order.
+func (a *Server) Drafts() []Draft {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Draft(nil), a.stream.drafts...)
 }
 
 type msgKey struct {
@@ -110,9 +127,12 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: draft_id must be non-zero"}`)
 			return true
 		}
-		if a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") {
+		if a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") || a.refuseThread(w, r) {
 			return true
 		}
+		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
+		a.stream.drafts = append(a.stream.drafts, Draft{ChatID: chat, DraftID: draft, Text: r.FormValue("text"), Thread: threadOf(r)})
+		a.cond.Broadcast()
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": true})
 		return true
 	case "editMessageText":
@@ -142,8 +162,9 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 		}
 		a.sent[i].Text = text
 		a.cond.Broadcast()
-		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": map[string]any{"message_id": id, "date": 1, "edit_date": 2,
-			"chat": map[string]any{"id": chat, "type": "private"}, "from": map[string]any{"id": BotID, "is_bot": true, "first_name": "Gate"}, "text": text}})
+		m := botMessage(chat, id, a.sent[i].Thread, text)
+		m["edit_date"] = 2
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": m})
 		return true
 	}
 	return false

@@ -1,8 +1,11 @@
 package telegramtest
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -165,4 +168,141 @@ func TestTextLengthRules(t *testing.T) {
 	refused(err, "message to edit not found")
 	_, err = api.Request(tgbotapi.NewDeleteMessage(7, sent.MessageID))
 	refused(err, "message to delete not found")
+}
+
+// TestForumTopics checks the fake's topics through the real client
+// library's raw requests (its types predate topics): a pushed topic
+// message comes back from getUpdates with message_thread_id and
+// is_topic_message and opens its topic; a send into an open topic is
+// recorded with its Thread and answered with it; a closed topic answers
+// 400 TOPIC_CLOSED until reopened, a deleted or unknown one (or any in a
+// chat without topics) 400 "message thread not found", before anything is
+// recorded; a send without a thread goes to the General topic.
+func TestForumTopics(t *testing.T) {
+	a, api := newClient(t)
+	const chat, user = -100123, 7
+	a.Push(Topic(chat, user, 42, "hi @"+BotName))
+	a.Push(ForumGeneral(chat, user, "in general"))
+	a.Push(PrivateTopic(user, 9, "/start"))
+	res, err := api.MakeRequest("getUpdates", tgbotapi.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var us []struct {
+		Message struct {
+			Chat struct {
+				ID      int64 `json:"id"`
+				IsForum bool  `json:"is_forum"`
+			} `json:"chat"`
+			Thread   int              `json:"message_thread_id"`
+			IsTopic  bool             `json:"is_topic_message"`
+			Entities []map[string]any `json:"entities"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(res.Result, &us); err != nil || len(us) != 3 {
+		t.Fatalf("updates %s: %v", res.Result, err)
+	}
+	if m := us[0].Message; m.Chat.ID != chat || !m.Chat.IsForum || m.Thread != 42 || !m.IsTopic || len(m.Entities) != 1 || m.Entities[0]["type"] != "mention" {
+		t.Errorf("topic message = %+v", m)
+	}
+	if m := us[1].Message; !m.Chat.IsForum || m.Thread != 0 || m.IsTopic {
+		t.Errorf("General topic message = %+v", m)
+	}
+	if m := us[2].Message; m.Chat.ID != user || m.Thread != 9 || !m.IsTopic || len(m.Entities) != 1 || m.Entities[0]["type"] != "bot_command" {
+		t.Errorf("private topic message = %+v", m)
+	}
+
+	send := func(method string, chat int64, thread int, text string) (*tgbotapi.APIResponse, error) {
+		p := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": text, "draft_id": "1", "action": "typing"}
+		if thread != 0 {
+			p["message_thread_id"] = strconv.Itoa(thread)
+		}
+		return api.MakeRequest(method, p)
+	}
+	refused := func(err error, want string) {
+		t.Helper()
+		var e *tgbotapi.Error
+		if !errors.As(err, &e) || e.Code != 400 || e.Message != "Bad Request: "+want {
+			t.Fatalf("error %v, want 400 %q", err, want)
+		}
+	}
+	res, err = send("sendMessage", chat, 42, "in the topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		Thread  int  `json:"message_thread_id"`
+		IsTopic bool `json:"is_topic_message"`
+	}
+	if err := json.Unmarshal(res.Result, &answer); err != nil || answer.Thread != 42 || !answer.IsTopic {
+		t.Fatalf("answer %s: %v", res.Result, err)
+	}
+	if _, err := send("sendMessage", chat, 0, "in general"); err != nil {
+		t.Fatalf("General topic: %v", err)
+	}
+	if _, err := send("sendMessage", user, 9, "in the private topic"); err != nil {
+		t.Fatalf("private topic: %v", err)
+	}
+	for _, method := range []string{"sendMessageDraft", "sendChatAction"} {
+		if _, err := send(method, user, 9, "dra"); err != nil {
+			t.Fatalf("%s in the private topic: %v", method, err)
+		}
+	}
+	want := []Sent{{ChatID: chat, Text: "in the topic", Thread: 42}, {ChatID: chat, Text: "in general"}, {ChatID: user, Text: "in the private topic", Thread: 9}}
+	if m := a.Messages(); !slices.Equal(m, want) {
+		t.Fatalf("messages = %+v, want %+v", m, want)
+	}
+	if d := a.Drafts(); len(d) != 1 || d[0] != (Draft{ChatID: user, DraftID: 1, Text: "dra", Thread: 9}) {
+		t.Fatalf("drafts = %+v", d)
+	}
+
+	a.CloseTopic(chat, 42)
+	for _, method := range []string{"sendMessage", "sendMessageDraft", "sendChatAction"} {
+		_, err := send(method, chat, 42, "x")
+		refused(err, "TOPIC_CLOSED")
+	}
+	a.ReopenTopic(chat, 42)
+	if _, err := send("sendMessage", chat, 42, "reopened"); err != nil {
+		t.Fatalf("reopened topic: %v", err)
+	}
+	a.DeleteTopic(chat, 42)
+	a.ReopenTopic(chat, 42) // a deleted topic stays deleted
+	for _, c := range []struct {
+		chat   int64
+		thread int
+	}{{chat, 42}, {chat, 43}, {user, 10}, {-100999, 42}} {
+		for _, method := range []string{"sendMessage", "sendMessageDraft", "sendChatAction"} {
+			_, err := send(method, c.chat, c.thread, "x")
+			refused(err, "message thread not found")
+		}
+	}
+	if n, d, acts := len(a.Messages()), len(a.Drafts()), a.Actions(); n != 4 || d != 1 || acts != 1 {
+		t.Fatalf("refused sends were taken: %d messages, %d drafts, %d actions", n, d, acts)
+	}
+
+	// An edit keeps the topic the message was sent into.
+	res, err = send("sendMessage", user, 9, "Hel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		ID int `json:"message_id"`
+	}
+	if err := json.Unmarshal(res.Result, &sent); err != nil {
+		t.Fatal(err)
+	}
+	res, err = api.MakeRequest("editMessageText", tgbotapi.Params{"chat_id": strconv.Itoa(user), "message_id": strconv.Itoa(sent.ID), "text": "Hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var edited struct {
+		Thread  int  `json:"message_thread_id"`
+		IsTopic bool `json:"is_topic_message"`
+	}
+	if err := json.Unmarshal(res.Result, &edited); err != nil || edited.Thread != 9 || !edited.IsTopic {
+		t.Fatalf("edit answer %s: %v", res.Result, err)
+	}
+	if m := a.Messages(); m[len(m)-1] != (Sent{ChatID: user, Text: "Hello", Thread: 9}) {
+		t.Fatalf("edited message = %+v", m[len(m)-1])
+	}
 }
