@@ -127,9 +127,11 @@ func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, f
 		))
 	start := time.Now()
 	return ctx, func(err error) {
-		endSpan(span, err)
+		// Logged before the span ends: whoever sees the turn ended finds
+		// its line.
 		m.log.DebugContext(ctx, "turn done", slog.String("channel", in.Channel), slog.String("session_key", in.SessionKey),
 			slog.Duration("took", time.Since(start)))
+		endSpan(span, err)
 	}
 }
 
