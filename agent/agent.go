@@ -14,6 +14,9 @@ const (
 	RoleUser      = "user"
 	RoleAssistant = "assistant"
 	RoleTool      = "tool"
+	// RoleSystem is context the gateway gives the model within the
+	// history: the summary of the earlier conversation (compaction).
+	RoleSystem = "system"
 )
 
 // ToolCall is a function call an assistant message asks for.

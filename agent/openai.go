@@ -187,6 +187,8 @@ func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion
 			out = append(out, userParam(m, vision))
 		case RoleTool:
 			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+		case RoleSystem:
+			out = append(out, openai.SystemMessage(m.Content))
 		case RoleAssistant:
 			if len(m.ToolCalls) == 0 {
 				out = append(out, openai.AssistantMessage(m.Content))

@@ -83,8 +83,12 @@ type OpenAI struct {
 // Session is a conversation policy: at the top level it applies to every
 // channel, under channels.<name>.session it overrides the top level.
 type Session struct {
-	MaxHistory *int  `yaml:"max_history"`
-	Reset      Reset `yaml:"reset"`
+	MaxHistory *int `yaml:"max_history"`
+	// MaxHistoryTokens bounds the history a turn sends by estimated
+	// tokens too (0 or unset: by max_history alone).
+	MaxHistoryTokens *int       `yaml:"max_history_tokens"`
+	Reset            Reset      `yaml:"reset"`
+	Compaction       Compaction `yaml:"compaction"`
 	// Busy modes: what a message does while its session has a turn
 	// running or waiting. Each key on its own overrides the level above.
 	BusyMode      *string `yaml:"busy_mode"`
@@ -98,6 +102,17 @@ type Session struct {
 	// long is told, once, that it is kept and will be answered (top level
 	// only; default DefaultDelayNotice, 0 turns it off).
 	DelayNotice *Duration `yaml:"delay_notice"`
+}
+
+// Compaction summarises what falls out of the history window. Enabled,
+// keep_last and prompt follow the max_history ladder; model is a setting
+// of the top-level session only.
+type Compaction struct {
+	Enabled  *bool   `yaml:"enabled"`
+	KeepLast *int    `yaml:"keep_last"`
+	Prompt   *string `yaml:"prompt"`
+	// Model writes the summaries (default: agent.openai.model).
+	Model string `yaml:"model"`
 }
 
 // Reset is a reset policy; every field is optional so that a channel can

@@ -39,6 +39,23 @@ func (c *Config) Describe(w io.Writer) {
 			batchFrom += "; unused: queue takes one message per turn"
 		}
 		fmt.Fprintf(tw, "  max_batch\t%d\t%s\n", p.MaxBatch.V, batchFrom)
+		if p.MaxHistoryTokens.V > 0 || p.MaxHistoryTokens.From != "default" {
+			fmt.Fprintf(tw, "  max_history_tokens\t%d\t%s\n", p.MaxHistoryTokens.V, p.MaxHistoryTokens.From)
+		}
+		fmt.Fprintf(tw, "  compaction.enabled\t%t\t%s\n", p.CompactionEnabled.V, p.CompactionEnabled.From)
+		if p.CompactionEnabled.V {
+			fmt.Fprintf(tw, "  compaction.keep_last\t%d\t%s\n", p.CompactionKeepLast.V, p.CompactionKeepLast.From)
+			prompt := "(built in)"
+			if p.CompactionPrompt.V != "" {
+				prompt = strconv.Quote(shorten(p.CompactionPrompt.V, 40))
+			}
+			fmt.Fprintf(tw, "  compaction.prompt\t%s\t%s\n", prompt, p.CompactionPrompt.From)
+			model, from := c.Session.Compaction.Model, "session.compaction.model ("+c.where("session.compaction.model")+")"
+			if model == "" {
+				model, from = "(the agent's)", "default"
+			}
+			fmt.Fprintf(tw, "  compaction.model\t%s\t%s\n", model, from)
+		}
 		if p.Channel == ChannelTelegram && (p.Idle() || p.Daily()) {
 			from := "default"
 			if c.lines["channels.telegram.notify_resets"] > 0 {
@@ -106,4 +123,13 @@ func describeRate(r RateLimit, per string) string {
 		s += fmt.Sprintf("; channel %g/s burst %d", r.GlobalPerSecond, r.GlobalBurst)
 	}
 	return s
+}
+
+// shorten cuts s to n runes, marking the cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
 }

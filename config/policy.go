@@ -38,6 +38,13 @@ type Policy struct {
 	DebounceMS    Value[int]
 	DebounceMaxMS Value[int] // never below DebounceMS
 	MaxBatch      Value[int]
+
+	// MaxHistoryTokens: 0 bounds the history by max_history alone.
+	MaxHistoryTokens Value[int]
+	// Compaction: summaries of what falls out of the window.
+	CompactionEnabled  Value[bool]
+	CompactionKeepLast Value[int] // never above MaxHistory
+	CompactionPrompt   Value[string]
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -125,6 +132,25 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	p.MaxBatch = pick(c, DefaultMaxBatch,
 		cand[int]{base + ".session.max_batch", s.MaxBatch},
 		cand[int]{"session.max_batch", c.Session.MaxBatch})
+
+	p.MaxHistoryTokens = pick(c, 0,
+		cand[int]{base + ".session.max_history_tokens", s.MaxHistoryTokens},
+		cand[int]{"session.max_history_tokens", c.Session.MaxHistoryTokens})
+	cmp := c.Session.Compaction
+	p.CompactionEnabled = pick(c, false,
+		cand[bool]{base + ".session.compaction.enabled", s.Compaction.Enabled},
+		cand[bool]{"session.compaction.enabled", cmp.Enabled})
+	p.CompactionKeepLast = pick(c, p.MaxHistory.V,
+		cand[int]{base + ".session.compaction.keep_last", s.Compaction.KeepLast},
+		cand[int]{"session.compaction.keep_last", cmp.KeepLast})
+	if p.CompactionKeepLast.key == "" {
+		p.CompactionKeepLast.From = "default: max_history"
+	} else if p.CompactionKeepLast.V > p.MaxHistory.V {
+		p.CompactionKeepLast = Value[int]{V: p.MaxHistory.V, From: p.CompactionKeepLast.From + ", lowered to max_history", key: p.CompactionKeepLast.key}
+	}
+	p.CompactionPrompt = pick(c, "", // "": the built-in prompt (sessions.DefaultCompactionPrompt)
+		cand[string]{base + ".session.compaction.prompt", s.Compaction.Prompt},
+		cand[string]{"session.compaction.prompt", cmp.Prompt})
 	return p
 }
 

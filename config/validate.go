@@ -354,6 +354,18 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	if s.DelayNotice != nil && *s.DelayNotice < 0 {
 		bad("delay_notice", "must not be negative (0 turns the notice off)")
 	}
+	if s.MaxHistoryTokens != nil && *s.MaxHistoryTokens < 0 {
+		bad("max_history_tokens", "must be 0 or more (0: no token budget), got %d", *s.MaxHistoryTokens)
+	}
+	if k := s.Compaction.KeepLast; k != nil && *k < 1 {
+		bad("compaction.keep_last", "must be at least 1, got %d", *k)
+	}
+	if p := s.Compaction.Prompt; p != nil && strings.TrimSpace(*p) == "" {
+		bad("compaction.prompt", "must not be empty (leave it out for the built-in prompt)")
+	}
+	if path != "session" && s.Compaction.Model != "" {
+		bad("compaction.model", "is a setting of the top-level session only")
+	}
 	r := s.Reset
 	if r.Mode != nil {
 		switch *r.Mode {

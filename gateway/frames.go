@@ -88,7 +88,7 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if len(f.ID) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
 		}
-	case "reset", "stop", "resume_previous":
+	case "reset", "stop", "resume_previous", "compact":
 	case "":
 		return nil, errBadFrame.with("frame has no type")
 	default:

@@ -47,6 +47,8 @@ type Sessions interface {
 	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
+	// Compact sums the conversation up now (compact.go).
+	Compact(ctx context.Context, in sessions.Inbound) (int, error)
 }
 
 // WSOptions configures the WebSocket channel.
@@ -706,7 +708,7 @@ func (c *wsConn) readLoop() {
 			if !c.ws.sess.Stop(c.key) {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
-		default: // message, reset, resume_previous: in arrival order, on the worker
+		default: // message, reset, resume_previous, compact: in arrival order, on the worker
 			if !c.admit() {
 				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
 				continue
@@ -888,6 +890,10 @@ func (c *wsConn) run(f *clientFrame) {
 	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal, ClientMsgID: f.ID}
 	if f.Type == "resume_previous" {
 		c.resumePrevious(ctx, in)
+		return
+	}
+	if f.Type == "compact" {
+		c.compact(ctx, in)
 		return
 	}
 	if f.Type == "reset" {

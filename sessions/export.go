@@ -31,14 +31,17 @@ type ExportMessage struct {
 	ClientMsgID string          `json:"client_msg_id,omitempty"`
 	Attachments json.RawMessage `json:"attachments,omitempty"` // metadata, as stored
 	ReplyTo     int64           `json:"reply_to,omitempty"`
-	Status      string          `json:"status"`
-	Error       string          `json:"error,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	TurnState   string          `json:"turn_state,omitempty"`
-	TurnOwner   string          `json:"turn_owner,omitempty"`
-	TurnAttempt int             `json:"turn_attempt,omitempty"`
-	ReplySeq    int64           `json:"reply_seq,omitempty"`
-	DeliveredAt *time.Time      `json:"delivered_at,omitempty"`
+	// Covers is a summary's span of seqs [first, last]: the messages it
+	// stands for in the history a model gets (they stay stored).
+	Covers      []int64    `json:"covers,omitempty"`
+	Status      string     `json:"status"`
+	Error       string     `json:"error,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	TurnState   string     `json:"turn_state,omitempty"`
+	TurnOwner   string     `json:"turn_owner,omitempty"`
+	TurnAttempt int        `json:"turn_attempt,omitempty"`
+	ReplySeq    int64      `json:"reply_seq,omitempty"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
 }
 
 // Export formats.
@@ -71,6 +74,9 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 				turn.answered(reply)
 			}
 			em.TurnState, em.ReplySeq = turn.State, turn.ReplySeq
+		}
+		if m.Role == RoleSummary {
+			em.Covers = []int64{1, m.ReplyTo}
 		}
 		if m.ToolCalls != "" {
 			em.ToolCalls = json.RawMessage(m.ToolCalls)
@@ -129,7 +135,7 @@ func (t *Export) writeText(w io.Writer) error {
 		if m.Status != MsgOK {
 			status = " [" + m.Status + "]"
 		}
-		fmt.Fprintf(&b, "%4d %-9s %s%s%s\n", m.Seq, m.Role, m.Content, attachmentsNote(m.Attachments), status)
+		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), m.Content, attachmentsNote(m.Attachments), status)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -151,6 +157,9 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "- Agent: %s, model %s, %d tokens, cost %.4f\n", conv.AgentName, conv.Model, conv.TotalTokens, conv.Cost)
 	for _, m := range t.Messages {
 		fmt.Fprintf(&b, "\n## %d · %s", m.Seq, m.Role)
+		if len(m.Covers) == 2 {
+			fmt.Fprintf(&b, " of messages %d–%d", m.Covers[0], m.Covers[1])
+		}
 		if m.TurnState != "" {
 			fmt.Fprintf(&b, " · turn %s", m.TurnState)
 		}
@@ -205,4 +214,12 @@ func attachmentsNote(stored json.RawMessage) string {
 		b.WriteString("]")
 	}
 	return b.String()
+}
+
+// coversNote is a summary's span, before its text: "[messages 1–40] ".
+func coversNote(covers []int64) string {
+	if len(covers) != 2 {
+		return ""
+	}
+	return fmt.Sprintf("[messages %d–%d] ", covers[0], covers[1])
 }

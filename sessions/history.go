@@ -12,27 +12,92 @@ import (
 // tool calls apart from its results, so a model server never sees a broken
 // tool-call sequence.
 func History(msgs []Message, max int) []agent.Message {
+	return history(msgs, max, 0)
+}
+
+// historyFor is the history a turn under policy p sends the model. With
+// compaction on and a summary stored, it is the newest summary (a system
+// message) and then the window of the messages after what the summary
+// covers; else the window of the messages. The window holds at most
+// p.MaxHistory messages, and at most p.MaxHistoryTokens estimated tokens
+// when that is set.
+func historyFor(msgs []Message, p Policy) []agent.Message {
+	summary := newestSummary(msgs)
+	if !p.Compaction.Enabled {
+		summary = nil
+	}
+	rest := make([]Message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Role == RoleSummary || (summary != nil && m.Seq <= summary.ReplyTo) {
+			continue
+		}
+		rest = append(rest, m)
+	}
+	out := history(rest, p.MaxHistory, p.MaxHistoryTokens)
+	if summary != nil {
+		out = append([]agent.Message{{Role: agent.RoleSystem, Content: SummaryIntro + summary.Content}}, out...)
+	}
+	return out
+}
+
+// newestSummary is the summary row of msgs with the highest seq, or nil.
+func newestSummary(msgs []Message) *Message {
+	var s *Message
+	for i := range msgs {
+		if msgs[i].Role == RoleSummary && (s == nil || msgs[i].Seq > s.Seq) {
+			s = &msgs[i]
+		}
+	}
+	return s
+}
+
+// eligible are the messages of msgs a history may hold, oldest first.
+func eligible(msgs []Message) []*Message {
+	out := make([]*Message, 0, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Role == RoleSummary:
+			continue
+		case m.Role == agent.RoleAssistant && m.Status == MsgFailed:
+			continue
+		case m.Role == agent.RoleAssistant && m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage):
+			// Cut short and answered again by a later turn.
+			continue
+		case m.Role == agent.RoleAssistant && m.Content == "" && m.ToolCalls == "":
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// estimateTokens estimates what a message costs in a model's context: a
+// token per 4 bytes of its text and tool calls, and 4 for the message.
+func estimateTokens(m *Message) int {
+	return (len(m.Content)+len(m.ToolCalls))/4 + 4
+}
+
+// newestWithin is how many of the newest of msgs fit in max messages and,
+// when maxTokens > 0, in maxTokens estimated tokens.
+func newestWithin(msgs []*Message, max, maxTokens int) int {
+	n, tokens := 0, 0
+	for i := len(msgs) - 1; i >= 0 && n < max; i-- {
+		tokens += estimateTokens(msgs[i])
+		if maxTokens > 0 && tokens > maxTokens {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+func history(msgs []Message, max, maxTokens int) []agent.Message {
 	if max <= 0 {
 		return nil
 	}
-	eligible := make([]*Message, 0, len(msgs))
-	for i := range msgs {
-		m := &msgs[i]
-		if m.Role == agent.RoleAssistant && m.Status == MsgFailed {
-			continue
-		}
-		if m.Role == agent.RoleAssistant && m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage) {
-			// Cut short and answered again by a later turn.
-			continue
-		}
-		if m.Role == agent.RoleAssistant && m.Content == "" && m.ToolCalls == "" {
-			continue
-		}
-		eligible = append(eligible, m)
-	}
-	if len(eligible) > max {
-		eligible = eligible[len(eligible)-max:]
-	}
+	eligible := eligible(msgs)
+	eligible = eligible[len(eligible)-newestWithin(eligible, max, maxTokens):]
 	out := make([]agent.Message, 0, len(eligible))
 	for i := 0; i < len(eligible); i++ {
 		m := eligible[i].agentMessage()

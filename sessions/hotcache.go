@@ -200,8 +200,15 @@ func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.
 }
 
 // windowCap is how many recent messages a hot conversation keeps: the
-// history window plus room for messages History leaves out.
-func windowCap(p Policy) int { return p.MaxHistory + 16 + p.Busy.withDefaults().MaxBatch }
+// history window plus room for messages History leaves out — with
+// compaction, the summaries among them too (one a turn at most).
+func windowCap(p Policy) int {
+	n := p.MaxHistory + 16 + p.Busy.withDefaults().MaxBatch
+	if p.Compaction.Enabled {
+		n += p.MaxHistory/2 + 1
+	}
+	return n
+}
 
 func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
 	ag := m.settings().agent

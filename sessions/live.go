@@ -17,6 +17,7 @@ type liveSettings struct {
 	def          Policy
 	instructions string
 	agent        agent.Agent
+	compactor    agent.Agent // writes summaries; nil: agent does
 }
 
 // settings returns the settings in force now.
@@ -32,6 +33,9 @@ type Settings struct {
 	// Agent writes the replies of turns that start from now on; nil keeps
 	// the current one.
 	Agent agent.Agent
+	// Compactor writes the summaries of compaction (a model of its own);
+	// nil: Agent does. Both stay as they are when Agent is nil.
+	Compactor agent.Agent
 }
 
 // Reconfigure applies new policies, instructions and agent to the turns
@@ -39,12 +43,12 @@ type Settings struct {
 // with. The daily and idle sweeps are rescheduled for the new policies.
 func (m *Manager) Reconfigure(s Settings) error {
 	old := m.settings()
-	next := &liveSettings{policies: maps.Clone(s.Policies), def: old.def, instructions: s.Instructions, agent: s.Agent}
+	next := &liveSettings{policies: maps.Clone(s.Policies), def: old.def, instructions: s.Instructions, agent: s.Agent, compactor: s.Compactor}
 	if next.policies == nil {
 		next.policies = map[string]Policy{}
 	}
 	if next.agent == nil {
-		next.agent = old.agent
+		next.agent, next.compactor = old.agent, old.compactor
 	}
 	m.live.Store(next)
 	return m.reschedule()

@@ -57,8 +57,12 @@ type Inbound struct {
 // Policy is one channel's conversation policy.
 type Policy struct {
 	MaxHistory int
-	Reset      ResetPolicy
-	Busy       BusyPolicy
+	// MaxHistoryTokens, when > 0, bounds the history a turn sends too:
+	// the newest messages that fit this many estimated tokens.
+	MaxHistoryTokens int
+	Reset            ResetPolicy
+	Busy             BusyPolicy
+	Compaction       CompactionPolicy
 }
 
 // ResetEvent tells that a conversation was archived and why.
@@ -175,8 +179,10 @@ type Options struct {
 	DefaultPolicy Policy
 	// Instructions is the system prompt, sent on every call, never stored.
 	Instructions string
-	Locks        *locks.Cache
-	Now          func() time.Time
+	// Compactor writes compaction's summaries (nil: the agent does).
+	Compactor agent.Agent
+	Locks     *locks.Cache
+	Now       func() time.Time
 	// After is the debounce's timer, on the clock of Now (default
 	// time.After).
 	After  func(time.Duration) <-chan time.Time
@@ -286,6 +292,9 @@ type Manager struct {
 	health    health
 	bursts    map[string]*burst
 	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
+	// compacting: conversations a summary is being made for, and whether
+	// to look again when it is done (compact.go).
+	compacting map[string]bool
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
@@ -350,7 +359,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		opts.CacheBytes = DefaultCacheBytes
 	}
 	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
-	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag}
+	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag, compactor: opts.Compactor}
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	m := &Manager{
@@ -360,8 +369,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
 		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
-		turnLocks: locks.New(locks.Options{Now: opts.Now}),
-		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		compacting: map[string]bool{},
+		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
+		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer: newTracer(opts.TracerProvider),
 	}
 	m.live.Store(live)

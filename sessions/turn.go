@@ -179,6 +179,9 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		return "", b, err
 	}
 	m.delayOver(key)
+	if state != TurnInterrupted {
+		m.compactLater(in, conv)
+	}
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}
@@ -352,7 +355,7 @@ func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in In
 	return agent.Request{
 		SessionKey:       in.SessionKey,
 		Instructions:     instructions,
-		History:          History(prior, policy.MaxHistory),
+		History:          historyFor(prior, policy),
 		Earlier:          texts[:len(texts)-1],
 		Input:            texts[len(texts)-1],
 		InputAttachments: atts,

@@ -148,6 +148,7 @@ async function openConversation(id) {
     head.className = 'msg-head';
     const who = document.createElement('span');
     who.textContent = '#' + m.seq + ' ' + m.role;
+    if (m.covers) who.textContent += ' of messages ' + m.covers[0] + '–' + m.covers[1];
     head.appendChild(who);
     if (m.turn_state) {
       const turn = document.createElement('span');

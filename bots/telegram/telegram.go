@@ -50,6 +50,8 @@ type Sessions interface {
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
+	// Compact sums the conversation up now (/compact).
+	Compact(ctx context.Context, in sessions.Inbound) (int, error)
 	// DelayNotice is how long a message waits on the database before
 	// its user is told, once, that it is kept (0: never); StorageDown
 	// tells since when the database has failed every call.
@@ -128,7 +130,8 @@ const (
 const (
 	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
 		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
-		"/history — the last messages of this conversation\n/stop — stop the answer being written\n/help — this message"
+		"/history — the last messages of this conversation\n/compact — sum up our conversation so far, to go on from the summary\n" +
+		"/stop — stop the answer being written\n/help — this message"
 	startText      = "Hello! " + helpText
 	resetText      = "Started a new conversation."
 	stoppedText    = "Stopped."
@@ -136,6 +139,11 @@ const (
 	idleStopText   = "Nothing is running."
 	refusalText    = "Sorry, this bot is private."
 	unstoredText   = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
+	// Answers to /compact.
+	compactedText     = "Done: I summed up the %d earlier messages of our conversation and will go on from that summary."
+	compactNothing    = "There is nothing to sum up yet."
+	compactOffText    = "Summaries are off here: I go on from the last messages of our conversation."
+	compactFailedText = "I couldn't sum up our conversation just now; please try again later."
 )
 
 // Retrying an update whose message could not be stored: the first wait,
@@ -364,6 +372,7 @@ func (b *Bot) Start(ctx context.Context) error {
 		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
 		tgbotapi.BotCommand{Command: "resume", Description: "Go back to the previous conversation"},
 		tgbotapi.BotCommand{Command: "history", Description: "Show the last messages of this conversation"},
+		tgbotapi.BotCommand{Command: "compact", Description: "Sum up the conversation so far"},
 		tgbotapi.BotCommand{Command: "stop", Description: "Stop the answer being written"},
 		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
 		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
@@ -872,6 +881,12 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 			return err
 		}
 		text = t
+	case "compact":
+		// After the replies before it; the summary is a model call, made
+		// on the reply queue so that the key's next messages are stored
+		// meanwhile.
+		b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), b.compact(ctx, in), m.MessageID) })
+		return nil
 	case "history":
 		b.later(in.SessionKey, func() {
 			b.sendParts(ctx, m.to(), b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
@@ -880,6 +895,22 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })
 	return nil
+}
+
+// compact answers /compact: the conversation summed up now, as far as
+// there is anything to sum up.
+func (b *Bot) compact(ctx context.Context, in sessions.Inbound) string {
+	n, err := b.sess.Compact(context.WithoutCancel(ctx), in)
+	switch {
+	case errors.Is(err, sessions.ErrCompactionOff):
+		return compactOffText
+	case err != nil:
+		b.log.Warn("telegram: /compact failed", slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
+		return compactFailedText
+	case n == 0:
+		return compactNothing
+	}
+	return fmt.Sprintf(compactedText, n)
 }
 
 // stop stops the key's running turn, or the turn its waiting messages

@@ -347,3 +347,32 @@ func TestTopicRepliesStreamInTheTopic(t *testing.T) {
 		})
 	}
 }
+
+// TestCompactCommand: /compact sums the conversation up at once, after
+// the replies before it; the next turn goes on from the summary and the
+// last exchange. With compaction off it says so.
+func TestCompactCommand(t *testing.T) {
+	api := telegramtest.New(t)
+	start(t, api, t.TempDir(), setup{policies: map[string]sessions.Policy{
+		Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}, Compaction: sessions.CompactionPolicy{Enabled: true}},
+	}})
+	for i := 1; i <= 3; i++ {
+		api.Push(telegramtest.DM(7, fmt.Sprintf("m%d", i)))
+	}
+	api.WaitSent(t, 3)
+	c := api.Push(telegramtest.DM(7, "/compact"))
+	if got := sentTo(t, api.WaitSent(t, 4), c); got.Text != fmt.Sprintf(compactedText, 4) {
+		t.Fatalf("/compact answered %q", got.Text)
+	}
+	next := api.Push(telegramtest.DM(7, "go on"))
+	if got := sentTo(t, api.WaitSent(t, 5), next); got.Text != "echo: go on (history: 3)" {
+		t.Fatalf("after /compact: %q, want the summary and the last exchange as history", got.Text)
+	}
+
+	off := telegramtest.New(t)
+	start(t, off, t.TempDir(), setup{})
+	c = off.Push(telegramtest.DM(7, "/compact"))
+	if got := sentTo(t, off.WaitSent(t, 1), c); got.Text != compactOffText {
+		t.Fatalf("/compact with compaction off: %q", got.Text)
+	}
+}

@@ -241,7 +241,11 @@ func (r *report) print(w io.Writer) {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "store\tclients\tdirect p50 ms\tdirect p99 ms\tgateway p50 ms\tgateway p99 ms\tadded p50 ms\tadded p99 ms\terrors\t")
 		for _, f := range r.FirstDelta {
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", f.Store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
+			store := f.Store
+			if f.Compaction {
+				store += " + compaction"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
 				f.Gateway.P50Millis, f.Gateway.P99Millis, f.AddedP50Millis, f.AddedP99Millis, f.Direct.ErrorCount+f.Gateway.ErrorCount)
 		}
 		tw.Flush()

@@ -24,6 +24,9 @@ type ttfdResult struct {
 	// AddedP50Millis and AddedP99Millis are gateway minus direct.
 	AddedP50Millis float64 `json:"added_p50_ms"`
 	AddedP99Millis float64 `json:"added_p99_ms"`
+	// Compaction: the gateway sums up what falls out of its window after
+	// every turn, on the same model server, while the next turn runs.
+	Compaction bool `json:"compaction,omitempty"`
 }
 
 // ttfdClients are the client counts of the time-to-first-delta rows.
@@ -101,11 +104,29 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	defer stop()
 	direct := benchOpenAI(llm)
 	var out []ttfdResult
-	for _, n := range ttfdClients {
-		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o)}
+	row := func(n int, url string, compaction bool) {
+		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o), Compaction: compaction}
 		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
 		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
 		out = append(out, r)
+	}
+	for _, n := range ttfdClients {
+		row(n, url, false)
+	}
+	if driver == sessions.DriverSQLite {
+		// The same, 1 client, with compaction on: past the first 10 turns
+		// every turn's reply is followed by a summary call.
+		cdb, closeC, err := openStore(ctx, driver, o)
+		if err != nil {
+			return nil, err
+		}
+		curl, stopC, err := serveGateway(cdb, closeC, false, benchOpenAI(llm),
+			sessions.Policy{MaxHistory: ttfdMaxHistory, Compaction: sessions.CompactionPolicy{Enabled: true}})
+		if err != nil {
+			return nil, err
+		}
+		defer stopC()
+		row(1, curl, true)
 	}
 	return out, nil
 }

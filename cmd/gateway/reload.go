@@ -91,15 +91,16 @@ func (r *reloader) apply(cfg *config.Config) []string {
 	old := r.applied
 	var changed []string
 	// agent includes the instructions.
-	if policyText(old) != policyText(cfg) || !reflect.DeepEqual(old.Agent, cfg.Agent) {
+	agentChanged := !reflect.DeepEqual(old.Agent, cfg.Agent) || old.Session.Compaction.Model != cfg.Session.Compaction.Model
+	if policyText(old) != policyText(cfg) || agentChanged {
 		s := sessions.Settings{Policies: policies(cfg), Instructions: cfg.Agent.Instructions}
 		if policyText(old) != policyText(cfg) {
 			changed = append(changed, "policies")
 		}
-		if !reflect.DeepEqual(old.Agent, cfg.Agent) {
+		if agentChanged {
 			// The new agent writes the turns that start from now on; a
 			// running turn finishes with the one it called.
-			s.Agent = newAgent(cfg)
+			s.Agent, s.Compactor = newAgent(cfg), newCompactor(cfg)
 			changed = append(changed, "agent")
 		}
 		if err := r.mgr.Reconfigure(s); err != nil {
@@ -145,8 +146,9 @@ func (r *reloader) apply(cfg *config.Config) []string {
 func policyText(cfg *config.Config) string {
 	var b strings.Builder
 	for _, p := range cfg.Policies() {
-		fmt.Fprintf(&b, "%s %d %s %d %d %s %s %d %d %d\n", p.Channel, p.MaxHistory.V, p.ResetMode.V, p.IdleMinutes.V, p.AtHour.V,
-			p.Location(), p.BusyMode.V, p.DebounceMS.V, p.DebounceMaxMS.V, p.MaxBatch.V)
+		fmt.Fprintf(&b, "%s %d %s %d %d %s %s %d %d %d %d %t %d %q\n", p.Channel, p.MaxHistory.V, p.ResetMode.V, p.IdleMinutes.V, p.AtHour.V,
+			p.Location(), p.BusyMode.V, p.DebounceMS.V, p.DebounceMaxMS.V, p.MaxBatch.V,
+			p.MaxHistoryTokens.V, p.CompactionEnabled.V, p.CompactionKeepLast.V, p.CompactionPrompt.V)
 	}
 	return b.String()
 }

@@ -95,6 +95,22 @@ func newAgent(cfg *config.Config) agent.Agent {
 	return agent.Echo{}
 }
 
+// newCompactor is the agent that writes compaction's summaries when
+// session.compaction.model names a model of its own (nil: the agent
+// writes them).
+func newCompactor(cfg *config.Config) agent.Agent {
+	model := cfg.Session.Compaction.Model
+	if model == "" || cfg.Agent.Backend != "openai" {
+		return nil
+	}
+	o := cfg.Agent.OpenAI
+	return agent.NewOpenAI(agent.OpenAIConfig{
+		Name: cfg.Agent.Name, BaseURL: o.BaseURL, APIKey: o.APIKey, Model: model,
+		Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(),
+		PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,
+	})
+}
+
 // policies turns the configuration's resolved policies into the session
 // manager's.
 func policies(cfg *config.Config) map[string]sessions.Policy {
@@ -113,6 +129,12 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 				Debounce:    time.Duration(p.DebounceMS.V) * time.Millisecond,
 				DebounceMax: time.Duration(p.DebounceMaxMS.V) * time.Millisecond,
 				MaxBatch:    p.MaxBatch.V,
+			},
+			MaxHistoryTokens: p.MaxHistoryTokens.V,
+			Compaction: sessions.CompactionPolicy{
+				Enabled:  p.CompactionEnabled.V,
+				KeepLast: p.CompactionKeepLast.V,
+				Prompt:   p.CompactionPrompt.V,
 			},
 		}
 	}
@@ -237,6 +259,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Observer:            turns,
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
+		Compactor:           newCompactor(cfg),
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
 		Logger:              log,
 		RetentionDays:       cfg.Storage.RetentionDays,
