@@ -149,8 +149,10 @@ type report struct {
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
 	Cross *loadResult `json:"cross_replica_postgres,omitempty"`
 	// PostgresCost is what a turn costs PostgreSQL (pgcost.go).
-	PostgresCost *pgCost       `json:"postgres_cost_per_turn,omitempty"`
-	Collect      []burstResult `json:"collect_bursts,omitempty"`
+	PostgresCost *pgCost `json:"postgres_cost_per_turn,omitempty"`
+	// PostgresTwoReplicas is the same, two replicas on one database.
+	PostgresTwoReplicas *pgCost       `json:"postgres_two_replicas,omitempty"`
+	Collect             []burstResult `json:"collect_bursts,omitempty"`
 	// FirstDelta is time to first delta, direct and through the gateway,
 	// per store and client count.
 	FirstDelta []ttfdResult `json:"time_to_first_delta,omitempty"`
@@ -232,9 +234,12 @@ func (r *report) print(w io.Writer) {
 	if len(r.Collect) > 0 {
 		fmt.Fprintln(w)
 	}
-	if c := r.PostgresCost; c != nil {
-		fmt.Fprintf(w, "\npostgres per turn at %d clients (%d turns): %.2f transactions (pg_stat_database), %.2f transactions and %.2f round trips from the gateway's pools (pgx tracer)\n",
-			c.Clients, c.Turns, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn)
+	for _, c := range []*pgCost{r.PostgresCost, r.PostgresTwoReplicas} {
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\npostgres per turn, %d clients on %d replica(s) (%d turns, %.0f turns/s, p99 %.1f ms): %.2f transactions (pg_stat_database), %.2f transactions and %.2f round trips from the gateway's pools (pgx tracer), %.1f rows, %.0f WAL bytes\n",
+			c.Clients, c.Replicas, c.Turns, c.TurnsPerSecond, c.P99Millis, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn, c.RowsPerTurn, c.WALBytesPerTurn)
 	}
 	if len(r.FirstDelta) > 0 {
 		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms):\n", r.FirstChunkMillis)

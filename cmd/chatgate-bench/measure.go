@@ -105,12 +105,18 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	}
 
 	if o.dsn != "" {
-		step("what a turn costs PostgreSQL: transactions and round trips at 50 clients")
-		c, err := postgresCost(ctx, 50, o)
+		step("what a turn costs PostgreSQL: transactions, round trips, rows and WAL at 50 clients")
+		c, err := postgresCost(ctx, 50, 1, o)
 		if err != nil {
 			return nil, err
 		}
 		rep.PostgresCost = &c
+		step("the same over two gateway replicas sharing the database, 50 clients each")
+		two, err := postgresCost(ctx, 100, 2, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.PostgresTwoReplicas = &two
 	}
 
 	for _, debounce := range []time.Duration{0, 100 * time.Millisecond} {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +17,16 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// pgCost is what a gateway turn costs PostgreSQL: transactions and round
-// trips per turn, at a number of clients.
+// pgCost is what a gateway turn costs PostgreSQL: transactions, round
+// trips, rows and WAL per turn, at a number of clients spread over one or
+// more gateway replicas sharing the database.
 type pgCost struct {
-	Clients int `json:"clients"`
-	Turns   int `json:"turns"`
+	Clients  int `json:"clients"`
+	Replicas int `json:"replicas"`
+	Turns    int `json:"turns"`
+	// TurnsPerSecond and P99Millis are the replicas' together.
+	TurnsPerSecond float64 `json:"turns_per_second"`
+	P99Millis      float64 `json:"p99_ms"`
 	// StatXactsPerTurn: pg_stat_database (xact_commit + xact_rollback)
 	// over the run ÷ turns — everything the server counted, the gateway's
 	// heartbeats and leases included.
@@ -30,6 +37,12 @@ type pgCost struct {
 	// trip.
 	XactsPerTurn      float64 `json:"transactions_per_turn"`
 	RoundTripsPerTurn float64 `json:"round_trips_per_turn"`
+	// RowsPerTurn: rows inserted, updated and deleted in the run's schema
+	// (pg_stat_user_tables) ÷ turns. WALBytesPerTurn: the server's WAL
+	// written over the run (pg_current_wal_lsn, the whole cluster) ÷
+	// turns.
+	RowsPerTurn     float64 `json:"rows_per_turn"`
+	WALBytesPerTurn float64 `json:"wal_bytes_per_turn"`
 }
 
 // pgCounter is a pgx tracer counting round trips and transactions.
@@ -65,9 +78,10 @@ func (c *pgCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 
 func (c *pgCounter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
-// postgresCost runs the gateway on PostgreSQL at n clients and counts
-// what its turns cost the database.
-func postgresCost(ctx context.Context, n int, o options) (pgCost, error) {
+// postgresCost runs replicas gateways on one PostgreSQL schema, n
+// clients spread over them, and counts what their turns cost the
+// database.
+func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, error) {
 	admin, err := gorm.Open(postgres.Open(o.dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return pgCost{}, err
@@ -75,50 +89,121 @@ func postgresCost(ctx context.Context, n int, o options) (pgCost, error) {
 	if s, err := admin.DB(); err == nil {
 		defer s.Close()
 	}
-	xacts := func() (int64, error) {
-		var v int64
-		err := admin.Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec("SELECT pg_stat_clear_snapshot()").Error; err != nil {
-				return err
-			}
-			return tx.Raw("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&v).Error
-		})
-		return v, err
-	}
 	counter := &pgCounter{}
 	db, closeDB, err := openStoreWith(ctx, "postgres", o, sessions.OpenOptions{Logger: discard, Tracer: counter})
 	if err != nil {
 		return pgCost{}, err
 	}
-	url, stop, err := serveGateway(db, closeDB, false, agent.Echo{}, sessions.Policy{MaxHistory: 20})
+	var schema string
+	if err := db.Gorm().Raw("SELECT current_schema()").Scan(&schema).Error; err != nil {
+		closeDB()
+		return pgCost{}, err
+	}
+	// counts reads the server's counters: transactions in the database,
+	// rows changed in the schema, WAL written.
+	type counts struct{ xacts, rows, wal int64 }
+	read := func() (counts, error) {
+		var c counts
+		err := admin.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("SELECT pg_stat_clear_snapshot()").Error; err != nil {
+				return err
+			}
+			if err := tx.Raw("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&c.xacts).Error; err != nil {
+				return err
+			}
+			if err := tx.Raw("SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE schemaname = ?", schema).Scan(&c.rows).Error; err != nil {
+				return err
+			}
+			return tx.Raw("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&c.wal).Error
+		})
+		return c, err
+	}
+	var urls []string
+	var stops []func()
+	stopAll := func() {
+		for _, stop := range stops {
+			stop()
+		}
+		stops = nil
+	}
+	defer stopAll()
+	url, stop, err := serveGateway(db, closeDB, replicas > 1, agent.Echo{}, sessions.Policy{MaxHistory: 20})
 	if err != nil {
 		return pgCost{}, err
 	}
-	// The gateway's setup is not counted: from here on, turns only.
+	urls, stops = append(urls, url), append(stops, stop)
+	sep := "?"
+	if strings.Contains(o.dsn, "?") {
+		sep = "&"
+	}
+	for range replicas - 1 {
+		more, err := sessions.Open(ctx, sessions.DriverPostgres, o.dsn+sep+"search_path="+schema, sessions.OpenOptions{Logger: discard, Tracer: counter})
+		if err != nil {
+			return pgCost{}, err
+		}
+		url, stop, err := serveGateway(more, func() { more.Close() }, true, agent.Echo{}, sessions.Policy{MaxHistory: 20})
+		if err != nil {
+			return pgCost{}, err
+		}
+		// Stopped before the first, whose close drops the schema.
+		urls, stops = append(urls, url), append([]func(){stop}, stops...)
+	}
+	// The gateways' setup is not counted: from here on, turns only.
 	rt0, x0 := counter.roundTrips.Load(), counter.xacts.Load()
-	before, err := xacts()
+	before, err := read()
 	if err != nil {
-		stop()
 		return pgCost{}, err
 	}
-	l := drive(ctx, url, n, o, true, 1)
+	results := make([]loadResult, len(urls))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, url := range urls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = drive(ctx, url, n/len(urls), o, true, 1)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
 	rt, x := counter.roundTrips.Load()-rt0, counter.xacts.Load()-x0
-	stop() // its backends exit, and report their counts
-	after, err := settledXacts(ctx, xacts)
+	// The counts settle once the gateways' backends exit and report them;
+	// the schema stays until the first replica's store closes.
+	for _, stop := range stops[:len(stops)-1] {
+		stop()
+	}
+	last := stops[len(stops)-1]
+	stops = nil
+	after, err := settledCounts(ctx, func() (int64, error) { c, err := read(); return c.xacts, err })
+	if err != nil {
+		last()
+		return pgCost{}, err
+	}
+	end, err := read()
+	last()
 	if err != nil {
 		return pgCost{}, err
 	}
-	if l.Turns == 0 {
+	c := pgCost{Clients: n, Replicas: len(urls)}
+	for _, r := range results {
+		c.Turns += r.Turns
+		c.P99Millis = max(c.P99Millis, r.P99Millis)
+	}
+	if c.Turns == 0 {
 		return pgCost{}, fmt.Errorf("no turn answered at %d clients", n)
 	}
-	turns := float64(l.Turns)
-	return pgCost{Clients: n, Turns: l.Turns, StatXactsPerTurn: float64(after-before) / turns,
-		XactsPerTurn: float64(x) / turns, RoundTripsPerTurn: float64(rt) / turns}, nil
+	turns := float64(c.Turns)
+	c.TurnsPerSecond = turns / elapsed.Seconds()
+	c.StatXactsPerTurn = float64(after-before.xacts) / turns
+	c.XactsPerTurn, c.RoundTripsPerTurn = float64(x)/turns, float64(rt)/turns
+	c.RowsPerTurn = float64(end.rows-before.rows) / turns
+	c.WALBytesPerTurn = float64(end.wal-before.wal) / turns
+	return c, nil
 }
 
-// settledXacts reads the server's transaction count until two reads
+// settledCounts reads the server's transaction count until two reads
 // 200 ms apart agree: a backend reports its counts as it exits.
-func settledXacts(ctx context.Context, read func() (int64, error)) (int64, error) {
+func settledCounts(ctx context.Context, read func() (int64, error)) (int64, error) {
 	prev, err := read()
 	if err != nil {
 		return 0, err
