@@ -441,11 +441,11 @@ agent:
 	}
 
 	for yaml, want := range map[string]string{
-		"agent:\n  openai:\n    max_audio_bytes: 12\n":                "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
-		"agent:\n  openai:\n    max_audio_bytes: 2GiB\n":              "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
-		"agent:\n  openai:\n    max_audio_bytes: lots\n":              `bot.yaml:3: agent.openai.max_audio_bytes: "lots" is not a size`,
+		"agent:\n  openai:\n    max_audio_bytes: 12\n":               "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
+		"agent:\n  openai:\n    max_audio_bytes: 2GiB\n":             "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
+		"agent:\n  openai:\n    max_audio_bytes: lots\n":             `bot.yaml:3: agent.openai.max_audio_bytes: "lots" is not a size`,
 		"agent:\n  openai:\n    transcription_model: \" whisper\"\n": `bot.yaml:3: agent.openai.transcription_model: " whisper" has spaces around it`,
-		"agent:\n  openai:\n    transcription_modle: whisper-1\n":     `bot.yaml:3: agent.openai.transcription_modle: unknown key "transcription_modle" in agent.openai (did you mean "transcription_model"?)`,
+		"agent:\n  openai:\n    transcription_modle: whisper-1\n":    `bot.yaml:3: agent.openai.transcription_modle: unknown key "transcription_modle" in agent.openai (did you mean "transcription_model"?)`,
 	} {
 		_, err := parse(t, yaml)
 		if err == nil || !strings.Contains(err.Error(), want) {
