@@ -15,8 +15,10 @@ import (
 
 // webmBytes is WebM audio by its EBML signature, which is what the type
 // check reads; oggBytes is Ogg.
-func webmBytes(fill string) []byte { return append([]byte("\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01"), fill...) }
-func oggBytes(fill string) []byte  { return append([]byte("OggS\x00\x02\x00\x00"), fill...) }
+func webmBytes(fill string) []byte {
+	return append([]byte("\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01"), fill...)
+}
+func oggBytes(fill string) []byte { return append([]byte("OggS\x00\x02\x00\x00"), fill...) }
 
 // voiceEnv serves the WebSocket channel with the openai backend on a
 // local server that answers chat calls and transcribes the audio it was
