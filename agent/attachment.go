@@ -10,7 +10,7 @@ import (
 const (
 	KindImage    = "image"    // sent to a model that reads images
 	KindDocument = "document" // a text file, read into the message's text before the agent
-	KindOther    = "other"    // voice, stickers, video…: stored, never sent
+	KindOther    = "other"    // stickers, video, voice not transcribed…: stored, never sent
 )
 
 // MissingImageText is what a model that reads images is told in place of an

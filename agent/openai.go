@@ -27,6 +27,11 @@ type OpenAIConfig struct {
 	// Vision sends a user message's images to the model as image parts
 	// (data: URLs); without it the model gets the text only.
 	Vision bool
+	// TranscriptionModel is the model of the server's
+	// /audio/transcriptions endpoint (whisper-1, gpt-4o-mini-transcribe,
+	// …): voice notes and audio are transcribed with it (transcribe.go).
+	// Empty: the backend does not transcribe.
+	TranscriptionModel string
 }
 
 // OpenAI talks to any server that speaks the chat-completions API.

@@ -78,6 +78,14 @@ type OpenAI struct {
 	PricePer1KCompletion float64  `yaml:"price_per_1k_completion"`
 	// Vision: the model reads images; users' pictures are sent to it.
 	Vision bool `yaml:"vision"`
+	// TranscriptionModel turns voice on: Telegram voice notes and audio
+	// files, and WebSocket audio attachments, are transcribed with this
+	// model of the server's /audio/transcriptions endpoint and answered
+	// from their transcript. Empty (the default): audio is not read.
+	TranscriptionModel string `yaml:"transcription_model"`
+	// MaxAudioBytes bounds one piece of audio sent for transcription, on
+	// every channel (default DefaultMaxAudioBytes).
+	MaxAudioBytes ByteSize `yaml:"max_audio_bytes"`
 }
 
 // Session is a conversation policy: at the top level it applies to every
@@ -354,6 +362,12 @@ func (c *Config) OpenAIMaxRetries() int {
 		return 2
 	}
 	return *c.Agent.OpenAI.MaxRetries
+}
+
+// Transcribes reports whether voice notes and audio are transcribed:
+// backend openai with a transcription_model.
+func (c *Config) Transcribes() bool {
+	return c.Agent.Backend == "openai" && c.Agent.OpenAI.TranscriptionModel != ""
 }
 
 // OpenAIStream reports whether the OpenAI backend streams replies.

@@ -394,3 +394,62 @@ func TestDelayNotice(t *testing.T) {
 		}
 	}
 }
+
+func TestTranscription(t *testing.T) {
+	c := mustParse(t, `
+agent:
+  backend: openai
+  openai:
+    model: gpt-4o-mini
+    transcription_model: whisper-1
+    max_audio_bytes: 8MiB
+`)
+	if !c.Transcribes() || c.Agent.OpenAI.TranscriptionModel != "whisper-1" || c.Agent.OpenAI.MaxAudioBytes != 8<<20 || len(c.Warnings) != 0 {
+		t.Fatalf("openai = %+v, warnings %q", c.Agent.OpenAI, c.Warnings)
+	}
+	var out strings.Builder
+	c.Describe(&out)
+	for _, re := range []string{
+		`(?m)^agent openai$`,
+		`transcription_model +whisper-1 +agent\.openai\.transcription_model \(bot\.yaml:5\)`,
+		`max_audio_bytes +8MiB +agent\.openai\.max_audio_bytes \(bot\.yaml:6\)`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Fatalf("Describe lacks %s:\n%s", re, out.String())
+		}
+	}
+
+	// Off by default; the size limit defaults to the Bot API's download
+	// limit.
+	c = mustParse(t, "agent:\n  backend: openai\n  openai:\n    model: m\n")
+	out.Reset()
+	c.Describe(&out)
+	if c.Transcribes() || c.Agent.OpenAI.MaxAudioBytes != DefaultMaxAudioBytes ||
+		!regexp.MustCompile(`transcription_model +off: .* +default`).MatchString(out.String()) {
+		t.Fatalf("default: transcribes %v, max_audio_bytes %d; described:\n%s", c.Transcribes(), c.Agent.OpenAI.MaxAudioBytes, out.String())
+	}
+
+	// A model for a backend that does not transcribe is warned of.
+	c = mustParse(t, "agent:\n  openai:\n    transcription_model: whisper-1\n")
+	if c.Transcribes() || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "bot.yaml:3: agent.openai.transcription_model: has no effect: agent.backend is echo") {
+		t.Fatalf("echo with a transcription model: warnings %q", c.Warnings)
+	}
+	// Over 20MiB, Telegram's Bot API cannot serve the file.
+	c = mustParse(t, "agent:\n  backend: openai\n  openai:\n    model: m\n    transcription_model: w\n    max_audio_bytes: 25MiB\nchannels:\n  telegram:\n    token: \"1:x\"\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "bot.yaml:6: agent.openai.max_audio_bytes: is over 20MiB") {
+		t.Fatalf("25MiB with Telegram: warnings %q", c.Warnings)
+	}
+
+	for yaml, want := range map[string]string{
+		"agent:\n  openai:\n    max_audio_bytes: 12\n":               "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
+		"agent:\n  openai:\n    max_audio_bytes: 2GiB\n":             "bot.yaml:3: agent.openai.max_audio_bytes: must be between 1KiB and 1GiB",
+		"agent:\n  openai:\n    max_audio_bytes: lots\n":             `bot.yaml:3: agent.openai.max_audio_bytes: "lots" is not a size`,
+		"agent:\n  openai:\n    transcription_model: \" whisper\"\n": `bot.yaml:3: agent.openai.transcription_model: " whisper" has spaces around it`,
+		"agent:\n  openai:\n    transcription_modle: whisper-1\n":    `bot.yaml:3: agent.openai.transcription_modle: unknown key "transcription_modle" in agent.openai (did you mean "transcription_model"?)`,
+	} {
+		_, err := parse(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", yaml, err, want)
+		}
+	}
+}

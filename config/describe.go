@@ -64,11 +64,59 @@ func (c *Config) Describe(w io.Writer) {
 			fmt.Fprintf(tw, "  notify_resets\t%t\t%s\n", c.Channels.Telegram.NotifyResets, from)
 		}
 	}
+	c.describeAgent(tw)
 	c.describeSecurity(tw)
 	tw.Flush()
 	for _, warning := range c.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warning)
 	}
+}
+
+// describeAgent prints what the backend reads besides text — pictures
+// and voice — with where each value came from.
+func (c *Config) describeAgent(tw io.Writer) {
+	o := c.Agent.OpenAI
+	fmt.Fprintf(tw, "agent %s\n", c.Agent.Backend)
+	if c.Agent.Backend != "openai" {
+		state := "off: only the openai backend transcribes"
+		if o.TranscriptionModel == "" {
+			state = "off"
+		}
+		fmt.Fprintf(tw, "  transcription_model\t%s\t%s\n", state, c.from("agent.openai.transcription_model"))
+		return
+	}
+	fmt.Fprintf(tw, "  vision\t%t\t%s\n", o.Vision, c.from("agent.openai.vision"))
+	model := o.TranscriptionModel
+	if model == "" {
+		model = "off: voice notes and audio get a reply saying they are not read"
+	}
+	fmt.Fprintf(tw, "  transcription_model\t%s\t%s\n", model, c.from("agent.openai.transcription_model"))
+	if c.Transcribes() {
+		fmt.Fprintf(tw, "  max_audio_bytes\t%s\t%s\n", sizeText(int64(o.MaxAudioBytes)), c.from("agent.openai.max_audio_bytes"))
+	}
+}
+
+// from is where a key's value came from: "default", or the key and its
+// file:line.
+func (c *Config) from(path string) string {
+	if c.lines[path] > 0 {
+		return path + " (" + c.where(path) + ")"
+	}
+	return "default"
+}
+
+// sizeText is a size as bot.yaml would write it: "20MiB", "512KiB", or
+// bytes.
+func sizeText(n int64) string {
+	switch {
+	case n != 0 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n != 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n != 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // describeSecurity prints who may connect, the rate limits, token and

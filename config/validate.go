@@ -27,6 +27,9 @@ const (
 	DefaultTelegramAPI         = "https://api.telegram.org"
 	DefaultMaxImageBytes       = 5 << 20
 	MaxTelegramDownload        = 20 << 20 // the Bot API's limit on files a bot downloads
+	DefaultMaxAudioBytes       = 20 << 20 // agent.openai.max_audio_bytes: the Bot API's download limit
+	MinMaxAudioBytes           = 1 << 10
+	MaxMaxAudioBytes           = 1 << 30
 	DefaultWebhookPath         = "/telegram/webhook"
 	DefaultPollTimeout         = 30 * time.Second
 	DefaultRatePerSecond       = 5
@@ -94,6 +97,9 @@ func (c *Config) applyDefaults() {
 	setStr(&c.Agent.Name, c.Agent.Backend)
 	setStr(&c.Agent.OpenAI.BaseURL, DefaultOpenAIBaseURL)
 	setDur(&c.Agent.OpenAI.Timeout, DefaultOpenAITimeout)
+	if c.Agent.OpenAI.MaxAudioBytes == 0 {
+		c.Agent.OpenAI.MaxAudioBytes = DefaultMaxAudioBytes
+	}
 	setInt(&c.Locks.MaxEntries, DefaultLocksEntries)
 	setDur(&c.Locks.TTL, DefaultLocksTTL)
 	ws := &c.Channels.WebSocket
@@ -175,6 +181,7 @@ func (c *Config) Validate() Errors {
 			bad("agent.openai", "prices must not be negative")
 		}
 	}
+	errs = append(errs, c.validateAudio()...)
 
 	errs = append(errs, c.validateSession("session", c.Session)...)
 	if c.Locks.MaxEntries < 0 {
@@ -335,6 +342,27 @@ func (c *Config) dropBroken(errs Errors) Errors {
 		}
 	}
 	return out
+}
+
+// validateAudio checks the transcription keys, which apply to every
+// channel.
+func (c *Config) validateAudio() Errors {
+	var errs Errors
+	o := c.Agent.OpenAI
+	if n := int64(o.MaxAudioBytes); n < MinMaxAudioBytes || n > MaxMaxAudioBytes {
+		errs = append(errs, c.errAt("agent.openai.max_audio_bytes", "must be between 1KiB and 1GiB (as bytes, or with KiB, MiB or GiB: \"20MiB\"), got %d", n))
+	}
+	if strings.TrimSpace(o.TranscriptionModel) != o.TranscriptionModel {
+		errs = append(errs, c.errAt("agent.openai.transcription_model", "%q has spaces around it", o.TranscriptionModel))
+	}
+	if o.TranscriptionModel != "" && c.Agent.Backend != "openai" {
+		c.warn("agent.openai.transcription_model", "has no effect: agent.backend is %s, and only the openai backend transcribes", c.Agent.Backend)
+	}
+	tg := c.Channels.Telegram
+	if c.Transcribes() && c.TelegramEnabled() && int64(o.MaxAudioBytes) > MaxTelegramDownload && tg.APIURL == DefaultTelegramAPI {
+		c.warn("agent.openai.max_audio_bytes", "is over 20MiB, the largest file Telegram's Bot API lets a bot download: larger voice notes and audio fail there (a self-hosted Bot API server, channels.telegram.api_url, serves more)")
+	}
+	return errs
 }
 
 func (c *Config) validateSession(path string, s Session) Errors {

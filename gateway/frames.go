@@ -24,7 +24,8 @@ type clientFrame struct {
 	// message
 	ID   string  `json:"id,omitempty"`
 	Text *string `json:"text,omitempty"`
-	// Attachments: images (images.go); with one, text may be empty.
+	// Attachments: images (images.go) and audio (audio.go); with one,
+	// text may be empty.
 	Attachments []frameAttachment `json:"attachments,omitempty"`
 }
 
@@ -48,6 +49,8 @@ var (
 	errNotFound     = &wsError{"not_found", "nothing to act on"}
 	errUnavailable  = &wsError{"unavailable", "the gateway is shutting down; reconnect and resend"}
 	errInternal     = &wsError{"internal", "the message could not be stored; resend it"}
+	errUnsupported  = &wsError{"unsupported", "this gateway does not transcribe audio; type the message instead"}
+	errTranscribe   = &wsError{"transcription_failed", "the audio could not be transcribed; send it again or type it"}
 )
 
 const maxClientMsgID = 128
@@ -124,6 +127,12 @@ type readyFrame struct {
 	// Images tells whether the model is given the pictures sent; without
 	// it a client says so rather than offering to send them.
 	Images bool `json:"images"`
+	// Audio tells whether audio attachments are transcribed (audio.go);
+	// without it they are refused, and a client does not offer them.
+	Audio bool `json:"audio"`
+	// MaxAudioBytes bounds one audio attachment, decoded (0 without
+	// Audio); the frame must still fit in MaxFrameBytes.
+	MaxAudioBytes int64 `json:"max_audio_bytes,omitempty"`
 }
 
 type ackFrame struct {

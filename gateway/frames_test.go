@@ -25,6 +25,10 @@ func TestDecodeFrame(t *testing.T) {
 		{"\xff\xfe", false, "", "bad_frame"},
 		{`{"type":"stop"} {"type":"stop"}`, false, "", "bad_frame"},
 		{`null`, false, "", "bad_frame"},
+		{`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`, true, "message", ""},
+		{`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/mpeg","data":"//uQxAAA"}]}`, true, "message", ""}, // MP3 without ID3: taken as declared
+		{`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"aGVsbG8="}]}`, false, "", "bad_frame"},
+		{`{"type":"message","id":"a","attachments":[{"kind":"voice","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`, false, "", "bad_frame"},
 	}
 	for _, tt := range tests {
 		f, err := decodeFrame([]byte(tt.in))
@@ -47,6 +51,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	for _, seed := range []string{
 		`{"type":"hello","user":"ann","session":"tok","last_seq":3,"conversation":"c"}`,
 		`{"type":"message","id":"c-1","text":"hi 👋"}`,
+		`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`,
 		`{"type":"reset"}`, `{"type":"stop"}`, `{"type":"message"}`, `not json`, `{"type":1}`, "",
 	} {
 		f.Add([]byte(seed))

@@ -14,7 +14,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 )
 
-// Images a client sends on a message frame. They are not stored in the
+// Images a client sends on a message frame (audio: audio.go). They are not stored in the
 // database: the message row keeps their metadata (kind, mime type, size,
 // SHA-256), and the bytes stay in this replica's memory, in a cache
 // bounded by bytes, so that the turn that answers the message and later
@@ -53,8 +53,14 @@ func checkAttachments(atts []frameAttachment) *wsError {
 	}
 	for i := range atts {
 		a := &atts[i]
+		if a.Kind == agent.KindAudio {
+			if err := checkAudio(i, a); err != nil {
+				return err
+			}
+			continue
+		}
 		if a.Kind != agent.KindImage {
-			return errBadFrame.with("attachment %d: kind must be \"image\", got %q", i+1, a.Kind)
+			return errBadFrame.with("attachment %d: kind must be \"image\" or \"audio\", got %q", i+1, a.Kind)
 		}
 		if !imageMimes[a.Mime] {
 			return errBadFrame.with("attachment %d: mime must be image/png, image/jpeg, image/gif or image/webp, got %q", i+1, a.Mime)
@@ -140,12 +146,17 @@ func (c *imageCache) fetch(_ context.Context, a agent.Attachment) ([]byte, error
 	return e.Value.(*cachedImage).data, nil
 }
 
-// attachments keeps a message's images in the cache and returns their
-// metadata for storing.
+// attachments keeps a message's images in the cache and returns the
+// metadata of its attachments for storing (audio, transcribed by then,
+// is not kept).
 func (ws *WebSocket) attachments(atts []frameAttachment) []agent.Attachment {
 	var out []agent.Attachment
 	for _, a := range atts {
-		out = append(out, agent.Attachment{Kind: a.Kind, Mime: a.Mime, Name: a.Name, Size: int64(len(a.bytes)), Hash: ws.images.put(a.bytes)})
+		m := agent.Attachment{Kind: a.Kind, Mime: a.Mime, Name: a.Name, Size: int64(len(a.bytes))}
+		if a.Kind == agent.KindImage {
+			m.Hash = ws.images.put(a.bytes)
+		}
+		out = append(out, m)
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/ratelimit"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -82,7 +83,12 @@ type WSOptions struct {
 	// ImageCacheBytes bounds the memory kept for images clients sent
 	// (images.go; default DefaultImageCacheBytes).
 	ImageCacheBytes int64
-	Logger          *slog.Logger
+	// Transcriber, when set, turns audio attachments into the text of
+	// their message (audio.go); without it they are refused.
+	// MaxAudioBytes bounds one (default agent.DefaultMaxAudioBytes).
+	Transcriber   agent.Transcriber
+	MaxAudioBytes int64
+	Logger        *slog.Logger
 	// TracerProvider makes a reply's span "delivery" (nil: none).
 	TracerProvider trace.TracerProvider
 	// OnDeliveryFailed is called for a reply no open connection of its
@@ -144,6 +150,9 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	}
 	if opts.ImageCacheBytes <= 0 {
 		opts.ImageCacheBytes = DefaultImageCacheBytes
+	}
+	if opts.MaxAudioBytes <= 0 {
+		opts.MaxAudioBytes = agent.DefaultMaxAudioBytes
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -709,6 +718,10 @@ func (c *wsConn) readLoop() {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
 		default: // message, reset, resume_previous, compact: in arrival order, on the worker
+			if werr := c.ws.admitAudio(f); werr != nil {
+				c.sendMessageError(werr, f.ID)
+				continue
+			}
 			if !c.admit() {
 				c.sendError(errRateLimited.with("too many messages waiting; resend after the replies arrive"))
 				continue
@@ -808,8 +821,17 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	}
 	c.moved(t.Conversation, t.LastSeq)
 	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
-		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages()}))
+		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages(), Audio: ws.opts.Transcriber != nil, MaxAudioBytes: ws.maxAudioBytes()}))
 	return true
+}
+
+// maxAudioBytes is ready's max_audio_bytes: 0 when audio is not
+// transcribed.
+func (ws *WebSocket) maxAudioBytes() int64 {
+	if ws.opts.Transcriber == nil {
+		return 0
+	}
+	return ws.opts.MaxAudioBytes
 }
 
 // readsImages reports whether the session manager's agent is given the
@@ -905,7 +927,18 @@ func (c *wsConn) run(f *clientFrame) {
 		// the key.
 		return
 	}
+	ctx, endMessage := c.ws.traceMessage(ctx, f)
 	in.Text = *f.Text
+	if hasAudio(f) {
+		text, werr := c.ws.transcribe(ctx, f)
+		if werr != nil {
+			endMessage(werr)
+			c.finish()
+			c.sendMessageError(werr, f.ID)
+			return
+		}
+		in.Text = text
+	}
 	in.Attachments = c.ws.attachments(f.Attachments)
 	acked := false
 	// The conversation this connection shows once the message is stored
@@ -933,10 +966,12 @@ func (c *wsConn) run(f *clientFrame) {
 		},
 	})
 	if err != nil {
+		endMessage(handleError(err))
 		c.finish()
 		c.sendMessageError(messageError(err, f.ID), f.ID)
 		return
 	}
+	endMessage(nil)
 	if !acked {
 		ack(t.ConversationID(), t.Seq())
 	}

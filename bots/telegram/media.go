@@ -22,7 +22,9 @@ import (
 // their file id is stored with the message, and the image is fetched
 // again (getFile, then the file download) whenever a turn needs it, for a
 // model that reads images. Text documents are read at once, into the
-// message's text. Everything else gets a reply saying it cannot be read;
+// message's text. Voice notes and audio files, with a transcriber, are
+// downloaded and transcribed at once: the transcript is the message's
+// text (audio.go). Everything else gets a reply saying it cannot be read;
 // a caption is answered whatever it came with.
 
 // Limits of what is read.
@@ -91,6 +93,12 @@ type inbound struct {
 	text    string
 	atts    []agent.Attachment
 	notices []string
+	// transcript is what a voice note or audio file said: the reply
+	// shows it quoted (audio.go).
+	transcript string
+	// spoken: audio the bot tried to listen to and could not; its notice
+	// goes out in a group too, where media without a caption gets none.
+	spoken bool
 }
 
 // messageText is the text the user wrote: a message's text, or a media
@@ -118,9 +126,9 @@ func (b *Bot) readMedia(ctx context.Context, m *message, text string) inbound {
 	case m.Document != nil:
 		b.document(ctx, m, &in)
 	case m.Voice != nil:
-		b.unsupported(&in, "voice", agent.Attachment{FileID: m.Voice.FileID, Mime: m.Voice.MimeType, Size: int64(m.Voice.FileSize)})
+		b.audio(ctx, &in, "voice", agent.Attachment{FileID: m.Voice.FileID, Mime: m.Voice.MimeType, Size: int64(m.Voice.FileSize)})
 	case m.Audio != nil:
-		b.unsupported(&in, "audio", agent.Attachment{FileID: m.Audio.FileID, Mime: m.Audio.MimeType, Name: m.Audio.FileName, Size: int64(m.Audio.FileSize)})
+		b.audio(ctx, &in, "audio", agent.Attachment{FileID: m.Audio.FileID, Mime: m.Audio.MimeType, Name: m.Audio.FileName, Size: int64(m.Audio.FileSize)})
 	case m.Video != nil:
 		b.unsupported(&in, "video", agent.Attachment{FileID: m.Video.FileID, Mime: m.Video.MimeType, Name: m.Video.FileName, Size: int64(m.Video.FileSize)})
 	case m.VideoNote != nil:
@@ -144,7 +152,7 @@ func (b *Bot) readMedia(ctx context.Context, m *message, text string) inbound {
 			in.notices = append(in.notices, unsupportedTexts["other"])
 		}
 	}
-	if !m.Chat.IsPrivate() && strings.TrimSpace(in.text) == "" {
+	if !m.Chat.IsPrivate() && strings.TrimSpace(in.text) == "" && !in.spoken {
 		// In a group, media nobody wrote to the bot about (no caption)
 		// gets no notices: the group is not told about every sticker.
 		in.notices = nil

@@ -83,10 +83,13 @@ func partsOf(format, text string) []tgformat.Part {
 // worker starts with the first delta; end stops it before the final reply
 // is delivered.
 type stream struct {
-	b       *Bot
-	to      place // the chat and topic the turn answers
-	key     string
-	lead    string // the client id of the message the deltas answer
+	b    *Bot
+	to   place // the chat and topic the turn answers
+	key  string
+	lead string // the client id of the message the deltas answer
+	// quote goes above the text in every preview, as in the reply: the
+	// transcript of the voice note answered (audio.go).
+	quote   string
 	replyTo int
 	draftID int
 	pace    *pacer
@@ -161,10 +164,12 @@ func (s *stream) delta(d string) {
 	}
 }
 
+// text is what the preview shows: the quote, if any, and the reply so
+// far.
 func (s *stream) text() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.soFar.String()
+	return s.quote + s.soFar.String()
 }
 
 // run shows the text so far whenever it changed and the chat's pace

@@ -21,6 +21,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -94,6 +95,12 @@ type Options struct {
 	// DefaultMaxTextBytes).
 	MaxImageBytes int64
 	MaxTextBytes  int
+	// Transcriber, when set, turns voice notes and audio files into the
+	// text of their message (audio.go); without it they get a reply
+	// saying they are not listened to. MaxAudioBytes bounds the audio
+	// downloaded for it (default DefaultMaxAudioBytes).
+	Transcriber   agent.Transcriber
+	MaxAudioBytes int64
 	// Streaming is how a reply shows while the model writes it: auto
 	// (default), draft, edits or off (see stream.go).
 	Streaming string
@@ -269,6 +276,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	if opts.MaxTextBytes <= 0 {
 		opts.MaxTextBytes = DefaultMaxTextBytes
+	}
+	if opts.MaxAudioBytes <= 0 {
+		opts.MaxAudioBytes = DefaultMaxAudioBytes
 	}
 	if opts.Streaming == "" {
 		opts.Streaming = StreamAuto
@@ -691,20 +701,28 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 	if m.IsCommand() {
 		return b.command(ctx, m, in, first)
 	}
-	media := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
-	for _, notice := range media.notices {
-		b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })
+	media := m.media
+	if media == nil {
+		// Read once: a message retried because it could not be stored is
+		// not downloaded, transcribed or told about again.
+		read := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+		media, m.media = &read, &read
+		for _, notice := range media.notices {
+			b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })
+		}
 	}
 	if strings.TrimSpace(media.text) == "" && len(media.atts) == 0 {
 		return nil
 	}
 	in.Text, in.Attachments = media.text, media.atts
+	quote := b.quoteOf(media.transcript)
 	stopTyping := b.typing(m.to())
 	// Deltas reach the hooks of the turn's lead message only: a burst
 	// streams once, into the reply to its last message.
 	st := b.newStream(m, key)
 	var onDelta func(string)
 	if st != nil {
+		st.quote = quote
 		onDelta = st.delta
 	}
 	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
@@ -738,7 +756,7 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		out, err := t.Wait(context.WithoutCancel(ctx))
 		stopTyping()
 		st.end()
-		b.answer(ctx, m, key, out, err, st)
+		b.answer(ctx, m, key, out, err, st, quote)
 		st.release()
 	})
 	return nil
@@ -746,8 +764,9 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 
 // answer sends the reply of the turn that answered m, when m's outcome
 // carries it — into the preview st made, if any — and records its
-// delivery.
-func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.Outcome, err error, st *stream) {
+// delivery. quote, when m was a voice note, goes above the reply: the
+// transcript the answer is to (the stored reply is the model's alone).
+func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.Outcome, err error, st *stream, quote string) {
 	switch {
 	case errors.Is(err, sessions.ErrShuttingDown):
 		// Stored but not run: the next start (or another replica) runs it
@@ -786,7 +805,7 @@ func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.O
 	var serr error
 	if text, ok := replyText(out.Reply); ok {
 		dctx, endDelivery := b.traceDelivery(ctx, out)
-		ref, serr = b.deliverReply(dctx, st, m.to(), text, replyTo)
+		ref, serr = b.deliverReply(dctx, st, m.to(), quote+text, replyTo)
 		endDelivery(serr)
 		if serr == nil {
 			b.delayTold.Remove(key) // a later delay is told again

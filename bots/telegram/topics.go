@@ -76,6 +76,9 @@ func (u update) message() *message {
 type message struct {
 	*tgbotapi.Message
 	thread int // 0: the General topic, or a chat without topics
+	// media is what the message carries besides its text, once read
+	// (process): kept across the retries of a message not yet stored.
+	media *inbound
 }
 
 // to is where the bot's messages about m go: its chat and topic.

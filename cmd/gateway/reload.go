@@ -34,6 +34,8 @@ type reloader struct {
 	mgr     *sessions.Manager
 	ws      *gateway.WebSocket
 	bot     *telegram.Bot // nil without Telegram
+	// transcriber follows the agent (nil without transcription).
+	transcriber *liveTranscriber
 
 	mu      sync.Mutex     // one reload at a time
 	started *config.Config // what the process started with: restart-only keys
@@ -101,6 +103,7 @@ func (r *reloader) apply(cfg *config.Config) []string {
 			// The new agent writes the turns that start from now on; a
 			// running turn finishes with the one it called.
 			s.Agent, s.Compactor = newAgent(cfg), newCompactor(cfg)
+			r.transcriber.follow(s.Agent)
 			changed = append(changed, "agent")
 		}
 		if err := r.mgr.Reconfigure(s); err != nil {
@@ -185,6 +188,8 @@ func restartKeys(old, cfg *config.Config) []string {
 		{"channels.telegram.max_image_bytes", otg.MaxImageBytes, ntg.MaxImageBytes},
 		{"channels.telegram.notify_resets", otg.NotifyResets, ntg.NotifyResets},
 		{"agent.openai.vision", old.Agent.OpenAI.Vision, cfg.Agent.OpenAI.Vision},
+		{"agent.openai.transcription_model", old.Transcribes(), cfg.Transcribes()},
+		{"agent.openai.max_audio_bytes", old.Agent.OpenAI.MaxAudioBytes, cfg.Agent.OpenAI.MaxAudioBytes},
 		{"shutdown.drain_timeout", old.Shutdown.DrainTimeout, cfg.Shutdown.DrainTimeout},
 		{"recovery", old.Recovery, cfg.Recovery},
 		{"log.format", old.Log.Format, cfg.Log.Format},

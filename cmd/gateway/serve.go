@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,7 +90,7 @@ func newAgent(cfg *config.Config) agent.Agent {
 			Name: cfg.Agent.Name, BaseURL: o.BaseURL, APIKey: o.APIKey, Model: o.Model,
 			Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(), Stream: cfg.OpenAIStream(),
 			PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,
-			Vision: o.Vision,
+			Vision: o.Vision, TranscriptionModel: o.TranscriptionModel,
 		})
 	}
 	return agent.Echo{}
@@ -109,6 +110,49 @@ func newCompactor(cfg *config.Config) agent.Agent {
 		Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(),
 		PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,
 	})
+}
+
+// liveTranscriber is the channels' transcriber: the current agent's, so
+// that a reload's new api_key, base_url or timeout reaches it too. Whether
+// there is one at all (transcription_model) is read at start.
+type liveTranscriber struct {
+	cur atomic.Pointer[agent.Transcriber]
+}
+
+// newTranscriber returns the transcriber of ag, or nil when it has none.
+func newTranscriber(ag agent.Agent) *liveTranscriber {
+	t := agent.TranscriberOf(ag)
+	if t == nil {
+		return nil
+	}
+	lt := &liveTranscriber{}
+	lt.cur.Store(&t)
+	return lt
+}
+
+// follow takes the transcriber of a reloaded agent; one without (the
+// model was taken out, which needs a restart) leaves the one in use.
+func (lt *liveTranscriber) follow(ag agent.Agent) {
+	if lt == nil {
+		return
+	}
+	if t := agent.TranscriberOf(ag); t != nil {
+		lt.cur.Store(&t)
+	}
+}
+
+// Transcribe implements agent.Transcriber.
+func (lt *liveTranscriber) Transcribe(ctx context.Context, audio io.Reader, name, mime string) (string, error) {
+	return (*lt.cur.Load()).Transcribe(ctx, audio, name, mime)
+}
+
+// channelTranscriber is lt for a channel's options: a nil interface, not a
+// nil pointer in one, when there is none.
+func (lt *liveTranscriber) channelTranscriber() agent.Transcriber {
+	if lt == nil {
+		return nil
+	}
+	return lt
 }
 
 // policies turns the configuration's resolved policies into the session
@@ -252,6 +296,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stopTracing(context.Background()) // early returns; the stop below flushes first
 	metrics := gateway.NewMetrics()
 	ag := newAgent(cfg)
+	transcriber := newTranscriber(ag)
 	// The admin stats' turns per second are counted on the way to metrics.
 	turns := admin.CountTurns(metrics, nil)
 	mgr := sessions.New(store, ag, sessions.Options{
@@ -293,6 +338,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RateGlobalBurst:     wsCfg.RateLimit.GlobalBurst,
 		RateLimited:         metrics.RateLimited(gateway.Channel),
 		HistoryLimit:        max(wsPolicy.MaxHistory.V, 1),
+		Transcriber:         transcriber.channelTranscriber(),
+		MaxAudioBytes:       int64(cfg.Agent.OpenAI.MaxAudioBytes),
 		Logger:              log,
 		TracerProvider:      tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(gateway.Channel) },
 	})
@@ -310,7 +357,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		reloadPath = *path
 	}
 	reloads := &reloader{path: reloadPath, log: log, level: level, metrics: metrics, mgr: mgr, ws: ws,
-		started: cfg, applied: cfg}
+		transcriber: transcriber, started: cfg, applied: cfg}
 	if cfg.AdminEnabled() {
 		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log}
 		if cfg.WebSocketEnabled() {
@@ -363,6 +410,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			TracerProvider: tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(telegram.Channel) },
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
+			Transcriber: transcriber.channelTranscriber(), MaxAudioBytes: int64(cfg.Agent.OpenAI.MaxAudioBytes),
 			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets,
 			RatePerSecond: tg.RateLimit.PerSecond, RateBurst: tg.RateLimit.Burst,
 			RateGlobalPerSecond: tg.RateLimit.GlobalPerSecond, RateGlobalBurst: tg.RateLimit.GlobalBurst,

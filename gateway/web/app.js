@@ -29,10 +29,11 @@
   let conversation = store.get("conversation", "");
   let pending = store.get("pending", []); // [{id, text}] sent but not acknowledged
   const bubbles = new Map(); // client id -> reply bubble being streamed
-  // Pictures: the ones waiting in the composer, and those of messages sent
-  // and not yet acknowledged (by id, in memory only: too large for
-  // localStorage, so a reload resends such a message without them).
-  let composing = []; // [{mime, data (base64), url (object URL)}]
+  // Attachments — pictures and, when the gateway transcribes, audio: the
+  // ones waiting in the composer, and those of messages sent and not yet
+  // acknowledged (by id, in memory only: too large for localStorage, so a
+  // reload resends such a message without them).
+  let composing = []; // [{kind, mime, data (base64), url (object URL; pictures), name (audio)}]
   const sentImages = new Map(); // client id -> attachments
   const shown = new Set(); // seqs already on screen
   // The largest frame the server reads (ready.max_frame_bytes; 0 until
@@ -42,6 +43,10 @@
   // Whether the model is given pictures (ready.images): if not, the page
   // does not offer to send them, and says so when one is pasted.
   let readsImages = true;
+  // Whether audio is transcribed (ready.audio), and its limit
+  // (ready.max_audio_bytes): if not, audio files are not offered.
+  let readsAudio = false;
+  let maxAudioBytes = 0;
   function fits(frame) { return !maxFrame || new TextEncoder().encode(JSON.stringify(frame)).length <= maxFrame; }
   function tooLarge() {
     notice("This message is too large for the server (at most " + Math.floor(maxFrame / 1024) + " KiB with its pictures): send a smaller picture.");
@@ -138,13 +143,26 @@
   // Pictures in: picked with the + button or pasted into the message,
   // shown as thumbnails until sent, then in the user's own message.
   const imageTypes = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+  // Audio types the transcription endpoint takes (docs/protocol.md#audio).
+  const audioTypes = ["audio/mpeg", "audio/mp3", "audio/mp4", "audio/m4a", "audio/x-m4a", "audio/wav", "audio/x-wav", "audio/wave",
+    "audio/webm", "audio/ogg", "audio/flac", "audio/x-flac"];
   const maxImageBytes = 5 << 20;
   const maxImages = 4;
+  // setupAttach offers the + button for what the gateway reads: pictures,
+  // audio, or neither.
+  function setupAttach() {
+    const picker = document.getElementById("file");
+    const accept = (readsImages ? imageTypes : []).concat(readsAudio ? audioTypes : []);
+    picker.accept = accept.join(",");
+    const btn = document.getElementById("attach");
+    btn.hidden = accept.length === 0;
+    btn.title = readsAudio ? (readsImages ? "Attach a picture or audio" : "Attach audio") : "Attach a picture (or paste one into the message)";
+  }
   function setupImages() {
     const picker = document.getElementById("file");
     document.getElementById("attach").addEventListener("click", function () { picker.click(); });
     picker.addEventListener("change", function () {
-      for (const f of picker.files) addImage(f);
+      for (const f of picker.files) { if (f.type.startsWith("audio/")) addAudio(f); else addImage(f); }
       picker.value = "";
     });
     text.addEventListener("paste", function (ev) {
@@ -162,10 +180,41 @@
     const reader = new FileReader();
     reader.onload = function () {
       const s = String(reader.result);
-      composing.push({ mime: file.type, data: s.slice(s.indexOf(",") + 1), url: URL.createObjectURL(file) });
+      composing.push({ kind: "image", mime: file.type, data: s.slice(s.indexOf(",") + 1), url: URL.createObjectURL(file) });
       renderComposing();
     };
     reader.readAsDataURL(file);
+  }
+  // addAudio takes an audio file, sent to be transcribed: the transcript is
+  // the message (with the text typed after it).
+  function addAudio(file) {
+    const mime = file.type.split(";")[0].trim().toLowerCase();
+    if (!readsAudio) { notice("Voice and audio are not listened to here: type it."); return; }
+    if (audioTypes.indexOf(mime) < 0) { notice("Only MP3, M4A, OGG, WAV, WebM and FLAC audio can be sent."); return; }
+    if (maxAudioBytes && file.size > maxAudioBytes) { notice("That audio is over " + Math.floor(maxAudioBytes / 1048576) + " MiB."); return; }
+    if (composing.length >= maxImages) { notice("At most " + maxImages + " attachments per message."); return; }
+    const reader = new FileReader();
+    reader.onload = function () {
+      const s = String(reader.result);
+      composing.push({ kind: "audio", mime: mime, data: s.slice(s.indexOf(",") + 1), name: file.name });
+      renderComposing();
+    };
+    reader.readAsDataURL(file);
+  }
+  // attachmentsOf is a message's attachments as the protocol sends them.
+  function attachmentsOf(items) {
+    return items.map(function (i) {
+      const a = { kind: i.kind || "image", mime: i.mime, data: i.data };
+      if (i.kind === "audio" && i.name) a.name = i.name;
+      return a;
+    });
+  }
+  // audioChip shows an audio attachment by its name.
+  function audioChip(a, cls) {
+    const el = document.createElement("span");
+    el.className = cls;
+    el.textContent = "🎤 " + (a.name || "audio");
+    return el;
   }
   function renderComposing() {
     const box = document.getElementById("images");
@@ -174,9 +223,8 @@
     composing.forEach(function (img, i) {
       const t = document.createElement("span");
       t.className = "thumb";
-      const el = document.createElement("img");
-      el.src = img.url;
-      el.alt = "picture to send";
+      const el = img.kind === "audio" ? audioChip(img, "audio") : document.createElement("img");
+      if (img.kind !== "audio") { el.src = img.url; el.alt = "picture to send"; }
       const rm = document.createElement("button");
       rm.type = "button";
       rm.textContent = "×";
@@ -194,11 +242,12 @@
   }
   function withImages(frame) {
     const imgs = sentImages.get(frame.id);
-    if (imgs) frame.attachments = imgs.map(function (i) { return { kind: "image", mime: i.mime, data: i.data }; });
+    if (imgs) frame.attachments = attachmentsOf(imgs);
     return frame;
   }
   function showImages(el, imgs) {
     for (const i of imgs || []) {
+      if (i.kind === "audio") { el.appendChild(audioChip(i, "attachment")); continue; }
       const img = document.createElement("img");
       img.className = "attached";
       img.src = i.url;
@@ -237,7 +286,9 @@
           store.set("session", f.session);
           maxFrame = f.max_frame_bytes || 0;
           readsImages = f.images !== false;
-          document.getElementById("attach").hidden = !readsImages;
+          readsAudio = f.audio === true;
+          maxAudioBytes = f.max_audio_bytes || 0;
+          setupAttach();
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
@@ -263,7 +314,7 @@
               // only, not across a reload): an empty message would be
               // refused on every reconnect.
               dropPending(p.id);
-              notice("A picture sent before the page was reloaded was not delivered: send it again.");
+              notice("A picture or audio sent before the page was reloaded was not delivered: send it again.");
               continue;
             }
             if (fits(frame)) send(frame); else tooLarge();
@@ -328,9 +379,11 @@
             ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
             break;
           }
-          if (f.id && (f.code === "bad_frame" || f.code === "too_large")) {
-            // Refused for what it is: resending would be refused again. The
-            // message stays on screen, marked, and is no longer resent.
+          if (f.id && (f.code === "bad_frame" || f.code === "too_large" || f.code === "unsupported" || f.code === "transcription_failed")) {
+            // Refused for what it is: resending would be refused again (or,
+            // for audio that could not be transcribed, is the user's to
+            // decide). The message stays on screen, marked, and is no
+            // longer resent.
             const el = pendingEl(f.id);
             pending = pending.filter(function (p) { return p.id !== f.id; });
             store.set("pending", pending);
@@ -362,7 +415,7 @@
     const body = text.value.trim();
     if (!body && composing.length === 0) return;
     const id = newId();
-    const atts = composing.map(function (i) { return { kind: "image", mime: i.mime, data: i.data }; });
+    const atts = attachmentsOf(composing);
     if (!fits(atts.length ? { type: "message", id: id, text: body, attachments: atts } : { type: "message", id: id, text: body })) {
       tooLarge(); // the text and the pictures stay in the composer
       return;

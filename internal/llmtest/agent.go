@@ -12,8 +12,21 @@ import (
 // sent to the model when vision is set.
 func Agent(t testing.TB, vision bool) (*Server, *agent.OpenAI) {
 	t.Helper()
+	return serve(t, agent.OpenAIConfig{Vision: vision})
+}
+
+// TranscribingAgent is Agent with transcription on: its Transcriber
+// uploads to the server's transcription endpoint with
+// TranscriptionModel.
+func TranscribingAgent(t testing.TB, vision bool) (*Server, *agent.OpenAI) {
+	t.Helper()
+	return serve(t, agent.OpenAIConfig{Vision: vision, TranscriptionModel: TranscriptionModel})
+}
+
+func serve(t testing.TB, cfg agent.OpenAIConfig) (*Server, *agent.OpenAI) {
 	llm := &Server{}
 	srv := httptest.NewServer(llm)
 	t.Cleanup(srv.Close)
-	return llm, agent.NewOpenAI(agent.OpenAIConfig{BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", MaxRetries: 0, Vision: vision})
+	cfg.BaseURL, cfg.APIKey, cfg.Model, cfg.MaxRetries = srv.URL+"/v1", "k", "m", 0
+	return llm, agent.NewOpenAI(cfg)
 }

@@ -1,6 +1,8 @@
-// Package llmtest is a local OpenAI-compatible chat-completions server for
-// tests: it records every request's messages and answers each with a short
-// fixed text, without streaming.
+// Package llmtest is a local OpenAI-compatible server for tests: its
+// chat-completions endpoint records every request's messages and answers
+// each with a short fixed text, without streaming; its transcription
+// endpoint (transcribe.go) answers the audio it was given a transcript
+// for.
 package llmtest
 
 import (
@@ -57,6 +59,7 @@ type Server struct {
 	mu       sync.Mutex
 	requests [][]Message
 	raw      []string
+	audio    audioState // transcribe.go
 }
 
 // Requests are the messages of every request so far.
@@ -74,6 +77,10 @@ func (s *Server) Raw() []string {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/audio/transcriptions" {
+		s.transcribe(w, r)
+		return
+	}
 	if r.URL.Path != "/v1/chat/completions" {
 		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
 		return

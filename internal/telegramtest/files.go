@@ -123,9 +123,27 @@ func Document(user int64, caption, fileID, name, mime string, size int) map[stri
 
 // Voice is a private-chat voice note from user with an optional caption.
 func Voice(user int64, caption, fileID string) map[string]any {
+	return VoiceOf(user, caption, fileID, 1234)
+}
+
+// VoiceOf is Voice with the file_size Telegram gives (0: none given, as
+// Telegram may leave it out).
+func VoiceOf(user int64, caption, fileID string, size int) map[string]any {
 	m := media(user, caption)
-	m["voice"] = map[string]any{"file_id": fileID, "file_unique_id": "u" + fileID,
-		"duration": 3, "mime_type": "audio/ogg", "file_size": 1234}
+	v := map[string]any{"file_id": fileID, "file_unique_id": "u" + fileID, "duration": 3, "mime_type": "audio/ogg"}
+	if size > 0 {
+		v["file_size"] = size
+	}
+	m["voice"] = v
+	return m
+}
+
+// Audio is a private-chat audio file (music, a recorded memo) from user
+// with an optional caption.
+func Audio(user int64, caption, fileID, name, mime string, size int) map[string]any {
+	m := media(user, caption)
+	m["audio"] = map[string]any{"file_id": fileID, "file_unique_id": "u" + fileID, "duration": 30,
+		"file_name": name, "mime_type": mime, "file_size": size}
 	return m
 }
 

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/llmtest"
+)
+
+// When the gateway transcribes (ready.audio), the page's file picker
+// takes audio too: the file goes as an audio attachment, and the model is
+// given its transcript with the text typed. Without transcription the
+// picker offers pictures only.
+func TestWebPageSendsAudio(t *testing.T) {
+	e, llm := voiceEnv(t, WSOptions{})
+	ctx := browser(t)
+	clip := append([]byte("ID3\x03\x00\x00\x00\x00\x00\x00"), "mp3-frames"...)
+	llm.AddAudio(clip, "hello from the page")
+	file := filepath.Join(t.TempDir(), "memo.mp3")
+	if err := os.WriteFile(file, clip, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/?user=ada"),
+		waitText("#status", "online as ada"),
+		waitJS(`!document.getElementById('attach').hidden && document.getElementById('file').accept.includes('audio/mpeg')`),
+		chromedp.SetUploadFiles("#file", []string{file}),
+		waitText(".images .audio", "memo.mp3"),
+		sendText("and be brief"),
+		waitText(".msg.assistant", llmtest.Reply),
+		waitText(".msg.user .attachment", "memo.mp3"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := llm.Requests()
+	if in := reqs[0][len(reqs[0])-1]; in.Text() != "hello from the page\n\nand be brief" {
+		t.Fatalf("model got %q", in.Text())
+	}
+	if tr := llm.Transcriptions(); len(tr) != 1 || tr[0].FileName != "memo.mp3" || tr[0].ContentType != "audio/mpeg" {
+		t.Fatalf("transcriptions = %+v", tr)
+	}
+
+	e2 := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
+	if err := chromedp.Do(ctx, chromedp.Navigate(e2.srv.URL+"/?user=ada"), waitText("#status", "online as ada"),
+		waitJS(`!document.getElementById('attach').hidden && !document.getElementById('file').accept.includes('audio')`)); err != nil {
+		t.Fatal(err)
+	}
+}
