@@ -193,8 +193,11 @@ type Telegram struct {
 	GroupPolicy  string   `yaml:"group_policy"`
 	GroupScope   string   `yaml:"group_scope"`
 	Streaming    string   `yaml:"streaming"` // auto | draft | edits | off
-	MaxHistory   *int     `yaml:"max_history"`
-	Session      Session  `yaml:"session"`
+	// Edits is what an edited message does: answer (an edit before the
+	// turn replaces the text, after it is a new message) or ignore.
+	Edits      string  `yaml:"edits"`
+	MaxHistory *int    `yaml:"max_history"`
+	Session    Session `yaml:"session"`
 	// Format is how replies are sent: html (Markdown converted to
 	// Telegram's HTML) or plain (as written).
 	Format string `yaml:"format"`

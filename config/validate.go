@@ -122,6 +122,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.Format, "html")
 	setInt(&tg.MaxImageBytes, DefaultMaxImageBytes)
 	setStr(&tg.Streaming, "auto")
+	setStr(&tg.Edits, "answer")
 	if tg.RateLimit.PerSecond == 0 {
 		tg.RateLimit.PerSecond = DefaultTelegramRatePerSec
 	}
@@ -256,6 +257,7 @@ func (c *Config) Validate() Errors {
 	oneOf("channels.telegram.group_scope", tg.GroupScope, "user", "chat")
 	oneOf("channels.telegram.format", tg.Format, "html", "plain")
 	oneOf("channels.telegram.streaming", tg.Streaming, "auto", "draft", "edits", "off")
+	oneOf("channels.telegram.edits", tg.Edits, "answer", "ignore")
 	if u, err := url.Parse(tg.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("channels.telegram.api_url", "%q is not an http(s) URL", tg.APIURL)
 	}

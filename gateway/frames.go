@@ -27,6 +27,8 @@ type clientFrame struct {
 	// Attachments: images (images.go) and audio (audio.go); with one,
 	// text may be empty.
 	Attachments []frameAttachment `json:"attachments,omitempty"`
+	// edit: the client id of the message it edits (ID is the edit's own).
+	Edits string `json:"edits,omitempty"`
 }
 
 // Error codes of error frames, declared once with their default text.
@@ -91,6 +93,16 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if len(f.ID) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
 		}
+	case "edit":
+		if f.Edits == "" {
+			return nil, errBadFrame.with("edit needs the id of the message it edits (edits)")
+		}
+		if f.Text == nil || len(f.Attachments) > 0 {
+			return nil, errBadFrame.with("edit needs a text, and carries no attachments")
+		}
+		if len(f.ID) > maxClientMsgID || len(f.Edits) > maxClientMsgID {
+			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
+		}
 	case "reset", "stop", "resume_previous", "compact":
 	case "":
 		return nil, errBadFrame.with("frame has no type")
@@ -139,6 +151,9 @@ type ackFrame struct {
 	Type string `json:"type"`
 	ID   string `json:"id"`
 	Seq  int64  `json:"seq"`
+	// Edited: the ack of an edit that replaced the text of message Edited
+	// (whose seq Seq is) before its turn started; its reply answers it.
+	Edited string `json:"edited,omitempty"`
 }
 
 type deltaFrame struct {

@@ -32,6 +32,10 @@ type Sessions interface {
 	// Submit stores and acknowledges a message without waiting for any
 	// turn; its Ticket yields the outcome of the turn that answers it.
 	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
+	// Edit applies an edit of the stored message originalID: its text is
+	// replaced while its turn has not started, else the edit is a new
+	// message (the outcome's Ticket).
+	Edit(ctx context.Context, in sessions.Inbound, originalID string, h sessions.Hooks) (sessions.EditOutcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	// ResumePrevious and ConversationTranscript take a session back to its
 	// previous conversation (resume.go); Policy tells a reset's why.
@@ -717,7 +721,7 @@ func (c *wsConn) readLoop() {
 			if !c.ws.sess.Stop(c.key) {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
-		default: // message, reset, resume_previous, compact: in arrival order, on the worker
+		default: // message, edit, reset, resume_previous, compact: in arrival order, on the worker
 			if werr := c.ws.admitAudio(f); werr != nil {
 				c.sendMessageError(werr, f.ID)
 				continue
@@ -952,7 +956,7 @@ func (c *wsConn) run(f *clientFrame) {
 		shown.Store(&pos)
 		c.deliver(pos, encode(ackFrame{Type: "ack", ID: f.ID, Seq: seq}))
 	}
-	t, err := c.ws.sess.Submit(ctx, in, sessions.Hooks{
+	hooks := sessions.Hooks{
 		OnAck: func(a sessions.Ack) { ack(a.ConversationID, a.Seq) },
 		OnDelta: func(d string) {
 			if pos := shown.Load(); pos != nil {
@@ -964,7 +968,25 @@ func (c *wsConn) run(f *clientFrame) {
 				c.deliver(*pos, encode(noticeFrame{Type: "notice", Code: "delayed", ID: f.ID, Message: sessions.DelayText}))
 			}
 		},
-	})
+	}
+	var t *sessions.Ticket
+	var err error
+	if f.Type == "edit" {
+		var ed sessions.EditOutcome
+		ed, err = c.ws.sess.Edit(ctx, in, f.Edits, hooks)
+		if err == nil && ed.Ticket == nil {
+			// Replaced before its turn started: the original's reply
+			// answers the edited text.
+			c.finish()
+			c.saw(ed.ConversationID, ed.Seq)
+			pos, _ := c.position()
+			c.deliver(pos, encode(ackFrame{Type: "ack", ID: f.ID, Seq: ed.Seq, Edited: f.Edits}))
+			return
+		}
+		t = ed.Ticket
+	} else {
+		t, err = c.ws.sess.Submit(ctx, in, hooks)
+	}
 	if err != nil {
 		endMessage(handleError(err))
 		c.finish()
@@ -1046,6 +1068,8 @@ func handleError(err error) *wsError {
 		return errTooLarge.with("%v", err)
 	case errors.Is(err, sessions.ErrBadText):
 		return errBadFrame.with("%v", err)
+	case errors.Is(err, sessions.ErrEditNotFound):
+		return errNotFound.with("no message with that id to edit")
 	case errors.Is(err, sessions.ErrReplyNotStored):
 		return errUnavailable.with("the reply could not be stored yet; it is delivered once it is")
 	default:

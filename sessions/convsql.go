@@ -194,3 +194,34 @@ func (s *DB) SetState(ctx context.Context, key, value string) error {
 	}
 	return nil
 }
+
+// EditPending replaces the text of user message seq when its turn has not
+// started: one conditional update on its state, so that it and a claim
+// (ClaimBatch, which reads the text it sends) never interleave — either
+// the claim reads the new text, or the update finds the turn started and
+// changes nothing. On PostgreSQL it first locks the conversation's row,
+// as a claim does, so that a claim between its read and its update waits
+// for the edit or makes it miss.
+func (s *DB) EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error) {
+	var edited bool
+	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		edited = false
+		if s.driver == DriverPostgres {
+			var one int
+			if err := tx.Raw("SELECT 1 FROM conversations WHERE id = ? FOR UPDATE", convID).Row().Scan(&one); err != nil {
+				return err
+			}
+		}
+		res := tx.Exec(`UPDATE messages SET content = ? WHERE conversation_id = ? AND seq = ? AND role = 'user'
+			AND turn_state = 'pending' AND turn_attempt = 0`, text, convID, seq)
+		if res.Error != nil {
+			return res.Error
+		}
+		edited = res.RowsAffected == 1
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("edit message %d of %s: %w", seq, convID, err)
+	}
+	return edited, nil
+}

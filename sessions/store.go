@@ -42,6 +42,9 @@ type Ledger interface {
 	CreateConversation(ctx context.Context, c *Conversation) error
 	RecentMessages(ctx context.Context, convID string, limit int) ([]Message, error)
 	MessageByClientID(ctx context.Context, convID, clientID string) (*Message, error)
+	// EditPending replaces the text of user message seq if its turn has
+	// not started (pending, never claimed); false when it had.
+	EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error)
 	Message(ctx context.Context, convID string, seq int64) (*Message, error)
 	FinalReply(ctx context.Context, convID string, userSeq int64) (*Message, error)
 	Append(ctx context.Context, a Append) error

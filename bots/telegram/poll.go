@@ -184,7 +184,7 @@ func (b *Bot) getUpdates(offset int) ([]update, error) {
 	params := tgbotapi.Params{}
 	params.AddNonZero("offset", offset)
 	params.AddNonZero("timeout", int(b.opts.PollTimeout/time.Second))
-	if err := params.AddInterface("allowed_updates", []string{"message"}); err != nil {
+	if err := params.AddInterface("allowed_updates", b.allowedUpdates()); err != nil {
 		return nil, err
 	}
 	resp, err := b.api.MakeRequest("getUpdates", params)

@@ -35,6 +35,10 @@ type Sessions interface {
 	// turn; the ticket's Wait returns the outcome of the turn that
 	// answers it.
 	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
+	// Edit applies an edit of the stored message originalID: its text is
+	// replaced while its turn has not started, else the edit is a new
+	// message (the outcome's Ticket).
+	Edit(ctx context.Context, in sessions.Inbound, originalID string, h sessions.Hooks) (sessions.EditOutcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
 	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
@@ -104,6 +108,10 @@ type Options struct {
 	// Streaming is how a reply shows while the model writes it: auto
 	// (default), draft, edits or off (see stream.go).
 	Streaming string
+	// Edits is what an edited message does: EditsAnswer (default) asks
+	// Telegram for edited_message updates and applies them (edit.go);
+	// EditsIgnore does not ask for them.
+	Edits string
 	// NotifyResets tells a private chat's user at once when a sweep
 	// archived their conversation (notices.go); NoticesPerSecond (default
 	// 20) and NoticeQueue (default 10000) bound how fast and how many.
@@ -282,6 +290,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	}
 	if opts.Streaming == "" {
 		opts.Streaming = StreamAuto
+	}
+	if opts.Edits == "" {
+		opts.Edits = EditsAnswer
 	}
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
@@ -466,12 +477,12 @@ func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, se
 		})
 	}
 	m := u.message()
-	if m == nil || m.From == nil {
-		done(true) // edits, channel posts and the like are ignored
+	if m == nil || m.From == nil || (m.edit && b.opts.Edits != EditsAnswer) {
+		done(true) // channel posts and the like are ignored; edits unless asked for
 		return
 	}
 	key := b.sessionKey(m)
-	if cmd := m.Command(); cmd == "stop" && b.addressed(m) && b.allowed(m) {
+	if cmd := m.Command(); cmd == "stop" && !m.edit && b.addressed(m) && b.allowed(m) {
 		b.stop(m, key)
 		done(true)
 		return
@@ -698,6 +709,9 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: m.to().String(),
 		ClientMsgID: clientMsgID(m.Chat.ID, m.MessageID),
 	}
+	if m.edit {
+		return b.edit(ctx, m, key, in, first, stored)
+	}
 	if m.IsCommand() {
 		return b.command(ctx, m, in, first)
 	}
@@ -725,12 +739,24 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		st.quote = quote
 		onDelta = st.delta
 	}
-	t, err := b.sess.Submit(ctx, in, sessions.Hooks{
+	t, err := b.sess.Submit(ctx, in, b.hooks(ctx, m, key, onDelta, stored))
+	return b.awaitTurn(ctx, m, key, first, t, err, stopTyping, st, quote)
+}
+
+// hooks are the session hooks of message m's turn.
+func (b *Bot) hooks(ctx context.Context, m *message, key string, onDelta func(string), stored func()) sessions.Hooks {
+	return sessions.Hooks{
 		OnDelta: onDelta,
 		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.to(), key, ev) },
 		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, key, m) },
-	})
+	}
+}
+
+// awaitTurn queues the answer to m, stored as t (or not, err), on the
+// key's reply queue; see process. quote goes above the reply (answer).
+func (b *Bot) awaitTurn(ctx context.Context, m *message, key string, first bool, t *sessions.Ticket, err error,
+	stopTyping func(), st *stream, quote string) error {
 	if err != nil {
 		stopTyping()
 		st.end()
@@ -838,12 +864,14 @@ func clientMsgID(chatID int64, messageID int) string {
 	return strconv.FormatInt(chatID, 10) + ":" + strconv.Itoa(messageID)
 }
 
-// messageIn returns the message id of a client id of chat chatID.
+// messageIn returns the message id of a client id of chat chatID (of
+// an edit's client id too: the edited message's).
 func messageIn(clientID string, chatID int64) (int, bool) {
 	chat, msg, ok := strings.Cut(clientID, ":")
 	if !ok || chat != strconv.FormatInt(chatID, 10) {
 		return 0, false
 	}
+	msg, _, _ = strings.Cut(msg, ":")
 	id, err := strconv.Atoi(msg)
 	return id, err == nil
 }

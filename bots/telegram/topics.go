@@ -29,6 +29,8 @@ type update struct {
 	tgbotapi.Update
 	thread int             // the message's topic: message_thread_id of a topic message
 	raw    json.RawMessage // as Telegram sent it
+	// editThread is the topic of the edited message (edited_message).
+	editThread int
 }
 
 // topicFields are a message's fields about its topic. message_thread_id
@@ -42,6 +44,7 @@ type topicFields struct {
 func (u *update) UnmarshalJSON(data []byte) error {
 	var topics struct {
 		Message *topicFields `json:"message"`
+		Edited  *topicFields `json:"edited_message"`
 	}
 	if err := json.Unmarshal(data, &u.Update); err != nil {
 		return err
@@ -49,9 +52,12 @@ func (u *update) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &topics); err != nil {
 		return err
 	}
-	u.thread = 0
+	u.thread, u.editThread = 0, 0
 	if t := topics.Message; t != nil && t.IsTopic {
 		u.thread = t.Thread
+	}
+	if t := topics.Edited; t != nil && t.IsTopic {
+		u.editThread = t.Thread
 	}
 	u.raw = append(json.RawMessage(nil), data...)
 	return nil
@@ -64,18 +70,23 @@ func (u update) MarshalJSON() ([]byte, error) {
 	return json.Marshal(u.Update)
 }
 
-// message is the update's message with its topic, or nil.
+// message is the update's message with its topic — or, for an
+// edited_message, the edited message (edit set) — or nil.
 func (u update) message() *message {
-	if u.Message == nil {
-		return nil
+	switch {
+	case u.Message != nil:
+		return &message{Message: u.Message, thread: u.thread}
+	case u.EditedMessage != nil:
+		return &message{Message: u.EditedMessage, thread: u.editThread, edit: true}
 	}
-	return &message{Message: u.Message, thread: u.thread}
+	return nil
 }
 
 // message is an incoming message and the topic it was written in.
 type message struct {
 	*tgbotapi.Message
-	thread int // 0: the General topic, or a chat without topics
+	thread int  // 0: the General topic, or a chat without topics
+	edit   bool // an edit of the message MessageID (edited_message)
 	// media is what the message carries besides its text, once read
 	// (process): kept across the retries of a message not yet stored.
 	media *inbound

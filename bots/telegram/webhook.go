@@ -18,7 +18,10 @@ import (
 // until it succeeds or ctx ends.
 func (b *Bot) setWebhook(ctx context.Context) {
 	params := tgbotapi.Params{"url": b.opts.WebhookURL, "secret_token": b.opts.WebhookSecret}
-	params.AddNonEmpty("allowed_updates", `["message"]`)
+	if err := params.AddInterface("allowed_updates", b.allowedUpdates()); err != nil {
+		b.log.Error("telegram: setWebhook: " + err.Error())
+		return
+	}
 	wait := time.Duration(0)
 	for {
 		_, err := b.api.MakeRequest("setWebhook", params)

@@ -185,6 +185,7 @@ func restartKeys(old, cfg *config.Config) []string {
 		{"channels.telegram.group_scope", otg.GroupScope, ntg.GroupScope},
 		{"channels.telegram.format", otg.Format, ntg.Format},
 		{"channels.telegram.streaming", otg.Streaming, ntg.Streaming},
+		{"channels.telegram.edits", otg.Edits, ntg.Edits},
 		{"channels.telegram.max_image_bytes", otg.MaxImageBytes, ntg.MaxImageBytes},
 		{"channels.telegram.notify_resets", otg.NotifyResets, ntg.NotifyResets},
 		{"agent.openai.vision", old.Agent.OpenAI.Vision, cfg.Agent.OpenAI.Vision},

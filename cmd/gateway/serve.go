@@ -411,7 +411,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Format: tg.Format,
 			Vision: agent.ReadsImages(ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
 			Transcriber: transcriber.channelTranscriber(), MaxAudioBytes: int64(cfg.Agent.OpenAI.MaxAudioBytes),
-			Streaming: tg.Streaming, NotifyResets: tg.NotifyResets,
+			Streaming: tg.Streaming, Edits: tg.Edits, NotifyResets: tg.NotifyResets,
 			RatePerSecond: tg.RateLimit.PerSecond, RateBurst: tg.RateLimit.Burst,
 			RateGlobalPerSecond: tg.RateLimit.GlobalPerSecond, RateGlobalBurst: tg.RateLimit.GlobalBurst,
 			RateLimited: metrics.RateLimited(telegram.Channel),

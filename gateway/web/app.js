@@ -109,7 +109,7 @@
   // new one (their acks come after the switch).
   function showPending() {
     for (const p of pending) {
-      if (!pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
+      if (!p.edits && !pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
     }
   }
   function dropPending(id) {
@@ -299,9 +299,11 @@
           firstConnect = false;
           showHistory(f.history || []);
           showPending();
+          placeEdit();
           setStatus("online as " + f.user, "online");
           // Resend what was never acknowledged; the ids make it safe.
           for (const p of pending.slice()) {
+            if (p.edits) { send({ type: "edit", id: p.id, edits: p.edits, text: p.text }); continue; }
             let frame = withImages({ type: "message", id: p.id, text: p.text });
             if (!fits(frame) && frame.attachments) {
               // Queued before the limit was known: the text goes alone.
@@ -333,6 +335,7 @@
           }
           shown.add(f.seq);
           seen(f.seq);
+          placeEdit();
           break;
         }
         case "delta": {
@@ -358,6 +361,7 @@
           shown.add(f.seq);
           seen(f.seq);
           if (bubbles.size === 0) stopBtn.hidden = true;
+          placeEdit();
           scroll();
           break;
         }
@@ -390,6 +394,11 @@
             sentImages.delete(f.id);
             if (el) { el.classList.remove("pending", "waiting"); el.classList.add("failed"); }
           }
+          if (f.id && f.code === "not_found") {
+            // An edit of a message the gateway does not have: not resent.
+            pending = pending.filter(function (p) { return p.id !== f.id; });
+            store.set("pending", pending);
+          }
           if (f.id && f.code === "internal" && pending.some(function (p) { return p.id === f.id; })) {
             const again = retryWait.has(f.id);
             resendLater(f.id);
@@ -410,9 +419,54 @@
     };
   }
 
+  // Editing the last message (docs/protocol.md, "Edits"): its Edit button
+  // puts its text in the composer; sending sends an edit frame, and the
+  // message shows the new text, marked edited. Before its turn starts the
+  // edit replaces the text; after, the gateway answers it as a new message.
+  const editBtn = document.createElement("button");
+  editBtn.type = "button";
+  editBtn.className = "edit-last";
+  editBtn.textContent = "Edit";
+  editBtn.title = "Edit your last message";
+  let editing = null; // the message bubble being edited
+  function bodyText(el) { return el.firstChild && el.firstChild.nodeType === Node.TEXT_NODE ? el.firstChild.nodeValue : ""; }
+  function placeEdit() {
+    const users = log.querySelectorAll(".msg.user[data-id]:not(.pending):not(.failed)");
+    const last = users[users.length - 1];
+    if (!last || !bodyText(last)) { editBtn.remove(); return; }
+    last.after(editBtn);
+  }
+  function endEditing() {
+    editing = null;
+    document.getElementById("composer").classList.remove("editing");
+    document.getElementById("send").textContent = "Send";
+  }
+  editBtn.addEventListener("click", function () {
+    const users = log.querySelectorAll(".msg.user[data-id]:not(.pending):not(.failed)");
+    editing = users[users.length - 1] || null;
+    if (!editing) return;
+    text.value = bodyText(editing);
+    document.getElementById("composer").classList.add("editing");
+    document.getElementById("send").textContent = "Save edit";
+    text.focus();
+  });
+  function sendEdit(body) {
+    const el = editing;
+    endEditing();
+    if (!body || body === bodyText(el)) { text.value = ""; return; }
+    const id = newId();
+    pending.push({ id: id, edits: el.dataset.id, text: body });
+    store.set("pending", pending);
+    el.firstChild.nodeValue = body;
+    el.classList.add("edited");
+    text.value = "";
+    send({ type: "edit", id: id, edits: el.dataset.id, text: body });
+  }
+
   document.getElementById("composer").addEventListener("submit", function (ev) {
     ev.preventDefault();
     const body = text.value.trim();
+    if (editing) { sendEdit(body); return; }
     if (!body && composing.length === 0) return;
     const id = newId();
     const atts = attachmentsOf(composing);
@@ -430,6 +484,7 @@
     send(withImages({ type: "message", id: id, text: body }));
   });
   text.addEventListener("keydown", function (ev) {
+    if (ev.key === "Escape" && editing) { endEditing(); text.value = ""; return; }
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("send").click(); }
   });
   document.getElementById("reset").addEventListener("click", function () {

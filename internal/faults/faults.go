@@ -218,6 +218,10 @@ func (f *Store) MessageByClientID(ctx context.Context, convID, clientID string) 
 	return call(f, "MessageByClientID", true, func() (*sessions.Message, error) { return f.Store.MessageByClientID(ctx, convID, clientID) })
 }
 
+func (f *Store) EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error) {
+	return call(f, "EditPending", true, func() (bool, error) { return f.Store.EditPending(ctx, convID, seq, text) })
+}
+
 func (f *Store) Message(ctx context.Context, convID string, seq int64) (*sessions.Message, error) {
 	return call(f, "Message", true, func() (*sessions.Message, error) { return f.Store.Message(ctx, convID, seq) })
 }

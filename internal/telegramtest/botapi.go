@@ -58,6 +58,10 @@ type Server struct {
 	sentModes []string    // parse_mode of each of sent
 	stream    streamState // sendMessageDraft and editMessageText
 	topics    topics      // topics.go
+	// allowed are the update kinds the last getUpdates (or setWebhook)
+	// asked for with allowed_updates (nil: every kind); as Telegram does,
+	// the setting stays until changed and other updates are not delivered.
+	allowed []string
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -131,6 +135,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			n, _ := strconv.Atoi(v)
 			limit = min(max(n, 1), 100)
 		}
+		if !a.noteAllowed(w, r) {
+			return
+		}
 		updates, conflict := a.poll(r, offset, limit, time.Duration(timeout)*time.Second)
 		if conflict {
 			w.WriteHeader(http.StatusConflict)
@@ -181,6 +188,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Unlock()
 		ok(true)
 	case "setWebhook":
+		if !a.noteAllowed(w, r) {
+			return
+		}
 		a.mu.Lock()
 		a.webhook = map[string]string{"url": r.FormValue("url"), "secret_token": r.FormValue("secret_token")}
 		a.mu.Unlock()
@@ -243,7 +253,7 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 		}
 		kept := a.updates[:0]
 		for _, u := range a.updates {
-			if u["update_id"].(int) >= offset {
+			if u["update_id"].(int) >= offset && a.allowedLocked(u) {
 				kept = append(kept, u)
 			}
 		}
@@ -286,6 +296,55 @@ func (a *Server) PushUpdate(kind string, body map[string]any) {
 	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, kind: body})
 	a.nextID++
 	a.cond.Broadcast()
+}
+
+// PushEdit queues an edited_message update: message (as pushed, with
+// its message_id) edited at editDate to text.
+func (a *Server) PushEdit(message map[string]any, editDate int, text string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	body := map[string]any{}
+	for k, v := range message {
+		body[k] = v
+	}
+	delete(body, "entities")
+	body["text"] = text
+	body["edit_date"] = editDate
+	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, "edited_message": body})
+	a.nextID++
+	a.cond.Broadcast()
+}
+
+// noteAllowed keeps a request's allowed_updates; a malformed one is
+// refused with 400.
+func (a *Server) noteAllowed(w http.ResponseWriter, r *http.Request) bool {
+	v := r.FormValue("allowed_updates")
+	if v == "" {
+		return true
+	}
+	var kinds []string
+	if err := json.Unmarshal([]byte(v), &kinds); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"ok":false,"error_code":400,"description":"Bad Request: can't parse allowed updates"}`)
+		return false
+	}
+	a.mu.Lock()
+	a.allowed = kinds
+	a.mu.Unlock()
+	return true
+}
+
+// allowedLocked reports whether update u is of a kind the bot asked for.
+func (a *Server) allowedLocked(u map[string]any) bool {
+	if len(a.allowed) == 0 {
+		return true
+	}
+	for _, kind := range a.allowed {
+		if _, ok := u[kind]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // DM is a private-chat message from user.
@@ -417,6 +476,15 @@ func (a *Server) Conflicts() int { a.mu.Lock(); defer a.mu.Unlock(); return a.co
 
 // Pending counts updates not yet confirmed.
 func (a *Server) Pending() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.updates) }
+
+// WaitPending waits until at most n updates are left unconfirmed (or
+// dropped, being of a kind the bot did not ask for), bounded.
+func (a *Server) WaitPending(t testing.TB, n int) {
+	t.Helper()
+	a.waitFor(t, func() bool { return len(a.updates) <= n }, func() string {
+		return fmt.Sprintf("%d updates pending, want at most %d", len(a.updates), n)
+	})
+}
 
 // WaitSent waits until n messages have been sent, bounded.
 func (a *Server) WaitSent(t testing.TB, n int) []Sent {
