@@ -376,3 +376,19 @@ func TestCompactCommand(t *testing.T) {
 		t.Fatalf("/compact with compaction off: %q", got.Text)
 	}
 }
+
+// TestEditInATopic: an edit after the reply is answered in the topic of
+// the edited message, in the topic's conversation.
+func TestEditInATopic(t *testing.T) {
+	api := telegramtest.New(t)
+	start(t, api, t.TempDir(), setup{opts: Options{GroupPolicy: "all"}})
+	first := telegramtest.Topic(forum, 7, 12, "helo")
+	id := api.Push(first)
+	api.WaitSent(t, 1)
+	api.PushEdit(first, 100, "hello")
+	got := api.WaitSent(t, 2)[1]
+	want := fmt.Sprintf("echo: %s (history: 2)", sessions.EditedText("helo", "hello"))
+	if got.Text != want || got.Thread != 12 || got.ReplyTo != id {
+		t.Fatalf("answer to the edit = %+v, want %q in thread 12 answering %d", got, want, id)
+	}
+}
