@@ -94,9 +94,11 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 	if err != nil {
 		return pgCost{}, err
 	}
+	// The schema is dropped (closeDB) only once the counts are read: the
+	// servers' connections report their counts as they close.
+	defer closeDB()
 	var schema string
 	if err := db.Gorm().Raw("SELECT current_schema()").Scan(&schema).Error; err != nil {
-		closeDB()
 		return pgCost{}, err
 	}
 	// counts reads the server's counters: transactions in the database,
@@ -127,7 +129,7 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 		stops = nil
 	}
 	defer stopAll()
-	url, stop, err := serveGateway(db, closeDB, replicas > 1, agent.Echo{}, sessions.Policy{MaxHistory: 20})
+	url, stop, err := serveGateway(db, func() { db.Close() }, replicas > 1, agent.Echo{}, sessions.Policy{MaxHistory: 20})
 	if err != nil {
 		return pgCost{}, err
 	}
@@ -145,8 +147,7 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 		if err != nil {
 			return pgCost{}, err
 		}
-		// Stopped before the first, whose close drops the schema.
-		urls, stops = append(urls, url), append([]func(){stop}, stops...)
+		urls, stops = append(urls, url), append(stops, stop)
 	}
 	// The gateways' setup is not counted: from here on, turns only.
 	rt0, x0 := counter.roundTrips.Load(), counter.xacts.Load()
@@ -167,20 +168,13 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 	wg.Wait()
 	elapsed := time.Since(start)
 	rt, x := counter.roundTrips.Load()-rt0, counter.xacts.Load()-x0
-	// The counts settle once the gateways' backends exit and report them;
-	// the schema stays until the first replica's store closes.
-	for _, stop := range stops[:len(stops)-1] {
-		stop()
-	}
-	last := stops[len(stops)-1]
-	stops = nil
+	// The counts settle once the gateways' backends exit and report them.
+	stopAll()
 	after, err := settledCounts(ctx, func() (int64, error) { c, err := read(); return c.xacts, err })
 	if err != nil {
-		last()
 		return pgCost{}, err
 	}
 	end, err := read()
-	last()
 	if err != nil {
 		return pgCost{}, err
 	}
