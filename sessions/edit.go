@@ -127,6 +127,10 @@ func (m *Manager) editInPlace(ctx context.Context, in Inbound, originalID string
 	}
 	replaced, err := m.store.EditPending(ctx, um.ConversationID, um.Seq, in.Text)
 	if err != nil {
+		// It may have landed: the edit sent again reads the message
+		// afresh, finds its text already the edit's and replaces nothing
+		// more — never answers it a second time as a new message.
+		m.hot.Remove(in.SessionKey)
 		return "", EditOutcome{}, err
 	}
 	if !replaced {

@@ -45,6 +45,10 @@ type faultScenario struct {
 	busy    sessions.BusyPolicy
 	users   int
 	msgs    int
+	// edit: each user then edits their first message (during its
+	// debounce, or after its turn started: either way it is answered
+	// once — in place, or as a new message quoting it).
+	edit bool
 }
 
 var faultScenarios = []faultScenario{
@@ -52,6 +56,7 @@ var faultScenarios = []faultScenario{
 	{name: "websocket-collect", channel: "websocket", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}, users: 2, msgs: 3},
 	{name: "telegram-collect-debounce", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: 30 * time.Millisecond}, users: 2, msgs: 3},
 	{name: "telegram-interrupt", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyInterrupt}, users: 2, msgs: 2},
+	{name: "telegram-edit-debounce", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: 30 * time.Millisecond}, users: 2, msgs: 2, edit: true},
 }
 
 func TestFaultAtEveryStep(t *testing.T) {
@@ -226,6 +231,26 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 		go answer(tk, id)
 		return nil
 	}
+	// edited: the edits answered as new messages (their ids), by user.
+	edited := map[string]int{}
+	editID := func(u int) string { return fmt.Sprintf("u%d-e0", u) }
+	editText := func(u int) string { return fmt.Sprintf("u%d-m0 edited", u) }
+	edit := func(u int) error {
+		in := sessions.Inbound{Channel: sc.channel, SessionKey: key(u), UserID: fmt.Sprint(100 + u), ChatID: fmt.Sprint(100 + u),
+			ClientMsgID: editID(u), Text: editText(u)}
+		out, err := m.Edit(context.Background(), in, fmt.Sprintf("u%d-m0", u), sessions.Hooks{})
+		if err != nil {
+			return err
+		}
+		if out.Ticket != nil {
+			mu.Lock()
+			edited[editID(u)] = u
+			mu.Unlock()
+			waits.Add(1)
+			go answer(out.Ticket, editID(u))
+		}
+		return nil
+	}
 	// The outage lasts until it has failed a few calls (or the run made
 	// fewer than k), then storage answers again — whatever the clients
 	// are doing.
@@ -238,7 +263,8 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 		}
 	}()
 	var ids []string
-	var unacked sync.Map // id → user
+	var unacked sync.Map  // id → user
+	var unedited sync.Map // user → true: the edit to send again
 	var senders sync.WaitGroup
 	for u := range sc.users {
 		senders.Add(1)
@@ -248,6 +274,11 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 				id := fmt.Sprintf("u%d-m%d", u, i)
 				if err := submit(u, id); err != nil {
 					unacked.Store(id, u)
+				}
+			}
+			if sc.edit {
+				if err := edit(u); err != nil {
+					unedited.Store(u, true)
 				}
 			}
 		}()
@@ -277,13 +308,42 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 		}
 		return true
 	})
+	// The edits that failed go again, as a client sends them again (after
+	// the message they edit, which it sent again above).
+	unedited.Range(func(u, _ any) bool {
+		for {
+			err := edit(u.(int))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: user %d's edit could not be sent again: %v", label, u, err)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return true
+	})
+	mu.Lock()
+	for id := range edited {
+		ids = append(ids, id)
+	}
+	mu.Unlock()
 	// Every message answered, and on a confirming channel delivered,
 	// within 10 s of the outage's end, with no restart.
 	unsettled := func() []string {
 		var out []string
 		for u := range sc.users {
+			msgIDs := []string{}
 			for i := range sc.msgs {
-				id := fmt.Sprintf("u%d-m%d", u, i)
+				msgIDs = append(msgIDs, fmt.Sprintf("u%d-m%d", u, i))
+			}
+			mu.Lock()
+			if _, ok := edited[editID(u)]; ok {
+				msgIDs = append(msgIDs, editID(u))
+			}
+			mu.Unlock()
+			for _, id := range msgIDs {
 				tr, err := db.TurnByClientID(context.Background(), key(u), id)
 				switch {
 				case err != nil:
@@ -332,6 +392,25 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 	// Exactly once: in storage, and to the user.
 	for _, line := range finalRepliesPerTurn(t, db) {
 		t.Errorf("%s: %s", label, line)
+	}
+	// An edit is answered once: its text replaced the message's, or it
+	// was stored as a message of its own — never both.
+	for u := range sc.users {
+		if !sc.edit {
+			break
+		}
+		var rows []sessions.Message
+		if err := db.Gorm().Where("client_msg_id IN ?", []string{fmt.Sprintf("u%d-m0", u), editID(u)}).Find(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		inPlace, asNew := false, false
+		for _, r := range rows {
+			inPlace = inPlace || (r.ClientMsgID != nil && *r.ClientMsgID != editID(u) && r.Content == editText(u))
+			asNew = asNew || (r.ClientMsgID != nil && *r.ClientMsgID == editID(u))
+		}
+		if inPlace == asNew {
+			t.Errorf("%s: user %d's edit answered in place %v and as a new message %v: want exactly one", label, u, inPlace, asNew)
+		}
 	}
 	if os.Getenv("FAULT_DUMP") != "" {
 		var rows []sessions.Message
