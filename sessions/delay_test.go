@@ -63,6 +63,13 @@ func TestDelayNoticeOnceWhileStorageIsDown(t *testing.T) {
 			}
 			fs.Outage(fs.Calls()+1, faults.Before)
 			if where == "turn start" {
+				// The runner waits out the debounce on the clock; moved
+				// before its timer is set, the clock would leave the
+				// timer a second ahead, and the failures, counted from
+				// the first, would start 19 s late.
+				if !clock.WaitTimers(1, 10*time.Second) {
+					t.Fatal("the debounce never waited on the clock")
+				}
 				clock.Advance(time.Second) // the debounce ends; claiming fails
 				close(ag.gate)
 			} else {
@@ -70,7 +77,9 @@ func TestDelayNoticeOnceWhileStorageIsDown(t *testing.T) {
 				close(ag.gate) // the reply's store fails
 			}
 			// Failing for 19 s: a few more failed tries, no notice yet.
-			fs.WaitFailures(2, 10*time.Second) // retried: the wait is counted from the first
+			if !fs.WaitFailures(2, 10*time.Second) { // retried: the wait is counted from the first
+				t.Fatal("storage was not tried again")
+			}
 			clock.Advance(19 * time.Second)
 			n := fs.Failures()
 			if !fs.WaitFailures(n+2, 10*time.Second) {
