@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -51,12 +50,9 @@ func checkAudio(i int, a *frameAttachment) *wsError {
 	if len(a.Name) > 255 {
 		return errBadFrame.with("attachment %d: name is over 255 bytes", i+1)
 	}
-	data, err := base64.StdEncoding.DecodeString(a.Data)
-	switch {
-	case err != nil:
-		return errBadFrame.with("attachment %d: data is not valid base64: %v", i+1, err)
-	case len(data) == 0:
-		return errBadFrame.with("attachment %d: data is empty", i+1)
+	data, werr := decodeData(i, a)
+	if werr != nil {
+		return werr
 	}
 	got := strings.Split(http.DetectContentType(data), ";")[0]
 	flac := a.Mime == "audio/flac" || a.Mime == "audio/x-flac"

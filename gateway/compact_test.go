@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +12,27 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// summaryLeaves waits until conversation conv's newest summary leaves
-// keep messages after what it covers.
-func summaryLeaves(t *testing.T, e *env, conv string, keep int) {
+// summaryNotes is the store as the session manager sees it, telling of
+// each summary it stored.
+type summaryNotes struct {
+	*sessions.DB
+	stored chan struct{}
+}
+
+func (n summaryNotes) Append(ctx context.Context, a sessions.Append) error {
+	err := n.DB.Append(ctx, a)
+	if err == nil && len(a.Messages) == 1 && a.Messages[0].Role == sessions.RoleSummary {
+		n.stored <- struct{}{}
+	}
+	return err
+}
+
+// summaryLeaves waits, summary by summary, until conversation conv's
+// newest summary leaves keep messages after what it covers.
+func summaryLeaves(t *testing.T, n summaryNotes, conv string, keep int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		exp, err := e.db.ExportConversation(context.Background(), conv)
+	for {
+		exp, err := n.ExportConversation(context.Background(), conv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +50,9 @@ func summaryLeaves(t *testing.T, e *env, conv string, keep int) {
 		if covered >= 0 && after == keep {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-n.stored:
+		case <-time.After(10 * time.Second):
 			t.Fatalf("no summary leaving %d messages (covered %d, %d after)", keep, covered, after)
 		}
 	}
@@ -48,7 +66,13 @@ func summaryLeaves(t *testing.T, e *env, conv string, keep int) {
 func TestCompactionOverWebSocket(t *testing.T) {
 	llm, ag := llmtest.Agent(t, false)
 	policies := map[string]sessions.Policy{Channel: {MaxHistory: 20, Compaction: sessions.CompactionPolicy{Enabled: true}}}
-	e := newEnv(t, ag, WSOptions{RatePerSecond: 1000, RateBurst: 1000}, policies, nil)
+	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := summaryNotes{DB: db, stored: make(chan struct{}, 256)}
+	mgr := sessions.New(notes, ag, sessions.Options{Logger: quiet, Policies: policies})
+	e := serveEnv(t, db, mgr, WSOptions{RatePerSecond: 1000, RateBurst: 1000}, false)
 	c, ready := e.connect(map[string]any{"user": "ann"})
 	conv := ready["conversation"].(string)
 	for i := 1; i <= 60; i++ {
@@ -57,7 +81,7 @@ func TestCompactionOverWebSocket(t *testing.T) {
 			t.Fatalf("turn %d: %v", i, r)
 		}
 		if i >= 11 {
-			summaryLeaves(t, e, conv, 20)
+			summaryLeaves(t, notes, conv, 20)
 		}
 	}
 	var turns, summaries int

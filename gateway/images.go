@@ -71,12 +71,10 @@ func checkAttachments(atts []frameAttachment) *wsError {
 		if base64.StdEncoding.DecodedLen(len(a.Data)) > MaxImageBytes+2 {
 			return errBadFrame.with("attachment %d: image is over %d bytes", i+1, MaxImageBytes)
 		}
-		data, err := base64.StdEncoding.DecodeString(a.Data)
+		data, werr := decodeData(i, a)
 		switch {
-		case err != nil:
-			return errBadFrame.with("attachment %d: data is not valid base64: %v", i+1, err)
-		case len(data) == 0:
-			return errBadFrame.with("attachment %d: data is empty", i+1)
+		case werr != nil:
+			return werr
 		case len(data) > MaxImageBytes:
 			return errBadFrame.with("attachment %d: image is over %d bytes", i+1, MaxImageBytes)
 		}
@@ -176,4 +174,16 @@ func historyAttachments(atts []agent.Attachment) []historyAttachment {
 		out = append(out, historyAttachment{Kind: a.Kind, Mime: a.Mime, Name: a.Name, Size: a.Size})
 	}
 	return out
+}
+
+// decodeData decodes attachment i's data, base64 that must not be empty.
+func decodeData(i int, a *frameAttachment) ([]byte, *wsError) {
+	data, err := base64.StdEncoding.DecodeString(a.Data)
+	switch {
+	case err != nil:
+		return nil, errBadFrame.with("attachment %d: data is not valid base64: %v", i+1, err)
+	case len(data) == 0:
+		return nil, errBadFrame.with("attachment %d: data is empty", i+1)
+	}
+	return data, nil
 }

@@ -20,6 +20,7 @@ type summariser struct {
 	calls  int
 	fail   bool
 	inputs []string
+	failed chan struct{} // told of each failed call, when set
 }
 
 func (s *summariser) Name() string  { return "summariser" }
@@ -30,6 +31,9 @@ func (s *summariser) Reply(ctx context.Context, req agent.Request, onDelta func(
 	s.calls++
 	s.inputs = append(s.inputs, req.Input)
 	if s.fail {
+		if s.failed != nil {
+			s.failed <- struct{}{}
+		}
 		return agent.Reply{}, errors.New("summary model down")
 	}
 	if req.Instructions != DefaultCompactionPrompt {
@@ -40,33 +44,51 @@ func (s *summariser) Reply(ctx context.Context, req agent.Request, onDelta func(
 
 func (s *summariser) setFail(v bool) { s.mu.Lock(); s.fail = v; s.mu.Unlock() }
 
-func (s *summariser) count() int { s.mu.Lock(); defer s.mu.Unlock(); return s.calls }
+// summaryNotes is the store as the manager sees it, telling of each
+// summary it stored.
+type summaryNotes struct {
+	*DB
+	stored chan struct{}
+}
 
-// waitSummarised waits until the newest summary of conv leaves exactly
-// keep messages after what it covers, and returns the rows.
-func waitSummarised(t *testing.T, db *DB, conv string, keep int) []Message {
+func newSummaryNotes(db *DB) summaryNotes {
+	return summaryNotes{DB: db, stored: make(chan struct{}, 256)}
+}
+
+func (n summaryNotes) Append(ctx context.Context, a Append) error {
+	err := n.DB.Append(ctx, a)
+	if err == nil && len(a.Messages) == 1 && a.Messages[0].Role == RoleSummary {
+		n.stored <- struct{}{}
+	}
+	return err
+}
+
+// waitSummarised waits, summary by summary, until the newest summary of
+// conv leaves exactly keep messages after what it covers, and returns
+// the rows.
+func waitSummarised(t *testing.T, n summaryNotes, conv string, keep int) []Message {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for {
-		rows := transcript(t, db, conv)
+		rows := transcript(t, n.DB, conv)
 		if s := newestSummary(rows); s != nil {
-			n := 0
+			after := 0
 			for _, r := range rows {
 				if r.Seq > s.ReplyTo && r.Role != RoleSummary {
-					n++
+					after++
 				}
 			}
-			if n == keep {
+			if after == keep {
 				return rows
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-n.stored:
+		case <-time.After(10 * time.Second):
 			for _, r := range rows {
 				t.Logf("%d %s %q reply_to=%d", r.Seq, r.Role, r.Content, r.ReplyTo)
 			}
 			t.Fatalf("no summary leaving %d messages after it; rows: %d", keep, len(rows))
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -80,9 +102,10 @@ func TestCompactionKeepsWhatFallsOut(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
 		rec := &recorder{}
-		sum := &summariser{}
+		sum := &summariser{failed: make(chan struct{}, 4)}
+		notes := newSummaryNotes(db)
 		policies := map[string]Policy{"websocket": {MaxHistory: 20, Compaction: CompactionPolicy{Enabled: true}}}
-		m := New(db, rec, Options{Policies: policies, Now: newClock(time.Now()).Now, Logger: quiet, Compactor: sum})
+		m := New(notes, rec, Options{Policies: policies, Now: newClock(time.Now()).Now, Logger: quiet, Compactor: sum})
 		t.Cleanup(func() { m.Shutdown(context.Background()) })
 		key := "websocket:long"
 		var conv string
@@ -90,7 +113,6 @@ func TestCompactionKeepsWhatFallsOut(t *testing.T) {
 			if i == 30 {
 				sum.setFail(true)
 			}
-			calls := sum.count()
 			out := handle(t, m, msg(key, fmt.Sprintf("m%d", i)))
 			if want := fmt.Sprintf("echo: m%d", i); !strings.HasPrefix(out.Reply.Text, want) {
 				t.Fatalf("turn %d answered %q", i, out.Reply.Text)
@@ -118,16 +140,16 @@ func TestCompactionKeepsWhatFallsOut(t *testing.T) {
 			case i == 30:
 				// The summary call fails; the next turn goes on without
 				// the summary of what fell out meanwhile.
-				for deadline := time.Now().Add(10 * time.Second); sum.count() == calls; time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatal("no summary call after turn 30")
-					}
+				select {
+				case <-sum.failed:
+				case <-time.After(10 * time.Second):
+					t.Fatal("no summary call after turn 30")
 				}
 				sum.setFail(false)
 			case i > 10:
 				// The window is full: the next turn's summary is stored
 				// before it starts.
-				waitSummarised(t, db, conv, 20)
+				waitSummarised(t, notes, conv, 20)
 			}
 		}
 		rows := transcript(t, db, conv)

@@ -2,8 +2,11 @@ package sessions
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // leaseHolder is the holder of a key's lease row ("" when none).
@@ -22,7 +25,13 @@ func leaseHolder(t *testing.T, db *DB, key string) (holder, replica string) {
 // itself.
 func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 	dsn := postgresDSN(t)
-	a, b := openStore(t, DriverPostgres, dsn), openStore(t, DriverPostgres, dsn)
+	gaveBack := giveBackNotes{done: make(chan struct{}, 16)}
+	a := openStore(t, DriverPostgres, dsn)
+	b, err := Open(context.Background(), DriverPostgres, dsn, OpenOptions{Tracer: gaveBack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, s := range []struct {
@@ -83,12 +92,29 @@ func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 
 	// Kept by b, unused: it goes back by itself.
 	releaseB()
-	deadline := time.Now().Add(5 * time.Second)
-	for h, _ := leaseHolder(t, b, key); h != ""; h, _ = leaseHolder(t, b, key) {
-		if time.Now().After(deadline) {
-			t.Fatalf("an unused kept lease was still held after %v", 5*time.Second)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database for a background give-back
+	select {
+	case <-gaveBack.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("an unused kept lease was not given back within %v", 5*time.Second)
+	}
+	if h, _ := leaseHolder(t, b, key); h != "" {
+		t.Fatalf("the lease given back is still held by %q", h)
+	}
+}
+
+// giveBackNotes is a pgx tracer telling of each give-back of kept leases
+// the store's lease pool completed.
+type giveBackNotes struct{ done chan struct{} }
+
+type giveBackSQL struct{}
+
+func (n giveBackNotes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, giveBackSQL{}, strings.HasPrefix(d.SQL, "DELETE FROM session_leases AS l USING unnest"))
+}
+
+func (n giveBackNotes) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if give, _ := ctx.Value(giveBackSQL{}).(bool); give && d.Err == nil {
+		n.done <- struct{}{}
 	}
 }
 

@@ -281,17 +281,20 @@ type Manager struct {
 	beating   atomic.Bool // the heartbeat runs
 	// peers: another replica is alive (heartbeats, or one of its events
 	// arrived), so this one publishes its events.
-	peers     atomic.Bool
-	beatMu    sync.Mutex
-	loops     sync.WaitGroup // the heartbeat and the rescuer
-	stopLoops chan struct{}
-	stopOnce  sync.Once
-	relay     relay        // events of other replicas (notify.go)
-	unstored  atomic.Int64 // replies waiting in appendReply for storage
-	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
-	health    health
-	bursts    map[string]*burst
-	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
+	peers atomic.Bool
+	// peersKnown closes the first time another replica is known alive.
+	peersKnown chan struct{}
+	peersOnce  sync.Once
+	beatMu     sync.Mutex
+	loops      sync.WaitGroup // the heartbeat and the rescuer
+	stopLoops  chan struct{}
+	stopOnce   sync.Once
+	relay      relay        // events of other replicas (notify.go)
+	unstored   atomic.Int64 // replies waiting in appendReply for storage
+	delay      atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
+	health     health
+	bursts     map[string]*burst
+	told       map[string]bool // keys told of a delay, until a turn of theirs is stored
 	// compacting: conversations a summary is being made for, and whether
 	// to look again when it is done (compact.go).
 	compacting map[string]bool
@@ -369,9 +372,9 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
 		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
-		compacting: map[string]bool{},
-		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
-		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		compacting: map[string]bool{}, peersKnown: make(chan struct{}),
+		turnLocks: locks.New(locks.Options{Now: opts.Now}),
+		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer: newTracer(opts.TracerProvider),
 	}
 	m.live.Store(live)

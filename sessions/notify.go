@@ -449,7 +449,7 @@ func (m *Manager) onEvent(ev event) {
 	if ev.Origin == m.opts.ReplicaID {
 		return
 	}
-	m.peers.Store(true)
+	m.setPeers(true)
 	if ev.Kind == eventHello || ev.Kind == eventWant {
 		return // (a want is the store's: leasekeep.go)
 	}

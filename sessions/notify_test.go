@@ -52,13 +52,12 @@ func (l *eventLog) reply(t *testing.T) ReplyEvent {
 // then, and a turn now stores its reply sooner than a hello travels.
 func knowPeers(t *testing.T, ms ...*Manager) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := time.After(10 * time.Second)
 	for _, m := range ms {
-		for !m.peers.Load() {
-			if time.Now().After(deadline) {
-				t.Fatal("the replicas did not learn of each other within 10s")
-			}
-			time.Sleep(5 * time.Millisecond) // the hello arrives on the listener's goroutine
+		select {
+		case <-m.peersKnown: // the other's hello, heard on the listener's goroutine
+		case <-timeout:
+			t.Fatal("the replicas did not learn of each other within 10s")
 		}
 	}
 }

@@ -36,7 +36,16 @@ func (m *Manager) beat(ctx context.Context) error {
 // correctness, but are cheap when sent to nobody).
 func (m *Manager) lookForPeers(ctx context.Context) {
 	_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
-	m.peers.Store(err != nil || len(alive) > 1)
+	m.setPeers(err != nil || len(alive) > 1)
+}
+
+// setPeers records whether another replica is known to be alive (so this
+// one publishes its events); the first time one is, peersKnown closes.
+func (m *Manager) setPeers(alive bool) {
+	m.peers.Store(alive)
+	if alive {
+		m.peersOnce.Do(func() { close(m.peersKnown) })
+	}
 }
 
 // Wake makes the rescuer look for claimable turns now (another replica
@@ -188,7 +197,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 		gone, alive, rerr := m.replicas(ctx)
 		err = rerr
 		if rerr == nil && len(alive) > 1 {
-			m.peers.Store(true)
+			m.setPeers(true)
 		}
 		since := m.now().Add(-recoveryHorizon)
 		if !full {
