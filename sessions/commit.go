@@ -30,6 +30,9 @@ type committer struct {
 	queue    chan *writeOp
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
+	// pipe, on PostgreSQL, commits runs of appends as one pipelined
+	// transaction each (pgpipe.go).
+	pipe *pgPipe
 
 	mu     sync.RWMutex // guards closed against sends on a closed queue
 	closed bool
@@ -49,6 +52,10 @@ func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer 
 		maxBatch = 512
 	}
 	c := &committer{db: db, driver: driver, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers)}
+	if driver == DriverPostgres {
+		sqlDB, _ := db.DB()
+		c.pipe = &pgPipe{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate}
+	}
 	for i := 0; i < workers; i++ {
 		c.wg.Add(1)
 		go c.run()
@@ -111,6 +118,34 @@ func (c *committer) run() {
 var errOpFailed = errors.New("a write in the batch failed")
 
 func (c *committer) commit(batch []*writeOp) {
+	if c.pipe == nil {
+		c.commitTx(batch)
+	} else {
+		// Runs of appends go through the pipeline, the other writes
+		// through a transaction of their own, in the batch's order.
+		for start := 0; start < len(batch); {
+			end := start + 1
+			for end < len(batch) && (batch[end].app != nil) == (batch[start].app != nil) {
+				end++
+			}
+			if run := batch[start:end]; run[0].app != nil {
+				c.pipe.commitAppends(run)
+			} else {
+				c.commitTx(run)
+			}
+			start = end
+		}
+	}
+	if c.afterCommit != nil {
+		c.afterCommit()
+	}
+	for _, op := range batch {
+		close(op.done)
+	}
+}
+
+// commitTx runs batch in one transaction.
+func (c *committer) commitTx(batch []*writeOp) {
 	err := c.db.Transaction(func(tx *gorm.DB) error { return c.runAll(tx, batch) })
 	switch {
 	case errors.Is(err, errOpFailed) && len(batch) > 1:
@@ -126,12 +161,6 @@ func (c *committer) commit(batch []*writeOp) {
 		for _, op := range batch {
 			op.err = fmt.Errorf("commit: %w", err)
 		}
-	}
-	if c.afterCommit != nil {
-		c.afterCommit()
-	}
-	for _, op := range batch {
-		close(op.done)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 )
 
@@ -145,11 +146,23 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 }
 
 // TestAppendsMergeIntoFewStatements: a batch of appends to distinct
-// conversations costs one UPDATE and one INSERT per stmtRows of them, and
-// each conversation ends up exactly as if its append ran alone.
+// conversations costs, on SQLite, one UPDATE and one INSERT per stmtRows of
+// them; on PostgreSQL one pipeline — a single round trip carrying one UPDATE
+// and one INSERT whatever the batch's size — and each conversation ends up
+// exactly as if its append ran alone.
 func TestAppendsMergeIntoFewStatements(t *testing.T) {
+	var trace pipeTracer
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
+		if db.driver == DriverPostgres {
+			// The same schema again, through pools that trace what they send.
+			dsn := postgresDSN(t)
+			var err error
+			if db, err = Open(context.Background(), DriverPostgres, dsn, OpenOptions{Tracer: &trace}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+		}
 		ctx := context.Background()
 		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 		at := start.Add(time.Minute)
@@ -165,6 +178,7 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 		var statements atomic.Int32
 		db.write.Callback().Raw().After("gorm:raw").Register("count", func(*gorm.DB) { statements.Add(1) })
 		release := holdWriter(db)
+		trace.reset()
 		var wg sync.WaitGroup
 		for i, c := range convs {
 			model := ""
@@ -188,9 +202,14 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 		}
 		release()
 		wg.Wait()
-		// 2 UPDATEs for n conversations, 3 INSERTs for 2n messages.
-		if got := statements.Load(); got != 5 {
-			t.Errorf("%d appends ran %d statements, want 5", n, got)
+		if db.driver == DriverSQLite {
+			// 2 UPDATEs for n conversations, 3 INSERTs for 2n messages.
+			if got := statements.Load(); got != 5 {
+				t.Errorf("%d appends ran %d statements, want 5", n, got)
+			}
+		} else if got := trace.String(); got != "1 batches of 2 statements, 1 other statements, 0 prepares" {
+			// (The other statement is the held write's COMMIT.)
+			t.Errorf("%d appends sent %s, want one batch of 2 statements", n, got)
 		}
 		for i := range convs {
 			c, err := db.Conversation(ctx, fmt.Sprint("conv-", i))
@@ -236,3 +255,50 @@ func TestCheckpointerCopiesTheLog(t *testing.T) {
 		t.Fatalf("checkpoint: %d frames, %d copied, %v", frames, copied, err)
 	}
 }
+
+// pipeTracer counts what a store's pgx pools send: batches, their
+// statements, statements outside a batch, and prepares.
+type pipeTracer struct {
+	mu                        sync.Mutex
+	queries, batches, batched int
+	prepares                  int
+}
+
+func (p *pipeTracer) reset() {
+	p.mu.Lock()
+	p.queries, p.batches, p.batched, p.prepares = 0, 0, 0, 0
+	p.mu.Unlock()
+}
+
+func (p *pipeTracer) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("%d batches of %d statements, %d other statements, %d prepares", p.batches, p.batched, p.queries, p.prepares)
+}
+
+func (p *pipeTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	p.mu.Lock()
+	p.queries++
+	p.mu.Unlock()
+	return ctx
+}
+func (p *pipeTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (p *pipeTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	p.mu.Lock()
+	p.batches++
+	p.mu.Unlock()
+	return ctx
+}
+func (p *pipeTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	p.mu.Lock()
+	p.batched++
+	p.mu.Unlock()
+}
+func (p *pipeTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (p *pipeTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	p.mu.Lock()
+	p.prepares++
+	p.mu.Unlock()
+	return ctx
+}
+func (p *pipeTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}

@@ -309,7 +309,11 @@ func (s *DB) migrate(ctx context.Context) error {
 			return err
 		}
 		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
-		return migrateModels(tx)
+		if err := migrateModels(tx); err != nil {
+			return err
+		}
+		// The guard of pipelined appends (pgpipe.go).
+		return tx.Exec(pgExpectFunc).Error
 	})
 }
 
