@@ -82,9 +82,9 @@ type pgPipe struct {
 }
 
 // run commits ops in one pipelined implicit transaction. An error the
-// server answered (a guard, a duplicate client id) rolled all of them
-// back; any other error leaves it unknown whether they landed, as a
-// failed COMMIT does.
+// server answered for a statement (a guard, a duplicate client id) rolled
+// all of them back; any other error leaves it unknown whether they landed,
+// as a failed COMMIT does.
 func (p *pgPipe) run(ops []*writeOp) error {
 	b := &pgx.Batch{}
 	queueAppends(b, ops)
@@ -174,7 +174,7 @@ func messageColumns(rows []*Message) []any {
 // store's callers know it.
 func (p *pgPipe) appendError(err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if !refused(err) || !errors.As(err, &pgErr) {
 		return fmt.Errorf("commit: %w", err)
 	}
 	switch pgErr.Code {
@@ -194,8 +194,7 @@ func (p *pgPipe) commitAppends(ops []*writeOp) {
 	if err == nil {
 		return
 	}
-	var pgErr *pgconn.PgError
-	if len(ops) > 1 && errors.As(err, &pgErr) {
+	if len(ops) > 1 && refused(err) {
 		for _, op := range ops {
 			if err := p.run([]*writeOp{op}); err != nil {
 				op.err = p.appendError(err)
@@ -206,4 +205,20 @@ func (p *pgPipe) commitAppends(ops []*writeOp) {
 	for _, op := range ops {
 		op.err = p.appendError(err)
 	}
+}
+
+// refused reports whether the server answered the pipeline with an error
+// of a statement (severity ERROR), which rolled its transaction back. A
+// lost connection, or a session the server ended (FATAL) perhaps after the
+// commit, leaves it unknown whether the pipeline landed.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
 }
