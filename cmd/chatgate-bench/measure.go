@@ -510,6 +510,19 @@ func goals(r *report) []goal {
 			out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99", mid.Clients), "≤ 4", ratio, ratio <= 4})
 		}
 	}
+	// PostgreSQL against SQLite at every load past one client, and its
+	// tail at the largest.
+	for _, pg := range r.Postgres {
+		lite := find(r.Gateway, pg.Clients)
+		if pg.Clients <= 1 || lite == nil || lite.PerSecond <= 0 {
+			continue
+		}
+		ratio := pg.PerSecond / lite.PerSecond
+		out = append(out, goal{fmt.Sprintf("postgres turns/s ÷ sqlite turns/s, %d clients", pg.Clients), "≥ 1", ratio, ratio >= 1 && pg.ErrorCount == 0})
+	}
+	if pg := last(r.Postgres); pg != nil && pg.Clients > 1 {
+		out = append(out, goal{fmt.Sprintf("postgres p99 at %d clients (ms)", pg.Clients), "≤ 200", pg.P99Millis, pg.P99Millis <= 200 && pg.ErrorCount == 0})
+	}
 	if c := r.PostgresCost; c != nil {
 		out = append(out, goal{fmt.Sprintf("postgres transactions per turn, %d clients", c.Clients), "≤ 1.0", c.StatXactsPerTurn, c.StatXactsPerTurn <= 1})
 	}
@@ -519,6 +532,8 @@ func goals(r *report) []goal {
 		case f.Store == sessions.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 && !f.Compaction:
 			plain = &r.FirstDelta[i]
 			out = append(out, goal{"time to first delta added, 1 client, p50, sqlite (ms)", "≤ 0.5", f.AddedP50Millis, f.AddedP50Millis <= 0.5})
+		case f.Store == sessions.DriverPostgres && f.Clients == 1 && f.Gateway.Turns > 0:
+			out = append(out, goal{"time to first delta added, 1 client, p50, postgres (ms)", "≤ 1.0", f.AddedP50Millis, f.AddedP50Millis <= 1})
 		case f.Compaction && plain != nil && plain.Gateway.P50Millis > 0 && f.Gateway.Turns > 0:
 			ratio := f.Gateway.P50Millis / plain.Gateway.P50Millis
 			out = append(out, goal{"time to first delta p50 with compaction ÷ without, 1 client, sqlite", "≤ 1.1", ratio, ratio <= 1.1})
