@@ -380,13 +380,21 @@ func priorOf(window []Message, members map[int64]bool, lead int64) []Message {
 		}
 		return msg.ReplyTo
 	}
-	slices.SortStableFunc(prior, func(a, b Message) int {
-		if c := cmp.Compare(at(&a), at(&b)); c != 0 {
+	order := func(a, b *Message) int {
+		if c := cmp.Compare(at(a), at(b)); c != 0 {
 			return c
 		}
 		// A message before the replies to it.
 		return cmp.Compare(boolInt(a.Role != agent.RoleUser), boolInt(b.Role != agent.RoleUser))
-	})
+	}
+	// Stored order is turn order unless a message arrived while a turn
+	// ran; only then are the (large) rows moved.
+	for i := 1; i < len(prior); i++ {
+		if order(&prior[i-1], &prior[i]) > 0 {
+			slices.SortStableFunc(prior, func(a, b Message) int { return order(&a, &b) })
+			break
+		}
+	}
 	return prior
 }
 
