@@ -294,34 +294,29 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 	}
 	// Clients send again what was never acknowledged.
 	deadline := time.Now().Add(10 * time.Second)
-	unacked.Range(func(id, u any) bool {
+	// sendAgain resends until the gateway takes it, pausing between tries
+	// as a client backs off.
+	sendAgain := func(what string, send func() error) {
 		for {
-			err := submit(u.(int), id.(string))
+			err := send()
 			if err == nil {
-				break
+				return
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("%s: %s could not be sent again: %v", label, id, err)
-				break
+				t.Errorf("%s: %s could not be sent again: %v", label, what, err)
+				return
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	unacked.Range(func(id, u any) bool {
+		sendAgain(id.(string), func() error { return submit(u.(int), id.(string)) })
 		return true
 	})
 	// The edits that failed go again, as a client sends them again (after
 	// the message they edit, which it sent again above).
 	unedited.Range(func(u, _ any) bool {
-		for {
-			err := edit(u.(int))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s: user %d's edit could not be sent again: %v", label, u, err)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		sendAgain(fmt.Sprintf("user %d's edit", u), func() error { return edit(u.(int)) })
 		return true
 	})
 	mu.Lock()

@@ -173,8 +173,8 @@ func messageColumns(rows []*Message) []any {
 // appendError is the error an append's own pipeline ended with, as the
 // store's callers know it.
 func (p *pgPipe) appendError(err error) error {
-	var pgErr *pgconn.PgError
-	if !refused(err) || !errors.As(err, &pgErr) {
+	pgErr := refusal(err)
+	if pgErr == nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	switch pgErr.Code {
@@ -194,7 +194,7 @@ func (p *pgPipe) commitAppends(ops []*writeOp) {
 	if err == nil {
 		return
 	}
-	if len(ops) > 1 && refused(err) {
+	if len(ops) > 1 && refusal(err) != nil {
 		for _, op := range ops {
 			if err := p.run([]*writeOp{op}); err != nil {
 				op.err = p.appendError(err)
@@ -207,18 +207,21 @@ func (p *pgPipe) commitAppends(ops []*writeOp) {
 	}
 }
 
-// refused reports whether the server answered the pipeline with an error
-// of a statement (severity ERROR), which rolled its transaction back. A
-// lost connection, or a session the server ended (FATAL) perhaps after the
-// commit, leaves it unknown whether the pipeline landed.
-func refused(err error) bool {
+// refusal is the server's error of a statement (severity ERROR), which
+// rolled the pipeline's transaction back, or nil. A lost connection, or a
+// session the server ended (FATAL) perhaps after the commit, leaves it
+// unknown whether the pipeline landed.
+func refusal(err error) *pgconn.PgError {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
-		return false
+		return nil
 	}
 	sev := pgErr.SeverityUnlocalized
 	if sev == "" {
 		sev = pgErr.Severity
 	}
-	return sev == "ERROR"
+	if sev != "ERROR" {
+		return nil
+	}
+	return pgErr
 }

@@ -35,7 +35,7 @@ func TestPipelineErrors(t *testing.T) {
 		{"session ended", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: pgCodeStale}, false, nil},
 		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), false, nil},
 	} {
-		if got := refused(c.err); got != c.refused {
+		if got := refusal(c.err) != nil; got != c.refused {
 			t.Errorf("%s: refused %v, want %v", c.name, got, c.refused)
 		}
 		got := p.appendError(c.err)
