@@ -1,11 +1,17 @@
 package sessions
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 )
@@ -44,6 +50,114 @@ func TestPipelineErrors(t *testing.T) {
 		}
 		if c.want == nil && (errors.Is(got, ErrStale) || errors.Is(got, ErrLostClaim) || !errors.Is(got, c.err)) {
 			t.Errorf("%s: %v, want a commit error", c.name, got)
+		}
+	}
+}
+
+// backendKiller is a pgx tracer that, once armed, has the server end the
+// session of the next connection about to send a pipeline — as an
+// administrator's pg_terminate_backend, a crash of that backend or a
+// failover does — and waits until it is gone before the pipeline is sent.
+type backendKiller struct {
+	pipeTracer
+	admin  *pgx.Conn
+	armed  atomic.Bool
+	killed atomic.Int32
+	err    error
+}
+
+func (k *backendKiller) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if k.armed.CompareAndSwap(true, false) {
+		var done bool
+		// The second argument waits (in ms) until the backend has exited.
+		k.err = k.admin.QueryRow(context.Background(), "SELECT pg_terminate_backend($1, 5000)", conn.PgConn().PID()).Scan(&done)
+		if k.err == nil && !done {
+			k.err = errors.New("the backend did not exit")
+		}
+		k.killed.Add(1)
+	}
+	return ctx
+}
+
+// TestPipelineWhoseBackendDies: when the server has ended the session of
+// the connection a group commit's pipeline goes through, no append of it
+// lands, each gets an uncertain commit error (never ErrStale, ErrLostClaim
+// or ErrDuplicate, which would tell its caller something false about the
+// conversation), and the store goes on over a new connection: the same
+// appends, sent again, land once. (A session that ends after the server
+// committed, its answer lost, is the fault harness's "after" outage.)
+func TestPipelineWhoseBackendDies(t *testing.T) {
+	dsn := postgresDSN(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(ctx) })
+	killer := &backendKiller{admin: admin}
+	db, err := Open(ctx, DriverPostgres, dsn, OpenOptions{Tracer: killer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	convs := make([]*Conversation, 3)
+	for i := range convs {
+		convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
+			Status: StatusActive, StartedAt: now, LastActivityAt: now}
+		if err := db.CreateConversation(ctx, convs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendAllOf := func() []error {
+		release := holdWriter(db)
+		errs := make([]error, len(convs))
+		var wg sync.WaitGroup
+		for i, c := range convs {
+			client := fmt.Sprint("c-", i)
+			a := Append{Conv: c, ExpectSeq: 0, RequireActive: true, At: now, Messages: []Message{{ConversationID: c.ID, Seq: 1,
+				Role: "user", Content: "hello", ClientMsgID: &client, Status: MsgOK, CreatedAt: now,
+				TurnState: TurnRunning, TurnOwner: "replica-1", TurnAttempt: 1, TurnLead: 1}}}
+			wg.Go(func() { errs[i] = db.Append(ctx, a) })
+		}
+		for len(db.commit.queue) < len(convs) {
+			waitQueue()
+		}
+		release()
+		wg.Wait()
+		return errs
+	}
+
+	killer.armed.Store(true)
+	errs := appendAllOf()
+	if killer.killed.Load() != 1 || killer.err != nil {
+		t.Fatalf("backend killed %d times: %v", killer.killed.Load(), killer.err)
+	}
+	for i, err := range errs {
+		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrLostClaim) || errors.Is(err, ErrDuplicate) ||
+			!strings.Contains(err.Error(), "commit: ") {
+			t.Errorf("append %d through a dead backend: %v, want an uncertain commit error", i, err)
+		}
+	}
+	var stored int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM messages").Scan(&stored); err != nil || stored != 0 {
+		t.Fatalf("%d messages stored by a pipeline whose backend was gone (%v), want none", stored, err)
+	}
+	for i, c := range convs {
+		if c.LastSeq != 0 {
+			t.Errorf("conversation %d advanced to %d in memory by a failed append", i, c.LastSeq)
+		}
+	}
+
+	for i, err := range appendAllOf() {
+		if err != nil {
+			t.Errorf("append %d sent again: %v", i, err)
+		}
+	}
+	for i := range convs {
+		msgs, err := db.RecentMessages(ctx, convs[i].ID, 10)
+		if err != nil || len(msgs) != 1 || convs[i].LastSeq != 1 {
+			t.Errorf("conversation %d after the resend: %d messages, last seq %d, %v", i, len(msgs), convs[i].LastSeq, err)
 		}
 	}
 }
