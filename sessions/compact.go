@@ -134,7 +134,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	}
 	var from int64 // the last seq the newest summary covers
 	var earlier string
-	if s := newestSummary(rows); s != nil {
+	if s := newestSummary(pointers(rows)); s != nil {
 		from, earlier = s.ReplyTo, s.Content
 	}
 	if len(rows) == 0 || rows[0].Seq > from+1 {
@@ -143,10 +143,10 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 			return 0, err
 		}
 	}
-	var after []Message
-	for _, r := range rows {
-		if r.Seq > from {
-			after = append(after, r)
+	var after []*Message
+	for i := range rows {
+		if rows[i].Seq > from {
+			after = append(after, &rows[i])
 		}
 	}
 	el := eligible(after)
@@ -162,8 +162,8 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	// message first (a burst's reply answers all of it), so a message
 	// after the newest one answered waits.
 	var answered int64
-	for i := range after {
-		if r := &after[i]; r.isFinalReply() && !(r.Status == MsgInterrupted && (r.Error == InterruptedByShutdown || r.Error == InterruptedByMessage)) {
+	for _, r := range after {
+		if r.isFinalReply() && !(r.Status == MsgInterrupted && (r.Error == InterruptedByShutdown || r.Error == InterruptedByMessage)) {
 			answered = max(answered, r.ReplyTo)
 		}
 	}
@@ -242,7 +242,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 			release()
 			return err
 		}
-		if s := newestSummary(hc.window); hc.conv.Status != StatusActive || (s != nil && s.ReplyTo >= row.ReplyTo) {
+		if s := newestSummary(pointers(hc.window)); hc.conv.Status != StatusActive || (s != nil && s.ReplyTo >= row.ReplyTo) {
 			release()
 			return nil
 		}

@@ -70,7 +70,7 @@ func waitSummarised(t *testing.T, n summaryNotes, conv string, keep int) []Messa
 	t.Helper()
 	for {
 		rows := transcript(t, n.DB, conv)
-		if s := newestSummary(rows); s != nil {
+		if s := newestSummary(pointers(rows)); s != nil {
 			after := 0
 			for _, r := range rows {
 				if r.Seq > s.ReplyTo && r.Role != RoleSummary {

@@ -12,7 +12,16 @@ import (
 // tool calls apart from its results, so a model server never sees a broken
 // tool-call sequence.
 func History(msgs []Message, max int) []agent.Message {
-	return history(msgs, max, 0)
+	return history(pointers(msgs), max, 0)
+}
+
+// pointers is a pointer to each of msgs, in order.
+func pointers(msgs []Message) []*Message {
+	out := make([]*Message, len(msgs))
+	for i := range msgs {
+		out[i] = &msgs[i]
+	}
+	return out
 }
 
 // historyFor is the history a turn under policy p sends the model. With
@@ -21,12 +30,12 @@ func History(msgs []Message, max int) []agent.Message {
 // covers; else the window of the messages. The window holds at most
 // p.MaxHistory messages, and at most p.MaxHistoryTokens estimated tokens
 // when that is set.
-func historyFor(msgs []Message, p Policy) []agent.Message {
+func historyFor(msgs []*Message, p Policy) []agent.Message {
 	summary := newestSummary(msgs)
 	if !p.Compaction.Enabled {
 		summary = nil
 	}
-	rest := make([]Message, 0, len(msgs))
+	rest := make([]*Message, 0, len(msgs))
 	for _, m := range msgs {
 		if m.Role == RoleSummary || (summary != nil && m.Seq <= summary.ReplyTo) {
 			continue
@@ -41,21 +50,20 @@ func historyFor(msgs []Message, p Policy) []agent.Message {
 }
 
 // newestSummary is the summary row of msgs with the highest seq, or nil.
-func newestSummary(msgs []Message) *Message {
+func newestSummary(msgs []*Message) *Message {
 	var s *Message
-	for i := range msgs {
-		if msgs[i].Role == RoleSummary && (s == nil || msgs[i].Seq > s.Seq) {
-			s = &msgs[i]
+	for _, m := range msgs {
+		if m.Role == RoleSummary && (s == nil || m.Seq > s.Seq) {
+			s = m
 		}
 	}
 	return s
 }
 
 // eligible are the messages of msgs a history may hold, oldest first.
-func eligible(msgs []Message) []*Message {
+func eligible(msgs []*Message) []*Message {
 	out := make([]*Message, 0, len(msgs))
-	for i := range msgs {
-		m := &msgs[i]
+	for _, m := range msgs {
 		switch {
 		case m.Role == RoleSummary:
 			continue
@@ -92,7 +100,7 @@ func newestWithin(msgs []*Message, max, maxTokens int) int {
 	return n
 }
 
-func history(msgs []Message, max, maxTokens int) []agent.Message {
+func history(msgs []*Message, max, maxTokens int) []agent.Message {
 	if max <= 0 {
 		return nil
 	}

@@ -14,7 +14,7 @@ func TestPriorOfPutsRepliesAfterTheirMessages(t *testing.T) {
 	a := func(seq, to int64) Message {
 		return Message{Seq: seq, Role: "assistant", ReplyTo: to, Content: fmt.Sprint("a", to)}
 	}
-	show := func(ms []Message) string {
+	show := func(ms []*Message) string {
 		out := ""
 		for _, m := range ms {
 			out += m.Content + " "

@@ -245,7 +245,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		// call starts now, from the history before it (early.go).
 		live := m.settings() // the turn's settings, as callFor takes them
 		early = m.startEarly(in, hc.conv.Channel, live.agent,
-			m.request(rows, priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy, in, live.instructions))
+			m.request(rows, historyFor(priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy), in, live.instructions))
 	}
 	batch := []Message{um}
 	endStore := m.startSpan(ctx, "store")

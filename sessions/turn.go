@@ -96,7 +96,13 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	for _, r := range b.Rows {
 		members[r.Seq] = true
 	}
-	prior := priorOf(hc.window, members, lead)
+	// The history the model sees, taken from the window under the lock
+	// (an early call built its own from the same window when its message
+	// was stored).
+	var hist []agent.Message
+	if early == nil {
+		hist = historyFor(priorOf(hc.window, members, lead), policy)
+	}
 	release()
 
 	tickets := m.takeTickets(key, conv, func(t *Ticket) bool { return members[t.ref.seq] })
@@ -146,7 +152,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 			turnCtx, endTurn = m.startTurn(key)
 		}
 		turnCtx = withTurn(ctx, turnCtx)
-		msgs, reply, state = m.callFor(turnCtx, hc, b, prior, policy, in, hooks, early)
+		msgs, reply, state = m.callFor(turnCtx, hc, b, hist, in, hooks, early)
 		endTurn()
 	}
 	// The reply's append is the transition: it lands only while no claim
@@ -261,7 +267,7 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 // partial reply of an interrupted turn, and the turn's state after it.
 // With early, the call was made already (its deltas went to the lead's
 // hooks since its ack): its answer is taken instead.
-func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior []Message, policy Policy, in Inbound, h Hooks, early *earlyCall) ([]Message, agent.Reply, string) {
+func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]Message, agent.Reply, string) {
 	lead := b.Lead()
 	var partial strings.Builder
 	var reply agent.Reply
@@ -274,7 +280,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 		// The turn runs with the settings of its start: a reload
 		// meanwhile applies to the next one.
 		live := m.settings()
-		req := m.request(b.Rows, prior, policy, in, live.instructions)
+		req := m.request(b.Rows, hist, in, live.instructions)
 		m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
 		reply, err = m.callAgent(turnCtx, live.agent, req, func(d string) {
 			partial.WriteString(d)
@@ -340,12 +346,12 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, prior 
 	}
 }
 
-// request is the agent request of a turn answering rows after prior —
-// the history before its lead without its own messages, then each of them
-// as a user message.
+// request is the agent request of a turn answering rows after hist — the
+// history before its lead without its own messages (historyFor of
+// priorOf), then each of them as a user message.
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
-func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in Inbound, instructions string) agent.Request {
+func (m *Manager) request(rows []BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
 	texts := make([]string, len(rows))
 	atts := make([][]agent.Attachment, len(rows))
 	for i, r := range rows {
@@ -355,7 +361,7 @@ func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in In
 	return agent.Request{
 		SessionKey:       in.SessionKey,
 		Instructions:     instructions,
-		History:          historyFor(prior, policy),
+		History:          hist,
 		Earlier:          texts[:len(texts)-1],
 		Input:            texts[len(texts)-1],
 		InputAttachments: atts,
@@ -365,10 +371,13 @@ func (m *Manager) request(rows []BatchRow, prior []Message, policy Policy, in In
 // priorOf is the history a turn with lead and members sees: every stored
 // message but the turn's own and the user messages stored after it, in
 // turn order — each reply right after the message it answers, even when
-// later messages were stored before it (they arrived while it ran).
-func priorOf(window []Message, members map[int64]bool, lead int64) []Message {
-	prior := make([]Message, 0, len(window))
-	for _, msg := range window {
+// later messages were stored before it (they arrived while it ran). The
+// messages are the window's own, not copies: use them under the key's
+// state lock, which alone changes the window.
+func priorOf(window []Message, members map[int64]bool, lead int64) []*Message {
+	prior := make([]*Message, 0, len(window))
+	for i := range window {
+		msg := &window[i]
 		if members[msg.Seq] || members[msg.ReplyTo] || (msg.Role == agent.RoleUser && msg.Seq > lead) {
 			continue // the turn's own, or what an earlier run of it left
 		}
@@ -388,12 +397,9 @@ func priorOf(window []Message, members map[int64]bool, lead int64) []Message {
 		return cmp.Compare(boolInt(a.Role != agent.RoleUser), boolInt(b.Role != agent.RoleUser))
 	}
 	// Stored order is turn order unless a message arrived while a turn
-	// ran; only then are the (large) rows moved.
-	for i := 1; i < len(prior); i++ {
-		if order(&prior[i-1], &prior[i]) > 0 {
-			slices.SortStableFunc(prior, func(a, b Message) int { return order(&a, &b) })
-			break
-		}
+	// ran; only then is there anything to sort.
+	if !slices.IsSortedFunc(prior, order) {
+		slices.SortStableFunc(prior, order)
 	}
 	return prior
 }
