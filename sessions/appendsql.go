@@ -13,16 +13,17 @@ import (
 // places in time quadratic in their count, so statements stay modest.
 const stmtRows = 32
 
-// appendAll runs appends to distinct conversations as set-based statements:
+// appendAll runs appends to distinct conversations as set-based statements
+// (on SQLite; PostgreSQL's appends go through its pipeline, pgpipe.go):
 // an UPDATE of all their conversations, each guarded by the seq and the
 // claim epoch its writer saw (and, for user messages, by being active),
 // then multi-row INSERTs of all their messages. A single append gets the plain statements. It fails
 // with ErrStale when any guard failed; the committer then runs the appends
 // one by one to find which.
-func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
+func appendAll(tx *gorm.DB, ops []*writeOp) error {
 	for start := 0; start < len(ops); start += stmtRows {
 		chunk := ops[start:min(start+stmtRows, len(ops))]
-		query, args := updateConversations(driver, chunk)
+		query, args := updateConversations(chunk)
 		res := tx.Exec(query, args...)
 		if res.Error != nil {
 			return res.Error
@@ -64,7 +65,7 @@ func appendAll(tx *gorm.DB, driver string, ops []*writeOp) error {
 
 // updateConversations builds the guarded UPDATE of the appends'
 // conversations: their seq, activity, tokens, cost and model.
-func updateConversations(driver string, ops []*writeOp) (string, []any) {
+func updateConversations(ops []*writeOp) (string, []any) {
 	if len(ops) == 1 {
 		a := ops[0].app
 		query := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
@@ -74,35 +75,23 @@ func updateConversations(driver string, ops []*writeOp) (string, []any) {
 		}
 		return query, []any{int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq}
 	}
-	// PostgreSQL types the values list from its first row, so that row
-	// says what each column is; SQLite takes values as they come.
-	row := "(?, ?, ?, ?, ?, ?, ?, ?, "
-	first := row
-	if driver == DriverPostgres {
-		first = "(CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TIMESTAMPTZ), CAST(? AS BIGINT), CAST(? AS NUMERIC), CAST(? AS VARCHAR), CAST(? AS INTEGER), "
-	}
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?, "
 	var q strings.Builder
 	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ")
 	args := make([]any, 0, 8*len(ops))
 	for i, op := range ops {
 		a := op.app
-		if i == 0 {
-			q.WriteString(first)
-		} else {
+		if i > 0 {
 			q.WriteString(", ")
-			q.WriteString(row)
 		}
+		q.WriteString(row)
 		active := 0
 		if a.RequireActive {
 			active = 1
 		}
 		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active)
 		// The epoch, a number the store keeps, as a literal.
-		if i == 0 && driver == DriverPostgres {
-			q.WriteString("CAST(" + itoa(a.Conv.Epoch) + " AS BIGINT))")
-		} else {
-			q.WriteString(itoa(a.Conv.Epoch) + ")")
-		}
+		q.WriteString(itoa(a.Conv.Epoch) + ")")
 	}
 	// status as a literal, like everywhere the partial indexes matter.
 	q.WriteString(`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,

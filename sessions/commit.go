@@ -25,7 +25,6 @@ import (
 // each, so no write sees another's failure.
 type committer struct {
 	db       *gorm.DB
-	driver   string
 	maxBatch int
 	queue    chan *writeOp
 	// afterCommit, when set, runs after each committed batch.
@@ -51,7 +50,7 @@ func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer 
 	if maxBatch <= 0 {
 		maxBatch = 512
 	}
-	c := &committer{db: db, driver: driver, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers)}
+	c := &committer{db: db, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers)}
 	if driver == DriverPostgres {
 		sqlDB, _ := db.DB()
 		c.pipe = &pgPipe{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate}
@@ -177,7 +176,7 @@ func (c *committer) runAll(tx *gorm.DB, batch []*writeOp) error {
 		var err error
 		if len(group) == 1 {
 			err = c.runOne(tx, group[0])
-		} else if err = appendAll(tx, c.driver, group); err != nil {
+		} else if err = appendAll(tx, group); err != nil {
 			err = errOpFailed // which append failed is found when they run alone
 		}
 		group = group[:0]
@@ -209,7 +208,7 @@ func (c *committer) runAll(tx *gorm.DB, batch []*writeOp) error {
 // batch's transaction.
 func (c *committer) runOne(tx *gorm.DB, op *writeOp) error {
 	if op.app != nil {
-		op.err = appendAll(tx, c.driver, []*writeOp{op})
+		op.err = appendAll(tx, []*writeOp{op})
 	} else {
 		op.err = op.fn(tx)
 	}

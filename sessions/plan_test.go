@@ -43,7 +43,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 	for i := range 3 {
 		ops = append(ops, &writeOp{app: &Append{Conv: &Conversation{ID: fmt.Sprint("c", i)}, Messages: make([]Message, 1)}})
 	}
-	q, args := updateConversations(DriverSQLite, ops)
+	q, args := updateConversations(ops)
 	var rows []map[string]any
 	if err := db.Gorm().Raw("EXPLAIN QUERY PLAN "+q, args...).Scan(&rows).Error; err != nil {
 		t.Fatal(err)
