@@ -73,14 +73,7 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 		db := open()
 		ctx := context.Background()
 		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-		convs := make([]*Conversation, 6)
-		for i := range convs {
-			convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
-				Status: StatusActive, StartedAt: now, LastActivityAt: now}
-			if err := db.CreateConversation(ctx, convs[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		convs := createConversations(t, db, 6, now, "")
 		userMsg := func(c *Conversation, seq int64, client string) Message {
 			m := Message{ConversationID: c.ID, Seq: seq, Role: "user", Content: fmt.Sprint("m", seq), Status: MsgOK, CreatedAt: now}
 			if client != "" {
@@ -167,14 +160,7 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 		at := start.Add(time.Minute)
 		const n = stmtRows + 8 // two statements of each kind
-		convs := make([]*Conversation, n)
-		for i := range convs {
-			convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
-				Status: StatusActive, StartedAt: start, LastActivityAt: start, Model: "old"}
-			if err := db.CreateConversation(ctx, convs[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		convs := createConversations(t, db, n, start, "old")
 		var statements atomic.Int32
 		db.write.Callback().Raw().After("gorm:raw").Register("count", func(*gorm.DB) { statements.Add(1) })
 		release := holdWriter(db)
@@ -227,6 +213,21 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 	})
 }
 
+// createConversations creates active WebSocket conversations conv-0 …
+// conv-(n-1) of users u0 … u(n-1), started and last active at, with model.
+func createConversations(t testing.TB, db *DB, n int, at time.Time, model string) []*Conversation {
+	t.Helper()
+	convs := make([]*Conversation, n)
+	for i := range convs {
+		convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
+			Status: StatusActive, StartedAt: at, LastActivityAt: at, Model: model}
+		if err := db.CreateConversation(context.Background(), convs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return convs
+}
+
 // holdWriter gives db a committer with one worker and keeps that worker
 // busy until release is called, so that the writes queued meanwhile form
 // one batch.
@@ -276,29 +277,28 @@ func (p *pipeTracer) String() string {
 	return fmt.Sprintf("%d batches of %d statements, %d other statements, %d prepares", p.batches, p.batched, p.queries, p.prepares)
 }
 
-func (p *pipeTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// count adds one to the counter n points to.
+func (p *pipeTracer) count(n *int) {
 	p.mu.Lock()
-	p.queries++
+	*n++
 	p.mu.Unlock()
+}
+
+func (p *pipeTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	p.count(&p.queries)
 	return ctx
 }
 func (p *pipeTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (p *pipeTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	p.mu.Lock()
-	p.batches++
-	p.mu.Unlock()
+	p.count(&p.batches)
 	return ctx
 }
 func (p *pipeTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
-	p.mu.Lock()
-	p.batched++
-	p.mu.Unlock()
+	p.count(&p.batched)
 }
 func (p *pipeTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 func (p *pipeTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	p.mu.Lock()
-	p.prepares++
-	p.mu.Unlock()
+	p.count(&p.prepares)
 	return ctx
 }
 func (p *pipeTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}

@@ -101,14 +101,7 @@ func TestPipelineWhoseBackendDies(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	convs := make([]*Conversation, 3)
-	for i := range convs {
-		convs[i] = &Conversation{ID: fmt.Sprint("conv-", i), SessionKey: fmt.Sprint("websocket:u", i), Channel: "websocket",
-			Status: StatusActive, StartedAt: now, LastActivityAt: now}
-		if err := db.CreateConversation(ctx, convs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	convs := createConversations(t, db, 3, now, "")
 	appendAllOf := func() []error {
 		release := holdWriter(db)
 		errs := make([]error, len(convs))
