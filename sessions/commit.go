@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // committer group-commits writes: each worker takes every write waiting in
@@ -19,6 +20,10 @@ import (
 // batch run as one set-based UPDATE of their conversations and multi-row
 // INSERTs of their messages, so a batch of a few hundred turns costs a
 // handful of statements instead of two each.
+//
+// Conversations created in the same batch are merged the same way: one
+// multi-row INSERT, so that many users arriving at once (each first message
+// opens a conversation) cost a statement, not a round trip each.
 //
 // Writes rarely fail (a stale conversation, a duplicate client id); when one
 // does, the batch is rolled back and its writes run again one transaction
@@ -38,10 +43,12 @@ type committer struct {
 	wg     sync.WaitGroup
 }
 
-// writeOp is one queued write: a function of its own, or an append.
+// writeOp is one queued write: a function of its own, an append, or a
+// conversation to create.
 type writeOp struct {
 	fn   func(tx *gorm.DB) error
 	app  *Append
+	conv *Conversation
 	err  error
 	done chan struct{}
 }
@@ -73,6 +80,12 @@ func (c *committer) do(ctx context.Context, fn func(tx *gorm.DB) error) error {
 // appends of its batch.
 func (c *committer) append(ctx context.Context, a *Append) error {
 	return c.enqueue(ctx, &writeOp{app: a, done: make(chan struct{})})
+}
+
+// create inserts conv in a group-committed transaction, merged with the
+// other conversations created in its batch.
+func (c *committer) create(ctx context.Context, conv *Conversation) error {
+	return c.enqueue(ctx, &writeOp{conv: conv, done: make(chan struct{})})
 }
 
 func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
@@ -163,53 +176,88 @@ func (c *committer) commitTx(batch []*writeOp) {
 	}
 }
 
-// runAll runs the batch in order, merging runs of appends. An append merges
-// only with appends to other conversations, so that each sees the writes
-// queued before it exactly as if they ran one by one.
+// runAll runs the batch in order, merging runs of appends and runs of
+// creates. An append merges only with appends to other conversations, so
+// that each sees the writes queued before it exactly as if they ran one by
+// one.
 func (c *committer) runAll(tx *gorm.DB, batch []*writeOp) error {
-	var group []*writeOp
+	var apps, creates []*writeOp
 	convs := map[string]bool{}
 	flush := func() error {
-		if len(group) == 0 {
-			return nil
-		}
 		var err error
-		if len(group) == 1 {
-			err = c.runOne(tx, group[0])
-		} else if err = appendAll(tx, group); err != nil {
-			err = errOpFailed // which append failed is found when they run alone
+		switch {
+		case len(apps) == 1:
+			err = c.runOne(tx, apps[0])
+		case len(apps) > 1:
+			if err = appendAll(tx, apps); err != nil {
+				err = errOpFailed // which append failed is found when they run alone
+			}
+		case len(creates) == 1:
+			err = c.runOne(tx, creates[0])
+		case len(creates) > 1:
+			err = createAll(tx, creates)
 		}
-		group = group[:0]
+		apps, creates = apps[:0], creates[:0]
 		clear(convs)
 		return err
 	}
 	for _, op := range batch {
-		if op.app == nil {
+		switch {
+		case op.app != nil:
+			if len(creates) > 0 || convs[op.app.Conv.ID] {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			convs[op.app.Conv.ID] = true
+			apps = append(apps, op)
+		case op.conv != nil:
+			if len(apps) > 0 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			creates = append(creates, op)
+		default:
 			if err := flush(); err != nil {
 				return err
 			}
 			if err := c.runOne(tx, op); err != nil {
 				return err
 			}
-			continue
 		}
-		if convs[op.app.Conv.ID] {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		convs[op.app.Conv.ID] = true
-		group = append(group, op)
 	}
 	return flush()
+}
+
+// createAll inserts the conversations of ops with multi-row INSERTs. A
+// conversation that cannot be inserted (its key already has an active
+// one) is skipped by the statement, which then fails the batch: the ops
+// run alone to find which, each getting its own error.
+func createAll(tx *gorm.DB, ops []*writeOp) error {
+	rows := make([]*Conversation, 0, min(len(ops), stmtRows))
+	for start := 0; start < len(ops); start += stmtRows {
+		rows = rows[:0]
+		for _, op := range ops[start:min(start+stmtRows, len(ops))] {
+			rows = append(rows, op.conv)
+		}
+		res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
+		if res.Error != nil || res.RowsAffected != int64(len(rows)) {
+			return errOpFailed
+		}
+	}
+	return nil
 }
 
 // runOne runs one write, keeping its error on the op; a failure aborts the
 // batch's transaction.
 func (c *committer) runOne(tx *gorm.DB, op *writeOp) error {
-	if op.app != nil {
+	switch {
+	case op.app != nil:
 		op.err = appendAll(tx, []*writeOp{op})
-	} else {
+	case op.conv != nil:
+		op.err = tx.Create(op.conv).Error
+	default:
 		op.err = op.fn(tx)
 	}
 	if op.err != nil {

@@ -213,6 +213,79 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 	})
 }
 
+// TestCreatesMergeAndFailAlone: conversations created in one batch (many
+// users' first messages at once) are inserted by one statement per stmtRows
+// of them, each stored as given; when some cannot be (their key already has
+// an active conversation, stored or earlier in the batch), each of those
+// gets ErrStale and every other one is created.
+func TestCreatesMergeAndFailAlone(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		var statements atomic.Int32
+		db.write.Callback().Create().After("gorm:create").Register("count", func(*gorm.DB) { statements.Add(1) })
+		conv := func(id, key string) *Conversation {
+			return &Conversation{ID: id, SessionKey: key, Channel: "websocket", Status: StatusActive,
+				StartedAt: at, LastActivityAt: at.Add(time.Second), AgentName: "echo", Model: "m-" + id, UserID: "u-" + id}
+		}
+		// create queues convs in order behind a held writer and returns
+		// each one's error.
+		create := func(convs []*Conversation) []error {
+			release := holdWriter(db)
+			errs := make([]error, len(convs))
+			var wg sync.WaitGroup
+			for i, c := range convs {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[i] = db.CreateConversation(ctx, c) }()
+				for len(db.commit.queue) < i+1 { // keep the queue in order
+					waitQueue()
+				}
+			}
+			release()
+			wg.Wait()
+			return errs
+		}
+
+		const n = stmtRows + 8
+		var convs []*Conversation
+		for i := 0; i < n; i++ {
+			convs = append(convs, conv(fmt.Sprint("c", i), fmt.Sprint("websocket:u", i)))
+		}
+		statements.Store(0)
+		for i, err := range create(convs) {
+			if err != nil {
+				t.Fatalf("create %d: %v", i, err)
+			}
+		}
+		if got := statements.Load(); got != 2 {
+			t.Errorf("%d creates ran %d INSERTs, want 2", n, got)
+		}
+		for _, want := range convs {
+			got, err := db.ActiveConversation(ctx, want.SessionKey)
+			if err != nil || got == nil || got.ID != want.ID || got.Model != want.Model || got.UserID != want.UserID ||
+				!got.StartedAt.Equal(at) || !got.LastActivityAt.Equal(want.LastActivityAt) || got.LastSeq != 0 || got.Epoch != 0 {
+				t.Fatalf("stored %+v, %v; want %+v", got, err, want)
+			}
+		}
+
+		// u0 has an active conversation already; v1 is created twice.
+		errs := create([]*Conversation{conv("d0", "websocket:v0"), conv("d1", "websocket:u0"), conv("d2", "websocket:v1"),
+			conv("d3", "websocket:v1"), conv("d4", "websocket:v2")})
+		want := []error{nil, ErrStale, nil, ErrStale, nil}
+		for i, err := range errs {
+			if !errors.Is(err, want[i]) || (want[i] == nil && err != nil) {
+				t.Errorf("create d%d: got %v, want %v", i, err, want[i])
+			}
+		}
+		for key, id := range map[string]string{"websocket:v0": "d0", "websocket:u0": "c0", "websocket:v1": "d2", "websocket:v2": "d4"} {
+			if got, err := db.ActiveConversation(ctx, key); err != nil || got == nil || got.ID != id {
+				t.Errorf("%s: active conversation %+v, %v; want %s", key, got, err, id)
+			}
+		}
+	})
+}
+
 // createConversations creates active WebSocket conversations conv-0 …
 // conv-(n-1) of users u0 … u(n-1), started and last active at, with model.
 func createConversations(t testing.TB, db *DB, n int, at time.Time, model string) []*Conversation {

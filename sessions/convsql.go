@@ -47,7 +47,7 @@ func (s *DB) Conversation(ctx context.Context, id string) (*Conversation, error)
 // CreateConversation inserts c. It fails with ErrStale when the key already
 // has an active conversation.
 func (s *DB) CreateConversation(ctx context.Context, c *Conversation) error {
-	err := s.commit.do(ctx, func(tx *gorm.DB) error { return tx.Create(c).Error })
+	err := s.commit.create(ctx, c)
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
 		return ErrStale
 	}
