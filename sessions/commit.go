@@ -34,7 +34,7 @@ type committer struct {
 	queue    chan *writeOp
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
-	// pipe, on PostgreSQL, commits runs of appends as one pipelined
+	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
 	// transaction each (pgpipe.go).
 	pipe *pgPipe
 
@@ -133,19 +133,27 @@ func (c *committer) commit(batch []*writeOp) {
 	if c.pipe == nil {
 		c.commitTx(batch)
 	} else {
-		// Runs of appends go through the pipeline, the other writes
-		// through a transaction of their own, in the batch's order.
-		for start := 0; start < len(batch); {
-			end := start + 1
-			for end < len(batch) && (batch[end].app != nil) == (batch[start].app != nil) {
-				end++
-			}
-			if run := batch[start:end]; run[0].app != nil {
-				c.pipe.commitAppends(run)
+		// The appends go through the pipeline, the other writes through
+		// one transaction. Every caller waits for its own write, so the
+		// writes of a batch were all pending at once and none has seen
+		// another's outcome: any order of them is one the queue could
+		// have had. Keeping the queue's order would cut an interleaved
+		// batch (many users' first messages: a conversation created, a
+		// message appended, another created, ...) into a transaction per
+		// run, one after the other.
+		apps, others := make([]*writeOp, 0, len(batch)), make([]*writeOp, 0, 4)
+		for _, op := range batch {
+			if op.app != nil {
+				apps = append(apps, op)
 			} else {
-				c.commitTx(run)
+				others = append(others, op)
 			}
-			start = end
+		}
+		if len(others) > 0 {
+			c.commitTx(others)
+		}
+		if len(apps) > 0 {
+			c.pipe.commitAppends(apps)
 		}
 	}
 	if c.afterCommit != nil {
