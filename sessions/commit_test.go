@@ -286,6 +286,68 @@ func TestCreatesMergeAndFailAlone(t *testing.T) {
 	})
 }
 
+// TestInterleavedBatchCommitsOnce: on PostgreSQL a batch whose appends and
+// other writes alternate in the queue (users' first messages: a
+// conversation created, another's message appended, ...) commits its
+// appends in one pipeline and its other writes in one transaction, not a
+// transaction per run; every write lands.
+func TestInterleavedBatchCommitsOnce(t *testing.T) {
+	var trace pipeTracer
+	db, err := Open(context.Background(), DriverPostgres, postgresDSN(t), OpenOptions{Tracer: &trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	convs := createConversations(t, db, 3, at, "")
+	release := holdWriter(db)
+	trace.reset()
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				c := convs[i/2]
+				errs[i] = db.Append(ctx, Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at})
+			} else {
+				errs[i] = db.CreateConversation(ctx, &Conversation{ID: fmt.Sprint("new-", i), SessionKey: fmt.Sprint("websocket:new", i),
+					Channel: "websocket", Status: StatusActive, StartedAt: at, LastActivityAt: at})
+			}
+		}()
+		for len(db.commit.queue) < i+1 { // keep the queue in order
+			waitQueue()
+		}
+	}
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	// The three appends in one pipeline; the held write's COMMIT, then
+	// BEGIN, the INSERT of the three conversations and COMMIT.
+	trace.mu.Lock()
+	batches, batched, queries := trace.batches, trace.batched, trace.queries
+	trace.mu.Unlock()
+	if batches != 1 || batched != 2 || queries != 4 {
+		t.Errorf("an interleaved batch sent %s, want 1 batch of 2 statements and 4 other statements", &trace)
+	}
+	for _, c := range convs {
+		if got, _ := db.Conversation(ctx, c.ID); got == nil || got.LastSeq != 1 {
+			t.Errorf("%s after its append: %+v", c.ID, got)
+		}
+	}
+	for _, key := range []string{"websocket:new1", "websocket:new3", "websocket:new5"} {
+		if got, err := db.ActiveConversation(ctx, key); err != nil || got == nil {
+			t.Errorf("%s: %+v, %v", key, got, err)
+		}
+	}
+}
+
 // createConversations creates active WebSocket conversations conv-0 …
 // conv-(n-1) of users u0 … u(n-1), started and last active at, with model.
 func createConversations(t testing.TB, db *DB, n int, at time.Time, model string) []*Conversation {
