@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,20 +88,11 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 	wait := 5 * time.Millisecond
 	var asked time.Time
 	for {
-		res, err := s.leases.ExecContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
-			VALUES ($1, $2, $3, now())
-			ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
-			WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
-				WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))`,
-			key, holder, replica, ttl.Seconds())
+		got, err := s.acquire(ctx, key, holder, replica, ttl)
 		if err != nil {
-			// The insert may have landed with its answer lost: this
-			// acquisition's row, if there is one, is deleted when the
-			// database answers again (only this holder's).
-			go s.retryUnlease(key, holder, ttl)
 			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if got {
 			break
 		}
 		// A live replica holds it: ask it to give the lease back (it
@@ -120,6 +112,166 @@ func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) 
 	}
 	return s.kept.took(id, holder, ttl, time.Now()), nil
 }
+
+// Lease acquisitions are batched: the ones waiting when a statement goes
+// out share it, so that many users arriving at once (each first turn takes
+// its key's lease) cost a few statements, not one each queued behind the
+// lease pool's connections.
+const (
+	leaseWorkers  = 2
+	leaseBatchMax = 256
+)
+
+// leaseReq is one acquisition waiting for its batch. Its caller may stop
+// waiting (its context ended, the store closed) once it was sent: the
+// worker then owns what the statement did and undoes it.
+type leaseReq struct {
+	key, holder, replica string
+	ttl                  time.Duration
+	state                atomic.Int32 // reqPending, reqAbandoned, reqAnswered
+	got                  bool
+	err                  error
+	done                 chan struct{}
+}
+
+const (
+	reqPending int32 = iota
+	reqAbandoned
+	reqAnswered
+)
+
+// acquire writes one lease row through a batch and reports whether it
+// holds the key: false when another live replica's row holds it.
+func (s *DB) acquire(ctx context.Context, key, holder, replica string, ttl time.Duration) (bool, error) {
+	r := &leaseReq{key: key, holder: holder, replica: replica, ttl: ttl, done: make(chan struct{})}
+	select {
+	case s.leaseQ <- r:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-s.closed:
+		return false, ErrClosed
+	}
+	var gone error
+	select {
+	case <-r.done:
+		return r.got, r.err
+	case <-ctx.Done():
+		gone = ctx.Err()
+	case <-s.closed:
+		gone = ErrClosed
+	}
+	if r.state.CompareAndSwap(reqPending, reqAbandoned) {
+		return false, gone
+	}
+	<-r.done // answered meanwhile
+	return r.got, r.err
+}
+
+// answer gives r its outcome, or, when its caller stopped waiting, undoes
+// what the statement may have done: a row it wrote is given back, and one
+// an error left in doubt is deleted once the database answers.
+func (s *DB) answer(r *leaseReq, got bool, err error) {
+	if r.state.CompareAndSwap(reqPending, reqAnswered) {
+		r.got, r.err = got, err
+		close(r.done)
+		if err != nil {
+			// The insert may have landed with its answer lost: this
+			// acquisition's row, if there is one, is deleted when the
+			// database answers again (only this holder's).
+			go s.retryUnlease(r.key, r.holder, r.ttl)
+		}
+		return
+	}
+	switch {
+	case err != nil:
+		go s.retryUnlease(r.key, r.holder, r.ttl)
+	case got:
+		s.giveBack([]leaseRow{{r.key, r.holder}}, r.ttl)
+	}
+}
+
+// leaseWorker sends the waiting acquisitions, up to leaseBatchMax at a
+// time, until the store closes.
+func (s *DB) leaseWorker() {
+	defer s.leaseWG.Done()
+	batch := make([]*leaseReq, 0, leaseBatchMax)
+	for {
+		select {
+		case r := <-s.leaseQ:
+			batch = append(batch[:0], r)
+		case <-s.closed:
+			return
+		}
+	fill:
+		for len(batch) < leaseBatchMax {
+			select {
+			case r := <-s.leaseQ:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		for len(batch) > 0 {
+			batch = s.leaseRound(batch)
+		}
+	}
+}
+
+// leaseRound sends, in one statement, the acquisitions of batch with
+// distinct keys and the first one's ttl (a statement may write a row
+// once), and returns the rest. Acquisitions abandoned before they were
+// sent are dropped: they did nothing.
+func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
+	var round, rest []*leaseReq
+	keys := map[string]*leaseReq{}
+	for _, r := range batch {
+		switch {
+		case r.state.Load() != reqPending:
+		case keys[r.key] != nil || r.ttl != batch[0].ttl:
+			rest = append(rest, r)
+		default:
+			keys[r.key] = r
+			round = append(round, r)
+		}
+	}
+	if len(round) == 0 {
+		return rest
+	}
+	ks, hs, rs := make([]string, len(round)), make([]string, len(round)), make([]string, len(round))
+	for i, r := range round {
+		ks[i], hs[i], rs[i] = r.key, r.holder, r.replica
+	}
+	got := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseStatementWait)
+	defer cancel()
+	rows, err := s.leases.QueryContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
+		SELECT g.k, g.h, g.r, now() FROM unnest($1::text[], $2::text[], $3::text[]) AS g(k, h, r)
+		ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
+		WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
+			WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))
+		RETURNING session_key`, ks, hs, rs, round[0].ttl.Seconds())
+	if err == nil {
+		for rows.Next() {
+			var k string
+			if err = rows.Scan(&k); err != nil {
+				break
+			}
+			got[k] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	for _, r := range round {
+		s.answer(r, err == nil && got[r.key], err)
+	}
+	return rest
+}
+
+// leaseStatementWait bounds one batch's statement: its callers stop
+// waiting when their own contexts end, and the next batch waits for it.
+const leaseStatementWait = 10 * time.Second
 
 func (s *DB) unlease(key, holder string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -155,6 +155,10 @@ type DB struct {
 	events *events
 	// kept is the session leases kept across turns (leasekeep.go).
 	kept keptLeases
+	// leaseQ feeds lease acquisitions to the workers that batch them
+	// (leasesql.go); leaseWG waits for those workers.
+	leaseQ  chan *leaseReq
+	leaseWG sync.WaitGroup
 	// closed is closed by Close, ending background retries.
 	closed chan struct{}
 }
@@ -223,6 +227,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		if s.leases, err = openLeasePool(dsn, opts.Tracer); err != nil {
 			s.closeDBs()
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		s.leaseQ = make(chan *leaseReq, leaseBatchMax)
+		for i := 0; i < leaseWorkers; i++ {
+			s.leaseWG.Add(1)
+			go s.leaseWorker()
 		}
 	default:
 		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
@@ -399,6 +408,7 @@ func (s *DB) Close() error {
 			s.commit.close()
 		}
 		if s.leases != nil {
+			s.leaseWG.Wait()
 			s.closeLeases()
 		}
 		s.closeEvents()
