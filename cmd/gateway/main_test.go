@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,12 +28,21 @@ import (
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A port below the kernel's ephemeral range (32768 and up on Linux):
+	// the gateway binds it after this listener closes, and meanwhile a
+	// port from that range may go to any listener or outgoing connection
+	// of the tests running beside this one — a server answering on the
+	// gateway's address that is not the gateway.
+	for try := 0; try < 100; try++ {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue // taken
+		}
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port in 20000–31999 on 127.0.0.1")
+	return ""
 }
 
 func writeConfig(t *testing.T, body string) string {
