@@ -118,16 +118,6 @@ type Append struct {
 	TurnSeq int64
 }
 
-// PostgreSQL connections of one store: the group commit's workers (each
-// commits one batch at a time), the write pool they and the store's other
-// writes use, and the read pool. With the lease pool and the LISTEN
-// connection a replica holds at most 8 + 16 + 8 + 1 connections.
-const (
-	pgCommitWorkers = 4
-	pgWriteConns    = 8
-	pgReadConns     = 16
-)
-
 // Driver names.
 const (
 	DriverSQLite   = "sqlite"
@@ -203,27 +193,15 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
 		cfg.Tracer = opts.Tracer
-		// Writes and reads have pools of their own: the group commit's
-		// workers never wait for a connection behind reads (many users
-		// arriving at once each load their conversation).
-		open := func(conns int) (*gorm.DB, error) {
-			db, err := gorm.Open(postgres.New(postgres.Config{Conn: stdlib.OpenDB(*cfg)}), gcfg)
-			if err != nil {
-				return nil, err
-			}
-			sqlDB, _ := db.DB()
-			sqlDB.SetMaxOpenConns(conns)
-			sqlDB.SetMaxIdleConns(conns)
-			return db, nil
-		}
-		if s.write, err = open(pgWriteConns); err != nil {
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: stdlib.OpenDB(*cfg)}), gcfg)
+		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
-		if s.read, err = open(pgReadConns); err != nil {
-			s.closeDBs()
-			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
-		}
-		workers = pgCommitWorkers
+		sqlDB, _ := db.DB()
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetMaxIdleConns(16)
+		s.write, s.read = db, db
+		workers = 4
 		if s.leases, err = openLeasePool(dsn, opts.Tracer); err != nil {
 			s.closeDBs()
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
