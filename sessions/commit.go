@@ -35,7 +35,7 @@ type committer struct {
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
-	// transaction each (pgpipe.go).
+	// transaction (pgpipe.go).
 	pipe *pgPipe
 
 	mu     sync.RWMutex // guards closed against sends on a closed queue

@@ -186,7 +186,7 @@ func (p *pgPipe) appendError(err error) error {
 	return p.translate(err)
 }
 
-// commitAppends commits a run of appends through the pipeline. When the
+// commitAppends commits a batch's appends through the pipeline. When the
 // server refused one of them, they run again one pipeline each, so that
 // no append sees another's failure.
 func (p *pgPipe) commitAppends(ops []*writeOp) {
