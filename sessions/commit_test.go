@@ -101,17 +101,11 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 			{Conv: convs[4], ExpectSeq: 1, Messages: []Message{userMsg(convs[4], 2, "dup")}, At: now, RequireActive: true},
 			{Conv: convs[5], ExpectSeq: 0, Messages: []Message{userMsg(convs[5], 1, "")}, At: now, RequireActive: true},
 		}
-		errs := make([]error, len(appends))
-		var wg sync.WaitGroup
-		for i := range appends {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = db.Append(ctx, appends[i]) }()
-			for len(db.commit.queue) < i+1 { // keep the queue in order
-				waitQueue()
-			}
+		writes := make([]func() error, len(appends))
+		for i, a := range appends {
+			writes[i] = func() error { return db.Append(ctx, a) }
 		}
-		release()
-		wg.Wait()
+		errs := queueInOrder(db, release, writes)
 		want := []error{nil, nil, nil, ErrStale, nil, ErrDuplicate, ErrStale}
 		for i, err := range errs {
 			if !errors.Is(err, want[i]) || (want[i] == nil && err != nil) {
@@ -232,19 +226,11 @@ func TestCreatesMergeAndFailAlone(t *testing.T) {
 		// create queues convs in order behind a held writer and returns
 		// each one's error.
 		create := func(convs []*Conversation) []error {
-			release := holdWriter(db)
-			errs := make([]error, len(convs))
-			var wg sync.WaitGroup
+			writes := make([]func() error, len(convs))
 			for i, c := range convs {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = db.CreateConversation(ctx, c) }()
-				for len(db.commit.queue) < i+1 { // keep the queue in order
-					waitQueue()
-				}
+				writes[i] = func() error { return db.CreateConversation(ctx, c) }
 			}
-			release()
-			wg.Wait()
-			return errs
+			return queueInOrder(db, holdWriter(db), writes)
 		}
 
 		const n = stmtRows + 8
@@ -303,27 +289,21 @@ func TestInterleavedBatchCommitsOnce(t *testing.T) {
 	convs := createConversations(t, db, 3, at, "")
 	release := holdWriter(db)
 	trace.reset()
-	var wg sync.WaitGroup
-	errs := make([]error, 6)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i%2 == 0 {
-				c := convs[i/2]
-				errs[i] = db.Append(ctx, Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at})
-			} else {
-				errs[i] = db.CreateConversation(ctx, &Conversation{ID: fmt.Sprint("new-", i), SessionKey: fmt.Sprint("websocket:new", i),
+	writes := make([]func() error, 6)
+	for i := range writes {
+		if i%2 == 0 {
+			c := convs[i/2]
+			writes[i] = func() error {
+				return db.Append(ctx, Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at})
+			}
+		} else {
+			writes[i] = func() error {
+				return db.CreateConversation(ctx, &Conversation{ID: fmt.Sprint("new-", i), SessionKey: fmt.Sprint("websocket:new", i),
 					Channel: "websocket", Status: StatusActive, StartedAt: at, LastActivityAt: at})
 			}
-		}()
-		for len(db.commit.queue) < i+1 { // keep the queue in order
-			waitQueue()
 		}
 	}
-	release()
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range queueInOrder(db, release, writes) {
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
@@ -373,6 +353,25 @@ func holdWriter(db *DB) (release func()) {
 	go db.commit.do(context.Background(), func(tx *gorm.DB) error { close(busy); <-done; return nil })
 	<-busy
 	return func() { close(done) }
+}
+
+// queueInOrder starts writes one after another, each once the one before
+// is queued behind the writer holdWriter holds, so that they form one
+// batch in this order; then it lets the writer go (release) and returns
+// each write's error.
+func queueInOrder(db *DB, release func(), writes []func() error) []error {
+	errs := make([]error, len(writes))
+	var wg sync.WaitGroup
+	for i, write := range writes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = write() }()
+		for len(db.commit.queue) < i+1 {
+			waitQueue()
+		}
+	}
+	release()
+	wg.Wait()
+	return errs
 }
 
 // TestCheckpointerCopiesTheLog: the background checkpointer's passive
