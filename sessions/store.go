@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
@@ -177,7 +176,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 	workers := 1
 	switch driver {
 	case DriverSQLite:
-		w, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, false)), gcfg)
+		w, err := gorm.Open(openSQLite(sqliteDSN(dsn, false)), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
 		}
@@ -242,14 +241,14 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 }
 
 func (s *DB) openSQLiteReaders(dsn string, gcfg *gorm.Config, log *slog.Logger) error {
-	r, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, true)), gcfg)
+	r, err := gorm.Open(openSQLite(sqliteDSN(dsn, true)), gcfg)
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", dsn, err)
 	}
 	rdb, _ := r.DB()
 	rdb.SetMaxOpenConns(4)
 	s.read = r
-	c, err := sql.Open("sqlite", sqliteDSN(dsn, false))
+	c, err := sql.Open(sqliteDriverName, sqliteDSN(dsn, false))
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", dsn, err)
 	}
@@ -272,13 +271,15 @@ func (s *DB) ping(ctx context.Context) error {
 // sqliteDSN adds the pragmas chatgate relies on: WAL so readers never block
 // the writer, a busy timeout, synchronous=FULL so an acknowledged message
 // survives power loss, and immediate write transactions (a deferred
-// read-then-write transaction fails with SQLITE_BUSY despite busy_timeout).
+// read-then-write transaction fails with SQLITE_BUSY despite busy_timeout);
+// and the text format of times (sqlitedriver.go).
 func sqliteDSN(path string, readOnly bool) string {
 	base, query, _ := strings.Cut(path, "?")
 	if !strings.HasPrefix(base, "file:") {
 		base = "file:" + base
 	}
 	q, _ := url.ParseQuery(query)
+	q.Set("_timefmt", sqliteTimeFormat)
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
