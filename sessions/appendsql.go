@@ -1,16 +1,14 @@
 package sessions
 
 import (
-	"strconv"
 	"strings"
 
 	"gorm.io/gorm"
 )
 
 // stmtRows is how many conversations or messages one statement carries at
-// most. Fewer statements mean less parsing (the SQLite driver compiles every
-// statement it runs), but the driver matches bound parameters to their
-// places in time quadratic in their count, so statements stay modest.
+// most: a batch of a few hundred turns costs a handful of statements, and
+// the prepared texts (one per row count, stmtcache.go) stay few.
 const stmtRows = 32
 
 // appendAll runs appends to distinct conversations as set-based statements
@@ -19,16 +17,17 @@ const stmtRows = 32
 // claim epoch its writer saw (and, for user messages, by being active),
 // then multi-row INSERTs of all their messages. A single append gets the plain statements. It fails
 // with ErrStale when any guard failed; the committer then runs the appends
-// one by one to find which.
-func appendAll(tx *gorm.DB, ops []*writeOp) error {
+// one by one to find which. The statements run through st, SQLite's
+// prepared statements (nil: unprepared).
+func appendAll(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	for start := 0; start < len(ops); start += stmtRows {
 		chunk := ops[start:min(start+stmtRows, len(ops))]
 		query, args := updateConversations(chunk)
-		res := tx.Exec(query, args...)
-		if res.Error != nil {
-			return res.Error
+		n, err := st.exec(tx, query, args...)
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected != int64(len(chunk)) {
+		if n != int64(len(chunk)) {
 			return ErrStale
 		}
 	}
@@ -40,7 +39,7 @@ func appendAll(tx *gorm.DB, ops []*writeOp) error {
 	}
 	for start := 0; start < len(rows); start += stmtRows {
 		query, args := insertMessages(rows[start:min(start+stmtRows, len(rows))])
-		if err := tx.Exec(query, args...).Error; err != nil {
+		if _, err := st.exec(tx, query, args...); err != nil {
 			return err
 		}
 	}
@@ -52,11 +51,11 @@ func appendAll(tx *gorm.DB, ops []*writeOp) error {
 			continue
 		}
 		query, args := settleTurns(op.app)
-		res := tx.Exec(query, args...)
-		if res.Error != nil {
-			return res.Error
+		n, err := st.exec(tx, query, args...)
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 {
+		if n == 0 {
 			return ErrLostClaim
 		}
 	}
@@ -69,16 +68,16 @@ func updateConversations(ops []*writeOp) (string, []any) {
 	if len(ops) == 1 {
 		a := ops[0].app
 		query := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
-			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ` + itoa(a.Conv.Epoch)
+			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ?`
 		if a.RequireActive {
 			query += " AND status = 'active'"
 		}
-		return query, []any{int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq}
+		return query, []any{int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq, a.Conv.Epoch}
 	}
-	const row = "(?, ?, ?, ?, ?, ?, ?, ?, "
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	var q strings.Builder
 	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ")
-	args := make([]any, 0, 8*len(ops))
+	args := make([]any, 0, 9*len(ops))
 	for i, op := range ops {
 		a := op.app
 		if i > 0 {
@@ -89,9 +88,7 @@ func updateConversations(ops []*writeOp) (string, []any) {
 		if a.RequireActive {
 			active = 1
 		}
-		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active)
-		// The epoch, a number the store keeps, as a literal.
-		q.WriteString(itoa(a.Conv.Epoch) + ")")
+		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active, a.Conv.Epoch)
 	}
 	// status as a literal, like everywhere the partial indexes matter.
 	q.WriteString(`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
@@ -102,43 +99,22 @@ func updateConversations(ops []*writeOp) (string, []any) {
 	return q.String(), args
 }
 
-// insertMessages builds one multi-row INSERT of messages.
+// insertMessages builds one multi-row INSERT of messages. Every value is
+// a parameter, so that the text depends only on the number of rows.
 func insertMessages(rows []*Message) (string, []any) {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
 		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
 		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead) VALUES `)
-	args := make([]any, 0, 15*len(rows))
+	args := make([]any, 0, 21*len(rows))
 	for i, m := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
-			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt, m.Attachments)
-		// The turn's columns are constants of the row or of the process
-		// (state, owner, attempt, tracking), written as literals: binding
-		// them would cost the driver more than the rows' own values.
-		q.WriteString(quote(m.TurnState))
-		q.WriteString(", ")
-		q.WriteString(quote(m.TurnOwner))
-		q.WriteString(", ")
-		q.WriteString(strconv.Itoa(m.TurnAttempt))
-		if m.TurnDue != nil {
-			q.WriteString(", ?, ")
-			args = append(args, m.TurnDue)
-		} else {
-			q.WriteString(", NULL, ")
-		}
-		q.WriteString(strconv.FormatBool(m.TurnTrack))
-		q.WriteString(", ")
-		q.WriteString(strconv.FormatInt(m.TurnLead, 10))
-		q.WriteString(")")
+			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt, m.Attachments,
+			m.TurnState, m.TurnOwner, m.TurnAttempt, m.TurnDue, m.TurnTrack, m.TurnLead)
 	}
 	return q.String(), args
-}
-
-// quote is s as an SQL string literal (standard SQL: quotes doubled).
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

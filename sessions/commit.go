@@ -37,6 +37,9 @@ type committer struct {
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
 	// transaction (pgpipe.go).
 	pipe *pgPipe
+	// stmts, on SQLite, keeps the appends' statements prepared
+	// (stmtcache.go).
+	stmts *stmtCache
 
 	mu     sync.RWMutex // guards closed against sends on a closed queue
 	closed bool
@@ -61,6 +64,8 @@ func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer 
 	if driver == DriverPostgres {
 		sqlDB, _ := db.DB()
 		c.pipe = &pgPipe{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate}
+	} else {
+		c.stmts = newStmtCache(db)
 	}
 	for i := 0; i < workers; i++ {
 		c.wg.Add(1)
@@ -132,6 +137,8 @@ var errOpFailed = errors.New("a write in the batch failed")
 func (c *committer) commit(batch []*writeOp) {
 	if c.pipe == nil {
 		c.commitTx(batch)
+		// The writer's connection is free until the next batch.
+		c.stmts.prepareWanted()
 	} else {
 		// The appends go through the pipeline, the other writes through
 		// one transaction. Every caller waits for its own write, so the
@@ -197,7 +204,7 @@ func (c *committer) runAll(tx *gorm.DB, batch []*writeOp) error {
 		case len(apps) == 1:
 			err = c.runOne(tx, apps[0])
 		case len(apps) > 1:
-			if err = appendAll(tx, apps); err != nil {
+			if err = appendAll(tx, c.stmts, apps); err != nil {
 				err = errOpFailed // which append failed is found when they run alone
 			}
 		case len(creates) == 1:
@@ -262,7 +269,7 @@ func createAll(tx *gorm.DB, ops []*writeOp) error {
 func (c *committer) runOne(tx *gorm.DB, op *writeOp) error {
 	switch {
 	case op.app != nil:
-		op.err = appendAll(tx, []*writeOp{op})
+		op.err = appendAll(tx, c.stmts, []*writeOp{op})
 	case op.conv != nil:
 		op.err = tx.Create(op.conv).Error
 	default:
@@ -285,4 +292,7 @@ func (c *committer) close() {
 	close(c.queue)
 	c.mu.Unlock()
 	c.wg.Wait()
+	if c.stmts != nil {
+		c.stmts.close()
+	}
 }
