@@ -137,8 +137,6 @@ var errOpFailed = errors.New("a write in the batch failed")
 func (c *committer) commit(batch []*writeOp) {
 	if c.pipe == nil {
 		c.commitTx(batch)
-		// The writer's connection is free until the next batch.
-		c.stmts.prepareWanted()
 	} else {
 		// The appends go through the pipeline, the other writes through
 		// one transaction. Every caller waits for its own write, so the
@@ -168,6 +166,10 @@ func (c *committer) commit(batch []*writeOp) {
 	}
 	for _, op := range batch {
 		close(op.done)
+	}
+	if c.stmts != nil {
+		// The writer's connection is free until the next batch.
+		c.stmts.prepareWanted()
 	}
 }
 

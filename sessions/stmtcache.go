@@ -23,8 +23,9 @@ const stmtCacheMax = 128
 // so the cache prepares on the database, outside any transaction, and a
 // transaction runs its statements through the prepared ones. A text met
 // for the first time inside a batch runs unprepared there and is prepared
-// after the batch has committed, while the writer's one connection is
-// free (prepareWanted, called by the committer between batches).
+// after the batch has committed and its callers were answered, while the
+// writer's one connection is free (prepareWanted, called by the committer
+// between batches).
 type stmtCache struct {
 	db        *sql.DB
 	translate func(error) error
@@ -32,7 +33,7 @@ type stmtCache struct {
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt
 	want  map[string]bool
-	// prepared counts the statements run through a kept statement.
+	// prepared counts the statements sent through a kept statement.
 	prepared atomic.Int64
 }
 
@@ -55,12 +56,12 @@ func (c *stmtCache) exec(tx *gorm.DB, query string, args ...any) (int64, error) 
 			}
 			c.mu.Unlock()
 			if st != nil {
+				c.prepared.Add(1)
 				ctx := tx.Statement.Context
 				res, err := stx.StmtContext(ctx, st).ExecContext(ctx, args...)
 				if err != nil {
 					return 0, c.translate(err)
 				}
-				c.prepared.Add(1)
 				return res.RowsAffected()
 			}
 		}
