@@ -45,16 +45,17 @@ const (
 type Conversation struct {
 	ID         string `gorm:"primaryKey;size:36" json:"id"`
 	SessionKey string `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active';index:ix_conversations_key" json:"session_key"`
-	// One index serves both sweeps and covers active conversations only:
-	// archiving takes a row out of it, so it stays as small as the active
-	// set. The idle sweep seeks it by last activity; the daily sweep reads
-	// started_at from it without touching the table (at its boundary nearly
-	// every active conversation is due). One index instead of one per sweep
-	// halves what archiving a conversation costs in them.
-	Channel        string    `gorm:"size:32;not null;index:ix_conversations_sweep,priority:1,where:status = 'active'" json:"channel"`
+	// Both sweeps read one partial index over active conversations,
+	// ix_conversations_sweep_minute (channel, activity_minute, started_at),
+	// built by the migration (sweepsql.go): archiving takes a row out of
+	// it, so it stays as small as the active set. The idle sweep seeks it by
+	// the minute of last activity; the daily sweep reads started_at from it
+	// without touching the table (at its boundary nearly every active
+	// conversation is due).
+	Channel        string    `gorm:"size:32;not null" json:"channel"`
 	Status         string    `gorm:"size:16;not null" json:"status"`
-	StartedAt      time.Time `gorm:"not null;index:ix_conversations_sweep,priority:3,where:status = 'active'" json:"started_at"`
-	LastActivityAt time.Time `gorm:"not null;index:ix_conversations_sweep,priority:2,where:status = 'active'" json:"last_activity_at"`
+	StartedAt      time.Time `gorm:"not null" json:"started_at"`
+	LastActivityAt time.Time `gorm:"not null" json:"last_activity_at"`
 	// ArchivedAt has no index: a sweep would pay for one on every row it
 	// archives, and only the hourly purge reads it (on a reader, by a walk
 	// of the table).

@@ -154,3 +154,75 @@ func TestPipelineWhoseBackendDies(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnUpdatesAreHeapOnly: on PostgreSQL a turn's update of its
+// conversation changes no indexed column while the minute of its last
+// activity stays the same, so it is heap-only (HOT): no index entry
+// written, no row version left for vacuum. The appends run through the
+// pipeline's own statements (queueAppends), each in a transaction of a
+// connection whose own counters the server reports to it.
+func TestTurnUpdatesAreHeapOnly(t *testing.T) {
+	dsn := postgresDSN(t)
+	ctx := context.Background()
+	db := openStore(t, DriverPostgres, dsn)
+	start := time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC)
+	c := createConversations(t, db, 1, start, "")[0]
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	// appendAt appends one message at at and reports how many of the
+	// transaction's updates of conversations were heap-only, of how many.
+	appendAt := func(at time.Time) (hot, updated int64) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		// The counters hold what this backend has not yet reported, which
+		// may include earlier transactions: take the difference.
+		counters := `SELECT pg_stat_get_xact_tuples_hot_updated('conversations'::regclass),
+			pg_stat_get_xact_tuples_updated('conversations'::regclass)`
+		var hot0, updated0 int64
+		if err := tx.QueryRow(ctx, counters).Scan(&hot0, &updated0); err != nil {
+			t.Fatal(err)
+		}
+		a := Append{Conv: c, ExpectSeq: c.LastSeq, RequireActive: true, At: at, Tokens: 3, Cost: 0.01, Model: "m",
+			Messages: []Message{{ConversationID: c.ID, Seq: c.LastSeq + 1, Role: "assistant", Content: "hi", Status: MsgOK, CreatedAt: at}}}
+		b := &pgx.Batch{}
+		queueAppends(b, []*writeOp{{app: &a}})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, counters).Scan(&hot, &updated); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.LastSeq++
+		return hot - hot0, updated - updated0
+	}
+	for _, step := range []struct {
+		at  time.Time
+		hot int64
+	}{
+		{start.Add(10 * time.Second), 1},  // same minute as the create
+		{start.Add(50 * time.Second), 1},  // 12:00:55
+		{start.Add(56 * time.Second), 0},  // 12:01:01: the minute moved, the sweep index with it
+		{start.Add(100 * time.Second), 1}, // 12:01:45
+	} {
+		if hot, updated := appendAt(step.at); updated != 1 || hot != step.hot {
+			t.Errorf("append at %s: %d of %d conversation updates heap-only, want %d of 1",
+				step.at.Format("15:04:05"), hot, updated, step.hot)
+		}
+	}
+	var last time.Time
+	var seq int64
+	if err := conn.QueryRow(ctx, "SELECT last_activity_at, last_seq FROM conversations WHERE id = $1", c.ID).Scan(&last, &seq); err != nil ||
+		!last.Equal(start.Add(100*time.Second)) || seq != 4 {
+		t.Fatalf("conversation after the appends: last activity %s, seq %d (%v)", last, seq, err)
+	}
+}

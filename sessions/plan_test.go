@@ -14,8 +14,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 	db := openStore(t, DriverSQLite, t.TempDir()+"/plan.db")
 	for q, index := range map[string]string{
 		"SELECT * FROM conversations WHERE session_key = 'k' AND status = 'active' LIMIT 1":                                        "uq_conversations_active",
-		sweepQuery(DriverSQLite, idleWhere):                                                                                        "ix_conversations_sweep (channel=? AND last_activity_at<?)",
-		sweepQuery(DriverSQLite, dailyWhere):                                                                                       "ix_conversations_sweep",
+		sweepQuery(DriverSQLite, idleWhere):                                                                                        sweepIndex + " (channel=? AND activity_minute<?)",
+		sweepQuery(DriverSQLite, dailyWhere):                                                                                       sweepIndex,
 		"UPDATE conversations SET last_seq = last_seq + 1 WHERE id = 'x' AND last_seq = 3 AND status = 'active'":                   "sqlite_autoindex_conversations_1",
 		"SELECT * FROM messages WHERE conversation_id = 'x' AND seq > 3 ORDER BY seq":                                              "sqlite_autoindex_messages_1",
 		"SELECT * FROM messages WHERE conversation_id = 'x' AND client_msg_id = 'c-1'":                                             "uq_messages_client",

@@ -75,7 +75,10 @@ func (s *DB) KeysWithConversations(ctx context.Context, keys []string) (map[stri
 func (s *DB) IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]Conversation, error) {
 	var convs []Conversation
 	err := s.read.WithContext(ctx).Select("id", "session_key").
-		Where("channel = ? AND status = ? AND last_activity_at < ? AND session_key LIKE ? ESCAPE '\\'", channel, StatusActive, cutoff, escapeLike(keyPrefix)+"%").
+		// The sweep index's range first (its minute is never later than
+		// the time; sweepsql.go), in UTC as the sweeps pass it.
+		Where("channel = ? AND status = ? AND activity_minute <= ? AND last_activity_at < ? AND session_key LIKE ? ESCAPE '\\'",
+			channel, StatusActive, cutoff.UTC(), cutoff.UTC(), escapeLike(keyPrefix)+"%").
 		Limit(limit).Find(&convs).Error
 	if err != nil {
 		return nil, fmt.Errorf("read idle conversations: %w", err)

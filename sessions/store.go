@@ -336,6 +336,9 @@ var droppedIndexes = []struct {
 	{&Conversation{}, "idx_conversations_archived_at"},
 	{&Conversation{}, "ix_conversations_idle"},
 	{&Conversation{}, "ix_conversations_daily"},
+	// Indexed last_activity_at itself, so no turn's update of its
+	// conversation could be heap-only on PostgreSQL (sweepsql.go).
+	{&Conversation{}, "ix_conversations_sweep"},
 	// Replies are found in the primary key's range after their message.
 	{&Message{}, "ix_messages_reply"},
 }
@@ -344,6 +347,9 @@ func migrateModels(tx *gorm.DB) error {
 	newLedger := tx.Migrator().HasTable(&Message{}) && !tx.Migrator().HasColumn(&Message{}, "turn_state")
 	if err := tx.AutoMigrate(&Conversation{}, &Message{}, &ChannelState{}, &SessionLease{}, &Replica{}, &Leader{}); err != nil {
 		return err
+	}
+	if err := migrateSweepIndex(tx); err != nil {
+		return fmt.Errorf("add the sweep index over activity_minute: %w", err)
 	}
 	if newLedger {
 		if err := backfillTurns(tx, time.Now().UTC()); err != nil {
@@ -427,6 +433,6 @@ const defaultChunk = 2000
 // The sweeps' conditions, status as a literal so that the partial indexes
 // apply.
 const (
-	idleWhere  = "status = 'active' AND channel = ? AND last_activity_at <= ?"
+	idleWhere  = "status = 'active' AND channel = ? AND activity_minute <= ? AND last_activity_at <= ?"
 	dailyWhere = "status = 'active' AND channel = ? AND started_at < ?"
 )

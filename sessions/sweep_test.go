@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -112,12 +113,22 @@ func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
 	})
 }
 
-// Indexes earlier versions kept — on archived_at, one per sweep, and one of
-// replies — are dropped on open: every archive or reply paid for them.
+// Indexes earlier versions kept — on archived_at, one per sweep, one of
+// replies, and the sweep index over last_activity_at itself — are dropped
+// on open: every archive, reply or turn paid for them. A database of the
+// version before activity_minute gets the column, computed for the rows
+// it holds, and the sweep index over it.
 func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
+		ctx := context.Background()
+		now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+		idle := seedConversations(t, db, "idle", 2, now.Add(-2*time.Hour))
+		fresh := seedConversations(t, db, "fresh", 1, now.Add(-30*time.Second))
 		for _, stmt := range []string{
+			"DROP INDEX " + sweepIndex,
+			"ALTER TABLE conversations DROP COLUMN activity_minute",
+			"CREATE INDEX ix_conversations_sweep ON conversations (channel, last_activity_at, started_at) WHERE status = 'active'",
 			"CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)",
 			"CREATE INDEX ix_conversations_idle ON conversations (channel, last_activity_at) WHERE status = 'active'",
 			"CREATE INDEX ix_conversations_daily ON conversations (channel, started_at) WHERE status = 'active'",
@@ -135,8 +146,33 @@ func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
 				t.Errorf("index %s is still there after migrating", ix.name)
 			}
 		}
-		if !db.Gorm().Migrator().HasIndex(&Conversation{}, "ix_conversations_sweep") {
+		if !db.Gorm().Migrator().HasIndex(&Conversation{}, sweepIndex) {
 			t.Error("the sweep index is missing")
+		}
+		// Migrating again finds everything in place.
+		if err := migrateModels(db.Gorm()); err != nil {
+			t.Fatalf("second migration: %v", err)
+		}
+		var minutes []string
+		if err := db.Gorm().Raw("SELECT CAST(activity_minute AS TEXT) FROM conversations ORDER BY id").Scan(&minutes).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{
+			DriverSQLite:   {"2026-03-10 11:59", "2026-03-10 10:00", "2026-03-10 10:00"},
+			DriverPostgres: {"2026-03-10 11:59:00", "2026-03-10 10:00:00", "2026-03-10 10:00:00"},
+		}[db.Driver()]
+		if !slices.Equal(minutes, want) {
+			t.Errorf("activity_minute of the earlier rows: %q, want %q", minutes, want)
+		}
+		var archived []string
+		n, err := db.SweepIdle(ctx, "websocket", now.Add(-time.Hour), now, func(a []Archived) {
+			for _, c := range a {
+				archived = append(archived, c.ID)
+			}
+		})
+		slices.Sort(archived)
+		if err != nil || n != 2 || !slices.Equal(archived, idle) {
+			t.Fatalf("idle sweep after migrating archived %d %v (%v), want %v and not %v", n, archived, err, idle, fresh)
 		}
 	})
 }
@@ -305,3 +341,50 @@ func (l *logWatch) Handle(_ context.Context, r slog.Record) error {
 }
 func (l *logWatch) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logWatch) WithGroup(string) slog.Handler      { return l }
+
+// The idle sweep finds conversations by the minute of their last activity
+// and then by the time itself: around a cutoff inside a minute, it archives
+// exactly those idle since the cutoff, on either side of the minute's
+// start, and none active after it in the same minute. The retention reader
+// (IdleActive, strictly before its cutoff) reads the same range. The
+// manager stores times in UTC; a cutoff may come in any zone.
+func TestIdleSweepAtTheMinute(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		cutoff := time.Date(2026, 3, 10, 12, 0, 30, 500_000_000, time.UTC)
+		last := map[string]time.Time{
+			"a-earlier-minute": time.Date(2026, 3, 10, 11, 59, 59, 999_999_000, time.UTC),
+			"b-minute-start":   time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC),
+			"c-at-cutoff":      cutoff,
+			"d-after-cutoff":   cutoff.Add(time.Microsecond),
+			"e-minute-end":     time.Date(2026, 3, 10, 12, 0, 59, 999_999_000, time.UTC),
+			"f-next-minute":    time.Date(2026, 3, 10, 12, 1, 0, 0, time.UTC),
+		}
+		for id, at := range last {
+			c := &Conversation{ID: id, SessionKey: "websocket:" + id, Channel: "websocket", Status: StatusActive, StartedAt: at, LastActivityAt: at}
+			if err := db.CreateConversation(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		idle, err := db.IdleActive(ctx, "websocket", "websocket:", cutoff.In(time.FixedZone("UTC-3", -3*3600)), 100)
+		var ids []string
+		for _, c := range idle {
+			ids = append(ids, c.ID)
+		}
+		slices.Sort(ids)
+		if want := []string{"a-earlier-minute", "b-minute-start"}; err != nil || !slices.Equal(ids, want) {
+			t.Errorf("idle before the cutoff: %v (%v), want %v", ids, err, want)
+		}
+		var archived []string
+		n, err := db.SweepIdle(ctx, "websocket", cutoff.In(time.FixedZone("UTC-3", -3*3600)), cutoff, func(a []Archived) {
+			for _, c := range a {
+				archived = append(archived, c.ID)
+			}
+		})
+		slices.Sort(archived)
+		if want := []string{"a-earlier-minute", "b-minute-start", "c-at-cutoff"}; err != nil || n != 3 || !slices.Equal(archived, want) {
+			t.Errorf("idle sweep archived %d %v (%v), want %v", n, archived, err, want)
+		}
+	})
+}

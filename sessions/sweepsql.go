@@ -24,7 +24,9 @@ type Archived struct {
 // nothing twice. It passes each committed chunk of archived conversations
 // to each and returns how many it archived.
 func (s *DB) SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]Archived)) (int, error) {
-	return s.sweep(ctx, ReasonIdle, at, each, idleWhere, channel, cutoff)
+	// The minute's bound first: it is the index's column, and every
+	// conversation idle since cutoff has its minute at or before cutoff.
+	return s.sweep(ctx, ReasonIdle, at, each, idleWhere, channel, cutoff, cutoff)
 }
 
 // SweepDaily archives the channel's active conversations started before
@@ -51,16 +53,22 @@ func sweepQuery(driver, where string) string {
 		where + " LIMIT ?) RETURNING id, session_key, last_seq"
 }
 
-// sweep archives the channel's conversations matching where (its bound
-// the second argument), s.chunk at a time, until a chunk comes back short.
+// sweep archives the channel's conversations matching where (its
+// arguments: the channel, then its bounds), s.chunk at a time, until
+// a chunk comes back short.
 // A conversation a chunk passes over because a turn changed it meanwhile
 // is left to the next run, or to the check on the user's next message.
-func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bound time.Time) (int, error) {
+func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([]Archived), where, channel string, bounds ...time.Time) (int, error) {
 	query := sweepQuery(s.driver, where)
 	// SQLite compares the stored times as text, which orders instants only
 	// in one offset: every time is stored in UTC, and a daily boundary
-	// comes in its policy's zone.
-	params := []any{StatusArchived, at.UTC(), reason, channel, bound.UTC(), s.chunk}
+	// comes in its policy's zone. On PostgreSQL activity_minute is a UTC
+	// timestamp without a zone, which pgx sends as the time's wall clock.
+	params := []any{StatusArchived, at.UTC(), reason, channel}
+	for _, b := range bounds {
+		params = append(params, b.UTC())
+	}
+	params = append(params, s.chunk)
 	total := 0
 	got := make([]Archived, 0, s.chunk)
 	for {
@@ -156,4 +164,50 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 			return n, nil
 		}
 	}
+}
+
+// The idle sweep's index holds the minute of a conversation's last
+// activity, not the time itself. Every turn updates its conversation's
+// last_activity_at; on PostgreSQL an update that changes an indexed column
+// writes a new entry into every index of the table and leaves the old row
+// version for vacuum, while one that changes no indexed column is
+// heap-only (HOT): the new version goes on the same page, no index is
+// touched, and the page reclaims the old version itself. activity_minute
+// is computed by the database from last_activity_at (a generated column,
+// so no writer can let the two disagree), and it changes once a minute at
+// most, so a user's turns within a minute update their conversation
+// without touching an index.
+//
+// The sweep asks for activity_minute <= cutoff and last_activity_at <=
+// cutoff: the minute is never later than the time, so every conversation
+// idle since cutoff is in the index's range, and the range holds at most
+// one minute more, which the second condition leaves out.
+const sweepIndex = "ix_conversations_sweep_minute"
+
+// migrateSweepIndex adds activity_minute and the sweep index over it.
+// PostgreSQL stores the minute (a UTC timestamp without a zone: the
+// expression must not depend on the session's time zone), so adding it
+// rewrites the table once; SQLite computes it when it reads or indexes a
+// row (the first 16 characters of the stored UTC text, "2006-01-02
+// 15:04").
+func migrateSweepIndex(tx *gorm.DB) error {
+	if tx.Dialector.Name() == DriverPostgres {
+		if err := tx.Exec(`ALTER TABLE conversations ADD COLUMN IF NOT EXISTS activity_minute timestamp
+			GENERATED ALWAYS AS (date_trunc('minute', last_activity_at AT TIME ZONE 'UTC')) STORED`).Error; err != nil {
+			return err
+		}
+	} else {
+		var n int64
+		if err := tx.Raw("SELECT count(*) FROM pragma_table_xinfo('conversations') WHERE name = 'activity_minute'").Scan(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			if err := tx.Exec(`ALTER TABLE conversations ADD COLUMN activity_minute TEXT
+				GENERATED ALWAYS AS (substr(last_activity_at, 1, 16)) VIRTUAL`).Error; err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Exec("CREATE INDEX IF NOT EXISTS " + sweepIndex +
+		" ON conversations (channel, activity_minute, started_at) WHERE status = 'active'").Error
 }
