@@ -238,8 +238,8 @@ func (r *report) print(w io.Writer) {
 		if c == nil {
 			continue
 		}
-		fmt.Fprintf(w, "\npostgres per turn, %d clients on %d replica(s) (%d turns, %.0f turns/s, p99 %.1f ms): %.2f transactions (pg_stat_database), %.2f transactions and %.2f round trips from the gateway's pools (pgx tracer), %.1f rows, %.0f WAL bytes\n",
-			c.Clients, c.Replicas, c.Turns, c.TurnsPerSecond, c.P99Millis, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn, c.RowsPerTurn, c.WALBytesPerTurn)
+		fmt.Fprintf(w, "\npostgres per turn, %d clients on %d replica(s) (%d turns, %.0f turns/s, p99 %.1f ms): %.2f transactions (pg_stat_database), %.2f transactions and %.2f round trips from the gateway's pools (pgx tracer), %.1f rows, %.0f WAL bytes; %.0f %% of conversation updates heap-only\n",
+			c.Clients, c.Replicas, c.Turns, c.TurnsPerSecond, c.P99Millis, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn, c.RowsPerTurn, c.WALBytesPerTurn, 100*c.ConversationUpdatesHOT)
 	}
 	if len(r.FirstDelta) > 0 {
 		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms):\n", r.FirstChunkMillis)

@@ -43,6 +43,10 @@ type pgCost struct {
 	// turns.
 	RowsPerTurn     float64 `json:"rows_per_turn"`
 	WALBytesPerTurn float64 `json:"wal_bytes_per_turn"`
+	// ConversationUpdatesHOT: the share of the updates of conversations
+	// over the run that were heap-only (pg_stat_user_tables
+	// n_tup_hot_upd ÷ n_tup_upd): an update that wrote no index entry.
+	ConversationUpdatesHOT float64 `json:"conversation_updates_hot"`
 }
 
 // pgCounter is a pgx tracer counting round trips and transactions.
@@ -103,7 +107,7 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 	}
 	// counts reads the server's counters: transactions in the database,
 	// rows changed in the schema, WAL written.
-	type counts struct{ xacts, rows, wal int64 }
+	type counts struct{ xacts, rows, wal, convUpd, convHOT int64 }
 	read := func() (counts, error) {
 		var c counts
 		err := admin.Transaction(func(tx *gorm.DB) error {
@@ -114,6 +118,10 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 				return err
 			}
 			if err := tx.Raw("SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE schemaname = ?", schema).Scan(&c.rows).Error; err != nil {
+				return err
+			}
+			if err := tx.Raw("SELECT COALESCE(sum(n_tup_upd), 0) AS upd, COALESCE(sum(n_tup_hot_upd), 0) AS hot FROM pg_stat_user_tables WHERE schemaname = ? AND relname = 'conversations'", schema).
+				Row().Scan(&c.convUpd, &c.convHOT); err != nil {
 				return err
 			}
 			return tx.Raw("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&c.wal).Error
@@ -192,6 +200,9 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 	c.XactsPerTurn, c.RoundTripsPerTurn = float64(x)/turns, float64(rt)/turns
 	c.RowsPerTurn = float64(end.rows-before.rows) / turns
 	c.WALBytesPerTurn = float64(end.wal-before.wal) / turns
+	if upd := end.convUpd - before.convUpd; upd > 0 {
+		c.ConversationUpdatesHOT = float64(end.convHOT-before.convHOT) / float64(upd)
+	}
 	return c, nil
 }
 
