@@ -312,12 +312,13 @@ func (ws *WebSocket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			authFailed = true
 		}
 	}
-	conn, err := ws.upgrader.Upgrade(w, r, nil)
+	cw := &corkingWriter{ResponseWriter: w}
+	conn, err := ws.upgrader.Upgrade(cw, r, nil)
 	if err != nil {
 		return // the upgrader answered the client
 	}
 	c := &wsConn{
-		ws: ws, conn: conn, principal: principal,
+		ws: ws, conn: conn, sock: cw.conn, principal: principal,
 		done:    make(chan struct{}),
 		queue:   make(chan *clientFrame, ws.opts.QueueSize),
 		limiter: rate.NewLimiter(rate.Limit(ws.cur.Load().perSecond), ws.cur.Load().burst),
@@ -492,6 +493,7 @@ func (ws *WebSocket) announceSweep(ev sessions.ResetEvent, targets []*wsConn) {
 type wsConn struct {
 	ws      *WebSocket
 	conn    *websocket.Conn
+	sock    *corkConn // under conn (wscork.go)
 	done    chan struct{}
 	queue   chan *clientFrame
 	limiter *rate.Limiter
@@ -587,12 +589,24 @@ func (c *wsConn) writeLoop() {
 			c.conn.Close()
 			return
 		}
-		frame := c.out[0]
-		c.out[0] = nil
-		c.out = c.out[1:]
+		frames := c.out
+		c.out = nil
 		c.outMu.Unlock()
-		c.conn.SetWriteDeadline(time.Now().Add(c.ws.opts.WriteTimeout))
-		if err := c.conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+		// Every frame queued so far goes out in one write (wscork.go).
+		deadline := time.Now().Add(c.ws.opts.WriteTimeout)
+		c.conn.SetWriteDeadline(deadline)
+		c.sock.cork()
+		var err error
+		for i, frame := range frames {
+			frames[i] = nil
+			if err = c.conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+				break
+			}
+		}
+		if uerr := c.sock.uncork(deadline); err == nil {
+			err = uerr
+		}
+		if err != nil {
 			c.outMu.Lock()
 			c.out = nil
 			if !c.closing {

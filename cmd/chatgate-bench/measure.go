@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -36,7 +37,14 @@ const statementRows = 64
 
 func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
 	rep := &report{Machine: machine(), Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000}
-	step := func(s string) { fmt.Fprintf(progress, "… %s\n", s) }
+	// Each step labels this goroutine, and so every goroutine started from
+	// here on (servers, their connections, the stores' committers), with
+	// its name: a -cpuprofile then shows one step with
+	// go tool pprof -tagfocus 'step=gateway on sqlite'.
+	step := func(s string) {
+		fmt.Fprintf(progress, "… %s\n", s)
+		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("step", s)))
+	}
 	firstDeltaRuns := func() error {
 		stores := []string{o.store}
 		if o.dsn != "" && o.store != sessions.DriverPostgres {
