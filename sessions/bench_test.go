@@ -47,3 +47,48 @@ func BenchmarkTurn(b *testing.B) {
 	b.Run("sqlite/one-user", func(b *testing.B) { run(b, false) })
 	b.Run("sqlite/64-users", func(b *testing.B) { run(b, true) })
 }
+
+// BenchmarkClaimLongConversation measures a claim that finds nothing to
+// take in a conversation of n answered turns: what a burst's claim pays
+// for the conversation's length. WebSocket turns stay "running" once
+// answered (answered is read from the stored reply), so the claim reads
+// every user message of the conversation and looks for its reply
+// (docs/performance.md, "A claim reads the whole conversation").
+func BenchmarkClaimLongConversation(b *testing.B) {
+	stores := map[string]func(b *testing.B) *DB{
+		"sqlite": func(b *testing.B) *DB { return openStore(b, DriverSQLite, filepath.Join(b.TempDir(), "bench.db")) },
+		"postgres": func(b *testing.B) *DB {
+			return openStore(b, DriverPostgres, postgresDSN(b))
+		},
+	}
+	for _, driver := range []string{"sqlite", "postgres"} {
+		for _, n := range []int{100, 1000, 5000} {
+			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
+				db := stores[driver](b)
+				m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
+				b.Cleanup(func() { m.Shutdown(context.Background()) })
+				ctx := context.Background()
+				var conv string
+				for range n {
+					out, err := m.Handle(ctx, msg("websocket:ann", "hello"), Hooks{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					conv = out.ConversationID
+				}
+				c := Claim{ConversationID: conv, Owner: m.opts.ReplicaID, TakeOver: true, Alive: []string{m.opts.ReplicaID}, Limit: 20}
+				b.ResetTimer()
+				for range b.N {
+					c.Now = time.Now()
+					got, err := db.ClaimBatch(ctx, c)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if got != nil {
+						b.Fatalf("claimed %d answered turns", len(got.Rows))
+					}
+				}
+			})
+		}
+	}
+}
