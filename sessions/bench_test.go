@@ -55,16 +55,14 @@ func BenchmarkTurn(b *testing.B) {
 // every user message of the conversation and looks for its reply
 // (docs/performance.md, "A claim reads the whole conversation").
 func BenchmarkClaimLongConversation(b *testing.B) {
-	stores := map[string]func(b *testing.B) *DB{
-		"sqlite": func(b *testing.B) *DB { return openStore(b, DriverSQLite, filepath.Join(b.TempDir(), "bench.db")) },
-		"postgres": func(b *testing.B) *DB {
-			return openStore(b, DriverPostgres, postgresDSN(b))
-		},
-	}
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range []string{DriverSQLite, DriverPostgres} {
 		for _, n := range []int{100, 1000, 5000} {
 			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
-				db := stores[driver](b)
+				dsn := filepath.Join(b.TempDir(), "bench.db")
+				if driver == DriverPostgres {
+					dsn = postgresDSN(b)
+				}
+				db := openStore(b, driver, dsn)
 				m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
 				b.Cleanup(func() { m.Shutdown(context.Background()) })
 				ctx := context.Background()

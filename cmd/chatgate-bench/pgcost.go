@@ -117,11 +117,10 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 			if err := tx.Raw("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&c.xacts).Error; err != nil {
 				return err
 			}
-			if err := tx.Raw("SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE schemaname = ?", schema).Scan(&c.rows).Error; err != nil {
-				return err
-			}
-			if err := tx.Raw("SELECT COALESCE(sum(n_tup_upd), 0) AS upd, COALESCE(sum(n_tup_hot_upd), 0) AS hot FROM pg_stat_user_tables WHERE schemaname = ? AND relname = 'conversations'", schema).
-				Row().Scan(&c.convUpd, &c.convHOT); err != nil {
+			if err := tx.Raw(`SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0),
+				COALESCE(sum(n_tup_upd) FILTER (WHERE relname = 'conversations'), 0),
+				COALESCE(sum(n_tup_hot_upd) FILTER (WHERE relname = 'conversations'), 0)
+				FROM pg_stat_user_tables WHERE schemaname = ?`, schema).Row().Scan(&c.rows, &c.convUpd, &c.convHOT); err != nil {
 				return err
 			}
 			return tx.Raw("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&c.wal).Error
