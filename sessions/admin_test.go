@@ -99,9 +99,9 @@ func TestExportTurnStates(t *testing.T) {
 		t.Fatal(ex, err)
 	}
 	u := ex.Messages[0]
-	// The row still says running: answered is derived from the reply.
+	// The reply's transaction marked the row answered.
 	row, _ := db.Message(ctx, out.ConversationID, 1)
-	if row.TurnState != TurnRunning || u.TurnState != TurnAnswered || u.ReplySeq != 2 || u.TurnOwner != m.ReplicaID() || u.TurnAttempt != 1 {
+	if row.TurnState != TurnAnswered || u.TurnState != TurnAnswered || u.ReplySeq != 2 || u.TurnOwner != m.ReplicaID() || u.TurnAttempt != 1 {
 		t.Fatalf("row %q, export %+v", row.TurnState, u)
 	}
 	for format, want := range map[string]string{

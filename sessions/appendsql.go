@@ -45,7 +45,20 @@ func appendAll(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	}
 	// The ledger rides the same transaction: a user message carries its
 	// turn, a reply lands only while no claim moved the conversation's
-	// epoch, and a turn handed back (interrupted) is released with it.
+	// epoch, a final reply closes the turn it answers, and a turn handed
+	// back (interrupted) is released with it.
+	var replies []*Message
+	for _, m := range rows {
+		if m.settlesTurn() {
+			replies = append(replies, m)
+		}
+	}
+	for start := 0; start < len(replies); start += stmtRows {
+		query, args := answerTurnsSQL(replies[start:min(start+stmtRows, len(replies))])
+		if _, err := st.exec(tx, query, args...); err != nil {
+			return err
+		}
+	}
 	for _, op := range ops {
 		if op.app.Settle == nil {
 			continue

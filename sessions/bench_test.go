@@ -90,3 +90,40 @@ func BenchmarkClaimLongConversation(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOrphanScan measures the rescuer's scan for turns of gone
+// replicas over a conversation of n answered turns stored by a replica
+// that is gone: what every start pays (a full pass over the recovery
+// horizon) for the answered turns of the process before it.
+func BenchmarkOrphanScan(b *testing.B) {
+	for _, driver := range []string{DriverSQLite, DriverPostgres} {
+		for _, n := range []int{100, 1000, 5000} {
+			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
+				dsn := filepath.Join(b.TempDir(), "bench.db")
+				if driver == DriverPostgres {
+					dsn = postgresDSN(b)
+				}
+				db := openStore(b, driver, dsn)
+				m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
+				ctx := context.Background()
+				for range n {
+					if _, err := m.Handle(ctx, msg("websocket:ann", "hello"), Hooks{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				m.Shutdown(ctx)
+				since := time.Now().Add(-recoveryHorizon)
+				b.ResetTimer()
+				for range b.N {
+					got, err := db.OrphanTurns(ctx, since, []string{"next"}, 100)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(got) != 0 {
+						b.Fatalf("found %d answered turns", len(got))
+					}
+				}
+			})
+		}
+	}
+}

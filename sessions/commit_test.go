@@ -183,9 +183,10 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 		release()
 		wg.Wait()
 		if db.driver == DriverSQLite {
-			// 2 UPDATEs for n conversations, 3 INSERTs for 2n messages.
-			if got := statements.Load(); got != 5 {
-				t.Errorf("%d appends ran %d statements, want 5", n, got)
+			// 2 UPDATEs for n conversations, 3 INSERTs for 2n messages,
+			// and 3 UPDATEs marking the turns of 2n final replies.
+			if got := statements.Load(); got != 8 {
+				t.Errorf("%d appends ran %d statements, want 8", n, got)
 			}
 		} else if got := trace.String(); got != "1 batches of 2 statements, 1 other statements, 0 prepares" {
 			// (The other statement is the held write's COMMIT.)

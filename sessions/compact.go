@@ -163,7 +163,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	// after the newest one answered waits.
 	var answered int64
 	for _, r := range after {
-		if r.isFinalReply() && !(r.Status == MsgInterrupted && (r.Error == InterruptedByShutdown || r.Error == InterruptedByMessage)) {
+		if r.settlesTurn() {
 			answered = max(answered, r.ReplyTo)
 		}
 	}

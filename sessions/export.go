@@ -97,8 +97,7 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 func finalReplyIn(msgs []Message, lead int64) *Message {
 	for i := len(msgs) - 1; i >= 0 && msgs[i].Seq > lead; i-- {
 		r := &msgs[i]
-		if r.ReplyTo == lead && r.Role == "assistant" && r.ToolCalls == "" &&
-			!(r.Status == MsgInterrupted && (r.Error == InterruptedByShutdown || r.Error == InterruptedByMessage)) {
+		if r.ReplyTo == lead && r.settlesTurn() {
 			return r
 		}
 	}

@@ -26,16 +26,16 @@ import (
 // A claim is (owner, attempt): the replica holding the turn and the number
 // of the claim. A claim lasts as long as its owner's lease: replicas
 // heartbeat a row of their own, and the turns of a replica whose
-// heartbeat stopped are claimable by the others (the rescuer finds them by
-// a scan of recent user messages when it sees a replica die, and once at
-// start). Claiming a turn also moves its conversation's epoch, which every
-// append checks beside the last seq: the runner the turn was taken from
-// finds its reply's append refused. A turn is answered when its final
-// reply is stored after it — the reply's own append is the transition, so
-// a live turn writes nothing but its message and its reply, the rows it
-// needs anyway; the rare paths (a resend, a claim, the rescuer's scans)
-// look the reply up in the primary key's range after the message.
-// turn_due marks the turns nobody owns that somebody may claim — turns a
+// heartbeat stopped are claimable by the others (the rescuer finds them
+// among the open turns when it sees a replica die, and once at start).
+// Claiming a turn also moves its conversation's epoch, which every append
+// checks beside the last seq: the runner the turn was taken from finds its
+// reply's append refused. A turn is answered when its final reply is
+// stored after it — the reply's append is the transition, and in the same
+// transaction it marks the turn's messages answered, which takes them out
+// of the index of open turns (ix_messages_open, below); the rare paths (a
+// resend, a claim, the rescuer's scans) read the open turns and look their
+// replies up in the primary key's range after them. turn_due marks the turns nobody owns that somebody may claim — turns a
 // shutdown interrupted, deliveries handed back for a retry — and only
 // those are indexed.
 
@@ -105,15 +105,96 @@ func (t *Turn) answered(reply *Message) {
 // run.
 const notRunPrefix = "not run:"
 
+// finalReplyWhere is the condition, on an assistant message row r, that
+// it is a final reply: without tool calls, and not the partial reply of a
+// shutdown or of a turn a new message interrupted. Message.settlesTurn
+// says the same of a row in memory.
+const finalReplyWhere = `%[1]s.role = 'assistant' AND (%[1]s.tool_calls IS NULL OR %[1]s.tool_calls = '')
+	AND NOT (%[1]s.status = 'interrupted' AND %[1]s.error IN ('shutdown', 'new message'))`
+
+func finalReplySQL(row string) string { return fmt.Sprintf(finalReplyWhere, row) }
+
 // finalReplyOf is the condition, on a user message row u, that its final
-// reply is stored: an assistant message without tool calls after it that
-// answers it and is not the partial reply of a shutdown.
-const finalReplyOf = `EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = %[1]s.conversation_id AND r.seq > %[1]s.seq
+// reply is stored: a final reply after it that answers it.
+var finalReplyOf = `EXISTS (SELECT 1 FROM messages AS r WHERE r.conversation_id = %[1]s.conversation_id AND r.seq > %[1]s.seq
 	AND r.reply_to = (CASE WHEN %[1]s.turn_lead > 0 THEN %[1]s.turn_lead ELSE %[1]s.seq END)
-	AND r.role = 'assistant' AND (r.tool_calls IS NULL OR r.tool_calls = '')
-	AND NOT (r.status = 'interrupted' AND r.error IN ('shutdown', 'new message')))`
+	AND ` + finalReplySQL("r") + `)`
 
 func answeredSQL(row string) string { return fmt.Sprintf(finalReplyOf, row) }
+
+// The open turns. A user message enters ix_messages_open when it is
+// stored and leaves it when its turn is settled: answered (the final
+// reply's own transaction marks its messages, answerTurnSQL), or marked
+// delivered on a channel that confirms delivery. The queries for turns to
+// claim or to rescue read that index, so they cost what is still open,
+// never the conversation's length. The mark narrows, it does not decide:
+// a claim still reads the stored replies of what it found, so a message
+// answered without the mark (by a replica of an earlier version, during a
+// rolling deploy) is never run twice; the claim that finds it answered
+// marks it.
+const openIndex = "ix_messages_open"
+
+// openWhere is the index's condition. Every query that reads the index
+// repeats it word for word: SQLite uses a partial index only for a query
+// that has its terms.
+const openWhere = "%[1]srole = 'user' AND %[1]sturn_state IN ('pending', 'interrupted', 'running')"
+
+// openSQL is openWhere on a row: "" for the table itself, or "u." for an
+// alias.
+func openSQL(prefix string) string { return fmt.Sprintf(openWhere, prefix) }
+
+// answerTurnsSQL marks answered, in the transaction of final replies, the
+// open user messages they answer: for a reply to lead stored at seq
+// reply, lead itself or the messages merged into its burst, stored before
+// the reply (finalReplyOf's condition, from the reply's side). The lead
+// of a turn whose channel confirms delivery stays open until it is marked
+// delivered. SQLite is told the index, so the statement never walks a
+// conversation. (PostgreSQL's appends do the same in pgInsertMessages.)
+func answerTurnsSQL(replies []*Message) (string, []any) {
+	if len(replies) == 1 {
+		m := replies[0]
+		return answerTurnSQL, []any{m.ConversationID, m.ReplyTo, m.ReplyTo, m.Seq}
+	}
+	var q strings.Builder
+	q.WriteString("WITH v(v_conv, v_lead, v_reply) AS (VALUES ")
+	args := make([]any, 0, 3*len(replies))
+	for i, m := range replies {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?)")
+		args = append(args, m.ConversationID, m.ReplyTo, m.Seq)
+	}
+	q.WriteString(answerTurnsFrom)
+	return q.String(), args
+}
+
+const answerTurnsWhere = ` AND NOT turn_track AND (turn_lead = %[1]s OR (turn_lead = 0 AND seq = %[1]s)) AND seq < %[2]s`
+
+var (
+	answerTurnSQL = `UPDATE messages INDEXED BY ` + openIndex + ` SET turn_state = 'answered'
+		WHERE conversation_id = ? AND ` + openSQL("") + fmt.Sprintf(answerTurnsWhere, "?", "?")
+	answerTurnsFrom = `) UPDATE messages INDEXED BY ` + openIndex + ` SET turn_state = 'answered' FROM v
+		WHERE conversation_id = v.v_conv AND ` + openSQL("") + fmt.Sprintf(answerTurnsWhere, "v.v_lead", "v.v_reply")
+)
+
+// createOpenIndex adds ix_messages_open. A database of an earlier version
+// first has its answered turns marked, by one join of its user messages
+// with their final replies (a probe per message would read each
+// conversation once per message).
+func createOpenIndex(tx *gorm.DB) error {
+	if tx.Migrator().HasIndex(&Message{}, openIndex) {
+		return nil
+	}
+	if err := tx.Exec(`UPDATE messages AS u SET turn_state = 'answered'
+		FROM (SELECT conversation_id, reply_to, max(seq) AS last FROM messages AS r WHERE ` + finalReplySQL("r") + `
+			GROUP BY conversation_id, reply_to) AS r
+		WHERE ` + openSQL("u.") + ` AND NOT u.turn_track AND r.conversation_id = u.conversation_id
+		AND r.reply_to = (CASE WHEN u.turn_lead > 0 THEN u.turn_lead ELSE u.seq END) AND r.last > u.seq`).Error; err != nil {
+		return fmt.Errorf("mark the answered turns: %w", err)
+	}
+	return tx.Exec("CREATE INDEX IF NOT EXISTS " + openIndex + " ON messages (conversation_id, seq) WHERE " + openSQL("")).Error
+}
 
 // settled reports whether the turn has its reply stored.
 func (t *Turn) settled() bool {
@@ -238,13 +319,17 @@ func (s *DB) Message(ctx context.Context, convID string, seq int64) (*Message, e
 	return &m, nil
 }
 
-// dueColumns are what DueTurns and OrphanTurns return, in scanDue's order.
+// dueColumns are what DueTurns, OrphanTurns and OwnTurns return, in
+// scanDue's order, from messages (u) and their conversations (c).
 const dueColumns = `SELECT u.conversation_id, u.seq, c.session_key, c.channel, u.turn_state, COALESCE(u.client_msg_id, ''),
-	u.created_at, c.user_id, c.chat_id, u.turn_owner, u.turn_attempt
-	FROM messages AS u JOIN conversations AS c ON c.id = u.conversation_id `
+	u.created_at, c.user_id, c.chat_id, u.turn_owner, u.turn_attempt FROM `
 
-func (s *DB) scanDue(ctx context.Context, query string, args ...any) ([]DueTurn, error) {
-	rows, err := s.read.WithContext(ctx).Raw(dueColumns+query, args...).Rows()
+func dueSQL(from, where string) string {
+	return dueColumns + from + " JOIN conversations AS c ON c.id = u.conversation_id " + where
+}
+
+func (s *DB) scanDue(ctx context.Context, from, where string, args ...any) ([]DueTurn, error) {
+	rows, err := s.read.WithContext(ctx).Raw(dueSQL(from, where), args...).Rows()
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +356,7 @@ func (s *DB) scanDue(ctx context.Context, query string, args ...any) ([]DueTurn,
 // DueTurns returns up to limit unowned turns due at now, the longest due
 // first: pending and interrupted ones, and deliveries handed back.
 func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error) {
-	out, err := s.scanDue(ctx, "WHERE u.turn_due <= ? ORDER BY u.turn_due, u.conversation_id, u.seq LIMIT ?", now, limit)
+	out, err := s.scanDue(ctx, "messages AS u", "WHERE u.turn_due <= ? ORDER BY u.turn_due, u.conversation_id, u.seq LIMIT ?", now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due turns: %w", err)
 	}
@@ -281,31 +366,35 @@ func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn,
 // OrphanTurns returns up to limit turns of messages stored since the given
 // time that are held by an owner not among alive: running, or answered and
 // not yet marked delivered on a channel that confirms delivery. It reads
-// the recent user messages (by time), so the rescuer calls it only when a
-// replica died, and once at start.
+// the open turns (ix_messages_open); the rescuer calls it when a replica
+// died, and once at start.
 func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]DueTurn, error) {
-	out, err := s.scanDue(ctx, `WHERE u.role = 'user' AND u.created_at >= ? AND u.turn_due IS NULL AND u.turn_owner <> ''
-		AND u.turn_owner NOT IN ? AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT `+answeredSQL("u")+`)
-		ORDER BY u.created_at, u.conversation_id, u.seq LIMIT ?`, since, alive, limit)
+	out, err := s.scanDue(ctx, s.openFrom(), orphanWhere, since, alive, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find turns of gone replicas: %w", err)
 	}
 	return out, nil
 }
 
+var orphanWhere = `WHERE ` + openSQL("u.") + ` AND u.created_at >= ? AND u.turn_due IS NULL AND u.turn_owner <> ''
+	AND u.turn_owner NOT IN ? AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT ` + answeredSQL("u") + `)
+	ORDER BY u.created_at, u.conversation_id, u.seq LIMIT ?`
+
 // OwnTurns returns the turns of a conversation that owner holds in the
 // ledger and that are not settled: not yet answered, or answered and not
 // yet marked delivered on a channel that confirms delivery. The caller
 // compares them with what its runners hold: the others it claims again.
 func (s *DB) OwnTurns(ctx context.Context, convID, owner string) ([]DueTurn, error) {
-	out, err := s.scanDue(ctx, `WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_owner = ? AND u.turn_due IS NULL
-		AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT `+answeredSQL("u")+`)
-		ORDER BY u.seq`, convID, owner)
+	out, err := s.scanDue(ctx, s.openFrom(), ownWhere, convID, owner)
 	if err != nil {
 		return nil, fmt.Errorf("find own turns of %s: %w", convID, err)
 	}
 	return out, nil
 }
+
+var ownWhere = `WHERE u.conversation_id = ? AND ` + openSQL("u.") + ` AND u.turn_owner = ? AND u.turn_due IS NULL
+	AND u.turn_state IN ('running', 'pending') AND (u.turn_track OR NOT ` + answeredSQL("u") + `)
+	ORDER BY u.seq`
 
 // ClaimTurn claims a turn for owner, so that of any number of runners
 // trying at once one wins: the turn must still be as seen (seenOwner,
@@ -506,33 +595,68 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 		if err := tx.Raw(head, convID).Row().Scan(&b.LastSeq, &b.Epoch); err != nil {
 			return err
 		}
-		rows, err := tx.Raw(`SELECT u.seq, COALESCE(u.client_msg_id, ''), u.content, u.attachments, u.created_at, u.turn_state, u.turn_attempt, u.turn_owner
-			FROM messages AS u WHERE u.conversation_id = ? AND u.role = 'user' AND u.turn_state IN ('pending', 'interrupted', 'running')
-			AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = ''
-				OR (u.turn_owner = ? AND u.seq NOT IN ?) OR (? AND u.turn_owner NOT IN ?))
-			AND (u.turn_due IS NULL OR u.turn_due <= ?)
-			AND NOT `+answeredSQL("u")+`
-			ORDER BY u.seq LIMIT ?`, convID, owner, held, c.TakeOver, alive, now, limit).Rows()
+		// The open turns that are claimable, oldest first (the index of
+		// open turns: what is still open, whatever the conversation's
+		// length)...
+		rows, err := tx.Raw(claimableSQL(s.openFrom()), convID, owner, held, c.TakeOver, alive, now).Rows()
+		if err != nil {
+			return err
+		}
+		type open struct {
+			BatchRow
+			lead         int64
+			track        bool
+			state, owner string
+			attempt      int
+		}
+		var found []open
+		for rows.Next() {
+			var o open
+			if err := rows.Scan(&o.Seq, &o.lead, &o.track, &o.ClientMsgID, &o.Content, &o.Attachments, &o.CreatedAt,
+				&o.state, &o.attempt, &o.owner); err != nil {
+				rows.Close()
+				return err
+			}
+			if o.lead == 0 {
+				o.lead = o.Seq
+			}
+			found = append(found, o)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(found) == 0 {
+			return err
+		}
+		// ...less those answered: the final replies stored after the
+		// oldest of them, read in the primary key's range.
+		replies, err := finalRepliesAfter(tx, convID, found[0].Seq)
 		if err != nil {
 			return err
 		}
 		attempt := 0
-		for rows.Next() {
-			var r BatchRow
-			var state, by string
-			var n int
-			if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.Attachments, &r.CreatedAt, &state, &n, &by); err != nil {
-				rows.Close()
+		var unmarked []int64
+		for _, o := range found {
+			if replies[o.lead] > o.Seq {
+				if !o.track {
+					unmarked = append(unmarked, o.Seq) // answered by a replica that did not mark it
+				}
+				continue
+			}
+			if len(b.Rows) == limit {
+				continue
+			}
+			b.Rows = append(b.Rows, o.BatchRow)
+			attempt = max(attempt, o.attempt)
+			b.Took = b.Took || o.state == TurnRunning
+			b.Foreign = b.Foreign || (o.owner != owner && o.owner != "")
+		}
+		if len(unmarked) > 0 {
+			if err := tx.Exec(`UPDATE messages SET turn_state = 'answered' WHERE conversation_id = ? AND seq IN ? AND `+openSQL("")+` AND NOT turn_track`,
+				convID, unmarked).Error; err != nil {
 				return err
 			}
-			b.Rows = append(b.Rows, r)
-			attempt = max(attempt, n)
-			b.Took = b.Took || state == TurnRunning
-			b.Foreign = b.Foreign || (by != owner && by != "")
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(b.Rows) == 0 {
-			return err
+		if len(b.Rows) == 0 {
+			return nil
 		}
 		b.Attempt = attempt + 1
 		seqs := make([]int64, len(b.Rows))
@@ -559,6 +683,49 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 		return nil, fmt.Errorf("claim turns of %s: %w", convID, err)
 	}
 	return got, nil
+}
+
+// claimableSQL reads the claimable open turns of a conversation (ClaimBatch).
+func claimableSQL(from string) string {
+	return `SELECT u.seq, u.turn_lead, u.turn_track, COALESCE(u.client_msg_id, ''), u.content, u.attachments, u.created_at,
+		u.turn_state, u.turn_attempt, u.turn_owner
+		FROM ` + from + ` WHERE u.conversation_id = ? AND ` + openSQL("u.") + `
+		AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = ''
+			OR (u.turn_owner = ? AND u.seq NOT IN ?) OR (? AND u.turn_owner NOT IN ?))
+		AND (u.turn_due IS NULL OR u.turn_due <= ?)
+		ORDER BY u.seq`
+}
+
+// finalRepliesSQL reads the final replies of a conversation after a seq.
+var finalRepliesSQL = `SELECT r.reply_to, max(r.seq) FROM messages AS r WHERE r.conversation_id = ? AND r.seq > ? AND ` +
+	finalReplySQL("r") + ` GROUP BY r.reply_to`
+
+// finalRepliesAfter returns, by the message each answers (reply_to), the
+// seq of the newest final reply stored after seq after in a conversation.
+func finalRepliesAfter(tx *gorm.DB, convID string, after int64) (map[int64]int64, error) {
+	rows, err := tx.Raw(finalRepliesSQL, convID, after).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]int64{}
+	for rows.Next() {
+		var to, seq int64
+		if err := rows.Scan(&to, &seq); err != nil {
+			return nil, err
+		}
+		out[to] = seq
+	}
+	return out, rows.Err()
+}
+
+// openFrom is the FROM of a query over the open turns, as u: SQLite is
+// told the index, so that no statistics can make it walk a conversation.
+func (s *DB) openFrom() string {
+	if s.driver == DriverPostgres {
+		return "messages AS u"
+	}
+	return "messages AS u INDEXED BY " + openIndex
 }
 
 // Covers returns the user messages a turn answers — the messages merged

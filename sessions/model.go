@@ -84,23 +84,24 @@ type Conversation struct {
 type Message struct {
 	// The primary key is (conversation_id, seq): seq is unique per
 	// conversation, and the row needs no other identity.
-	// Secondary indexes are partial and only user messages enter them (by
-	// client id and by time); a reply is found in the primary key's range
-	// after the message it answers, so it enters no secondary index.
-	ConversationID string    `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL"`
-	Seq            int64     `gorm:"primaryKey;autoIncrement:false"`
-	Role           string    `gorm:"size:16;not null"`
-	Content        string    `gorm:"type:text;not null"`
-	ToolCalls      string    `gorm:"type:text"` // JSON array of agent.ToolCall
-	ToolCallID     string    `gorm:"size:128"`
-	ClientMsgID    *string   `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2,where:client_msg_id IS NOT NULL"`
-	ReplyTo        int64     `gorm:"not null"` // the user message's seq, for agent output
-	Status         string    `gorm:"size:16;not null"`
-	Error          string    `gorm:"type:text"`
-	PromptTokens   int64     `gorm:"not null"`
-	CompletionTkns int64     `gorm:"column:completion_tokens;not null"`
-	Cost           float64   `gorm:"not null"`
-	CreatedAt      time.Time `gorm:"index:ix_messages_user_created,where:role = 'user'"`
+	// Secondary indexes are partial and only user messages enter them: by
+	// client id, and while their turn is open (ix_messages_open,
+	// ledger.go); a reply is found in the primary key's range after the
+	// message it answers, so it enters no secondary index.
+	ConversationID string  `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL"`
+	Seq            int64   `gorm:"primaryKey;autoIncrement:false"`
+	Role           string  `gorm:"size:16;not null"`
+	Content        string  `gorm:"type:text;not null"`
+	ToolCalls      string  `gorm:"type:text"` // JSON array of agent.ToolCall
+	ToolCallID     string  `gorm:"size:128"`
+	ClientMsgID    *string `gorm:"size:128;uniqueIndex:uq_messages_client,priority:2,where:client_msg_id IS NOT NULL"`
+	ReplyTo        int64   `gorm:"not null"` // the user message's seq, for agent output
+	Status         string  `gorm:"size:16;not null"`
+	Error          string  `gorm:"type:text"`
+	PromptTokens   int64   `gorm:"not null"`
+	CompletionTkns int64   `gorm:"column:completion_tokens;not null"`
+	Cost           float64 `gorm:"not null"`
+	CreatedAt      time.Time
 
 	// The turn of a user message (see ledger.go); empty on other rows.
 	TurnState   string `gorm:"size:16;not null;default:''"`
@@ -182,4 +183,11 @@ func encodeToolCalls(calls []agent.ToolCall) string {
 // their message: an assistant message without tool calls.
 func (m *Message) isFinalReply() bool {
 	return m.Role == agent.RoleAssistant && m.ToolCalls == "" && m.ReplyTo > 0
+}
+
+// settlesTurn reports whether m, stored, settles the turn of the message
+// it answers: a final reply that is not the partial reply of a shutdown
+// or of a turn a new message interrupted (finalReplyWhere in SQL).
+func (m *Message) settlesTurn() bool {
+	return m.isFinalReply() && !(m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage))
 }

@@ -59,13 +59,23 @@ const pgUpdateConversations = `WITH v AS (
 )
 SELECT chatgate_expect((SELECT count(*) FROM u), cardinality($1::varchar[]), '` + pgCodeStale + `')`
 
-const pgInsertMessages = `INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
+// pgInsertMessages inserts the messages and, in the same statement, marks
+// answered the open user messages their final replies answer
+// (answerTurnsSQL).
+var pgInsertMessages = `WITH ins AS (
+INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
 	client_msg_id, reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
 	turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead)
 SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::varchar[], $4::text[], $5::text[], $6::varchar[],
 	$7::varchar[], $8::bigint[], $9::varchar[], $10::text[], $11::bigint[], $12::bigint[], $13::numeric[],
 	$14::timestamptz[], $15::text[], $16::varchar[], $17::varchar[], $18::bigint[], $19::timestamptz[],
-	$20::boolean[], $21::bigint[])`
+	$20::boolean[], $21::bigint[])
+RETURNING conversation_id, seq, role, tool_calls, reply_to, status, error
+)
+UPDATE messages AS u SET turn_state = 'answered' FROM ins
+WHERE ` + finalReplySQL("ins") + ` AND u.conversation_id = ANY($1) AND u.conversation_id = ins.conversation_id
+	AND ` + openSQL("u.") + ` AND NOT u.turn_track
+	AND (u.turn_lead = ins.reply_to OR (u.turn_lead = 0 AND u.seq = ins.reply_to)) AND u.seq < ins.seq`
 
 const pgSettleTurn = `WITH u AS (
 	UPDATE messages SET turn_state = 'interrupted', turn_owner = '', turn_due = $1

@@ -9,10 +9,11 @@ import (
 )
 
 // stmtCacheMax bounds the statements kept prepared. A statement's text
-// depends only on the shape of its batch (how many conversations and
-// messages, whether a row must be active), never on values, so a few
-// dozen texts cover every batch up to stmtRows rows.
-const stmtCacheMax = 128
+// depends only on the shape of its batch (how many conversations,
+// messages and final replies, whether a row must be active), never on
+// values: each kind of statement has one text per row count up to
+// stmtRows, about a hundred texts in all.
+const stmtCacheMax = 256
 
 // stmtCache keeps the statements of SQLite's committer prepared on the
 // writer's connection: the driver compiles a statement every time it runs

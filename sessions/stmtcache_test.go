@@ -36,11 +36,13 @@ func TestAppendsRunPrepared(t *testing.T) {
 			t.Fatalf("append %d: %v", i+1, err)
 		}
 	}
-	// Three texts: the conversation's UPDATE with the active guard (user
-	// messages) and without (replies), and the one-row INSERT both share.
-	// Each ran unprepared once, so of the 12 statements 9 ran prepared.
-	if got := db.commit.stmts.prepared.Load(); got != 9 {
-		t.Errorf("%d statements ran prepared, want 9", got)
+	// Four texts: the conversation's UPDATE with the active guard (user
+	// messages) and without (replies), the one-row INSERT both share, and
+	// the replies' marking of their turns answered (which finds none here:
+	// the channel confirms delivery). Each ran unprepared once, so of the
+	// 15 statements 11 ran prepared.
+	if got := db.commit.stmts.prepared.Load(); got != 11 {
+		t.Errorf("%d statements ran prepared, want 11", got)
 	}
 	msgs, err := db.MessagesAfter(ctx, "c1", 0, 10)
 	if err != nil || len(msgs) != 6 {

@@ -341,6 +341,9 @@ var droppedIndexes = []struct {
 	{&Conversation{}, "ix_conversations_sweep"},
 	// Replies are found in the primary key's range after their message.
 	{&Message{}, "ix_messages_reply"},
+	// The rescuer found its turns by time among every user message; it
+	// reads the open turns instead (ix_messages_open).
+	{&Message{}, "ix_messages_user_created"},
 }
 
 func migrateModels(tx *gorm.DB) error {
@@ -355,6 +358,9 @@ func migrateModels(tx *gorm.DB) error {
 		if err := backfillTurns(tx, time.Now().UTC()); err != nil {
 			return fmt.Errorf("give earlier messages their turns: %w", err)
 		}
+	}
+	if err := createOpenIndex(tx); err != nil {
+		return fmt.Errorf("add the index of open turns: %w", err)
 	}
 	for _, ix := range droppedIndexes {
 		if tx.Migrator().HasIndex(ix.model, ix.name) {

@@ -374,8 +374,7 @@ func settledTail(hc *hotConv) bool {
 	}
 	answered := map[int64]bool{}
 	for i := range hc.window {
-		if m := &hc.window[i]; m.isFinalReply() &&
-			!(m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage)) {
+		if m := &hc.window[i]; m.settlesTurn() {
 			answered[m.ReplyTo] = true
 		}
 	}

@@ -1,0 +1,249 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+)
+
+// openSeqs returns the seqs of a conversation's messages in the index of
+// open turns (its condition, as the index has it).
+func openSeqs(t testing.TB, db *DB, convID string) []int64 {
+	t.Helper()
+	var seqs []int64
+	if err := db.Gorm().Raw("SELECT seq FROM messages WHERE conversation_id = ? AND "+openSQL("")+" ORDER BY seq", convID).
+		Scan(&seqs).Error; err != nil {
+		t.Fatal(err)
+	}
+	return seqs
+}
+
+// userRow is a user message stored as a claimed turn of lead.
+func userRow(conv string, seq, lead int64, track bool, at time.Time) Message {
+	return Message{ConversationID: conv, Seq: seq, Role: agent.RoleUser, Content: fmt.Sprint("q", seq), Status: MsgOK, CreatedAt: at,
+		TurnState: TurnRunning, TurnOwner: "r1", TurnAttempt: 1, TurnLead: lead, TurnTrack: track}
+}
+
+// TestFinalRepliesCloseTheirTurns: the transaction that stores a final
+// reply takes the messages it answers out of the open turns — the lead, the
+// messages merged into its burst, a message never claimed — and nothing
+// else: not a tool call, a tool's result or the partial reply of a
+// shutdown, not the lead of a channel that confirms delivery, not a message
+// of another turn. Appends that share a group commit do the same. The mark
+// agrees with the stored replies as the ledger's SQL reads them.
+func TestFinalRepliesCloseTheirTurns(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		all := createConversations(t, db, stmtRows+3, at, "")
+		conv, convs := all[0], all[1:]
+		seq := int64(0)
+		add := func(msgs ...Message) {
+			t.Helper()
+			for i := range msgs {
+				msgs[i].ConversationID = conv.ID
+			}
+			if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: seq, Messages: msgs, At: at}); err != nil {
+				t.Fatal(err)
+			}
+			seq += int64(len(msgs))
+			conv.LastSeq = seq
+		}
+		reply := func(s, to int64, status, errText, toolCalls string) Message {
+			return Message{Seq: s, Role: agent.RoleAssistant, Content: "a", ReplyTo: to, Status: status, Error: errText,
+				ToolCalls: toolCalls, CreatedAt: at}
+		}
+		expect := func(want ...int64) {
+			t.Helper()
+			if got := openSeqs(t, db, conv.ID); !slices.Equal(got, want) {
+				t.Fatalf("open turns %v, want %v", got, want)
+			}
+		}
+
+		add(userRow(conv.ID, 1, 1, false, at))
+		add(reply(2, 1, MsgOK, "", `[{"id":"c1","name":"clock"}]`),
+			Message{Seq: 3, Role: agent.RoleTool, Content: "12:00", ToolCallID: "c1", ReplyTo: 1, Status: MsgOK, CreatedAt: at})
+		add(reply(4, 1, MsgInterrupted, InterruptedByShutdown, ""))
+		add(reply(5, 1, MsgInterrupted, InterruptedByMessage, ""))
+		expect(1)
+		add(reply(6, 1, MsgOK, "", ""))
+		expect()
+
+		// A burst of two, answered by a failure notice: both closed.
+		add(userRow(conv.ID, 7, 8, false, at), userRow(conv.ID, 8, 8, false, at))
+		expect(7, 8)
+		add(reply(9, 8, MsgFailed, "agent down", ""))
+		expect()
+
+		// A channel that confirms delivery: the lead stays open for its
+		// delivery mark, the message merged into it is closed.
+		add(userRow(conv.ID, 10, 11, false, at), userRow(conv.ID, 11, 11, true, at))
+		add(reply(12, 11, MsgOK, "", ""))
+		expect(11)
+		if err := db.MarkDelivered(ctx, conv.ID, 11, "r1", 1, "tg:1", "", at); err != nil {
+			t.Fatal(err)
+		}
+		expect()
+
+		// A message never claimed (no lead yet), a reply to another
+		// message after it: only its own reply closes it.
+		pending := userRow(conv.ID, 13, 0, false, at)
+		pending.TurnState, pending.TurnAttempt = TurnPending, 0
+		add(pending, userRow(conv.ID, 14, 14, false, at))
+		add(reply(15, 14, MsgOK, "", ""))
+		expect(13)
+		add(reply(16, 13, MsgOK, "", ""))
+		expect()
+
+		// Replies to many conversations in one group commit.
+		for _, c := range convs {
+			if err := db.Append(ctx, Append{Conv: c, Messages: []Message{userRow(c.ID, 1, 1, false, at)}, At: at}); err != nil {
+				t.Fatal(err)
+			}
+			c.LastSeq = 1
+		}
+		release := holdWriter(db)
+		var writes []func() error
+		for _, c := range convs {
+			writes = append(writes, func() error {
+				r := reply(2, 1, MsgOK, "", "")
+				r.ConversationID = c.ID
+				return db.Append(ctx, Append{Conv: c, ExpectSeq: 1, Messages: []Message{r}, At: at})
+			})
+		}
+		for i, err := range queueInOrder(db, release, writes) {
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+		}
+		for _, c := range convs {
+			if got := openSeqs(t, db, c.ID); len(got) != 0 {
+				t.Fatalf("%s: open turns %v after its reply", c.ID, got)
+			}
+		}
+
+		// What marked the turns (Message.settlesTurn) and what the ledger's
+		// queries read as a final reply (finalReplyWhere) agree.
+		var final []int64
+		if err := db.Gorm().Raw("SELECT seq FROM messages AS r WHERE r.conversation_id = ? AND "+finalReplySQL("r")+" ORDER BY seq", conv.ID).
+			Scan(&final).Error; err != nil {
+			t.Fatal(err)
+		}
+		var settles []int64
+		for _, m := range transcript(t, db, conv.ID) {
+			if m.settlesTurn() {
+				settles = append(settles, m.Seq)
+			}
+		}
+		if !slices.Equal(final, settles) || len(final) != 5 {
+			t.Fatalf("final replies in SQL %v, in Go %v", final, settles)
+		}
+	})
+}
+
+// TestClaimFindsTurnsAnsweredWithoutTheMark: a turn answered by a replica
+// that did not mark it (an earlier version, during a rolling deploy) is
+// still open in the index, and is never run again: the rescuer's scan
+// skips it, and a claim leaves it, marks it answered, and takes only the
+// message that waits.
+func TestClaimFindsTurnsAnsweredWithoutTheMark(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		m := New(db, agent.Echo{}, Options{Logger: quiet})
+		defer m.Shutdown(ctx)
+		var conv string
+		for i := range 3 {
+			conv = handle(t, m, msg("websocket:ann", fmt.Sprint("hello ", i))).ConversationID
+		}
+		if got := openSeqs(t, db, conv); len(got) != 0 {
+			t.Fatalf("open turns %v after three answered turns", got)
+		}
+		if err := db.Gorm().Exec("UPDATE messages SET turn_state = 'running' WHERE conversation_id = ? AND role = 'user'", conv).Error; err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.Conversation(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := userRow(conv, 7, 0, false, time.Now().UTC())
+		waiting.TurnState, waiting.TurnAttempt, waiting.TurnOwner = TurnPending, 0, "gone"
+		if err := db.Append(ctx, Append{Conv: c, ExpectSeq: 6, Messages: []Message{waiting}, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{1, 3, 5, 7}) {
+			t.Fatalf("open turns %v, want the unmarked 1, 3, 5 and the waiting 7", got)
+		}
+		orphans, err := db.OrphanTurns(ctx, time.Now().Add(-time.Hour), []string{"next"}, 10)
+		if err != nil || len(orphans) != 1 || orphans[0].Seq != 7 {
+			t.Fatalf("turns of gone replicas %+v, %v: want only 7", orphans, err)
+		}
+		b, err := db.ClaimBatch(ctx, Claim{ConversationID: conv, Owner: "next", TakeOver: true, Alive: []string{"next"}, Now: time.Now(), Limit: 10})
+		if err != nil || b == nil || len(b.Rows) != 1 || b.Rows[0].Seq != 7 {
+			t.Fatalf("claim %+v, %v: want 7 alone", b, err)
+		}
+		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{7}) {
+			t.Fatalf("open turns %v after the claim, want 7", got)
+		}
+	})
+}
+
+// TestOpenIndexAddedToEarlierDatabase: a database of the version before
+// the index of open turns gets it when it opens, with its answered turns
+// marked (and only those), and loses the index by time.
+func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		conv := createConversations(t, db, 1, at, "")[0]
+		rows := []Message{
+			userRow(conv.ID, 1, 1, false, at), // answered
+			{Seq: 2, Role: agent.RoleAssistant, Content: "a", ReplyTo: 1, Status: MsgOK, CreatedAt: at},
+			userRow(conv.ID, 3, 4, false, at), // merged into 4, answered
+			userRow(conv.ID, 4, 4, true, at),  // answered, waits for its delivery mark
+			{Seq: 5, Role: agent.RoleAssistant, Content: "a", ReplyTo: 4, Status: MsgOK, CreatedAt: at},
+			userRow(conv.ID, 6, 6, false, at), // cut by a shutdown
+			{Seq: 7, Role: agent.RoleAssistant, Content: "par", ReplyTo: 6, Status: MsgInterrupted, Error: InterruptedByShutdown, CreatedAt: at},
+			userRow(conv.ID, 8, 0, false, at), // never claimed
+		}
+		for i := range rows {
+			rows[i].ConversationID = conv.ID
+		}
+		if err := db.Append(ctx, Append{Conv: conv, Messages: rows, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{
+			"DROP INDEX " + openIndex,
+			"UPDATE messages SET turn_state = 'running' WHERE role = 'user'",
+			"CREATE INDEX ix_messages_user_created ON messages (created_at) WHERE role = 'user'",
+		} {
+			if err := db.Gorm().Exec(stmt).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := migrateModels(db.Gorm()); err != nil {
+			t.Fatal(err)
+		}
+		if !db.Gorm().Migrator().HasIndex(&Message{}, openIndex) || db.Gorm().Migrator().HasIndex(&Message{}, "ix_messages_user_created") {
+			t.Fatal("want the index of open turns, and no index by time")
+		}
+		var states []string
+		if err := db.Gorm().Raw("SELECT turn_state FROM messages WHERE conversation_id = ? AND role = 'user' ORDER BY seq", conv.ID).
+			Scan(&states).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := []string{TurnAnswered, TurnAnswered, TurnRunning, TurnRunning, TurnRunning}
+		if !slices.Equal(states, want) {
+			t.Fatalf("turn states after migrating %q, want %q", states, want)
+		}
+		if got := openSeqs(t, db, conv.ID); !slices.Equal(got, []int64{4, 6, 8}) {
+			t.Fatalf("open turns %v, want 4, 6, 8", got)
+		}
+	})
+}
