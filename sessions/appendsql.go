@@ -47,14 +47,12 @@ func appendAll(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	// turn, a reply lands only while no claim moved the conversation's
 	// epoch, a final reply closes the turn it answers, and a turn handed
 	// back (interrupted) is released with it.
-	var replies []*Message
-	for _, m := range rows {
-		if m.settlesTurn() {
-			replies = append(replies, m)
-		}
+	var answers []answerRow
+	for _, op := range ops {
+		answers = answerRows(answers, op.app)
 	}
-	for start := 0; start < len(replies); start += stmtRows {
-		query, args := answerTurnsSQL(replies[start:min(start+stmtRows, len(replies))])
+	for start := 0; start < len(answers); start += stmtRows {
+		query, args := answerTurnsSQL(answers[start:min(start+stmtRows, len(answers))])
 		if _, err := st.exec(tx, query, args...); err != nil {
 			return err
 		}

@@ -137,6 +137,10 @@ func TestCollectMergesMessagesThatArriveDuringATurn(t *testing.T) {
 		if users != 6 || replies != 2 || rows[len(rows)-1].ReplyTo != 6 {
 			t.Fatalf("transcript = %+v, want six messages and two replies, the last answering seq 6", rows)
 		}
+		// The burst's reply closed all five of its messages.
+		if open := openSeqs(t, db, conv.ID); len(open) != 0 {
+			t.Fatalf("open turns %v after the burst's reply", open)
+		}
 		// A resend of any covered id gets that reply, from storage.
 		again := handle(t, m, withID(msg("websocket:ann", "m2"), "c-2"))
 		if !again.Duplicate || again.Reply.Seq != last.Reply.Seq || !slices.Equal(again.Reply.Covers, want) {

@@ -143,39 +143,68 @@ const openWhere = "%[1]srole = 'user' AND %[1]sturn_state IN ('pending', 'interr
 // alias.
 func openSQL(prefix string) string { return fmt.Sprintf(openWhere, prefix) }
 
+// answerRow is a user message a final reply may close: its seq, and the
+// reply's lead (reply_to) and seq.
+type answerRow struct {
+	conv             string
+	seq, lead, reply int64
+}
+
+// answerRows appends the user messages the final replies among a's
+// messages may close: Append.Answers, or the lead alone.
+func answerRows(out []answerRow, a *Append) []answerRow {
+	for i := range a.Messages {
+		m := &a.Messages[i]
+		switch {
+		case !m.settlesTurn():
+		case len(a.Answers) == 0:
+			out = append(out, answerRow{a.Conv.ID, m.ReplyTo, m.ReplyTo, m.Seq})
+		default:
+			for _, seq := range a.Answers {
+				out = append(out, answerRow{a.Conv.ID, seq, m.ReplyTo, m.Seq})
+			}
+		}
+	}
+	return out
+}
+
 // answerTurnsSQL marks answered, in the transaction of final replies, the
-// open user messages they answer: for a reply to lead stored at seq
-// reply, lead itself or the messages merged into its burst, stored before
-// the reply (finalReplyOf's condition, from the reply's side). The lead
+// user messages they answer, each found by its primary key. It marks a
+// message only while it is open and only if the reply answers it (the
+// condition of finalReplyOf, from the reply's side: the reply's lead is
+// the message, or the lead of the burst the message was merged into, and
+// the reply comes after it), so a wrong seq given marks nothing. The lead
 // of a turn whose channel confirms delivery stays open until it is marked
-// delivered. SQLite is told the index, so the statement never walks a
-// conversation. (PostgreSQL's appends do the same in pgInsertMessages.)
-func answerTurnsSQL(replies []*Message) (string, []any) {
-	if len(replies) == 1 {
-		m := replies[0]
-		return answerTurnSQL, []any{m.ConversationID, m.ReplyTo, m.ReplyTo, m.Seq}
+// delivered. (PostgreSQL's appends run pgAnswerTurns.)
+func answerTurnsSQL(rows []answerRow) (string, []any) {
+	if len(rows) == 1 {
+		r := rows[0]
+		return answerTurnSQL, []any{r.conv, r.seq, r.lead, r.lead, r.reply}
 	}
 	var q strings.Builder
-	q.WriteString("WITH v(v_conv, v_lead, v_reply) AS (VALUES ")
-	args := make([]any, 0, 3*len(replies))
-	for i, m := range replies {
+	q.WriteString("WITH v(v_conv, v_seq, v_lead, v_reply) AS (VALUES ")
+	args := make([]any, 0, 4*len(rows))
+	for i, r := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?)")
-		args = append(args, m.ConversationID, m.ReplyTo, m.Seq)
+		q.WriteString("(?, ?, ?, ?)")
+		args = append(args, r.conv, r.seq, r.lead, r.reply)
 	}
 	q.WriteString(answerTurnsFrom)
 	return q.String(), args
 }
 
-const answerTurnsWhere = ` AND NOT turn_track AND (turn_lead = %[1]s OR (turn_lead = 0 AND seq = %[1]s)) AND seq < %[2]s`
+// answerWhere is the mark's condition on the message, given its
+// conversation, seq, the reply's lead and the reply's seq.
+const answerWhere = `conversation_id = %[1]s AND seq = %[2]s AND %[5]s AND NOT turn_track
+	AND (turn_lead = %[3]s OR (turn_lead = 0 AND seq = %[3]s)) AND seq < %[4]s`
 
 var (
-	answerTurnSQL = `UPDATE messages INDEXED BY ` + openIndex + ` SET turn_state = 'answered'
-		WHERE conversation_id = ? AND ` + openSQL("") + fmt.Sprintf(answerTurnsWhere, "?", "?")
-	answerTurnsFrom = `) UPDATE messages INDEXED BY ` + openIndex + ` SET turn_state = 'answered' FROM v
-		WHERE conversation_id = v.v_conv AND ` + openSQL("") + fmt.Sprintf(answerTurnsWhere, "v.v_lead", "v.v_reply")
+	answerTurnSQL = `UPDATE messages SET turn_state = 'answered' WHERE ` +
+		fmt.Sprintf(answerWhere, "?", "?", "?", "?", openSQL(""))
+	answerTurnsFrom = `) UPDATE messages SET turn_state = 'answered' FROM v WHERE ` +
+		fmt.Sprintf(answerWhere, "v.v_conv", "v.v_seq", "v.v_lead", "v.v_reply", openSQL(""))
 )
 
 // createOpenIndex adds ix_messages_open. A database of an earlier version
@@ -534,6 +563,15 @@ type BatchRow struct {
 // Lead is the newest message's seq.
 func (b *Batch) Lead() int64 { return b.Rows[len(b.Rows)-1].Seq }
 
+// seqs are the batch's messages, oldest first (the lead last).
+func (b *Batch) seqs() []int64 {
+	out := make([]int64, len(b.Rows))
+	for i, r := range b.Rows {
+		out[i] = r.Seq
+	}
+	return out
+}
+
 // Ref names the batch's claim, for delivering its reply.
 func (b *Batch) Ref() TurnRef {
 	return TurnRef{ConversationID: b.ConversationID, Seq: b.Lead(), Claim: strconv.Itoa(b.Attempt)}
@@ -659,10 +697,7 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 			return nil
 		}
 		b.Attempt = attempt + 1
-		seqs := make([]int64, len(b.Rows))
-		for i, r := range b.Rows {
-			seqs[i] = r.Seq
-		}
+		seqs := b.seqs()
 		lead := b.Lead()
 		if err := tx.Exec(`UPDATE messages SET turn_state = 'running', turn_owner = ?, turn_attempt = ?, turn_due = NULL,
 			turn_lead = ?, turn_track = (seq = ? AND ?) WHERE conversation_id = ? AND seq IN ?`,

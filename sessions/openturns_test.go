@@ -30,10 +30,10 @@ func userRow(conv string, seq, lead int64, track bool, at time.Time) Message {
 
 // TestFinalRepliesCloseTheirTurns: the transaction that stores a final
 // reply takes the messages it answers out of the open turns — the lead, the
-// messages merged into its burst, a message never claimed — and nothing
-// else: not a tool call, a tool's result or the partial reply of a
+// messages of its burst the append names, a message never claimed — and
+// nothing else: not a tool call, a tool's result or the partial reply of a
 // shutdown, not the lead of a channel that confirms delivery, not a message
-// of another turn. Appends that share a group commit do the same. The mark
+// of another turn even when the append names it. Appends that share a group commit do the same. The mark
 // agrees with the stored replies as the ledger's SQL reads them.
 func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
@@ -43,17 +43,18 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 		all := createConversations(t, db, stmtRows+3, at, "")
 		conv, convs := all[0], all[1:]
 		seq := int64(0)
-		add := func(msgs ...Message) {
+		answering := func(answers []int64, msgs ...Message) {
 			t.Helper()
 			for i := range msgs {
 				msgs[i].ConversationID = conv.ID
 			}
-			if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: seq, Messages: msgs, At: at}); err != nil {
+			if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: seq, Messages: msgs, At: at, Answers: answers}); err != nil {
 				t.Fatal(err)
 			}
 			seq += int64(len(msgs))
 			conv.LastSeq = seq
 		}
+		add := func(msgs ...Message) { t.Helper(); answering(nil, msgs...) }
 		reply := func(s, to int64, status, errText, toolCalls string) Message {
 			return Message{Seq: s, Role: agent.RoleAssistant, Content: "a", ReplyTo: to, Status: status, Error: errText,
 				ToolCalls: toolCalls, CreatedAt: at}
@@ -74,16 +75,20 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 		add(reply(6, 1, MsgOK, "", ""))
 		expect()
 
-		// A burst of two, answered by a failure notice: both closed.
+		// A burst of two, answered by a failure notice: both closed. A
+		// message the reply does not answer is left open, even when the
+		// append names it.
 		add(userRow(conv.ID, 7, 8, false, at), userRow(conv.ID, 8, 8, false, at))
 		expect(7, 8)
-		add(reply(9, 8, MsgFailed, "agent down", ""))
+		answering([]int64{7, 8}, reply(9, 8, MsgFailed, "agent down", ""))
 		expect()
 
 		// A channel that confirms delivery: the lead stays open for its
 		// delivery mark, the message merged into it is closed.
-		add(userRow(conv.ID, 10, 11, false, at), userRow(conv.ID, 11, 11, true, at))
-		add(reply(12, 11, MsgOK, "", ""))
+		add(userRow(conv.ID, 10, 11, false, at), userRow(conv.ID, 11, 11, true, at), userRow(conv.ID, 12, 12, false, at))
+		answering([]int64{10, 11, 12}, reply(13, 11, MsgOK, "", ""))
+		expect(11, 12)
+		answering([]int64{12}, reply(14, 12, MsgOK, "", ""))
 		expect(11)
 		if err := db.MarkDelivered(ctx, conv.ID, 11, "r1", 1, "tg:1", "", at); err != nil {
 			t.Fatal(err)
@@ -92,12 +97,12 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 
 		// A message never claimed (no lead yet), a reply to another
 		// message after it: only its own reply closes it.
-		pending := userRow(conv.ID, 13, 0, false, at)
+		pending := userRow(conv.ID, 15, 0, false, at)
 		pending.TurnState, pending.TurnAttempt = TurnPending, 0
-		add(pending, userRow(conv.ID, 14, 14, false, at))
-		add(reply(15, 14, MsgOK, "", ""))
-		expect(13)
-		add(reply(16, 13, MsgOK, "", ""))
+		add(pending, userRow(conv.ID, 16, 16, false, at))
+		answering([]int64{15, 16}, reply(17, 16, MsgOK, "", ""))
+		expect(15)
+		add(reply(18, 15, MsgOK, "", ""))
 		expect()
 
 		// Replies to many conversations in one group commit.
@@ -140,7 +145,7 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 				settles = append(settles, m.Seq)
 			}
 		}
-		if !slices.Equal(final, settles) || len(final) != 5 {
+		if !slices.Equal(final, settles) || len(final) != 6 {
 			t.Fatalf("final replies in SQL %v, in Go %v", final, settles)
 		}
 	})

@@ -59,23 +59,20 @@ const pgUpdateConversations = `WITH v AS (
 )
 SELECT chatgate_expect((SELECT count(*) FROM u), cardinality($1::varchar[]), '` + pgCodeStale + `')`
 
-// pgInsertMessages inserts the messages and, in the same statement, marks
-// answered the open user messages their final replies answer
-// (answerTurnsSQL).
-var pgInsertMessages = `WITH ins AS (
-INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
+const pgInsertMessages = `INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
 	client_msg_id, reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
 	turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead)
 SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::varchar[], $4::text[], $5::text[], $6::varchar[],
 	$7::varchar[], $8::bigint[], $9::varchar[], $10::text[], $11::bigint[], $12::bigint[], $13::numeric[],
 	$14::timestamptz[], $15::text[], $16::varchar[], $17::varchar[], $18::bigint[], $19::timestamptz[],
-	$20::boolean[], $21::bigint[])
-RETURNING conversation_id, seq, role, tool_calls, reply_to, status, error
-)
-UPDATE messages AS u SET turn_state = 'answered' FROM ins
-WHERE ` + finalReplySQL("ins") + ` AND u.conversation_id = ANY($1) AND u.conversation_id = ins.conversation_id
-	AND ` + openSQL("u.") + ` AND NOT u.turn_track
-	AND (u.turn_lead = ins.reply_to OR (u.turn_lead = 0 AND u.seq = ins.reply_to)) AND u.seq < ins.seq`
+	$20::boolean[], $21::bigint[])`
+
+// pgAnswerTurns marks answered the user messages the group's final
+// replies answer, each found by its primary key (answerTurnsSQL).
+var pgAnswerTurns = `UPDATE messages AS u SET turn_state = 'answered'
+FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(conv, seq, lead, reply)
+WHERE u.conversation_id = v.conv AND u.seq = v.seq AND ` + openSQL("u.") + ` AND NOT u.turn_track
+	AND (u.turn_lead = v.lead OR (u.turn_lead = 0 AND u.seq = v.lead)) AND u.seq < v.reply`
 
 const pgSettleTurn = `WITH u AS (
 	UPDATE messages SET turn_state = 'interrupted', turn_owner = '', turn_due = $1
@@ -148,6 +145,18 @@ func queueGroup(b *pgx.Batch, ops []*writeOp) {
 	}
 	b.Queue(pgUpdateConversations, ids, expect, count, at, tokens, cost, models, active, epochs)
 	b.Queue(pgInsertMessages, messageColumns(rows)...)
+	var answers []answerRow
+	for _, op := range ops {
+		answers = answerRows(answers, op.app)
+	}
+	if len(answers) > 0 {
+		n := len(answers)
+		convs, seqs, leads, replies := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, r := range answers {
+			convs[i], seqs[i], leads[i], replies[i] = r.conv, r.seq, r.lead, r.reply
+		}
+		b.Queue(pgAnswerTurns, convs, seqs, leads, replies)
+	}
 	for _, op := range ops {
 		if st := op.app.Settle; st != nil {
 			b.Queue(pgSettleTurn, st.DueAt, op.app.Conv.ID, op.app.TurnSeq, st.Owner, int64(st.Attempt))

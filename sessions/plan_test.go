@@ -38,16 +38,16 @@ func TestQueriesUseIndexes(t *testing.T) {
 		}
 	}
 
-	// The ledger's reads of open turns, and the final replies' marks, read
-	// the index of open turns: what is still open, never a conversation's
-	// length. The replies a claim checks are read in the primary key's
-	// range after the oldest turn it found.
-	var replies []*Message
+	// The ledger's reads of open turns read the index of open turns: what
+	// is still open, never a conversation's length. The replies a claim
+	// checks are read in the primary key's range after the oldest turn it
+	// found, and the final replies' marks find their messages by key.
+	var answers []answerRow
 	for i := range 3 {
-		replies = append(replies, &Message{ConversationID: fmt.Sprint("c", i), Seq: 4, ReplyTo: 3})
+		answers = append(answers, answerRow{conv: fmt.Sprint("c", i), seq: 2, lead: 3, reply: 4})
 	}
-	one, oneArgs := answerTurnsSQL(replies[:1])
-	many, manyArgs := answerTurnsSQL(replies)
+	one, oneArgs := answerTurnsSQL(answers[:1])
+	many, manyArgs := answerTurnsSQL(answers)
 	now := time.Now()
 	for _, c := range []struct {
 		what, query, index string
@@ -58,8 +58,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"turns of gone replicas", dueSQL(db.openFrom(), orphanWhere), "SCAN u USING INDEX " + openIndex, []any{now, []string{"r1"}, 10}},
 		{"own turns", dueSQL(db.openFrom(), ownWhere), "SEARCH u USING INDEX " + openIndex + " (conversation_id=?)", []any{"c", "r1"}},
 		{"final replies", finalRepliesSQL, "SEARCH r USING INDEX sqlite_autoindex_messages_1 (conversation_id=? AND seq>?)", []any{"c", 3}},
-		{"answered mark", one, "SEARCH messages USING INDEX " + openIndex + " (conversation_id=? AND seq<?)", oneArgs},
-		{"answered marks", many, "SEARCH messages USING INDEX " + openIndex + " (conversation_id=? AND seq<?)", manyArgs},
+		{"answered mark", one, "SEARCH messages USING INDEX sqlite_autoindex_messages_1 (conversation_id=? AND seq=?)", oneArgs},
+		{"answered marks", many, "SEARCH messages USING INDEX sqlite_autoindex_messages_1 (conversation_id=? AND seq=?)", manyArgs},
 	} {
 		var rows []map[string]any
 		if err := db.Gorm().Raw("EXPLAIN QUERY PLAN "+c.query, c.args...).Scan(&rows).Error; err != nil {

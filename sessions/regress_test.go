@@ -132,7 +132,7 @@ func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.conv = *fresh
-	done, err := m.tryAppendReply(ctx, hc, reply(), t0, 0, 0, "", 1, 1, TurnAnswered, nil, func() bool { return false },
+	done, err := m.tryAppendReply(ctx, hc, reply(), t0, 0, 0, "", []int64{1}, 1, TurnAnswered, nil, func() bool { return false },
 		errors.New("commit: connection reset"))
 	if !done || err != nil {
 		t.Fatalf("retry: done %v, %v", done, err)

@@ -115,6 +115,11 @@ type Append struct {
 	// taken over.
 	Settle  *Settle
 	TurnSeq int64
+	// Answers are the user messages a final reply among Messages answers,
+	// by seq: its burst, as the claim took it. The same transaction marks
+	// those still open answered — only those the reply answers (its lead,
+	// or merged into it, stored before it); none given is the lead alone.
+	Answers []int64
 }
 
 // Driver names.

@@ -160,7 +160,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// with its partial reply, due at once; a tracked channel's delivery
 	// stays claimed: the channel sends, then marks it.
 	endStore := m.startSpan(ctx, "store reply")
-	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, lead, b.Attempt, state,
+	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.seqs(), b.Attempt, state,
 		func(since time.Time) { m.noticeDelay(tickets, since) })
 	endStore(err)
 	if err != nil {
@@ -438,7 +438,8 @@ func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Reque
 }
 
 // appendReply stores agent output after the conversation's last message,
-// as the runner of the turn of user message userSeq under claim attempt;
+// as the runner of the turn of user messages answers (oldest first, the
+// last the lead, userSeq) under claim attempt;
 // state interrupted hands the turn back in the same transaction. It does
 // not require the conversation to be active: a sweep may archive it while
 // the agent works, and the reply still belongs there. A storage failure
@@ -452,7 +453,8 @@ func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Reque
 // when the drain's deadline has passed (the process ends; the others, or
 // its next start, run the turn). waiting is told, after each failure,
 // since when the reply has waited.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, waiting func(since time.Time)) error {
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
+	userSeq := answers[len(answers)-1]
 	ctx := context.WithoutCancel(turnCtx)
 	var release *Settle
 	if state == TurnInterrupted {
@@ -470,7 +472,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 		// while waiting, so that the user's next messages are stored
 		// meanwhile whenever storage takes them.
 		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
-		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, userSeq, attempt, state, release, expired, failed)
+		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, answers, attempt, state, release, expired, failed)
 		unlock()
 		if done {
 			return err
@@ -505,7 +507,8 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 // done with the outcome, or not done with the storage error to wait on.
 // After a try that failed (failed: its error), the turn is read first:
 // that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, userSeq int64, attempt int, state string, release *Settle, expired func() bool, failed error) (bool, error) {
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, release *Settle, expired func() bool, failed error) (bool, error) {
+	userSeq := answers[len(answers)-1]
 	err := failed
 	for {
 		if err == nil {
@@ -513,7 +516,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 			}
 			err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Settle: release})
+				TurnSeq: userSeq, Answers: answers, Settle: release})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)
