@@ -50,10 +50,9 @@ func BenchmarkTurn(b *testing.B) {
 
 // BenchmarkClaimLongConversation measures a claim that finds nothing to
 // take in a conversation of n answered turns: what a burst's claim pays
-// for the conversation's length. WebSocket turns stay "running" once
-// answered (answered is read from the stored reply), so the claim reads
-// every user message of the conversation and looks for its reply
-// (docs/performance.md, "A claim reads the whole conversation").
+// for the conversation's length. A claim reads the open turns only
+// (ix_messages_open), so its cost should not grow with n
+// (docs/performance.md, "Open turns are indexed").
 func BenchmarkClaimLongConversation(b *testing.B) {
 	for _, driver := range []string{DriverSQLite, DriverPostgres} {
 		for _, n := range []int{100, 1000, 5000} {
