@@ -222,6 +222,11 @@ func createOpenIndex(tx *gorm.DB) error {
 		AND r.reply_to = (CASE WHEN u.turn_lead > 0 THEN u.turn_lead ELSE u.seq END) AND r.last > u.seq`).Error; err != nil {
 		return fmt.Errorf("mark the answered turns: %w", err)
 	}
+	// An earlier version handed a Telegram turn's merged messages back
+	// with its lead, and they stayed due once it was delivered.
+	if err := tx.Exec(`UPDATE messages SET turn_due = NULL WHERE turn_due IS NOT NULL AND NOT (` + openSQL("") + `)`).Error; err != nil {
+		return fmt.Errorf("clear settled turns that were left due: %w", err)
+	}
 	return tx.Exec("CREATE INDEX IF NOT EXISTS " + openIndex + " ON messages (conversation_id, seq) WHERE " + openSQL("")).Error
 }
 
@@ -383,14 +388,18 @@ func (s *DB) scanDue(ctx context.Context, from, where string, args ...any) ([]Du
 }
 
 // DueTurns returns up to limit unowned turns due at now, the longest due
-// first: pending and interrupted ones, and deliveries handed back.
+// first: pending and interrupted ones, and deliveries handed back. A
+// settled turn is never due (ReleaseTurn hands back open turns only); one
+// an earlier version left due is not returned.
 func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]DueTurn, error) {
-	out, err := s.scanDue(ctx, "messages AS u", "WHERE u.turn_due <= ? ORDER BY u.turn_due, u.conversation_id, u.seq LIMIT ?", now, limit)
+	out, err := s.scanDue(ctx, "messages AS u", dueWhere, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due turns: %w", err)
 	}
 	return out, nil
 }
+
+var dueWhere = "WHERE u.turn_due <= ? AND " + openSQL("u.") + " ORDER BY u.turn_due, u.conversation_id, u.seq LIMIT ?"
 
 // OrphanTurns returns up to limit turns of messages stored since the given
 // time that are held by an owner not among alive: running, or answered and
@@ -481,10 +490,13 @@ func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner 
 }
 
 // ReleaseTurn gives a claim back without an outcome: the turn (still to
-// run, or answered and still to deliver) is due again at dueAt. It fails with ErrLostClaim when the claim is no longer held.
+// run, or answered and still to deliver) is due again at dueAt. Only its
+// open messages are handed back: the messages merged into a Telegram
+// turn's lead are settled by its reply, and only the lead waits for the
+// delivery. It fails with ErrLostClaim when the claim is no longer held.
 func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
 	return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '', turn_due = ?, error = ?
-		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND role = 'user' AND turn_owner = ? AND turn_attempt = ?`,
+		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND `+openSQL("")+` AND turn_owner = ? AND turn_attempt = ?`,
 		dueAt, why, convID, seq, seq, owner, attempt)
 }
 
@@ -641,8 +653,7 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 			return err
 		}
 		type open struct {
-			BatchRow
-			lead         int64
+			seq, lead    int64
 			track        bool
 			state, owner string
 			attempt      int
@@ -650,13 +661,12 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 		var found []open
 		for rows.Next() {
 			var o open
-			if err := rows.Scan(&o.Seq, &o.lead, &o.track, &o.ClientMsgID, &o.Content, &o.Attachments, &o.CreatedAt,
-				&o.state, &o.attempt, &o.owner); err != nil {
+			if err := rows.Scan(&o.seq, &o.lead, &o.track, &o.state, &o.attempt, &o.owner); err != nil {
 				rows.Close()
 				return err
 			}
 			if o.lead == 0 {
-				o.lead = o.Seq
+				o.lead = o.seq
 			}
 			found = append(found, o)
 		}
@@ -666,23 +676,23 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 		}
 		// ...less those answered: the final replies stored after the
 		// oldest of them, read in the primary key's range.
-		replies, err := finalRepliesAfter(tx, convID, found[0].Seq)
+		replies, err := finalRepliesAfter(tx, convID, found[0].seq)
 		if err != nil {
 			return err
 		}
 		attempt := 0
-		var unmarked []int64
+		var unmarked, seqs []int64
 		for _, o := range found {
-			if replies[o.lead] > o.Seq {
+			if replies[o.lead] > o.seq {
 				if !o.track {
-					unmarked = append(unmarked, o.Seq) // answered by a replica that did not mark it
+					unmarked = append(unmarked, o.seq) // answered by a replica that did not mark it
 				}
 				continue
 			}
-			if len(b.Rows) == limit {
+			if len(seqs) == limit {
 				continue
 			}
-			b.Rows = append(b.Rows, o.BatchRow)
+			seqs = append(seqs, o.seq)
 			attempt = max(attempt, o.attempt)
 			b.Took = b.Took || o.state == TurnRunning
 			b.Foreign = b.Foreign || (o.owner != owner && o.owner != "")
@@ -693,11 +703,14 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 				return err
 			}
 		}
-		if len(b.Rows) == 0 {
+		if len(seqs) == 0 {
 			return nil
 		}
+		// The messages taken, with what running them needs.
+		if b.Rows, err = batchRows(tx, convID, seqs); err != nil {
+			return err
+		}
 		b.Attempt = attempt + 1
-		seqs := b.seqs()
 		lead := b.Lead()
 		if err := tx.Exec(`UPDATE messages SET turn_state = 'running', turn_owner = ?, turn_attempt = ?, turn_due = NULL,
 			turn_lead = ?, turn_track = (seq = ? AND ?) WHERE conversation_id = ? AND seq IN ?`,
@@ -720,10 +733,35 @@ func (s *DB) ClaimBatch(ctx context.Context, c Claim) (*Batch, error) {
 	return got, nil
 }
 
-// claimableSQL reads the claimable open turns of a conversation (ClaimBatch).
+// batchRows reads the messages of a conversation a claim took, by seq.
+func batchRows(tx *gorm.DB, convID string, seqs []int64) ([]BatchRow, error) {
+	rows, err := tx.Raw(`SELECT seq, COALESCE(client_msg_id, ''), content, attachments, created_at FROM messages
+		WHERE conversation_id = ? AND seq IN ? ORDER BY seq`, convID, seqs).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]BatchRow, 0, len(seqs))
+	for rows.Next() {
+		var r BatchRow
+		if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.Attachments, &r.CreatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != len(seqs) {
+		return nil, fmt.Errorf("read %d of the %d messages claimed", len(out), len(seqs))
+	}
+	return out, nil
+}
+
+// claimableSQL reads the claimable open turns of a conversation
+// (ClaimBatch): what deciding which to take needs, not their text.
 func claimableSQL(from string) string {
-	return `SELECT u.seq, u.turn_lead, u.turn_track, COALESCE(u.client_msg_id, ''), u.content, u.attachments, u.created_at,
-		u.turn_state, u.turn_attempt, u.turn_owner
+	return `SELECT u.seq, u.turn_lead, u.turn_track, u.turn_state, u.turn_attempt, u.turn_owner
 		FROM ` + from + ` WHERE u.conversation_id = ? AND ` + openSQL("u.") + `
 		AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = ''
 			OR (u.turn_owner = ? AND u.seq NOT IN ?) OR (? AND u.turn_owner NOT IN ?))

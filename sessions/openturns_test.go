@@ -105,6 +105,11 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 		add(reply(18, 15, MsgOK, "", ""))
 		expect()
 
+		// Stopped by the user: settled.
+		add(userRow(conv.ID, 19, 19, false, at))
+		add(reply(20, 19, MsgInterrupted, InterruptedByUser, ""))
+		expect()
+
 		// Replies to many conversations in one group commit.
 		for _, c := range convs {
 			if err := db.Append(ctx, Append{Conv: c, Messages: []Message{userRow(c.ID, 1, 1, false, at)}, At: at}); err != nil {
@@ -145,17 +150,18 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 				settles = append(settles, m.Seq)
 			}
 		}
-		if !slices.Equal(final, settles) || len(final) != 6 {
+		if !slices.Equal(final, settles) || len(final) != 7 {
 			t.Fatalf("final replies in SQL %v, in Go %v", final, settles)
 		}
 	})
 }
 
-// TestClaimFindsTurnsAnsweredWithoutTheMark: a turn answered by a replica
-// that did not mark it (an earlier version, during a rolling deploy) is
-// still open in the index, and is never run again: the rescuer's scan
-// skips it, and a claim leaves it, marks it answered, and takes only the
-// message that waits.
+// TestClaimFindsTurnsAnsweredWithoutTheMark: turns answered by a replica
+// that did not mark them (an earlier version, during a rolling deploy) are
+// still open in the index, and are never run again: the rescuer's scan
+// skips them, and a claim leaves them — a solo turn or a message merged
+// into a burst — marks them answered, and takes, up to its limit, only the
+// messages that wait.
 func TestClaimFindsTurnsAnsweredWithoutTheMark(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
@@ -169,38 +175,93 @@ func TestClaimFindsTurnsAnsweredWithoutTheMark(t *testing.T) {
 		if got := openSeqs(t, db, conv); len(got) != 0 {
 			t.Fatalf("open turns %v after three answered turns", got)
 		}
-		if err := db.Gorm().Exec("UPDATE messages SET turn_state = 'running' WHERE conversation_id = ? AND role = 'user'", conv).Error; err != nil {
-			t.Fatal(err)
-		}
 		c, err := db.Conversation(ctx, conv)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiting := userRow(conv, 7, 0, false, time.Now().UTC())
-		waiting.TurnState, waiting.TurnAttempt, waiting.TurnOwner = TurnPending, 0, "gone"
-		if err := db.Append(ctx, Append{Conv: c, ExpectSeq: 6, Messages: []Message{waiting}, At: time.Now()}); err != nil {
+		// A burst of two (7, 8) and its reply, then two messages waiting.
+		now := time.Now().UTC()
+		rows := []Message{userRow(conv, 7, 8, false, now), userRow(conv, 8, 8, false, now),
+			{ConversationID: conv, Seq: 9, Role: agent.RoleAssistant, Content: "a", ReplyTo: 8, Status: MsgOK, CreatedAt: now}}
+		for seq := int64(10); seq <= 11; seq++ {
+			w := userRow(conv, seq, 0, false, now)
+			w.TurnState, w.TurnAttempt, w.TurnOwner = TurnPending, 0, "gone"
+			rows = append(rows, w)
+		}
+		if err := db.Append(ctx, Append{Conv: c, ExpectSeq: 6, Messages: rows, At: now, Answers: []int64{7, 8}}); err != nil {
 			t.Fatal(err)
 		}
-		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{1, 3, 5, 7}) {
-			t.Fatalf("open turns %v, want the unmarked 1, 3, 5 and the waiting 7", got)
+		if err := db.Gorm().Exec("UPDATE messages SET turn_state = 'running' WHERE conversation_id = ? AND role = 'user' AND seq < 10", conv).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{1, 3, 5, 7, 8, 10, 11}) {
+			t.Fatalf("open turns %v, want the unmarked 1, 3, 5, 7, 8 and the waiting 10, 11", got)
 		}
 		orphans, err := db.OrphanTurns(ctx, time.Now().Add(-time.Hour), []string{"next"}, 10)
-		if err != nil || len(orphans) != 1 || orphans[0].Seq != 7 {
-			t.Fatalf("turns of gone replicas %+v, %v: want only 7", orphans, err)
+		if err != nil || len(orphans) != 2 || orphans[0].Seq != 10 || orphans[1].Seq != 11 {
+			t.Fatalf("turns of gone replicas %+v, %v: want only 10 and 11", orphans, err)
 		}
-		b, err := db.ClaimBatch(ctx, Claim{ConversationID: conv, Owner: "next", TakeOver: true, Alive: []string{"next"}, Now: time.Now(), Limit: 10})
-		if err != nil || b == nil || len(b.Rows) != 1 || b.Rows[0].Seq != 7 {
-			t.Fatalf("claim %+v, %v: want 7 alone", b, err)
+		b, err := db.ClaimBatch(ctx, Claim{ConversationID: conv, Owner: "next", TakeOver: true, Alive: []string{"next"}, Now: time.Now(), Limit: 1})
+		if err != nil || b == nil || len(b.Rows) != 1 || b.Rows[0].Seq != 10 || b.Rows[0].Content != "q10" {
+			t.Fatalf("claim %+v, %v: want 10 alone", b, err)
 		}
-		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{7}) {
-			t.Fatalf("open turns %v after the claim, want 7", got)
+		if got := openSeqs(t, db, conv); !slices.Equal(got, []int64{10, 11}) {
+			t.Fatalf("open turns %v after the claim, want 10 (claimed) and 11", got)
+		}
+	})
+}
+
+// TestReleasedTelegramTurnLeavesItsBurstSettled: handing a Telegram
+// turn's delivery back makes its lead due, not the messages merged into it,
+// which its reply settled: once the lead is delivered, nothing of the turn
+// is due. A message an earlier version left due once settled is not due.
+func TestReleasedTelegramTurnLeavesItsBurstSettled(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		conv := createConversations(t, db, 1, at, "")[0]
+		rows := []Message{userRow(conv.ID, 1, 2, false, at), userRow(conv.ID, 2, 2, true, at),
+			{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "a", ReplyTo: 2, Status: MsgOK, CreatedAt: at}}
+		if err := db.Append(ctx, Append{Conv: conv, Messages: rows, At: at, Answers: []int64{1, 2}}); err != nil {
+			t.Fatal(err)
+		}
+		due := at.Add(time.Minute)
+		if err := db.ReleaseTurn(ctx, conv.ID, 2, "r1", 1, due, "send failed"); err != nil {
+			t.Fatal(err)
+		}
+		var dueSeqs []int64
+		if err := db.Gorm().Raw("SELECT seq FROM messages WHERE conversation_id = ? AND turn_due IS NOT NULL", conv.ID).Scan(&dueSeqs).Error; err != nil {
+			t.Fatal(err)
+		}
+		turns, err := db.DueTurns(ctx, due, 10)
+		if err != nil || len(turns) != 1 || turns[0].Seq != 2 || !slices.Equal(dueSeqs, []int64{2}) {
+			t.Fatalf("due turns %+v (stored due: %v), %v: want the lead alone", turns, dueSeqs, err)
+		}
+		c, err := db.ClaimTurn(ctx, conv.ID, 2, "", 1, "r2", due)
+		if err != nil || c == nil || !c.Answered {
+			t.Fatalf("claim of the delivery %+v, %v", c, err)
+		}
+		if err := db.MarkDelivered(ctx, conv.ID, 2, "r2", c.Attempt, "tg:1", "", due); err != nil {
+			t.Fatal(err)
+		}
+		// An earlier version's leftover: a settled message still due.
+		if err := db.Gorm().Exec("UPDATE messages SET turn_due = ? WHERE conversation_id = ? AND seq = 1", due, conv.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if turns, err := db.DueTurns(ctx, due, 10); err != nil || len(turns) != 0 {
+			t.Fatalf("due turns %+v, %v after the delivery: want none", turns, err)
+		}
+		if got := openSeqs(t, db, conv.ID); len(got) != 0 {
+			t.Fatalf("open turns %v after the delivery", got)
 		}
 	})
 }
 
 // TestOpenIndexAddedToEarlierDatabase: a database of the version before
 // the index of open turns gets it when it opens, with its answered turns
-// marked (and only those), and loses the index by time.
+// marked (and only those) and no settled turn left due, and loses the
+// index by time.
 func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *DB) {
 		db := open()
@@ -226,6 +287,9 @@ func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
 		for _, stmt := range []string{
 			"DROP INDEX " + openIndex,
 			"UPDATE messages SET turn_state = 'running' WHERE role = 'user'",
+			// Left due by an earlier version: a merged message once its
+			// Telegram lead was handed back, and a turn a shutdown cut.
+			"UPDATE messages SET turn_due = created_at WHERE seq IN (3, 6)",
 			"CREATE INDEX ix_messages_user_created ON messages (created_at) WHERE role = 'user'",
 		} {
 			if err := db.Gorm().Exec(stmt).Error; err != nil {
@@ -249,6 +313,13 @@ func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
 		}
 		if got := openSeqs(t, db, conv.ID); !slices.Equal(got, []int64{4, 6, 8}) {
 			t.Fatalf("open turns %v, want 4, 6, 8", got)
+		}
+		var due []int64
+		if err := db.Gorm().Raw("SELECT seq FROM messages WHERE turn_due IS NOT NULL ORDER BY seq").Scan(&due).Error; err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(due, []int64{6}) {
+			t.Fatalf("due after migrating: %v, want the cut turn 6 alone", due)
 		}
 	})
 }

@@ -55,6 +55,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 	}{
 		{"claimable turns", claimableSQL(db.openFrom()), "SEARCH u USING INDEX " + openIndex + " (conversation_id=?)",
 			[]any{"c", "r1", []int64{1}, true, []string{"r1"}, now}},
+		{"due turns", dueSQL("messages AS u", dueWhere), "SEARCH u USING INDEX ix_messages_turn_due (turn_due<?)", []any{now, 10}},
 		{"turns of gone replicas", dueSQL(db.openFrom(), orphanWhere), "SCAN u USING INDEX " + openIndex, []any{now, []string{"r1"}, 10}},
 		{"own turns", dueSQL(db.openFrom(), ownWhere), "SEARCH u USING INDEX " + openIndex + " (conversation_id=?)", []any{"c", "r1"}},
 		{"final replies", finalRepliesSQL, "SEARCH r USING INDEX sqlite_autoindex_messages_1 (conversation_id=? AND seq>?)", []any{"c", 3}},
