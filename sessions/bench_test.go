@@ -48,12 +48,10 @@ func BenchmarkTurn(b *testing.B) {
 	b.Run("sqlite/64-users", func(b *testing.B) { run(b, true) })
 }
 
-// BenchmarkClaimLongConversation measures a claim that finds nothing to
-// take in a conversation of n answered turns: what a burst's claim pays
-// for the conversation's length. A claim reads the open turns only
-// (ix_messages_open), so its cost should not grow with n
-// (docs/performance.md, "Open turns are indexed").
-func BenchmarkClaimLongConversation(b *testing.B) {
+// benchLongConversations runs bench, on both databases, over one
+// conversation of 100, 1,000 and 5,000 answered turns stored through m
+// (WebSocket turns: not tracked).
+func benchLongConversations(b *testing.B, bench func(b *testing.B, db *DB, m *Manager, conv string)) {
 	for _, driver := range []string{DriverSQLite, DriverPostgres} {
 		for _, n := range []int{100, 1000, 5000} {
 			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
@@ -63,31 +61,42 @@ func BenchmarkClaimLongConversation(b *testing.B) {
 				}
 				db := openStore(b, driver, dsn)
 				m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
-				b.Cleanup(func() { m.Shutdown(context.Background()) })
-				ctx := context.Background()
 				var conv string
 				for range n {
-					out, err := m.Handle(ctx, msg("websocket:ann", "hello"), Hooks{})
+					out, err := m.Handle(context.Background(), msg("websocket:ann", "hello"), Hooks{})
 					if err != nil {
 						b.Fatal(err)
 					}
 					conv = out.ConversationID
 				}
-				c := Claim{ConversationID: conv, Owner: m.opts.ReplicaID, TakeOver: true, Alive: []string{m.opts.ReplicaID}, Limit: 20}
-				b.ResetTimer()
-				for range b.N {
-					c.Now = time.Now()
-					got, err := db.ClaimBatch(ctx, c)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if got != nil {
-						b.Fatalf("claimed %d answered turns", len(got.Rows))
-					}
-				}
+				bench(b, db, m, conv)
 			})
 		}
 	}
+}
+
+// BenchmarkClaimLongConversation measures a claim that finds nothing to
+// take in a conversation of n answered turns: what a burst's claim pays
+// for the conversation's length. A claim reads the open turns only
+// (ix_messages_open), so its cost should not grow with n
+// (docs/performance.md, "Open turns are indexed").
+func BenchmarkClaimLongConversation(b *testing.B) {
+	benchLongConversations(b, func(b *testing.B, db *DB, m *Manager, conv string) {
+		ctx := context.Background()
+		defer m.Shutdown(ctx)
+		c := Claim{ConversationID: conv, Owner: m.opts.ReplicaID, TakeOver: true, Alive: []string{m.opts.ReplicaID}, Limit: 20}
+		b.ResetTimer()
+		for range b.N {
+			c.Now = time.Now()
+			got, err := db.ClaimBatch(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got != nil {
+				b.Fatalf("claimed %d answered turns", len(got.Rows))
+			}
+		}
+	})
 }
 
 // BenchmarkOrphanScan measures the rescuer's scan for turns of gone
@@ -95,34 +104,19 @@ func BenchmarkClaimLongConversation(b *testing.B) {
 // that is gone: what every start pays (a full pass over the recovery
 // horizon) for the answered turns of the process before it.
 func BenchmarkOrphanScan(b *testing.B) {
-	for _, driver := range []string{DriverSQLite, DriverPostgres} {
-		for _, n := range []int{100, 1000, 5000} {
-			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
-				dsn := filepath.Join(b.TempDir(), "bench.db")
-				if driver == DriverPostgres {
-					dsn = postgresDSN(b)
-				}
-				db := openStore(b, driver, dsn)
-				m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
-				ctx := context.Background()
-				for range n {
-					if _, err := m.Handle(ctx, msg("websocket:ann", "hello"), Hooks{}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				m.Shutdown(ctx)
-				since := time.Now().Add(-recoveryHorizon)
-				b.ResetTimer()
-				for range b.N {
-					got, err := db.OrphanTurns(ctx, since, []string{"next"}, 100)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if len(got) != 0 {
-						b.Fatalf("found %d answered turns", len(got))
-					}
-				}
-			})
+	benchLongConversations(b, func(b *testing.B, db *DB, m *Manager, _ string) {
+		ctx := context.Background()
+		m.Shutdown(ctx)
+		since := time.Now().Add(-recoveryHorizon)
+		b.ResetTimer()
+		for range b.N {
+			got, err := db.OrphanTurns(ctx, since, []string{"next"}, 100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != 0 {
+				b.Fatalf("found %d answered turns", len(got))
+			}
 		}
-	}
+	})
 }

@@ -124,7 +124,7 @@ func answeredSQL(row string) string { return fmt.Sprintf(finalReplyOf, row) }
 
 // The open turns. A user message enters ix_messages_open when it is
 // stored and leaves it when its turn is settled: answered (the final
-// reply's own transaction marks its messages, answerTurnSQL), or marked
+// reply's own transaction marks its messages, answerTurnsSQL), or marked
 // delivered on a channel that confirms delivery. The queries for turns to
 // claim or to rescue read that index, so they cost what is still open,
 // never the conversation's length. The mark narrows, it does not decide:

@@ -179,7 +179,7 @@ func TestLedgerAgreesWithItsDefinition(t *testing.T) {
 					}
 					var msgs []Message
 					var settle *Settle
-					r := Message{ConversationID: conv.ID, Role: agent.RoleAssistant, Content: "a", ReplyTo: lead, Status: MsgOK, CreatedAt: now}
+					r := replyRow(conv.ID, 0, lead, now)
 					switch rng.Intn(7) {
 					case 0:
 						r.Status, r.Error = MsgFailed, "agent down"

@@ -28,6 +28,11 @@ func userRow(conv string, seq, lead int64, track bool, at time.Time) Message {
 		TurnState: TurnRunning, TurnOwner: "r1", TurnAttempt: 1, TurnLead: lead, TurnTrack: track}
 }
 
+// replyRow is a final reply to lead, stored at seq.
+func replyRow(conv string, seq, lead int64, at time.Time) Message {
+	return Message{ConversationID: conv, Seq: seq, Role: agent.RoleAssistant, Content: "a", ReplyTo: lead, Status: MsgOK, CreatedAt: at}
+}
+
 // TestFinalRepliesCloseTheirTurns: the transaction that stores a final
 // reply takes the messages it answers out of the open turns — the lead, the
 // messages of its burst the append names, a message never claimed — and
@@ -56,8 +61,9 @@ func TestFinalRepliesCloseTheirTurns(t *testing.T) {
 		}
 		add := func(msgs ...Message) { t.Helper(); answering(nil, msgs...) }
 		reply := func(s, to int64, status, errText, toolCalls string) Message {
-			return Message{Seq: s, Role: agent.RoleAssistant, Content: "a", ReplyTo: to, Status: status, Error: errText,
-				ToolCalls: toolCalls, CreatedAt: at}
+			r := replyRow(conv.ID, s, to, at)
+			r.Status, r.Error, r.ToolCalls = status, errText, toolCalls
+			return r
 		}
 		expect := func(want ...int64) {
 			t.Helper()
@@ -182,7 +188,7 @@ func TestClaimFindsTurnsAnsweredWithoutTheMark(t *testing.T) {
 		// A burst of two (7, 8) and its reply, then two messages waiting.
 		now := time.Now().UTC()
 		rows := []Message{userRow(conv, 7, 8, false, now), userRow(conv, 8, 8, false, now),
-			{ConversationID: conv, Seq: 9, Role: agent.RoleAssistant, Content: "a", ReplyTo: 8, Status: MsgOK, CreatedAt: now}}
+			replyRow(conv, 9, 8, now)}
 		for seq := int64(10); seq <= 11; seq++ {
 			w := userRow(conv, seq, 0, false, now)
 			w.TurnState, w.TurnAttempt, w.TurnOwner = TurnPending, 0, "gone"
@@ -222,7 +228,7 @@ func TestReleasedTelegramTurnLeavesItsBurstSettled(t *testing.T) {
 		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 		conv := createConversations(t, db, 1, at, "")[0]
 		rows := []Message{userRow(conv.ID, 1, 2, false, at), userRow(conv.ID, 2, 2, true, at),
-			{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "a", ReplyTo: 2, Status: MsgOK, CreatedAt: at}}
+			replyRow(conv.ID, 3, 2, at)}
 		if err := db.Append(ctx, Append{Conv: conv, Messages: rows, At: at, Answers: []int64{1, 2}}); err != nil {
 			t.Fatal(err)
 		}
@@ -270,10 +276,10 @@ func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
 		conv := createConversations(t, db, 1, at, "")[0]
 		rows := []Message{
 			userRow(conv.ID, 1, 1, false, at), // answered
-			{Seq: 2, Role: agent.RoleAssistant, Content: "a", ReplyTo: 1, Status: MsgOK, CreatedAt: at},
+			replyRow(conv.ID, 2, 1, at),
 			userRow(conv.ID, 3, 4, false, at), // merged into 4, answered
 			userRow(conv.ID, 4, 4, true, at),  // answered, waits for its delivery mark
-			{Seq: 5, Role: agent.RoleAssistant, Content: "a", ReplyTo: 4, Status: MsgOK, CreatedAt: at},
+			replyRow(conv.ID, 5, 4, at),
 			userRow(conv.ID, 6, 6, false, at), // cut by a shutdown
 			{Seq: 7, Role: agent.RoleAssistant, Content: "par", ReplyTo: 6, Status: MsgInterrupted, Error: InterruptedByShutdown, CreatedAt: at},
 			userRow(conv.ID, 8, 0, false, at), // never claimed

@@ -68,11 +68,11 @@ SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::varchar[], $4::text[], $5:
 	$20::boolean[], $21::bigint[])`
 
 // pgAnswerTurns marks answered the user messages the group's final
-// replies answer, each found by its primary key (answerTurnsSQL).
-var pgAnswerTurns = `UPDATE messages AS u SET turn_state = 'answered'
-FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(conv, seq, lead, reply)
-WHERE u.conversation_id = v.conv AND u.seq = v.seq AND ` + openSQL("u.") + ` AND NOT u.turn_track
-	AND (u.turn_lead = v.lead OR (u.turn_lead = 0 AND u.seq = v.lead)) AND u.seq < v.reply`
+// replies answer, each found by its primary key, on answerTurnsSQL's
+// condition.
+var pgAnswerTurns = `UPDATE messages SET turn_state = 'answered'
+FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(v_conv, v_seq, v_lead, v_reply)
+WHERE ` + fmt.Sprintf(answerWhere, "v.v_conv", "v.v_seq", "v.v_lead", "v.v_reply", openSQL(""))
 
 const pgSettleTurn = `WITH u AS (
 	UPDATE messages SET turn_state = 'interrupted', turn_owner = '', turn_due = $1
