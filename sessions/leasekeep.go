@@ -228,10 +228,14 @@ func (s *DB) unleaseRows(rows []leaseRow) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.leases.ExecContext(ctx, `DELETE FROM session_leases AS l USING unnest($1::text[], $2::text[]) AS g(k, h)
-		WHERE l.session_key = g.k AND l.holder = g.h`, keys, holders)
+	_, err := s.leases.ExecContext(ctx, pgGiveBackLeases, keys, holders)
 	return err
 }
+
+// pgGiveBackLeases deletes the leases of the given keys that the given
+// holders still hold.
+var pgGiveBackLeases = `DELETE FROM session_leases AS l USING ` + pgArrayRows("k $1::text[]", "h $2::text[]") + ` AS g
+	WHERE l.session_key = g.k AND l.holder = g.h`
 
 // closeLeases gives back every kept lease when the store closes.
 func (s *DB) closeLeases() {

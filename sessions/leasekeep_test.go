@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,7 +108,7 @@ type giveBackNotes struct{ done chan struct{} }
 type giveBackSQL struct{}
 
 func (n giveBackNotes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	return context.WithValue(ctx, giveBackSQL{}, strings.HasPrefix(d.SQL, "DELETE FROM session_leases AS l USING unnest"))
+	return context.WithValue(ctx, giveBackSQL{}, d.SQL == pgGiveBackLeases)
 }
 
 func (n giveBackNotes) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {

@@ -245,7 +245,7 @@ func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseStatementWait)
 	defer cancel()
 	rows, err := s.leases.QueryContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
-		SELECT g.k, g.h, g.r, now() FROM unnest($1::text[], $2::text[], $3::text[]) AS g(k, h, r)
+		SELECT g.k, g.h, g.r, now() FROM `+pgArrayRows("k $1::text[]", "h $2::text[]", "r $3::text[]")+` AS g
 		ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
 		WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
 			WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))

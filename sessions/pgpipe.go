@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,7 @@ import (
 // COMMIT were a round trip each.
 //
 // The statements have one text whatever the batch's size: the rows travel
-// as arrays (unnest), so each connection prepares each statement once and
+// as arrays (pgArrayRows), so each connection prepares each statement once and
 // pgx's statement cache serves it from then on, and the server plans no
 // text it has not seen. A pipeline cannot look at one statement's result
 // before the next runs, so the guards check themselves: a statement that
@@ -45,11 +46,9 @@ BEGIN
 END
 $$`
 
-const pgUpdateConversations = `WITH v AS (
-	SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::bigint[],
-		$6::numeric[], $7::varchar[], $8::boolean[], $9::bigint[])
-		AS v(id, expect, n, at, tokens, cost, model, active, epoch)
-), u AS (
+var pgUpdateConversations = `WITH v AS ` + pgArrayRows("id $1::varchar[]", "expect $2::bigint[]", "n $3::bigint[]",
+	"at $4::timestamptz[]", "tokens $5::bigint[]", "cost $6::numeric[]", "model $7::varchar[]", "active $8::boolean[]",
+	"epoch $9::bigint[]") + `, u AS (
 	UPDATE conversations AS c SET last_seq = c.last_seq + v.n, last_activity_at = v.at,
 		total_tokens = c.total_tokens + v.tokens, cost = c.cost + v.cost,
 		model = CASE WHEN v.model = '' THEN c.model ELSE v.model END
@@ -59,19 +58,21 @@ const pgUpdateConversations = `WITH v AS (
 )
 SELECT chatgate_expect((SELECT count(*) FROM u), cardinality($1::varchar[]), '` + pgCodeStale + `')`
 
-const pgInsertMessages = `INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
+var pgInsertMessages = `INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
 	client_msg_id, reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
 	turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead)
-SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::varchar[], $4::text[], $5::text[], $6::varchar[],
-	$7::varchar[], $8::bigint[], $9::varchar[], $10::text[], $11::bigint[], $12::bigint[], $13::numeric[],
-	$14::timestamptz[], $15::text[], $16::varchar[], $17::varchar[], $18::bigint[], $19::timestamptz[],
-	$20::boolean[], $21::bigint[])`
+SELECT * FROM ` + pgArrayRows("conversation_id $1::varchar[]", "seq $2::bigint[]", "role $3::varchar[]", "content $4::text[]",
+	"tool_calls $5::text[]", "tool_call_id $6::varchar[]", "client_msg_id $7::varchar[]", "reply_to $8::bigint[]",
+	"status $9::varchar[]", "error $10::text[]", "prompt_tokens $11::bigint[]", "completion_tokens $12::bigint[]",
+	"cost $13::numeric[]", "created_at $14::timestamptz[]", "attachments $15::text[]", "turn_state $16::varchar[]",
+	"turn_owner $17::varchar[]", "turn_attempt $18::bigint[]", "turn_due $19::timestamptz[]", "turn_track $20::boolean[]",
+	"turn_lead $21::bigint[]") + ` AS v`
 
 // pgAnswerTurns marks answered the user messages the group's final
 // replies answer, each found by its primary key, on answerTurnsSQL's
 // condition.
 var pgAnswerTurns = `UPDATE messages SET turn_state = 'answered'
-FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(v_conv, v_seq, v_lead, v_reply)
+FROM ` + pgArrayRows("v_conv $1::varchar[]", "v_seq $2::bigint[]", "v_lead $3::bigint[]", "v_reply $4::bigint[]") + ` AS v
 WHERE ` + fmt.Sprintf(answerWhere, "v.v_conv", "v.v_seq", "v.v_lead", "v.v_reply", openSQL(""))
 
 const pgSettleTurn = `WITH u AS (
@@ -81,6 +82,36 @@ const pgSettleTurn = `WITH u AS (
 	RETURNING 1
 )
 SELECT chatgate_expect(LEAST((SELECT count(*) FROM u), 1), 1, '` + pgCodeLostClaim + `')`
+
+// pgArrayRows is a subquery of the rows that equally long array
+// parameters carry, one row per index: each column is "name $n::type[]",
+// and row i holds element i of every array.
+//
+// It reads the elements by subscript, the indexes coming from
+// generate_subscripts in a select list. unnest over several arrays would
+// read the same rows, but the server materialises each array of a
+// multi-array unnest in its own tuplestore, which starts at 16 KiB: the 21
+// columns of a message INSERT took some 340 KiB per statement, which grew
+// the backend's heap and gave it back to the kernel (brk) on every
+// statement, page faults between. A set-returning function in a select
+// list is read a row at a time, with nothing materialised.
+func pgArrayRows(cols ...string) string {
+	var sel strings.Builder
+	var first string
+	for i, c := range cols {
+		name, param, ok := strings.Cut(c, " ")
+		if !ok {
+			panic("pgArrayRows: column without a parameter: " + c)
+		}
+		if i == 0 {
+			first = param
+		} else {
+			sel.WriteString(", ")
+		}
+		fmt.Fprintf(&sel, "(%s)[i] AS %s", param, name)
+	}
+	return "(SELECT " + sel.String() + " FROM (SELECT generate_subscripts(" + first + ", 1) AS i) AS s)"
+}
 
 // pgPipe sends appends through a pgx connection of the store's pool.
 type pgPipe struct {

@@ -226,3 +226,80 @@ func TestTurnUpdatesAreHeapOnly(t *testing.T) {
 		t.Fatalf("conversation after the appends: last activity %s, seq %d (%v)", last, seq, err)
 	}
 }
+
+// TestPipelineStoresEveryColumn: the pipeline's statements read their
+// rows from array parameters by subscript (pgArrayRows); every column of
+// every message comes back as it was given, NULLs (no client id, no due
+// time) included, in conversations appended to in one group, and the
+// conversations' counters and the final reply's answered mark land with
+// them.
+func TestPipelineStoresEveryColumn(t *testing.T) {
+	dsn := postgresDSN(t)
+	db := openStore(t, DriverPostgres, dsn)
+	at := time.Date(2026, 3, 1, 12, 0, 5, 123456000, time.UTC)
+	convs := createConversations(t, db, 3, at, "")
+	client, due := "client-ü", at.Add(time.Minute)
+	want := [][]Message{
+		{{ConversationID: convs[0].ID, Seq: 1, Role: "user", Content: "héllo\n'quoted' \"and\" {braces}, NULL", ClientMsgID: &client,
+			Status: MsgOK, CreatedAt: at, TurnState: TurnRunning, TurnOwner: "replica-1", TurnAttempt: 2, TurnLead: 1,
+			TurnTrack: true, Attachments: `[{"kind":"image","file_id":"f1"}]`}},
+		{{ConversationID: convs[1].ID, Seq: 1, Role: "user", Content: "", Status: MsgOK, CreatedAt: at,
+			TurnState: TurnPending, TurnOwner: "replica-2", TurnDue: &due}},
+		{{ConversationID: convs[2].ID, Seq: 1, Role: "user", Content: "question", Status: MsgOK, CreatedAt: at,
+			TurnState: TurnRunning, TurnOwner: "replica-1", TurnAttempt: 1, TurnLead: 1}},
+	}
+	var ops []*writeOp
+	for i, msgs := range want {
+		a := Append{Conv: convs[i], ExpectSeq: 0, RequireActive: true, At: at, Messages: msgs}
+		ops = append(ops, &writeOp{app: &a})
+	}
+	replies := []Message{
+		{ConversationID: convs[2].ID, Seq: 2, Role: "assistant", ToolCalls: `[{"id":"call-1","name":"lookup"}]`, ReplyTo: 1,
+			Status: MsgOK, CreatedAt: at.Add(time.Second)},
+		{ConversationID: convs[2].ID, Seq: 3, Role: "tool", Content: "42", ToolCallID: "call-1", ReplyTo: 1, Status: MsgOK,
+			CreatedAt: at.Add(time.Second)},
+		{ConversationID: convs[2].ID, Seq: 4, Role: "assistant", Content: "answer", ReplyTo: 1, Status: MsgFailed,
+			Error: "model said no", PromptTokens: 11, CompletionTkns: 7, Cost: 0.125, CreatedAt: at.Add(time.Second)},
+	}
+	p := db.commit.pipe
+	if err := p.run(ops); err != nil {
+		t.Fatal(err)
+	}
+	convs[2].LastSeq = 1
+	a := Append{Conv: convs[2], ExpectSeq: 1, RequireActive: true, At: at.Add(time.Second), Tokens: 18, Cost: 0.125, Model: "m2",
+		Messages: replies, Answers: []int64{1}}
+	if err := p.run([]*writeOp{{app: &a}}); err != nil {
+		t.Fatal(err)
+	}
+	want[2][0].TurnState = TurnAnswered
+	want[2] = append(want[2], replies...)
+
+	for i, msgs := range want {
+		var got []Message
+		if err := db.read.Where("conversation_id = ?", convs[i].ID).Order("seq").Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(msgs) {
+			t.Fatalf("conversation %d: %d messages stored, want %d", i, len(got), len(msgs))
+		}
+		for j := range msgs {
+			g, w := got[j], msgs[j]
+			if !g.CreatedAt.Equal(w.CreatedAt) || (g.TurnDue == nil) != (w.TurnDue == nil) ||
+				(g.TurnDue != nil && !g.TurnDue.Equal(*w.TurnDue)) || (g.ClientMsgID == nil) != (w.ClientMsgID == nil) ||
+				(g.ClientMsgID != nil && *g.ClientMsgID != *w.ClientMsgID) {
+				t.Errorf("conversation %d seq %d: times or NULLs differ: got %+v, want %+v", i, w.Seq, g, w)
+			}
+			g.CreatedAt, g.TurnDue, g.ClientMsgID = w.CreatedAt, w.TurnDue, w.ClientMsgID
+			if g != w {
+				t.Errorf("conversation %d seq %d:\n got %+v\nwant %+v", i, w.Seq, g, w)
+			}
+		}
+	}
+	var seq, tokens int64
+	var cost float64
+	var model string
+	if err := db.read.Raw("SELECT last_seq, total_tokens, cost, model FROM conversations WHERE id = ?", convs[2].ID).
+		Row().Scan(&seq, &tokens, &cost, &model); err != nil || seq != 4 || tokens != 18 || cost != 0.125 || model != "m2" {
+		t.Errorf("conversation after its reply: last seq %d, %d tokens, cost %v, model %q (%v)", seq, tokens, cost, model, err)
+	}
+}
