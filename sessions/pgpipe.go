@@ -87,14 +87,15 @@ SELECT chatgate_expect(LEAST((SELECT count(*) FROM u), 1), 1, '` + pgCodeLostCla
 // parameters carry, one row per index: each column is "name $n::type[]",
 // and row i holds element i of every array.
 //
-// It reads the elements by subscript, the indexes coming from
-// generate_subscripts in a select list. unnest over several arrays would
-// read the same rows, but the server materialises each array of a
-// multi-array unnest in its own tuplestore, which starts at 16 KiB: the 21
-// columns of a message INSERT took some 340 KiB per statement, which grew
-// the backend's heap and gave it back to the kernel (brk) on every
-// statement, page faults between. A set-returning function in a select
-// list is read a row at a time, with nothing materialised.
+// The first array is unnested WITH ORDINALITY and the others are read by
+// subscript. A multi-array unnest reads the same rows, but the server
+// materialises each of its arrays in a tuplestore of its own, which
+// starts at 16 KiB: the 21 columns of the message INSERT took some
+// 340 KiB a statement, and the backend grew its heap and gave it back to
+// the kernel (brk, then page faults) on every statement. One unnest keeps
+// what a single-array unnest costs, and the planner's estimate of its rows
+// (10, where a set-returning function in a select list counts as 1,000
+// and turns the join with conversations into a scan of the whole table).
 func pgArrayRows(cols ...string) string {
 	var sel strings.Builder
 	var first string
@@ -105,12 +106,13 @@ func pgArrayRows(cols ...string) string {
 		}
 		if i == 0 {
 			first = param
-		} else {
-			sel.WriteString(", ")
+			fmt.Fprintf(&sel, "s.%s", name)
+			continue
 		}
-		fmt.Fprintf(&sel, "(%s)[i] AS %s", param, name)
+		fmt.Fprintf(&sel, ", (%s)[s.chatgate_i] AS %s", param, name)
 	}
-	return "(SELECT " + sel.String() + " FROM (SELECT generate_subscripts(" + first + ", 1) AS i) AS s)"
+	name, _, _ := strings.Cut(cols[0], " ")
+	return "(SELECT " + sel.String() + " FROM unnest(" + first + ") WITH ORDINALITY AS s(" + name + ", chatgate_i))"
 }
 
 // pgPipe sends appends through a pgx connection of the store's pool.

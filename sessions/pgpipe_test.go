@@ -303,3 +303,63 @@ func TestPipelineStoresEveryColumn(t *testing.T) {
 		t.Errorf("conversation after its reply: last seq %d, %d tokens, cost %v, model %q (%v)", seq, tokens, cost, model, err)
 	}
 }
+
+// TestPipelinePlansFindRowsByKey: the pipeline's statements find each
+// conversation and each message they update by its key, in the
+// generic plan the server settles on for a prepared statement, once the
+// tables have more than a few pages. Their rows come from arrays whose
+// length the planner cannot see (pgArrayRows); an estimate of many rows
+// would hash-join them with a scan of the whole table on every commit.
+func TestPipelinePlansFindRowsByKey(t *testing.T) {
+	dsn := postgresDSN(t)
+	ctx := context.Background()
+	db := openStore(t, DriverPostgres, dsn)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	if err := db.write.Exec(`INSERT INTO conversations (id, session_key, channel, status, started_at, last_activity_at, last_seq)
+		SELECT 'c' || g, 'websocket:u' || g, 'websocket', 'active', ?, ?, 1 FROM generate_series(1, 5000) AS g`, at, at).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.write.Exec(`INSERT INTO messages (conversation_id, seq, role, content, reply_to, status, prompt_tokens,
+		completion_tokens, cost, created_at, turn_state, turn_owner, turn_lead)
+		SELECT 'c' || g, 1, 'user', 'hello', 0, 'ok', 0, 0, 0, ?, CASE WHEN g % 10 = 0 THEN 'running' ELSE 'answered' END, 'r1', 1
+		FROM generate_series(1, 5000) AS g`, at).Error; err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	for _, q := range []string{"ANALYZE conversations", "ANALYZE messages",
+		"SET plan_cache_mode = force_generic_plan"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range []struct {
+		what, query, want, never string
+		args                     string
+	}{
+		{"conversation update", pgUpdateConversations, "Index Scan using conversations_pkey on conversations", "Seq Scan on conversations",
+			`('{c1,c2}', '{1,1}', '{1,1}', '{2026-03-01T12:00:00Z,2026-03-01T12:00:00Z}', '{0,0}', '{0,0}', '{"",""}', '{t,t}', '{0,0}')`},
+		{"answered mark", pgAnswerTurns, "Index Cond: (((conversation_id)::text = (s.v_conv)::text)", "Seq Scan on messages",
+			`('{c10,c20}', '{1,1}', '{1,1}', '{2,2}')`},
+	} {
+		name := fmt.Sprint("plan_", i)
+		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+c.query); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+c.args)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		plan := strings.Join(lines, "\n")
+		if !strings.Contains(plan, c.want) || strings.Contains(plan, c.never) || strings.Contains(plan, "Hash Join") {
+			t.Errorf("%s: generic plan\n%s\nwant %q, never %q nor a hash join", c.what, plan, c.want, c.never)
+		}
+	}
+}
