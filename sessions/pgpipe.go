@@ -98,21 +98,20 @@ SELECT chatgate_expect(LEAST((SELECT count(*) FROM u), 1), 1, '` + pgCodeLostCla
 // and turns the join with conversations into a scan of the whole table).
 func pgArrayRows(cols ...string) string {
 	var sel strings.Builder
-	var first string
+	var firstName, firstParam string
 	for i, c := range cols {
 		name, param, ok := strings.Cut(c, " ")
-		if !ok {
+		switch {
+		case !ok:
 			panic("pgArrayRows: column without a parameter: " + c)
+		case i == 0:
+			firstName, firstParam = name, param
+			sel.WriteString("s." + name)
+		default:
+			fmt.Fprintf(&sel, ", (%s)[s.chatgate_i] AS %s", param, name)
 		}
-		if i == 0 {
-			first = param
-			fmt.Fprintf(&sel, "s.%s", name)
-			continue
-		}
-		fmt.Fprintf(&sel, ", (%s)[s.chatgate_i] AS %s", param, name)
 	}
-	name, _, _ := strings.Cut(cols[0], " ")
-	return "(SELECT " + sel.String() + " FROM unnest(" + first + ") WITH ORDINALITY AS s(" + name + ", chatgate_i))"
+	return "(SELECT " + sel.String() + " FROM unnest(" + firstParam + ") WITH ORDINALITY AS s(" + firstName + ", chatgate_i))"
 }
 
 // pgPipe sends appends through a pgx connection of the store's pool.
