@@ -109,3 +109,70 @@ func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 		t.Fatalf("sent %+v", sent)
 	}
 }
+
+// A message the database cannot store, whose tries back off past the
+// delay notice: its user is told when the notice falls due, with the
+// database still away, not at the next failed try — which may never
+// come, when the database is back before it.
+func TestDelayNoticeDueBetweenTries(t *testing.T) {
+	api := telegramtest.New(t)
+	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	asleep := make(chan time.Duration, 64) // what the bot waits for on the clock
+	var fs *faults.Store
+	start(t, api, t.TempDir(), setup{
+		now:  clock.Now,
+		opts: Options{Now: clock.Now, Streaming: StreamOff},
+		sleep: func(ctx context.Context, d time.Duration) error {
+			at := clock.After(d)
+			asleep <- d
+			select {
+			case <-at:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		manager: func(o *sessions.Options) { o.DelayNotice = 20 * time.Second },
+		store:   func(db *sessions.DB) sessions.Store { fs = faults.New(db); return fs },
+	})
+	fs.Outage(fs.Calls()+1, faults.Before)
+	defer fs.Heal()
+	id := api.Push(telegramtest.DM(9, "hello"))
+	sleeping := func(d time.Duration) {
+		t.Helper()
+		guard := time.After(10 * time.Second) // a hang guard, not a wait for the bot
+		for {
+			select {
+			case got := <-asleep:
+				if got == d {
+					return
+				}
+			case <-guard:
+				t.Fatalf("the bot never waited %v", d)
+			}
+		}
+	}
+	// The tries back off 0.5, 1, 2, 4 and 8 s: the sixth fails 15.5 s
+	// after the first, and the seventh is due 16 s later, at 31.5 s.
+	for _, d := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		sleeping(d)
+		clock.Advance(d)
+	}
+	sleeping(16 * time.Second)
+	clock.Advance(5 * time.Second) // 20.5 s since the first failure
+	sent := api.WaitSent(t, 1)
+	if sent[0].Text != sessions.DelayText || sent[0].ReplyTo != id {
+		t.Fatalf("sent %+v, want the delay notice answering the message", sent[0])
+	}
+	fs.Heal() // back before the next try
+	clock.Advance(11 * time.Second)
+	sent = api.WaitSent(t, 2)
+	if sent[1].Text != "echo: hello (history: 0)" || sent[1].ReplyTo != id {
+		t.Fatalf("then sent %+v", sent[1])
+	}
+	next := api.Push(telegramtest.DM(9, "again"))
+	sent = api.WaitSent(t, 3)
+	if len(sent) != 3 || sent[2].ReplyTo != next {
+		t.Fatalf("sent %+v", sent)
+	}
+}

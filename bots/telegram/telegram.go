@@ -504,6 +504,7 @@ func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, se
 func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
 	m := u.message()
 	wait := time.Duration(0)
+	watching := false
 	for attempt := 0; ; attempt++ {
 		stored := false
 		err := b.process(ctx, m, key, attempt == 0, func() { stored = true; done(true) })
@@ -528,6 +529,14 @@ func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTrac
 		now := b.opts.Now()
 		if since.IsZero() {
 			since = now
+		}
+		if !watching {
+			// The user is told when the notice falls due, not at the
+			// first failed try after it: the tries' backoff may put that
+			// try past the database's return, and the user would have
+			// waited untold.
+			watching = true
+			b.watchDelay(key, m, since)
 		}
 		if !offsets.isDurable(u.UpdateID) {
 			st := offsets.hold(u, since)
