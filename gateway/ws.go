@@ -516,6 +516,8 @@ type wsConn struct {
 
 	outMu     sync.Mutex
 	out       [][]byte // frames waiting for the writer
+	greeted   bool     // ready is queued: frames for the key go out
+	held      [][]byte // the key's frames that came before ready
 	writing   bool     // a writer goroutine is flushing out
 	closing   bool     // after out, the close frame, then the socket closes
 	closeCode int
@@ -546,9 +548,56 @@ func (c *wsConn) closeLocked(code int, text string) {
 
 // enqueue hands a frame to the writer. A client too slow to take its frames
 // is disconnected; it resumes and gets its replies from storage.
+//
+// A connection is registered for its key's frames before it reads the
+// history its ready carries, so that nothing stored after that read
+// passes it by; the frames that come before ready is queued wait for it
+// (greet): a client hears nothing before ready. (One may then repeat a
+// line of ready's history; the client keeps one per seq.)
 func (c *wsConn) enqueue(frame []byte) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
+	if c.closing {
+		return
+	}
+	if !c.greeted {
+		if len(c.held) >= sendQueue {
+			c.held = nil
+			c.closeLocked(websocket.CloseTryAgainLater, "client too slow")
+			return
+		}
+		c.held = append(c.held, frame)
+		return
+	}
+	c.enqueueLocked(frame)
+}
+
+// greet queues ready, then the frames held for it.
+func (c *wsConn) greet(ready []byte) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.closing {
+		return
+	}
+	c.greeted = true
+	c.enqueueLocked(ready)
+	for _, f := range c.held {
+		c.enqueueLocked(f)
+	}
+	c.held = nil
+}
+
+// enqueueOwn queues a frame answering the client's own frame (an error),
+// which needs no ready before it: a hello refused is told why.
+func (c *wsConn) enqueueOwn(frame []byte) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if !c.closing {
+		c.enqueueLocked(frame)
+	}
+}
+
+func (c *wsConn) enqueueLocked(frame []byte) {
 	if c.closing {
 		return
 	}
@@ -648,12 +697,12 @@ func (c *wsConn) deliver(shown string, frame []byte) (sent int) {
 }
 
 func (c *wsConn) sendError(e *wsError) {
-	c.enqueue(encode(errorFrame{Type: "error", wsError: *e}))
+	c.enqueueOwn(encode(errorFrame{Type: "error", wsError: *e}))
 }
 
 // sendMessageError sends the error frame about message id.
 func (c *wsConn) sendMessageError(e *wsError, id string) {
-	c.enqueue(encode(errorFrame{Type: "error", wsError: *e, ID: id}))
+	c.enqueueOwn(encode(errorFrame{Type: "error", wsError: *e, ID: id}))
 }
 
 // fail sends an error frame, then closes with code.
@@ -838,7 +887,7 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 		return false
 	}
 	c.moved(t.Conversation, t.LastSeq)
-	c.enqueue(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
+	c.greet(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
 		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages(), Audio: ws.opts.Transcriber != nil, MaxAudioBytes: ws.maxAudioBytes()}))
 	return true
 }

@@ -900,3 +900,46 @@ func TestStopWhileBurstWaits(t *testing.T) {
 		t.Fatalf("%d agent calls for a stopped burst", calls)
 	}
 }
+
+// openFirst is the session manager with a hook that runs as a hello
+// starts reading the history its ready carries.
+type openFirst struct {
+	Sessions
+	hook func(in sessions.Inbound)
+}
+
+func (o openFirst) Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error) {
+	o.hook(in)
+	return o.Sessions.Open(ctx, in, afterSeq, limit)
+}
+
+// A reply delivered to a key while a connection of it is saying hello —
+// registered for the key's frames, its ready not yet sent — reaches the
+// client after ready, never before it.
+func TestNothingBeforeReady(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
+	var ws *WebSocket
+	ws = NewWebSocket(openFirst{Sessions: e.mgr, hook: func(in sessions.Inbound) {
+		ws.deliverStored(context.Background(), sessions.Delivery{Channel: Channel, SessionKey: in.SessionKey, ClientMsgID: "c-9",
+			UserSeq: 1, Reply: sessions.Reply{Seq: 2, Text: "finished while away", Status: sessions.MsgOK},
+			Turn: sessions.TurnRef{ConversationID: "conv", Seq: 1}})
+	}}, WSOptions{Logger: quiet})
+	srv := httptest.NewServer(ws)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ws.Shutdown(ctx)
+		srv.Close()
+	})
+	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := &client{t: t, c: c}
+	cl.send(map[string]any{"type": "hello", "user": "ann"})
+	cl.expect("ready")
+	if r := cl.expect("reply"); r["text"] != "finished while away" || r["reply_to"] != "c-9" {
+		t.Fatalf("reply after ready = %v", r)
+	}
+}

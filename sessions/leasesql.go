@@ -217,6 +217,17 @@ func (s *DB) leaseWorker() {
 	}
 }
 
+// pgAcquireLeases takes, in one statement, the leases of the given keys
+// for the given holders and replicas: free ones, this replica's own, and
+// those whose replica's heartbeat is older than $4 seconds. It returns the
+// keys taken.
+var pgAcquireLeases = `INSERT INTO session_leases (session_key, holder, replica, expires_at)
+	SELECT g.k, g.h, g.r, now() FROM ` + pgArrayRows("k $1::text[]", "h $2::text[]", "r $3::text[]") + ` AS g
+	ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
+	WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
+		WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))
+	RETURNING session_key`
+
 // leaseRound sends, in one statement, the acquisitions of batch with
 // distinct keys and the first one's ttl (a statement may write a row
 // once), and returns the rest. Acquisitions abandoned before they were
@@ -244,12 +255,7 @@ func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
 	got := map[string]bool{}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseStatementWait)
 	defer cancel()
-	rows, err := s.leases.QueryContext(ctx, `INSERT INTO session_leases (session_key, holder, replica, expires_at)
-		SELECT g.k, g.h, g.r, now() FROM `+pgArrayRows("k $1::text[]", "h $2::text[]", "r $3::text[]")+` AS g
-		ON CONFLICT (session_key) DO UPDATE SET holder = EXCLUDED.holder, replica = EXCLUDED.replica, expires_at = EXCLUDED.expires_at
-		WHERE session_leases.replica = EXCLUDED.replica OR NOT EXISTS (SELECT 1 FROM replicas AS r
-			WHERE r.id = session_leases.replica AND r.heartbeat_at >= now() - make_interval(secs => $4))
-		RETURNING session_key`, ks, hs, rs, round[0].ttl.Seconds())
+	rows, err := s.leases.QueryContext(ctx, pgAcquireLeases, ks, hs, rs, round[0].ttl.Seconds())
 	if err == nil {
 		for rows.Next() {
 			var k string
