@@ -592,9 +592,7 @@ func (c *wsConn) greet(ready []byte) {
 func (c *wsConn) enqueueOwn(frame []byte) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	if !c.closing {
-		c.enqueueLocked(frame)
-	}
+	c.enqueueLocked(frame)
 }
 
 func (c *wsConn) enqueueLocked(frame []byte) {

@@ -521,7 +521,9 @@ func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTrac
 				if since.IsZero() {
 					since = b.opts.Now()
 				}
-				b.watchDelay(key, m, since)
+				if !watching {
+					b.watchDelay(key, m, since)
+				}
 			}
 			done(false) // webhook: Telegram retries on the 503
 			return
