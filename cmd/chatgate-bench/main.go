@@ -172,6 +172,12 @@ type loadResult struct {
 	P50Millis  float64 `json:"p50_ms"`
 	P99Millis  float64 `json:"p99_ms"`
 	ErrorCount int     `json:"errors"`
+	// CPUMicrosPerTurn is this process's CPU (the gateway and its
+	// clients) over the step ÷ turns; ServerCPUMicrosPerTurn a local
+	// PostgreSQL server's; CoresBusy both ÷ the step's time (cpu.go).
+	CPUMicrosPerTurn       float64 `json:"cpu_us_per_turn,omitempty"`
+	ServerCPUMicrosPerTurn float64 `json:"server_cpu_us_per_turn,omitempty"`
+	CoresBusy              float64 `json:"cores_busy,omitempty"`
 }
 
 type rawResult struct {
@@ -207,9 +213,14 @@ type goal struct {
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick])
-	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\t")
+	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
 	row := func(name string, l loadResult) {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t\n", name, l.Clients, l.PerSecond, l.P50Millis, l.P99Millis, l.ErrorCount)
+		server := "-"
+		if l.ServerCPUMicrosPerTurn > 0 {
+			server = fmt.Sprintf("%.0f", l.ServerCPUMicrosPerTurn)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t%s\t%.2f\t\n", name, l.Clients, l.PerSecond, l.P50Millis, l.P99Millis, l.ErrorCount,
+			l.CPUMicrosPerTurn, server, l.CoresBusy)
 	}
 	for _, l := range r.Echo {
 		row("A: bare WebSocket echo (round trips)", l)
@@ -224,9 +235,10 @@ func (r *report) print(w io.Writer) {
 		row("reply on the other replica, added (postgres)", *r.Cross)
 	}
 	for _, b := range r.RawRows {
-		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\n", b.Driver, b.PerSecond)
+		fmt.Fprintf(tw, "B: raw storage rows (%s)\t-\t%.0f\t\t\t\t\t\t\t\n", b.Driver, b.PerSecond)
 	}
 	tw.Flush()
+	r.printCPUBounds(w)
 	for _, c := range r.Collect {
 		fmt.Fprintf(w, "\ncollect (%s, debounce %.0f ms): %d clients, bursts of %d: %.0f bursts/s (%.0f messages/s), %.2f agent calls per burst, p50 %.2f ms, p99 %.2f ms, %d errors",
 			r.Store, c.DebounceMs, c.Clients, c.Burst, c.PerSecond, c.MessagesPerSecond, c.CallsPerBurst, c.P50Millis, c.P99Millis, c.ErrorCount)

@@ -71,7 +71,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	step("baseline A: bare WebSocket echo")
 	echoURL, stopEcho := echoServer()
 	for _, n := range o.clients {
-		rep.Echo = append(rep.Echo, drive(ctx, echoURL, n, o, false, 1))
+		rep.Echo = append(rep.Echo, cpuMeter{}.measureCPU(ctx, func() loadResult { return drive(ctx, echoURL, n, o, false, 1) }))
 	}
 	stopEcho()
 
@@ -94,9 +94,15 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 			return nil, err
 		}
 		defer stop()
+		var meter cpuMeter
+		if driver == sessions.DriverPostgres {
+			if meter.server, err = localPGServer(o.dsn); err != nil {
+				fmt.Fprintf(progress, "  the PostgreSQL server's CPU is not measured: %v\n", err)
+			}
+		}
 		var out []loadResult
 		for _, n := range o.clients {
-			out = append(out, drive(ctx, url, n, o, true, 1))
+			out = append(out, meter.measureCPU(ctx, func() loadResult { return drive(ctx, url, n, o, true, 1) }))
 		}
 		return out, nil
 	}
@@ -488,16 +494,19 @@ func lockHeap(keys int) float64 {
 	return max(0, float64(after.HeapAlloc)-float64(before.HeapAlloc)) / (1 << 20)
 }
 
+// findLoad is the result for clients in ls, or nil.
+func findLoad(ls []loadResult, clients int) *loadResult {
+	for i := range ls {
+		if ls[i].Clients == clients {
+			return &ls[i]
+		}
+	}
+	return nil
+}
+
 func goals(r *report) []goal {
 	var out []goal
-	find := func(ls []loadResult, clients int) *loadResult {
-		for i := range ls {
-			if ls[i].Clients == clients {
-				return &ls[i]
-			}
-		}
-		return nil
-	}
+	find := findLoad
 	last := func(ls []loadResult) *loadResult {
 		if len(ls) == 0 {
 			return nil
