@@ -28,10 +28,24 @@ import (
 // Writes rarely fail (a stale conversation, a duplicate client id); when one
 // does, the batch is rolled back and its writes run again one transaction
 // each, so no write sees another's failure.
+//
+// On PostgreSQL the appends have a queue and a worker of their own, which
+// commits one pipeline at a time: the appends that arrive meanwhile wait
+// and go together in the next. A turn's storage work on the server is
+// mostly per statement and per commit, not per row, so fewer and larger
+// commits cost it less CPU a turn; committing several pipelines at once
+// split the same appends into more of them (see docs/performance.md,
+// "One pipeline at a time"). The other writes (conversations created,
+// claims, sweeps, ...) keep their own workers, so a long one never holds
+// the turns' appends back.
 type committer struct {
 	db       *gorm.DB
 	maxBatch int
-	queue    chan *writeOp
+	// queue holds every write on SQLite; on PostgreSQL the writes other
+	// than appends, which go to appends.
+	queue   chan *writeOp
+	appends chan *writeOp
+	workers int // queue's
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
@@ -60,16 +74,19 @@ func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer 
 	if maxBatch <= 0 {
 		maxBatch = 512
 	}
-	c := &committer{db: db, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers)}
+	c := &committer{db: db, maxBatch: maxBatch, queue: make(chan *writeOp, maxBatch*workers), workers: workers}
 	if driver == DriverPostgres {
 		sqlDB, _ := db.DB()
 		c.pipe = &pgPipe{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate}
+		c.appends = make(chan *writeOp, maxBatch)
+		c.wg.Add(1)
+		go c.run(c.appends)
 	} else {
 		c.stmts = newStmtCache(db)
 	}
 	for i := 0; i < workers; i++ {
 		c.wg.Add(1)
-		go c.run()
+		go c.run(c.queue)
 	}
 	return c
 }
@@ -99,8 +116,12 @@ func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
 		c.mu.RUnlock()
 		return ErrClosed
 	}
+	queue := c.queue
+	if op.app != nil && c.appends != nil {
+		queue = c.appends
+	}
 	select {
-	case c.queue <- op:
+	case queue <- op:
 	case <-ctx.Done():
 		c.mu.RUnlock()
 		return ctx.Err()
@@ -110,15 +131,15 @@ func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
 	return op.err
 }
 
-func (c *committer) run() {
+func (c *committer) run(queue chan *writeOp) {
 	defer c.wg.Done()
 	batch := make([]*writeOp, 0, c.maxBatch)
-	for op := range c.queue {
+	for op := range queue {
 		batch = append(batch[:0], op)
 	fill:
 		for len(batch) < c.maxBatch {
 			select {
-			case more, ok := <-c.queue:
+			case more, ok := <-queue:
 				if !ok {
 					break fill
 				}
@@ -292,6 +313,9 @@ func (c *committer) close() {
 	}
 	c.closed = true
 	close(c.queue)
+	if c.appends != nil {
+		close(c.appends)
+	}
 	c.mu.Unlock()
 	c.wg.Wait()
 	if c.stmts != nil {

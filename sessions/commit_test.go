@@ -177,7 +177,7 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 				}
 			}()
 		}
-		for len(db.commit.queue) < n {
+		for writesQueued(db) < n {
 			waitQueue()
 		}
 		release()
@@ -188,10 +188,10 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 			if got := statements.Load(); got != 8 {
 				t.Errorf("%d appends ran %d statements, want 8", n, got)
 			}
-		} else if got := trace.String(); got != "1 batches of 3 statements, 1 other statements, 0 prepares" {
+		} else if got := trace.String(); got != "1 batches of 3 statements, 2 other statements, 0 prepares" {
 			// The conversations' UPDATE, the messages' INSERT, the final
-			// replies' marks. (The other statement is the held write's
-			// COMMIT.)
+			// replies' marks. (The other statements are the COMMITs of the
+			// writes holding the two workers.)
 			t.Errorf("%d appends sent %s, want one batch of 3 statements", n, got)
 		}
 		for i := range convs {
@@ -282,11 +282,7 @@ func TestCreatesMergeAndFailAlone(t *testing.T) {
 // transaction per run; every write lands.
 func TestInterleavedBatchCommitsOnce(t *testing.T) {
 	var trace pipeTracer
-	db, err := Open(context.Background(), DriverPostgres, postgresDSN(t), OpenOptions{Tracer: &trace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openPostgres(t, &trace)
 	ctx := context.Background()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	convs := createConversations(t, db, 3, at, "")
@@ -311,13 +307,14 @@ func TestInterleavedBatchCommitsOnce(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	// The three appends in one pipeline; the held write's COMMIT, then
-	// BEGIN, the INSERT of the three conversations and COMMIT.
+	// The three appends in one pipeline; the COMMITs of the writes
+	// holding the two workers, then BEGIN, the INSERT of the three
+	// conversations and COMMIT.
 	trace.mu.Lock()
 	batches, batched, queries := trace.batches, trace.batched, trace.queries
 	trace.mu.Unlock()
-	if batches != 1 || batched != 2 || queries != 4 {
-		t.Errorf("an interleaved batch sent %s, want 1 batch of 2 statements and 4 other statements", &trace)
+	if batches != 1 || batched != 2 || queries != 5 {
+		t.Errorf("an interleaved batch sent %s, want 1 batch of 2 statements and 5 other statements", &trace)
 	}
 	for _, c := range convs {
 		if got, _ := db.Conversation(ctx, c.ID); got == nil || got.LastSeq != 1 {
@@ -352,10 +349,24 @@ func createConversations(t testing.TB, db *DB, n int, at time.Time, model string
 func holdWriter(db *DB) (release func()) {
 	db.commit.close()
 	db.commit = newCommitter(db.write, db.driver, 1, 512)
-	busy, done := make(chan struct{}), make(chan struct{})
-	go db.commit.do(context.Background(), func(tx *gorm.DB) error { close(busy); <-done; return nil })
-	<-busy
+	done := make(chan struct{})
+	// hold keeps the worker of queue in a transaction until release: on
+	// PostgreSQL the appends' worker too.
+	hold := func(queue chan *writeOp) {
+		busy := make(chan struct{})
+		queue <- &writeOp{fn: func(tx *gorm.DB) error { close(busy); <-done; return nil }, done: make(chan struct{})}
+		<-busy
+	}
+	hold(db.commit.queue)
+	if db.commit.appends != nil {
+		hold(db.commit.appends)
+	}
 	return func() { close(done) }
+}
+
+// writesQueued is how many writes wait in the committer's queues.
+func writesQueued(db *DB) int {
+	return len(db.commit.queue) + len(db.commit.appends)
 }
 
 // queueInOrder starts writes one after another, each once the one before
@@ -368,7 +379,7 @@ func queueInOrder(db *DB, release func(), writes []func() error) []error {
 	for i, write := range writes {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = write() }()
-		for len(db.commit.queue) < i+1 {
+		for writesQueued(db) < i+1 {
 			waitQueue()
 		}
 	}
@@ -439,3 +450,110 @@ func (p *pipeTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 	return ctx
 }
 func (p *pipeTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// TestLongWritesHoldNoAppend: on PostgreSQL the appends have a worker of
+// their own, so other writes that take long (a sweep's chunk, a claim
+// waiting for a row lock) never keep a turn's message from being stored.
+func TestLongWritesHoldNoAppend(t *testing.T) {
+	db := openPostgres(t, nil)
+	ctx := context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	convs := createConversations(t, db, 1, at, "")
+	done := make(chan struct{})
+	var busy atomic.Int32
+	var held sync.WaitGroup
+	// One held write per worker: each is queued once the one before it
+	// runs, so that no worker takes two into one batch.
+	for i := range db.commit.workers {
+		held.Go(func() {
+			if err := db.commit.do(ctx, func(*gorm.DB) error { busy.Add(1); <-done; return nil }); err != nil {
+				t.Error(err)
+			}
+		})
+		for int(busy.Load()) < i+1 {
+			waitQueue()
+		}
+	}
+	stored := make(chan error, 1)
+	go func() {
+		c := convs[0]
+		stored <- db.Append(ctx, Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at})
+	}()
+	select {
+	case err := <-stored:
+		if err != nil {
+			t.Errorf("append while every other worker is held: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a bound on a hang, not a timing
+		t.Errorf("an append waited for %d long writes of other kinds", db.commit.workers)
+	}
+	close(done)
+	held.Wait()
+	if got, err := db.Conversation(ctx, convs[0].ID); err != nil || got.LastSeq != 1 {
+		t.Fatalf("%s after its append: %+v, %v", convs[0].ID, got, err)
+	}
+}
+
+// TestAppendsCommitOnePipelineAtATime: on PostgreSQL the appends that
+// arrive while a pipeline commits wait for it and go together in the
+// next: never two pipelines at once, whatever the number of writers.
+func TestAppendsCommitOnePipelineAtATime(t *testing.T) {
+	var trace flightTracer
+	db := openPostgres(t, &trace)
+	ctx := context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const writers, each = 40, 10
+	convs := createConversations(t, db, writers, at, "")
+	trace.reset()
+	var wg sync.WaitGroup
+	for _, c := range convs {
+		wg.Go(func() {
+			for seq := int64(1); seq <= each; seq++ {
+				err := db.Append(ctx, Append{Conv: c, ExpectSeq: seq - 1, At: at,
+					Messages: []Message{{ConversationID: c.ID, Seq: seq, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: at}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if most := trace.most.Load(); most != 1 {
+		t.Errorf("%d pipelines were in flight at once, want 1", most)
+	}
+	t.Logf("%d appends of %d writers: %s", writers*each, writers, &trace.pipeTracer)
+	for _, c := range convs {
+		if got, err := db.Conversation(ctx, c.ID); err != nil || got.LastSeq != each {
+			t.Fatalf("%s after its appends: %+v, %v", c.ID, got, err)
+		}
+	}
+}
+
+// flightTracer counts what pipeTracer does and the most batches that
+// were in flight at once.
+type flightTracer struct {
+	pipeTracer
+	in, most atomic.Int32
+}
+
+func (f *flightTracer) TraceBatchStart(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	n := f.in.Add(1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	return f.pipeTracer.TraceBatchStart(ctx, c, d)
+}
+
+func (f *flightTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) { f.in.Add(-1) }
+
+// openPostgres opens a store on a new schema of the test's PostgreSQL,
+// its pools traced by tracer when it is set.
+func openPostgres(t *testing.T, tracer pgx.QueryTracer) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), DriverPostgres, postgresDSN(t), OpenOptions{Tracer: tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

@@ -113,7 +113,7 @@ func TestPipelineWhoseBackendDies(t *testing.T) {
 				TurnState: TurnRunning, TurnOwner: "replica-1", TurnAttempt: 1, TurnLead: 1}}}
 			wg.Go(func() { errs[i] = db.Append(ctx, a) })
 		}
-		for len(db.commit.queue) < len(convs) {
+		for writesQueued(db) < len(convs) {
 			waitQueue()
 		}
 		release()

@@ -205,7 +205,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxOpenConns(16)
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
-		workers = 4
+		workers = 4 // for the writes other than appends: those have one of their own (commit.go)
 		if s.leases, err = openLeasePool(dsn, opts.Tracer); err != nil {
 			s.closeDBs()
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
