@@ -33,7 +33,9 @@ func processCPU() time.Duration {
 // pgServerCPU reads the CPU time of a PostgreSQL server running on this
 // machine: its postmaster, every process it started that still runs
 // (backends, background workers), and those that exited, which the kernel
-// adds to the postmaster's children's times once it has reaped them.
+// adds to the postmaster's children's times once it has reaped them
+// (between a backend's exit and then, its time is not seen: the steps
+// keep their connections open until they end).
 type pgServerCPU struct {
 	postmaster procfs.Proc
 }
