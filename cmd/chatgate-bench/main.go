@@ -215,12 +215,17 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick])
 	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
 	row := func(name string, l loadResult) {
-		server := "-"
+		// "-" where a figure was not measured (a row without CPU, a
+		// server elsewhere).
+		cpu, server, busy := "-", "-", "-"
+		if l.CPUMicrosPerTurn > 0 {
+			cpu, busy = fmt.Sprintf("%.0f", l.CPUMicrosPerTurn), fmt.Sprintf("%.2f", l.CoresBusy)
+		}
 		if l.ServerCPUMicrosPerTurn > 0 {
 			server = fmt.Sprintf("%.0f", l.ServerCPUMicrosPerTurn)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t%s\t%.2f\t\n", name, l.Clients, l.PerSecond, l.P50Millis, l.P99Millis, l.ErrorCount,
-			l.CPUMicrosPerTurn, server, l.CoresBusy)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t\n", name, l.Clients, l.PerSecond, l.P50Millis, l.P99Millis, l.ErrorCount,
+			cpu, server, busy)
 	}
 	for _, l := range r.Echo {
 		row("A: bare WebSocket echo (round trips)", l)
