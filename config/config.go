@@ -55,6 +55,10 @@ type Storage struct {
 	Driver        string `yaml:"driver"`
 	DSN           string `yaml:"dsn"`
 	RetentionDays int    `yaml:"retention_days"`
+	// Timeout (PostgreSQL) bounds each request to the database: one not
+	// answered within it fails, its connection closed, and is retried as
+	// after any storage error.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Agent selects the backend that writes replies.

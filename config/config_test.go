@@ -395,6 +395,31 @@ func TestDelayNotice(t *testing.T) {
 	}
 }
 
+// storage.timeout defaults to 10 s, is described for PostgreSQL, and a
+// value below 100 ms, or not a duration, is an error at its line.
+func TestStorageTimeout(t *testing.T) {
+	pg := "storage:\n  driver: postgres\n  dsn: postgres://chatgate@127.0.0.1:5432/chatgate\n"
+	c := mustParse(t, pg)
+	var out strings.Builder
+	c.Describe(&out)
+	if c.Storage.Timeout.D() != DefaultStorageTimeout || !regexp.MustCompile(`storage\.timeout +10s`).MatchString(out.String()) {
+		t.Fatalf("default storage.timeout = %v; described:\n%s", c.Storage.Timeout.D(), out.String())
+	}
+	if got := mustParse(t, pg+"  timeout: 3s\n").Storage.Timeout.D(); got != 3*time.Second {
+		t.Fatalf("storage.timeout = %v, want 3s", got)
+	}
+	for yaml, want := range map[string]string{
+		pg + "  timeout: 50ms\n": "bot.yaml:4: storage.timeout: must be at least 100ms",
+		pg + "  timeout: -1s\n":  "bot.yaml:4: storage.timeout: must be at least 100ms",
+		pg + "  timeout: soon\n": "bot.yaml:4: storage.timeout:",
+	} {
+		_, err := parse(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", yaml, err, want)
+		}
+	}
+}
+
 func TestTranscription(t *testing.T) {
 	c := mustParse(t, `
 agent:

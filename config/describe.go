@@ -163,6 +163,9 @@ func (c *Config) describeSecurity(tw io.Writer) {
 		retention = fmt.Sprintf("%d days", c.Storage.RetentionDays)
 	}
 	fmt.Fprintf(tw, "  storage.retention_days\t%s\n", retention)
+	if c.Storage.Driver == "postgres" {
+		fmt.Fprintf(tw, "  storage.timeout\t%s\n", c.Storage.Timeout.D())
+	}
 }
 
 func describeRate(r RateLimit, per string) string {

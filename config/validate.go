@@ -45,9 +45,13 @@ const (
 	DefaultResumeTTL           = 30 * 24 * time.Hour
 	DefaultCacheBytes          = 64 << 20
 	DefaultDelayNotice         = 20 * time.Second
-	DefaultTelegramRatePerSec  = 1
-	DefaultTelegramRateBurst   = 10
-	MinCacheBytes              = 64 << 10
+	// DefaultStorageTimeout is storage.timeout: how long one request to
+	// PostgreSQL may go unanswered.
+	DefaultStorageTimeout     = 10 * time.Second
+	MinStorageTimeout         = 100 * time.Millisecond
+	DefaultTelegramRatePerSec = 1
+	DefaultTelegramRateBurst  = 10
+	MinCacheBytes             = 64 << 10
 
 	// supervisorStopTimeout is the stop timeout of common supervisors
 	// (systemd's DefaultTimeoutStopSec, Kubernetes' grace period).
@@ -90,6 +94,7 @@ func (c *Config) applyDefaults() {
 	if c.Storage.Driver == "sqlite" {
 		setStr(&c.Storage.DSN, DefaultSQLiteDSN)
 	}
+	setDur(&c.Storage.Timeout, DefaultStorageTimeout)
 	if c.Gateway.PidFile == "" {
 		c.Gateway.PidFile = c.defaultPidFile()
 	}
@@ -161,6 +166,9 @@ func (c *Config) Validate() Errors {
 	}
 	if c.Storage.RetentionDays < 0 {
 		bad("storage.retention_days", "must be 0 (keep forever) or more, got %d", c.Storage.RetentionDays)
+	}
+	if c.Storage.Timeout.D() < MinStorageTimeout {
+		bad("storage.timeout", "must be at least %s (a healthy commit under load can take that long), got %s", MinStorageTimeout, c.Storage.Timeout.D())
 	}
 
 	oneOf("agent.backend", c.Agent.Backend, "echo", "openai")

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 )
 
@@ -47,14 +46,13 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 // replicas as any, and only a PostgreSQL crash could forget one — after
 // which the turns' seq guards and claims still keep one user's messages
 // from interleaving and each turn to one runner.
-func openLeasePool(dsn string, tracer pgx.QueryTracer) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+func openLeasePool(dsn string, timeout time.Duration, tracer pgx.QueryTracer) (*sql.DB, error) {
+	cfg, err := pgConfig(dsn, timeout, tracer)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Tracer = tracer
 	cfg.RuntimeParams["synchronous_commit"] = "off"
-	db := stdlib.OpenDB(*cfg)
+	db := openPGPool(cfg, timeout)
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	return db, nil

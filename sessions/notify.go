@@ -83,6 +83,7 @@ type notifier interface {
 // notifications per statement.
 type events struct {
 	dsn     string
+	timeout time.Duration // a request's (pgdeadline.go), and the silence that has the listen connection pinged
 	channel string
 	pool    *sql.DB
 	log     *slog.Logger
@@ -112,7 +113,7 @@ const publishQueue = 16384
 const publishBatch = 1000
 
 // openEvents sets up LISTEN/NOTIFY on PostgreSQL; SQLite has none.
-func (s *DB) openEvents(ctx context.Context, dsn string, log *slog.Logger) error {
+func (s *DB) openEvents(ctx context.Context, dsn string, timeout time.Duration, log *slog.Logger) error {
 	if s.driver != DriverPostgres {
 		return nil
 	}
@@ -120,7 +121,7 @@ func (s *DB) openEvents(ctx context.Context, dsn string, log *slog.Logger) error
 	if err := s.read.WithContext(ctx).Raw("SELECT current_schema()").Scan(&schema).Error; err != nil {
 		return fmt.Errorf("find the schema's event channel: %w", err)
 	}
-	e := &events{dsn: dsn, channel: eventChannel(schema), pool: s.leases, log: log,
+	e := &events{dsn: dsn, timeout: timeout, channel: eventChannel(schema), pool: s.leases, log: log,
 		queue: make(chan string, publishQueue), pubDone: make(chan struct{}), connected: make(chan struct{})}
 	// Another replica's request for a lease kept here.
 	e.subs = append(e.subs, s.kept.wanted)
@@ -292,7 +293,7 @@ func (e *events) listenLoop(ctx context.Context) {
 
 // connect opens the listen connection and subscribes it to the channel.
 func (e *events) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(e.dsn)
+	cfg, err := pgConfig(e.dsn, e.timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -313,9 +314,32 @@ func (e *events) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // receive hands every notification to the subscribers until the
 // connection fails or ctx ends.
+//
+// A connection that only waits never learns by itself that the server
+// stopped answering (frozen, or behind a network that drops what it
+// carries without closing anything): it would wait for ever while the
+// notifications are lost. So after each silence of e.timeout it pings
+// the server, within e.timeout, and one unanswered ping is a lost
+// connection: listenLoop opens another and tells the subscribers that
+// events may have been missed.
 func (e *events) receive(ctx context.Context, conn *pgx.Conn) error {
+	silence := e.timeout
+	if silence <= 0 {
+		silence = DefaultTimeout
+	}
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, silence)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			pctx, cancel := context.WithTimeout(ctx, silence)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("the server did not answer a ping after %s without a notification: %w", silence, err)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

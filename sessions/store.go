@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -164,6 +163,10 @@ type OpenOptions struct {
 	// Tracer, on PostgreSQL, sees every statement the store's pools send
 	// (the benchmark counts round trips and transactions with it).
 	Tracer pgx.QueryTracer
+	// Timeout, on PostgreSQL, is how long one request to the server may
+	// take before it fails and its connection is closed (pgdeadline.go);
+	// 0 is DefaultTimeout.
+	Timeout time.Duration
 }
 
 // Open opens (and migrates) the database. For sqlite, dsn is a file path.
@@ -192,12 +195,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB, _ := w.DB()
 		sqlDB.SetMaxOpenConns(1)
 	case DriverPostgres:
-		cfg, err := pgx.ParseConfig(dsn)
+		cfg, err := pgConfig(dsn, opts.Timeout, opts.Tracer)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
-		cfg.Tracer = opts.Tracer
-		db, err := gorm.Open(postgres.New(postgres.Config{Conn: stdlib.OpenDB(*cfg)}), gcfg)
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: openPGPool(cfg, opts.Timeout)}), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
@@ -206,7 +208,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
 		workers = 4 // for the writes other than appends: those have one of their own (commit.go)
-		if s.leases, err = openLeasePool(dsn, opts.Tracer); err != nil {
+		if s.leases, err = openLeasePool(dsn, opts.Timeout, opts.Tracer); err != nil {
 			s.closeDBs()
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
@@ -234,7 +236,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 			return nil, err
 		}
 	}
-	if err := s.openEvents(ctx, dsn, opts.Logger); err != nil {
+	if err := s.openEvents(ctx, dsn, opts.Timeout, opts.Logger); err != nil {
 		s.closeDBs()
 		return nil, err
 	}

@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/chatgate/chatgate/config"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // Five problems of five kinds — a bad duration, an unknown key, a bad time
@@ -40,5 +43,13 @@ channels:
 	}
 	if out != "" {
 		t.Fatalf("stdout of a failed check: %q", out)
+	}
+}
+
+// The configuration's default storage.timeout is the store's own default,
+// which applies where a store is opened without one.
+func TestStorageTimeoutDefaultsAgree(t *testing.T) {
+	if config.DefaultStorageTimeout != sessions.DefaultTimeout {
+		t.Fatalf("config.DefaultStorageTimeout = %v, sessions.DefaultTimeout = %v", config.DefaultStorageTimeout, sessions.DefaultTimeout)
 	}
 }

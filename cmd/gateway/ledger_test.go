@@ -276,7 +276,7 @@ func TestRollingDeployRunsEachTurnOnce(t *testing.T) {
 // behind.
 func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	proxy := startPGProxy(t, dsn)
+	proxy := pgtest.StartProxy(t, dsn)
 	proxied := proxy.DSN
 
 	api := telegramtest.New(t)

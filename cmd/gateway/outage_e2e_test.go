@@ -90,11 +90,37 @@ func outageRuns(t *testing.T, channel string) {
 		}
 		long.Go(func() { t.Run(fmt.Sprintf("long-%s", outage), func(t *testing.T) { longOutage(t, channel, outage) }) })
 	}
-	rig := newOutageRig(t, channel)
+	rig := newOutageRig(t, channel, false)
 	for _, moment := range outageMoments {
 		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
 	}
 	stopGateway(t, rig.gw) // and it stops cleanly, its race detector silent
+}
+
+// The same moments with a database that stops answering instead of
+// going away: for 4 s every byte between gateway and PostgreSQL is
+// dropped, both ways, and nothing is closed — a frozen server, a network
+// losing everything. A request on its way at the moment may run with its
+// answer lost; the ones after it never arrive, and whoever waits for them
+// waits until its own deadline (storage.timeout, 2 s here), also after
+// the database answers again: nothing a stalled connection lost is ever
+// answered. The invariants are the cut's.
+func TestStallTelegram(t *testing.T) {
+	t.Parallel()
+	stallRuns(t, "telegram")
+}
+
+func TestStallWebSocket(t *testing.T) {
+	t.Parallel()
+	stallRuns(t, "websocket")
+}
+
+func stallRuns(t *testing.T, channel string) {
+	rig := newOutageRig(t, channel, true)
+	for _, moment := range outageMoments {
+		t.Run(moment, func(t *testing.T) { outageAt(t, rig, moment, 4*time.Second) })
+	}
+	stopGateway(t, rig.gw)
 }
 
 // The long outages outlast the delay notice (20 s) and the Telegram
@@ -135,7 +161,7 @@ const atLate = "late"
 // was connected throughout (the notice is a frame to the connections
 // open then), and nobody else.
 func longOutage(t *testing.T, channel string, outage time.Duration) {
-	r := newOutageRig(t, channel)
+	r := newOutageRig(t, channel, false)
 	groups := []string{atStore, atDebounce, atLate}
 	text := func(m string, i, k int) string { return fmt.Sprintf("%s u%d m%d", m, i, k) }
 	keys, texts := map[string][]string{}, map[string][]string{}
@@ -262,11 +288,14 @@ func (r *outageRig) usersWithStored(keys []string) int {
 // one after the other, each with users of its own.
 type outageRig struct {
 	channel string
-	proxy   *pgProxy
-	db      *gorm.DB // straight to PostgreSQL, not through the proxy
-	llm     *outageLLM
-	gw      *process
-	users   outageChannel
+	// stall: each outage stalls the database (pgtest.Proxy.Stall)
+	// instead of cutting it.
+	stall bool
+	proxy *pgtest.Proxy
+	db    *gorm.DB // straight to PostgreSQL, not through the proxy
+	llm   *outageLLM
+	gw    *process
+	users outageChannel
 }
 
 // outageChannel is how a moment's users talk to the gateway.
@@ -308,9 +337,9 @@ type outageChannel interface {
 	problems(m string) []string
 }
 
-func newOutageRig(t *testing.T, channel string) *outageRig {
+func newOutageRig(t *testing.T, channel string, stall bool) *outageRig {
 	dsn := pgtest.DSN(t)
-	proxy := startPGProxy(t, dsn)
+	proxy := pgtest.StartProxy(t, dsn)
 	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +353,13 @@ func newOutageRig(t *testing.T, channel string) *outageRig {
 	llmSrv := httptest.NewServer(llm)
 	t.Cleanup(llmSrv.Close)
 	addr := freeAddr(t)
-	rig := &outageRig{channel: channel, proxy: proxy, db: db, llm: llm}
+	rig := &outageRig{channel: channel, stall: stall, proxy: proxy, db: db, llm: llm}
+	// A stalled request fails at its deadline: shorter than the default
+	// here, so that the rounds stay short. A cut fails requests at once.
+	storageTimeout := ""
+	if stall {
+		storageTimeout = "  timeout: 2s"
+	}
 	var section string
 	switch channel {
 	case "telegram":
@@ -347,6 +382,7 @@ gateway:
 storage:
   driver: postgres
   dsn: %q
+%s
 agent:
   backend: openai
   openai: {base_url: %s/v1, model: m, max_retries: 0}
@@ -358,7 +394,7 @@ shutdown:
   drain_timeout: 5s
 log:
   level: warn
-`, addr, proxy.DSN, llmSrv.URL, section))
+`, addr, proxy.DSN, storageTimeout, llmSrv.URL, section))
 	waitHealthy(t, "http://"+addr)
 	if ws, ok := rig.users.(*wsOutageUsers); ok {
 		t.Cleanup(ws.close)
@@ -384,7 +420,11 @@ func outageAt(t *testing.T, r *outageRig, moment string, outage time.Duration) {
 	var atCut string
 	cut := func() {
 		cutOnce.Do(func() {
-			r.proxy.Cut()
+			if r.stall {
+				r.proxy.Stall(t)
+			} else {
+				r.proxy.Cut()
+			}
 			atCut = r.state(keys) + fmt.Sprintf(", %d model calls", r.llm.callCount(moment))
 			close(cutDone)
 		})

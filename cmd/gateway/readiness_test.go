@@ -64,7 +64,7 @@ func TestListenerStartsBeforeTheBotAPIAnswers(t *testing.T) {
 // /readyz names the storage while the database does not answer, and is
 // ready again once it does; the gateway then stops cleanly.
 func TestReadyzNamesUnreachableStorage(t *testing.T) {
-	proxy := startPGProxy(t, pgtest.DSN(t))
+	proxy := pgtest.StartProxy(t, pgtest.DSN(t))
 	addr := freeAddr(t)
 	p := startGateway(t, t.TempDir(), fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  driver: postgres\n  dsn: %q\nlog:\n  level: error\n", addr, proxy.DSN))
 	base := "http://" + addr

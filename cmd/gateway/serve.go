@@ -188,7 +188,7 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*sessions.DB, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return sessions.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, sessions.OpenOptions{Logger: log})
+	return sessions.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, sessions.OpenOptions{Logger: log, Timeout: cfg.Storage.Timeout.D()})
 }
 
 // A stop takes at most shutdown.drain_timeout + stopAllowance. The drain

@@ -1,0 +1,190 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/pgtest"
+)
+
+// stallTimeout is the stores' request timeout in these tests.
+const stallTimeout = 300 * time.Millisecond
+
+// hangBound is how long a call may take on a stalled database before the
+// test calls it hung: many times the timeout, so that only a call that
+// waits for an answer that never comes can reach it.
+const hangBound = 60 * time.Second
+
+// openThrough opens a PostgreSQL store that reaches its server through
+// proxy, its requests bounded by stallTimeout.
+func openThrough(t *testing.T, proxy *pgtest.Proxy) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), DriverPostgres, proxy.DSN, OpenOptions{Logger: quiet, Timeout: stallTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// A PostgreSQL that stops answering without closing anything (every byte
+// dropped both ways, the connections left open) fails each of the store's
+// requests within its timeout, whichever path it takes — the appends'
+// pipeline, a group-committed transaction, a read, a claim, a mark, a
+// lease, a heartbeat — though no caller gave it a deadline; and once the
+// database answers again the same store works, with no restart. Without
+// the deadline each call would wait for an answer the network lost.
+func TestStalledDatabaseFailsEveryRequest(t *testing.T) {
+	dsn := postgresDSN(t)
+	proxy := pgtest.StartProxy(t, dsn)
+	db := openThrough(t, proxy)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conv := &Conversation{ID: "00000000-0000-0000-0000-00000000057a", SessionKey: "websocket:stall", Channel: "websocket",
+		Status: StatusActive, StartedAt: now, LastActivityAt: now}
+	if err := db.CreateConversation(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	user := func(seq int64, text string) Message {
+		return Message{ConversationID: conv.ID, Seq: seq, Role: "user", Content: text, Status: MsgOK, CreatedAt: now,
+			TurnState: TurnPending}
+	}
+	if err := db.Append(ctx, Append{Conv: conv, Messages: []Message{user(1, "before")}, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"append": func() error {
+			return db.Append(ctx, Append{Conv: conv, ExpectSeq: 1, Messages: []Message{user(2, "while stalled")}, At: now})
+		},
+		"create conversation": func() error {
+			return db.CreateConversation(ctx, &Conversation{ID: "00000000-0000-0000-0000-00000000057b", SessionKey: "websocket:other",
+				Channel: "websocket", Status: StatusActive, StartedAt: now, LastActivityAt: now})
+		},
+		"read messages": func() error { _, err := db.RecentMessages(ctx, conv.ID, 20); return err },
+		"claim":         func() error { _, err := db.ClaimTurn(ctx, conv.ID, 1, "", 0, "replica-a", now); return err },
+		"mark delivered": func() error {
+			return db.MarkDelivered(ctx, conv.ID, 1, "replica-a", 1, "ref", "", now)
+		},
+		"heartbeat": func() error { return db.Heartbeat(ctx, "replica-a", now) },
+		"lease": func() error {
+			release, err := db.Lease(ctx, "websocket:stall", "replica-a", 30*time.Second)
+			if err == nil {
+				release()
+			}
+			return err
+		},
+	}
+	type result struct {
+		name string
+		err  error
+	}
+	// Two rounds: one whose requests go out on connections just used, and
+	// one after the pool's connections sat idle past a second, which pgx
+	// pings before database/sql hands them out again.
+	for _, round := range []string{"busy connections", "idle connections"} {
+		if round == "idle connections" {
+			time.Sleep(1100 * time.Millisecond) // pgx measures the idle time on the wall clock
+		}
+		proxy.Stall(t)
+		results := make(chan result, len(calls))
+		for name, call := range calls {
+			go func() { results <- result{name, call()} }()
+		}
+		pending := map[string]bool{}
+		for name := range calls {
+			pending[name] = true
+		}
+		bound := time.After(hangBound)
+		for range calls {
+			select {
+			case r := <-results:
+				delete(pending, r.name)
+				if r.err == nil {
+					t.Errorf("%s: %s succeeded on a database that answers nothing", round, r.name)
+				}
+			case <-bound:
+				t.Fatalf("%s: still waiting %s after the database stalled: %v", round, hangBound, pending)
+			}
+		}
+		proxy.Heal(t)
+
+		// The same store works again: the connections the deadline closed
+		// are replaced, and the append the caller would retry lands.
+		got, err := db.Conversation(ctx, conv.ID)
+		if err != nil {
+			t.Fatalf("%s: reading the conversation once the database answers: %v", round, err)
+		}
+		text := "after " + round
+		next := user(got.LastSeq+1, text)
+		if err := db.Append(ctx, Append{Conv: got, ExpectSeq: got.LastSeq, Messages: []Message{next}, At: now}); err != nil {
+			t.Fatalf("%s: appending once the database answers: %v", round, err)
+		}
+		msgs, err := db.RecentMessages(ctx, conv.ID, 20)
+		if err != nil || len(msgs) == 0 || msgs[len(msgs)-1].Content != text {
+			t.Fatalf("%s: messages once the database answers = %v, %v; want the last one stored", round, contents(msgs), err)
+		}
+		release, err := db.Lease(ctx, "websocket:stall", "replica-a", 30*time.Second)
+		if err != nil {
+			t.Fatalf("%s: taking a lease once the database answers: %v", round, err)
+		}
+		release()
+	}
+}
+
+func contents(msgs []Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = fmt.Sprintf("%d:%s", m.Seq, m.Content)
+	}
+	return out
+}
+
+// A replica whose listen connection stalls (nothing closed, nothing
+// answered) finds out by itself: the connection is pinged after a silence
+// and replaced when the ping goes unanswered, and once the database
+// answers the replica is told that events may have been missed — one was,
+// sent while it stalled — and hears the next ones. Without the ping the
+// connection would look alive and the lost event would never be noticed.
+func TestStalledListenerIsReplaced(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
+	proxy := pgtest.StartProxy(t, dsn)
+	dbB := openThrough(t, proxy)
+	b := New(dbB, agent.Echo{}, Options{Now: c.Now, Logger: quiet})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.Shutdown(ctx)
+	})
+	lb := watch(b)
+	a.StartRescuer()
+	b.StartRescuer()
+	knowPeers(t, a, b)
+	pid := dbB.listenPID()
+	if pid == 0 {
+		t.Fatal("B has no listen connection after StartRescuer")
+	}
+
+	proxy.Stall(t)
+	handle(t, a, msg("websocket:ann", "while B stalls")) // its reply event is lost on the way to B
+	deadline := time.Now().Add(hangBound)
+	for dbB.listenPID() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("B's listen connection still looks alive %s into the stall", hangBound)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the listener's state; it changes on its own goroutine
+	}
+	proxy.Heal(t)
+
+	if ev := lb.reply(t); !ev.Missed {
+		t.Fatalf("first event after the stall = %+v, want Missed", ev)
+	}
+	out := handle(t, a, msg("websocket:ann", "after the stall"))
+	if ev := lb.reply(t); ev.ReplySeq != out.Reply.Seq || ev.ConversationID != out.ConversationID {
+		t.Fatalf("reply event after the stall = %+v, outcome %+v", ev, out)
+	}
+}
