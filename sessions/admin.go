@@ -48,7 +48,7 @@ func (s *DB) ListConversations(ctx context.Context, f ListFilter) ([]Conversatio
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := f.where(s.read.WithContext(ctx)).Order("last_activity_at DESC, id").Limit(f.Limit)
+	q := f.where(s.read.WithContext(maintenance(ctx))).Order("last_activity_at DESC, id").Limit(f.Limit)
 	if f.Offset > 0 {
 		q = q.Offset(f.Offset)
 	}
@@ -63,7 +63,7 @@ func (s *DB) ListConversations(ctx context.Context, f ListFilter) ([]Conversatio
 // its Limit and Offset.
 func (s *DB) CountConversations(ctx context.Context, f ListFilter) (int64, error) {
 	var n int64
-	if err := f.where(s.read.WithContext(ctx).Model(&Conversation{})).Count(&n).Error; err != nil {
+	if err := f.where(s.read.WithContext(maintenance(ctx)).Model(&Conversation{})).Count(&n).Error; err != nil {
 		return 0, fmt.Errorf("count conversations: %w", err)
 	}
 	return n, nil
@@ -89,6 +89,7 @@ func (s *DB) ResetKey(ctx context.Context, key string, at time.Time) (*Conversat
 func (s *DB) PurgeConversation(ctx context.Context, id string) (bool, error) {
 	var deleted int64
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		tx = tx.WithContext(maintenance(tx.Statement.Context))
 		res := tx.Where("id = ? AND status = ?", id, StatusArchived).Delete(&Conversation{})
 		if res.Error != nil || res.RowsAffected == 0 {
 			deleted = 0

@@ -58,7 +58,7 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 	if err != nil || conv == nil {
 		return nil, err
 	}
-	msgs, err := s.MessagesAfter(ctx, id, 0, 0)
+	msgs, err := s.MessagesAfter(maintenance(ctx), id, 0, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,21 @@ import (
 // OpenOptions.Timeout is zero (storage.timeout).
 const DefaultTimeout = 10 * time.Second
 
+// maintenanceFactor is how many times the timeout a request of
+// maintenance may take (maintenance).
+const maintenanceFactor = 30
+
+type maintenanceKey struct{}
+
+// maintenance marks the requests made with ctx as maintenance: the schema
+// migration, the retention purge's walk and deletes, an administrator's
+// listing, count, export or purge. On a large and healthy database one of
+// those can rightly take longer than a turn's request ever does, and no
+// turn waits on it; its deadline is maintenanceFactor times the timeout.
+func maintenance(ctx context.Context) context.Context {
+	return context.WithValue(ctx, maintenanceKey{}, true)
+}
+
 // deadlines bounds each request pgx traces; requests already bounded
 // more tightly by their caller keep their own deadline.
 type deadlines struct{ d time.Duration }
@@ -49,7 +64,11 @@ type deadlines struct{ d time.Duration }
 type cancelKey struct{}
 
 func (t deadlines) start(ctx context.Context) context.Context {
-	ctx, cancel := context.WithTimeout(ctx, t.d)
+	d := t.d
+	if ctx.Value(maintenanceKey{}) != nil {
+		d *= maintenanceFactor
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	return context.WithValue(ctx, cancelKey{}, cancel)
 }
 
@@ -86,6 +105,14 @@ func (t deadlines) TracePrepareEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 	t.end(ctx)
 }
 
+func (t deadlines) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	return t.start(ctx)
+}
+
+func (t deadlines) TraceCopyFromEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromEndData) {
+	t.end(ctx)
+}
+
 func (t deadlines) TraceConnectStart(ctx context.Context, _ pgx.TraceConnectStartData) context.Context {
 	return t.start(ctx)
 }
@@ -97,8 +124,11 @@ func (t deadlines) TraceConnectEnd(ctx context.Context, _ pgx.TraceConnectEndDat
 // idle for over a second, pgx's stdlib pings it with the caller's context,
 // which pgx does not trace: a caller without a deadline (the group commit)
 // would wait for ever on a stalled connection. The ping is made here
-// instead, within timeout; one that fails has closed its connection, which
-// pgx then reports to database/sql as bad, and database/sql takes another.
+// instead, within a quarter of timeout; one that fails has closed its
+// connection, which pgx then reports to database/sql as bad, and
+// database/sql tries another — up to two idle ones, then a new one — so
+// that on a stalled database a request fails within about 1.5 times the
+// timeout: the ping answers in a millisecond when the server is well.
 func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -107,7 +137,7 @@ func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 		if p.IdleDuration <= time.Second {
 			return false
 		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout/4)
 		defer cancel()
 		_ = p.Conn.PgConn().Ping(ctx)
 		return false

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Each traced request runs under a deadline of the timeout, a caller's
-// shorter one stands, and the request's end releases it; a nested request
+// Each traced request runs under a deadline of the timeout (maintenance
+// under maintenanceFactor times it), a caller's shorter one stands, and the request's end releases it; a nested request
 // (a prepare inside an exec) releases only its own.
 func TestDeadlinesBoundEachRequest(t *testing.T) {
 	d := deadlines{time.Minute}
@@ -29,6 +29,13 @@ func TestDeadlinesBoundEachRequest(t *testing.T) {
 	if !errors.Is(outer.Err(), context.Canceled) {
 		t.Fatalf("after the request's end: %v, want canceled", outer.Err())
 	}
+
+	before = time.Now()
+	long := d.TraceQueryStart(maintenance(context.Background()), nil, pgx.TraceQueryStartData{})
+	if dl, ok := long.Deadline(); !ok || dl.Before(before.Add(maintenanceFactor*time.Minute)) || dl.After(time.Now().Add(maintenanceFactor*time.Minute)) {
+		t.Fatalf("maintenance request deadline = %v, %v; want %d minutes from its start", dl, ok, maintenanceFactor)
+	}
+	d.TraceQueryEnd(long, nil, pgx.TraceQueryEndData{})
 
 	caller, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -91,6 +91,7 @@ func (s *DB) IdleActive(ctx context.Context, channel, keyPrefix string, cutoff t
 func (s *DB) DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error) {
 	deleted := false
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
+		tx = tx.WithContext(maintenance(tx.Statement.Context))
 		res := tx.Where("id = ? AND last_activity_at < ?", convID, cutoff).Delete(&Conversation{})
 		if res.Error != nil || res.RowsAffected == 0 {
 			return res.Error

@@ -199,7 +199,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
-		db, err := gorm.Open(postgres.New(postgres.Config{Conn: openPGPool(cfg, opts.Timeout)}), gcfg)
+		// No ping inside gorm.Open: it would have no deadline (the pool's
+		// first connection's ping is untraced); s.ping below has ctx's.
+		pgcfg := *gcfg
+		pgcfg.DisableAutomaticPing = true
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: openPGPool(cfg, opts.Timeout)}), &pgcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
 		}
@@ -316,6 +320,7 @@ func redactErr(err error, dsn string) error {
 }
 
 func (s *DB) migrate(ctx context.Context) error {
+	ctx = maintenance(ctx) // bounded by ctx (Open's caller), not by the timeout
 	if s.driver != DriverPostgres {
 		return migrateModels(s.write.WithContext(ctx))
 	}

@@ -119,6 +119,7 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 		key, after = "id", ""
 	}
 	find := "SELECT " + key + ", id FROM conversations WHERE " + key + " > ? AND status = ? AND archived_at < ? ORDER BY " + key + " LIMIT ?"
+	ctx = maintenance(ctx)
 	var n int64
 	ids := make([]string, 0, s.chunk)
 	for {
@@ -149,6 +150,7 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 		}
 		var deleted int64
 		err = s.commit.do(ctx, func(tx *gorm.DB) error {
+			tx = tx.WithContext(maintenance(tx.Statement.Context))
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&Message{}).Error; err != nil {
 				return err
 			}
