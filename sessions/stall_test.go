@@ -80,6 +80,7 @@ func TestStalledDatabaseFailsEveryRequest(t *testing.T) {
 	type result struct {
 		name string
 		err  error
+		took time.Duration
 	}
 	// Two rounds: one whose requests go out on connections just used, and
 	// one after the pool's connections sat idle past a second, which pgx
@@ -91,17 +92,25 @@ func TestStalledDatabaseFailsEveryRequest(t *testing.T) {
 		proxy.Stall(t)
 		results := make(chan result, len(calls))
 		for name, call := range calls {
-			go func() { results <- result{name, call()} }()
+			go func() {
+				start := time.Now()
+				err := call()
+				results <- result{name, err, time.Since(start)}
+			}()
 		}
 		pending := map[string]bool{}
 		for name := range calls {
 			pending[name] = true
 		}
 		bound := time.After(hangBound)
+		var slowest result
 		for range calls {
 			select {
 			case r := <-results:
 				delete(pending, r.name)
+				if r.took > slowest.took {
+					slowest = r
+				}
 				if r.err == nil {
 					t.Errorf("%s: %s succeeded on a database that answers nothing", round, r.name)
 				}
@@ -109,6 +118,7 @@ func TestStalledDatabaseFailsEveryRequest(t *testing.T) {
 				t.Fatalf("%s: still waiting %s after the database stalled: %v", round, hangBound, pending)
 			}
 		}
+		t.Logf("%s: every call failed; the slowest, %s, after %s (timeout %s)", round, slowest.name, slowest.took.Round(time.Millisecond), stallTimeout)
 		proxy.Heal(t)
 
 		// The same store works again: the connections the deadline closed
