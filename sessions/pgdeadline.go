@@ -124,11 +124,12 @@ func (t deadlines) TraceConnectEnd(ctx context.Context, _ pgx.TraceConnectEndDat
 // idle for over a second, pgx's stdlib pings it with the caller's context,
 // which pgx does not trace: a caller without a deadline (the group commit)
 // would wait for ever on a stalled connection. The ping is made here
-// instead, within a quarter of timeout; one that fails has closed its
-// connection, which pgx then reports to database/sql as bad, and
-// database/sql tries another — up to two idle ones, then a new one — so
-// that on a stalled database a request fails within about 1.5 times the
-// timeout: the ping answers in a millisecond when the server is well.
+// instead, within a quarter of timeout. One that fails has closed its
+// connection; asked to ping again, pgx finds it closed at once and reports
+// it bad, and database/sql tries another — up to two idle ones, then a new
+// one — for every caller, db.Conn's (the appends' pipeline) included. So
+// on a stalled database a request fails within about 1.5 times the
+// timeout; the ping answers in a millisecond when the server is well.
 func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -139,8 +140,13 @@ func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout/4)
 		defer cancel()
-		_ = p.Conn.PgConn().Ping(ctx)
-		return false
+		if p.Conn.PgConn().Ping(ctx) == nil {
+			return false
+		}
+		if !p.Conn.IsClosed() {
+			p.Conn.Close(ctx)
+		}
+		return true // pgx's ping finds the connection closed: database/sql takes another
 	}))
 }
 

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -196,5 +197,56 @@ func TestStalledListenerIsReplaced(t *testing.T) {
 	out := handle(t, a, msg("websocket:ann", "after the stall"))
 	if ev := lb.reply(t); ev.ReplySeq != out.Reply.Seq || ev.ConversationID != out.ConversationID {
 		t.Fatalf("reply event after the stall = %+v, outcome %+v", ev, out)
+	}
+}
+
+// Connections the server closed while they sat idle (a restart, an
+// administrator's pg_terminate_backend, an idle timeout) cost a caller
+// nothing: the check before reuse finds each dead, and database/sql takes
+// another, on every path — the appends' pipeline, which takes its
+// connection with db.Conn, as well as plain statements.
+func TestIdleConnectionsClosedByTheServerAreReplaced(t *testing.T) {
+	db := openStore(t, DriverPostgres, postgresDSN(t))
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conv := &Conversation{ID: "00000000-0000-0000-0000-0000000005c1", SessionKey: "websocket:idle", Channel: "websocket",
+		Status: StatusActive, StartedAt: now, LastActivityAt: now}
+	if err := db.CreateConversation(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	// Every connection the pool holds, taken at once so that each is a
+	// different one, and its backend's pid; then all given back, idle.
+	sqlDB, _ := db.write.DB()
+	var conns []*sql.Conn
+	var pids []int64
+	for len(conns) == 0 || sqlDB.Stats().Idle > 0 {
+		c, err := sqlDB.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var pid int64
+		if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	var killed int64
+	if err := db.leases.QueryRowContext(ctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(p::int)) FROM unnest($1::bigint[]) AS p", pids).Scan(&killed); err != nil || killed != int64(len(pids)) {
+		t.Fatalf("terminate the pool's %d backends: %d, %v", len(pids), killed, err)
+	}
+	time.Sleep(1100 * time.Millisecond) // idle past a second (pgx's wall clock), so that each is checked before reuse
+	for i := range 3 {
+		a := Append{Conv: conv, ExpectSeq: int64(i), Messages: []Message{{ConversationID: conv.ID, Seq: int64(i + 1), Role: "user",
+			Content: fmt.Sprint("after the kill ", i), Status: MsgOK, CreatedAt: now}}, At: now}
+		if err := db.Append(ctx, a); err != nil {
+			t.Fatalf("append %d after the server closed the pool's idle connections: %v", i, err)
+		}
+		if _, err := db.RecentMessages(ctx, conv.ID, 5); err != nil {
+			t.Fatalf("read %d after the server closed the pool's idle connections: %v", i, err)
+		}
 	}
 }
