@@ -232,13 +232,23 @@ func (b *Bot) loadOffset(ctx context.Context) (offsetState, error) {
 }
 
 // persist stores an offset state of the tracker's term and reports
-// whether it landed. One writer at a time, so that an older snapshot never
-// lands after a newer one; a retired term writes nothing.
+// whether it, or a newer state holding what it holds, landed. One writer
+// at a time, and a state built before one already stored is not written:
+// the states are built under the tracker's lock but written here, in
+// whatever order their goroutines get here, and an older one stored last
+// would undo the newer one's holds (the poller, having stored a state
+// that holds the updates waiting in their chats, asks Telegram for the
+// updates after them, which confirms them; a finished update's older
+// state, written after that, dropped them from the stored state, and a
+// replica killed then lost them). A retired term writes nothing.
 func (b *Bot) persist(ctx context.Context, offsets *offsetTracker, st offsetState) bool {
 	b.persistMu.Lock()
 	defer b.persistMu.Unlock()
 	if offsets.isRetired() {
 		return false
+	}
+	if offsets.superseded(st) {
+		return true
 	}
 	v, err := json.Marshal(st)
 	if err == nil {
@@ -252,6 +262,7 @@ func (b *Bot) persist(ctx context.Context, offsets *offsetTracker, st offsetStat
 		}
 		return false
 	}
+	offsets.stored(st)
 	if b.offsetFailing.CompareAndSwap(true, false) {
 		b.log.Info("telegram: storing offset works again")
 	}

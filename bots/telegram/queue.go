@@ -65,6 +65,9 @@ type offsetTracker struct {
 	committed int
 	progress  chan struct{} // a token after each finish
 	retired   bool          // its polling term ended: it stores nothing more
+	// seq numbers the states it builds, in order; written is the newest
+	// one stored (persist).
+	seq, written uint64
 }
 
 // heldUpdate is an update whose message is not stored yet: storing it
@@ -84,6 +87,8 @@ type offsetState struct {
 	Offset int           `json:"offset"`
 	Done   []int         `json:"done,omitempty"`
 	Held   []*heldUpdate `json:"held,omitempty"`
+	// seq orders the states a tracker builds; not stored.
+	seq uint64
 }
 
 func newOffsetTracker(st offsetState) *offsetTracker {
@@ -243,7 +248,8 @@ func (o *offsetTracker) next(also int) int {
 // state builds the stored form for offset committed; done ids below it
 // are forgotten.
 func (o *offsetTracker) state(committed int) offsetState {
-	st := offsetState{Offset: committed}
+	o.seq++
+	st := offsetState{Offset: committed, seq: o.seq}
 	for d := range o.done {
 		if d < o.committed {
 			delete(o.done, d)
@@ -258,6 +264,24 @@ func (o *offsetTracker) state(committed int) offsetState {
 	}
 	slices.SortFunc(st.Held, func(a, b *heldUpdate) int { return a.Update.UpdateID - b.Update.UpdateID })
 	return st
+}
+
+// superseded reports whether a state built after st is stored already.
+// That one holds every update st held that is not processed since, and
+// may have let the offset pass updates st has as pending: st, stored
+// after it, would drop those from the state while Telegram was already
+// told to forget them.
+func (o *offsetTracker) superseded(st offsetState) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return st.seq <= o.written
+}
+
+// stored records that st is stored.
+func (o *offsetTracker) stored(st offsetState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.written = max(o.written, st.seq)
 }
 
 func (o *offsetTracker) signal() {
