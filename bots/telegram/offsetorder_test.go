@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
@@ -22,6 +23,14 @@ func TestOlderOffsetStateIsNotStoredOverANewerOne(t *testing.T) {
 	h := start(t, api, t.TempDir(), setup{agent: agent.Echo{}})
 	b := h.bot
 	ctx := context.Background()
+	// The state's key names the bot, known once it has connected.
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the bot did not connect within 10s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the bot's state; it connects on a goroutine of its own
+	}
 	o := newOffsetTracker(offsetState{Offset: 100})
 	o.start(update{Update: tgbotapi.Update{UpdateID: 100}})
 	o.start(update{Update: tgbotapi.Update{UpdateID: 101}})
