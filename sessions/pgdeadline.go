@@ -14,7 +14,8 @@ import (
 // Every request the store sends PostgreSQL has a deadline: a statement
 // (with the reading of its rows), a pipeline, BEGIN and COMMIT, the
 // preparing of a statement and the opening of a connection each end
-// within DefaultTimeout (OpenOptions.Timeout) of their start, or fail.
+// within DefaultTimeout (OpenOptions.Timeout) of their start, or fail
+// (maintenance: maintenanceFactor times it).
 //
 // A database that stops answering without closing its connections — a
 // server frozen on a stalled disk, a failover whose old primary's address

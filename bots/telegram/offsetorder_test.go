@@ -24,12 +24,10 @@ func TestOlderOffsetStateIsNotStoredOverANewerOne(t *testing.T) {
 	b := h.bot
 	ctx := context.Background()
 	// The state's key names the bot, known once it has connected.
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("the bot did not connect within 10s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the bot's state; it connects on a goroutine of its own
+	select {
+	case <-b.connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bot did not connect within 10s")
 	}
 	o := newOffsetTracker(offsetState{Offset: 100})
 	o.start(update{Update: tgbotapi.Update{UpdateID: 100}})
