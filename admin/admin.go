@@ -21,13 +21,14 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Options configures the admin API.
 type Options struct {
 	// Tokens maps an operator's name to their bearer token.
 	Tokens  map[string]string
-	Store   *sessions.DB
+	Store   *store.DB
 	Manager *sessions.Manager
 	// Turns counts finished turns for the turns-per-second figure; nil
 	// reports none.
@@ -209,7 +210,7 @@ type sessionList struct {
 
 func (a *Admin) listSessions(w http.ResponseWriter, r *http.Request, who string) {
 	q := r.URL.Query()
-	f := sessions.ListFilter{SessionKey: q.Get("key"), KeyContains: q.Get("q"), Channel: q.Get("channel"),
+	f := store.ListFilter{SessionKey: q.Get("key"), KeyContains: q.Get("q"), Channel: q.Get("channel"),
 		UserID: q.Get("user"), Status: q.Get("status")}
 	switch f.Status {
 	case "", sessions.StatusActive, sessions.StatusArchived:
@@ -250,7 +251,7 @@ func (a *Admin) listSessions(w http.ResponseWriter, r *http.Request, who string)
 }
 
 // loadExport reads a conversation, answering 404 when there is none.
-func (a *Admin) loadExport(w http.ResponseWriter, r *http.Request) *sessions.Export {
+func (a *Admin) loadExport(w http.ResponseWriter, r *http.Request) *store.Export {
 	id := r.PathValue("id")
 	t, err := a.opts.Store.ExportConversation(r.Context(), id)
 	if err != nil {
@@ -273,12 +274,12 @@ func (a *Admin) transcript(w http.ResponseWriter, r *http.Request, who string) {
 func (a *Admin) export(w http.ResponseWriter, r *http.Request, who string) {
 	format := r.URL.Query().Get("format")
 	if format == "" {
-		format = sessions.FormatJSON
+		format = store.FormatJSON
 	}
 	ctype := map[string]string{
-		sessions.FormatJSON:     "application/json; charset=utf-8",
-		sessions.FormatMarkdown: "text/markdown; charset=utf-8",
-		sessions.FormatText:     "text/plain; charset=utf-8",
+		store.FormatJSON:     "application/json; charset=utf-8",
+		store.FormatMarkdown: "text/markdown; charset=utf-8",
+		store.FormatText:     "text/plain; charset=utf-8",
 	}[format]
 	if ctype == "" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("format: want json, markdown or text, got %q", format))
@@ -290,7 +291,7 @@ func (a *Admin) export(w http.ResponseWriter, r *http.Request, who string) {
 	if t == nil {
 		return
 	}
-	ext := map[string]string{sessions.FormatJSON: "json", sessions.FormatMarkdown: "md", sessions.FormatText: "txt"}[format]
+	ext := map[string]string{store.FormatJSON: "json", store.FormatMarkdown: "md", store.FormatText: "txt"}[format]
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="conversation-%s.%s"`, safeName(id), ext))
 	if err := t.Write(w, format); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 const (
@@ -65,7 +66,7 @@ func (b *syncBuffer) records(t *testing.T) []map[string]any {
 type env struct {
 	t     *testing.T
 	url   string
-	db    *sessions.DB
+	db    *store.DB
 	mgr   *sessions.Manager
 	ws    *gateway.WebSocket
 	srv   *gateway.Server
@@ -75,7 +76,7 @@ type env struct {
 
 func newEnv(t *testing.T, ag agent.Agent) *env {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestListTranscriptReset(t *testing.T) {
 	var l listAnswer
 	e.call("GET", "/admin/api/sessions?key=websocket:ann", 200, &l)
 	old := l.Conversations[0].ID
-	var tr sessions.Export
+	var tr store.Export
 	e.call("GET", "/admin/api/conversations/"+old, 200, &tr)
 	if tr.Conversation.SessionKey != "websocket:ann" || len(tr.Messages) != 4 {
 		t.Fatalf("transcript: %+v", tr)
@@ -377,7 +378,7 @@ func TestExport(t *testing.T) {
 	id := out.ConversationID
 
 	code, h, body := e.do("GET", "/admin/api/conversations/"+id+"/export?format=json", aliceToken)
-	var ex sessions.Export
+	var ex store.Export
 	if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), "application/json") || json.Unmarshal(body, &ex) != nil {
 		t.Fatalf("json export: %d %s %s", code, h.Get("Content-Type"), body)
 	}
@@ -428,7 +429,7 @@ func TestPurge(t *testing.T) {
 	if msgs, err := e.db.MessagesAfter(context.Background(), first, 0, 0); err != nil || len(msgs) != 0 {
 		t.Fatalf("messages of the purged conversation: %v %v", msgs, err)
 	}
-	var tr sessions.Export
+	var tr store.Export
 	e.call("GET", "/admin/api/conversations/"+second, 200, &tr)
 	if len(tr.Messages) != 2 {
 		t.Fatalf("the active conversation lost messages: %+v", tr.Messages)

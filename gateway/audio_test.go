@@ -11,6 +11,7 @@ import (
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/oteltest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // webmBytes is WebM audio by its EBML signature, which is what the type
@@ -186,7 +187,7 @@ func TestAudioTranscriptionFailureIsRefused(t *testing.T) {
 func TestTracingWebSocketTranscription(t *testing.T) {
 	rec := oteltest.New(t)
 	llm, ag := llmtest.TranscribingAgent(t, false)
-	db, err := sessions.Open(t.Context(), sessions.DriverSQLite, t.TempDir()+"/g.db", sessions.OpenOptions{})
+	db, err := store.Open(t.Context(), store.DriverSQLite, t.TempDir()+"/g.db", store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,18 @@ import (
 
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // summaryNotes is the store as the session manager sees it, telling of
 // each summary it stored.
 type summaryNotes struct {
-	*sessions.DB
+	*store.DB
 	stored chan struct{}
 }
 
-func (n summaryNotes) Append(ctx context.Context, a sessions.Append) error {
+func (n summaryNotes) Append(ctx context.Context, a ledger.Append) error {
 	err := n.DB.Append(ctx, a)
 	if err == nil && len(a.Messages) == 1 && a.Messages[0].Role == sessions.RoleSummary {
 		n.stored <- struct{}{}
@@ -66,7 +68,7 @@ func summaryLeaves(t *testing.T, n summaryNotes, conv string, keep int) {
 func TestCompactionOverWebSocket(t *testing.T) {
 	llm, ag := llmtest.Agent(t, false)
 	policies := map[string]sessions.Policy{Channel: {MaxHistory: 20, Compaction: sessions.CompactionPolicy{Enabled: true}}}
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,20 +11,21 @@ import (
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // delayEnv serves the WebSocket channel over a store whose calls the test
 // can fail, on a fake clock, with the agent held by a gate.
-func delayEnv(t *testing.T) (*env, *faults.Store, *clocktest.Clock, *gate) {
+func delayEnv(t *testing.T) (*env, *faults.Injector, *clocktest.Clock, *gate) {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fs := faults.New(db)
 	clock := clocktest.New(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	g := newGate()
-	mgr := sessions.New(fs, g, sessions.Options{Logger: quiet, Now: clock.Now, After: clock.After,
+	mgr := sessions.New(db, g, sessions.Options{Logger: quiet, Now: clock.Now, After: clock.After,
 		RetryPause: 5 * time.Millisecond, DelayNotice: 20 * time.Second})
 	e := serveEnv(t, db, mgr, WSOptions{}, false)
 	t.Cleanup(fs.Heal) // (before the shutdown, when the test fails early)

@@ -10,6 +10,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // inputs is an echo agent that records each call's input.
@@ -37,7 +38,7 @@ func (a *inputs) calls() []string {
 // text: the ack says so (edited, the original's seq), and the one reply,
 // to the original, answers the edited text.
 func TestEditInsideTheDebounce(t *testing.T) {
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

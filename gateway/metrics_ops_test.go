@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // llm is a chat-completions server that answers each call with the next
@@ -54,7 +55,7 @@ func TestMetricsAgentErrorsAndFirstToken(t *testing.T) {
 	metrics := NewMetrics()
 	run := func(baseURL, key string) sessions.Outcome {
 		t.Helper()
-		db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "m.db"), sessions.OpenOptions{})
+		db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "m.db"), store.OpenOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

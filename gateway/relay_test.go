@@ -8,6 +8,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // newReplica runs one gateway of several on the PostgreSQL schema dsn:
@@ -15,11 +16,11 @@ import (
 // WebSocket channel and loopback HTTP server.
 func newReplica(t *testing.T, dsn string, ag agent.Agent) *env {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverPostgres, dsn, sessions.OpenOptions{Logger: quiet})
+	db, err := store.Open(context.Background(), store.DriverPostgres, dsn, store.OpenOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveEnv(t, db, sessions.New(db, ag, sessions.Options{Logger: quiet}), WSOptions{}, true)
+	return serveEnv(t, db, sessions.New(db, ag, sessions.Options{Logger: quiet, Events: db.Events()}), WSOptions{}, true)
 }
 
 // A client sends a slow message to replica A, loses its connection,

@@ -9,6 +9,7 @@ import (
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // historyTexts returns the texts of a frame's history, in order.
@@ -55,7 +56,7 @@ func TestResumePreviousSwitchesEveryConnection(t *testing.T) {
 	if rep := b.expect("reply"); rep["text"] != "echo: three (history: 2)" {
 		t.Fatalf("after resume_previous: %v", rep)
 	}
-	convs, _ := e.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "websocket:ann"})
+	convs, _ := e.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "websocket:ann"})
 	if len(convs) != 2 {
 		t.Fatalf("%d conversations, want both kept", len(convs))
 	}

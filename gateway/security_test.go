@@ -14,6 +14,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // With allow_anonymous a client that names itself alice is a guest: it
@@ -37,7 +38,7 @@ func TestAnonymousHelloUserCannotReadAnotherUsersHistory(t *testing.T) {
 	if r := c.expect("reply"); strings.Contains(r["text"].(string), "secret") {
 		t.Fatalf("reply %v", r)
 	}
-	convs, _ := e.db.ListConversations(ctx, sessions.ListFilter{SessionKey: sessions.WebSocketKey("alice")})
+	convs, _ := e.db.ListConversations(ctx, store.ListFilter{SessionKey: sessions.WebSocketKey("alice")})
 	if len(convs) != 1 || convs[0].LastSeq != 2 {
 		t.Fatalf("alice's conversations = %+v, want hers alone, untouched", convs)
 	}
@@ -97,7 +98,7 @@ func TestRateLimitGlobalCeiling(t *testing.T) {
 // resume tokens that expire after an hour.
 func resumeTTLEnv(t *testing.T) (*env, *clocktest.Clock) {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

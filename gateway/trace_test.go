@@ -15,6 +15,7 @@ import (
 	"github.com/chatgate/chatgate/internal/oteltest"
 	"github.com/chatgate/chatgate/internal/tracelog"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Each WebSocket turn is one trace: a root "turn" with "lock wait",
@@ -27,7 +28,7 @@ func TestTracingWebSocketTurn(t *testing.T) {
 	logs := &oteltest.Logs{}
 	log := slog.New(tracelog.Handler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	metrics := NewMetrics()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

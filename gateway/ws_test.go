@@ -20,6 +20,8 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -55,13 +57,13 @@ type env struct {
 	t   *testing.T
 	srv *httptest.Server
 	mgr *sessions.Manager
-	db  *sessions.DB
+	db  *store.DB
 	ws  *WebSocket
 }
 
 func newEnv(t *testing.T, ag agent.Agent, opts WSOptions, policies map[string]sessions.Policy, now func() time.Time) *env {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func newEnv(t *testing.T, ag agent.Agent, opts WSOptions, policies map[string]se
 // serveEnv serves mgr's WebSocket channel and web page on a loopback HTTP
 // server, its rescuer running when rescue is set, and stops it all when
 // the test ends.
-func serveEnv(t *testing.T, db *sessions.DB, mgr *sessions.Manager, opts WSOptions, rescue bool) *env {
+func serveEnv(t *testing.T, db *store.DB, mgr *sessions.Manager, opts WSOptions, rescue bool) *env {
 	t.Helper()
 	opts.Logger = quiet
 	ws := NewWebSocket(mgr, opts)
@@ -303,7 +305,7 @@ func TestResetFrame(t *testing.T) {
 	if rep := c.expect("reply"); rep["text"] != "echo: two (history: 0)" {
 		t.Fatalf("after reset = %v", rep)
 	}
-	convs, _ := e.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "websocket:ann"})
+	convs, _ := e.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "websocket:ann"})
 	if len(convs) != 2 {
 		t.Fatalf("%d conversations, want the archived one and the new one", len(convs))
 	}
@@ -725,7 +727,7 @@ func TestRecoveredReplyReachesConnectedClient(t *testing.T) {
 	// their turns are held by a replica that no longer heartbeats.
 	id1, id2 := "lost-1", "lost-2"
 	now := time.Now().UTC()
-	if err := e.db.Append(context.Background(), sessions.Append{Conv: conv, RequireActive: true, At: now,
+	if err := e.db.Append(context.Background(), ledger.Append{Conv: conv, RequireActive: true, At: now,
 		Messages: []sessions.Message{
 			{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "are you back?", ClientMsgID: &id1, Status: "ok", CreatedAt: now,
 				TurnState: sessions.TurnRunning, TurnOwner: "dead-replica", TurnAttempt: 1},

@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 func TestSearchCountAndPurgeOne(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		ctx := context.Background()
 		db := open()
 		m := New(db, agent.Echo{}, Options{})
@@ -27,7 +28,7 @@ func TestSearchCountAndPurgeOne(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		keys := func(f ListFilter) string {
+		keys := func(f store.ListFilter) string {
 			convs, err := db.ListConversations(ctx, f)
 			if err != nil {
 				t.Fatal(err)
@@ -42,7 +43,7 @@ func TestSearchCountAndPurgeOne(t *testing.T) {
 			}
 			return fmt.Sprintf("%d %v", n, out)
 		}
-		for f, want := range map[ListFilter]string{
+		for f, want := range map[store.ListFilter]string{
 			{KeyContains: "ann"}:                  "2 [websocket:annette websocket:ann]",
 			{KeyContains: "_"}:                    "1 [websocket:a_n%]",
 			{KeyContains: "%"}:                    "1 [websocket:a_n%]",
@@ -87,7 +88,7 @@ func TestSearchCountAndPurgeOne(t *testing.T) {
 
 func TestExportTurnStates(t *testing.T) {
 	ctx := context.Background()
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := New(db, agent.Echo{}, Options{})
 	defer m.Shutdown(ctx)
 	out, err := m.Handle(ctx, Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello\n# heading"}, Hooks{})
@@ -105,9 +106,9 @@ func TestExportTurnStates(t *testing.T) {
 		t.Fatalf("row %q, export %+v", row.TurnState, u)
 	}
 	for format, want := range map[string]string{
-		FormatJSON:     `"turn_state": "answered"`,
-		FormatText:     "   1 user      hello\n# heading\n",
-		FormatMarkdown: "## 1 · user · turn answered\n\n",
+		store.FormatJSON:     `"turn_state": "answered"`,
+		store.FormatText:     "   1 user      hello\n# heading\n",
+		store.FormatMarkdown: "## 1 · user · turn answered\n\n",
 	} {
 		var b bytes.Buffer
 		if err := ex.Write(&b, format); err != nil || !strings.Contains(b.String(), want) {

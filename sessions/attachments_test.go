@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // seeing is a recorder that reads images.
@@ -36,7 +38,7 @@ func (im *images) fetch(_ context.Context, a agent.Attachment) ([]byte, error) {
 func (im *images) forget(hash string) { im.mu.Lock(); delete(im.byHash, hash); im.mu.Unlock() }
 
 func TestAttachmentsAreStoredAndFetchedPerTurn(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{}
 		m := newManager(t, db, seeing{rec}, newClock(time.Now()), nil)
@@ -82,7 +84,7 @@ func TestAttachmentsAreStoredAndFetchedPerTurn(t *testing.T) {
 // A database from before attachments gains the column; a turn the rescuer
 // runs from stored rows gets its message's images.
 func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		if err := db.Gorm().Migrator().DropColumn(&Message{}, "attachments"); err != nil {
 			t.Fatal(err)
@@ -100,7 +102,7 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 		row := Message{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "what is this?", Status: MsgOK, CreatedAt: now.Add(-time.Minute),
 			Attachments: encodeAttachments([]agent.Attachment{{Kind: agent.KindImage, Mime: "image/jpeg", Hash: "h2", Size: 3}}),
 			TurnState:   TurnInterrupted, TurnDue: &due}
-		if err := db.Append(ctx, Append{Conv: &conv, At: now, Messages: []Message{row}}); err != nil {
+		if err := db.Append(ctx, ledger.Append{Conv: &conv, At: now, Messages: []Message{row}}); err != nil {
 			t.Fatal(err)
 		}
 		rec := &recorder{}
@@ -122,7 +124,7 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 
 // A turn fetches at most MaxTurnImages pictures, the newest.
 func TestATurnFetchesTheNewestImagesOnly(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	rec := &recorder{}
 	m := newManager(t, db, seeing{rec}, newClock(time.Now()), nil)
 	im := &images{byHash: map[string][]byte{}}

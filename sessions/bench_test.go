@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // BenchmarkTurn measures one turn (lock, load, store the user message, echo
@@ -16,7 +18,7 @@ import (
 // many users in parallel, where group commit shares transactions.
 func BenchmarkTurn(b *testing.B) {
 	run := func(b *testing.B, parallel bool) {
-		db := openStore(b, DriverSQLite, filepath.Join(b.TempDir(), "bench.db"))
+		db := openStore(b, store.DriverSQLite, filepath.Join(b.TempDir(), "bench.db"))
 		m := New(db, agent.Echo{}, Options{Logger: quiet, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
 		b.Cleanup(func() { m.Shutdown(context.Background()) })
 		ctx := context.Background()
@@ -51,12 +53,12 @@ func BenchmarkTurn(b *testing.B) {
 // benchLongConversations runs bench, on both databases, over one
 // conversation of 100, 1,000 and 5,000 answered turns stored through m
 // (WebSocket turns: not tracked).
-func benchLongConversations(b *testing.B, bench func(b *testing.B, db *DB, m *Manager, conv string)) {
-	for _, driver := range []string{DriverSQLite, DriverPostgres} {
+func benchLongConversations(b *testing.B, bench func(b *testing.B, db *store.DB, m *Manager, conv string)) {
+	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
 		for _, n := range []int{100, 1000, 5000} {
 			b.Run(fmt.Sprintf("%s/%d-turns", driver, n), func(b *testing.B) {
 				dsn := filepath.Join(b.TempDir(), "bench.db")
-				if driver == DriverPostgres {
+				if driver == store.DriverPostgres {
 					dsn = postgresDSN(b)
 				}
 				db := openStore(b, driver, dsn)
@@ -81,10 +83,10 @@ func benchLongConversations(b *testing.B, bench func(b *testing.B, db *DB, m *Ma
 // (ix_messages_open), so its cost should not grow with n
 // (docs/performance.md, "Open turns are indexed").
 func BenchmarkClaimLongConversation(b *testing.B) {
-	benchLongConversations(b, func(b *testing.B, db *DB, m *Manager, conv string) {
+	benchLongConversations(b, func(b *testing.B, db *store.DB, m *Manager, conv string) {
 		ctx := context.Background()
 		defer m.Shutdown(ctx)
-		c := Claim{ConversationID: conv, Owner: m.opts.ReplicaID, TakeOver: true, Alive: []string{m.opts.ReplicaID}, Limit: 20}
+		c := ledger.Claim{ConversationID: conv, Owner: m.opts.ReplicaID, TakeOver: true, Alive: []string{m.opts.ReplicaID}, Limit: 20}
 		b.ResetTimer()
 		for range b.N {
 			c.Now = time.Now()
@@ -104,10 +106,10 @@ func BenchmarkClaimLongConversation(b *testing.B) {
 // that is gone: what every start pays (a full pass over the recovery
 // horizon) for the answered turns of the process before it.
 func BenchmarkOrphanScan(b *testing.B) {
-	benchLongConversations(b, func(b *testing.B, db *DB, m *Manager, _ string) {
+	benchLongConversations(b, func(b *testing.B, db *store.DB, m *Manager, _ string) {
 		ctx := context.Background()
 		m.Shutdown(ctx)
-		since := time.Now().Add(-recoveryHorizon)
+		since := time.Now().Add(-ledger.RecoveryHorizon)
 		b.ResetTimer()
 		for range b.N {
 			got, err := db.OrphanTurns(ctx, since, []string{"next"}, 100)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // How messages become turns. Submit stores a message and acknowledges it
@@ -25,7 +27,7 @@ import (
 // the same turn.
 
 // errNewMessage cancels a turn for a newer message (busy mode interrupt).
-var errNewMessage = errors.New(InterruptedByMessage)
+var errNewMessage = errors.New(ledger.InterruptedByMessage)
 
 // burst is a session key's messages stored here and not yet in a turn,
 // and its runner. Guarded by Manager.mu.

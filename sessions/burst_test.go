@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
 )
 
 // holdFirst is an echo agent whose calls block, streaming "partial "
@@ -85,7 +87,7 @@ func withID(in Inbound, id string) Inbound {
 // once, and answered by one agent call that sees each of them; the reply
 // covers all five.
 func TestCollectMergesMessagesThatArriveDuringATurn(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		ag := newHoldFirst()
 		m := newManager(t, db, ag, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect}))
@@ -138,7 +140,7 @@ func TestCollectMergesMessagesThatArriveDuringATurn(t *testing.T) {
 			t.Fatalf("transcript = %+v, want six messages and two replies, the last answering seq 6", rows)
 		}
 		// The burst's reply closed all five of its messages.
-		if open := openSeqs(t, db, conv.ID); len(open) != 0 {
+		if open := storetest.OpenTurns(t, db, conv.ID); len(open) != 0 {
 			t.Fatalf("open turns %v after the burst's reply", open)
 		}
 		// A resend of any covered id gets that reply, from storage.
@@ -154,7 +156,7 @@ func TestCollectMergesMessagesThatArriveDuringATurn(t *testing.T) {
 
 // max_batch caps a turn; the rest start the next one.
 func TestMaxBatchSplitsABurst(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	ag := newHoldFirst()
 	m := newManager(t, db, ag, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect, MaxBatch: 2}))
 	first := submit(t, m, msg("websocket:ann", "first"))
@@ -177,7 +179,7 @@ func TestMaxBatchSplitsABurst(t *testing.T) {
 // Queue mode keeps one turn per message, in order, each seeing the turns
 // before it.
 func TestQueueRunsOneTurnPerMessage(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	ag := newHoldFirst()
 	m := newManager(t, db, ag, newClock(t0), queued)
 	first := submit(t, m, msg("websocket:ann", "first"))
@@ -196,7 +198,7 @@ func TestQueueRunsOneTurnPerMessage(t *testing.T) {
 // Interrupt: a message during a turn cancels it — its partial reply is
 // stored interrupted — and one new turn answers both.
 func TestInterruptAnswersEverythingInOneNewTurn(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		ag := newHoldFirst()
 		m := newManager(t, db, ag, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyInterrupt}))
@@ -235,7 +237,7 @@ func TestInterruptAnswersEverythingInOneNewTurn(t *testing.T) {
 // only once the runner waits on it; the turn starts when it has moved a
 // whole debounce past the last one.
 func TestDebounceWaitsForMoreMessages(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	rec := &recorder{}
 	c := newClock(t0)
 	m := New(db, rec, Options{Now: c.Now, After: c.After, Logger: quiet,
@@ -264,7 +266,7 @@ func TestDebounceWaitsForMoreMessages(t *testing.T) {
 // Stop while a burst waits out its debounce stops that turn: nothing is
 // run, nothing stored is dropped, and what comes next is answered.
 func TestStopDuringDebounce(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	rec := &recorder{}
 	m := newManager(t, db, rec, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect, Debounce: time.Hour, DebounceMax: time.Hour}))
 	tk := submit(t, m, msg("websocket:ann", "never mind"))
@@ -283,7 +285,7 @@ func TestStopDuringDebounce(t *testing.T) {
 // A reset in the middle of a burst: the messages before it are answered
 // in the old conversation, those after it in the new one.
 func TestResetMidBurst(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	ag := newHoldFirst()
 	m := newManager(t, db, ag, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect}))
 	first := submit(t, m, msg("websocket:ann", "first"))
@@ -310,7 +312,7 @@ func TestResetMidBurst(t *testing.T) {
 // next start, which answers it once, completely.
 func TestShutdownDuringABurst(t *testing.T) {
 	t.Run("debounce", func(t *testing.T) {
-		db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+		db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 		rec := &recorder{}
 		m := New(db, rec, Options{Now: newClock(t0).Now, Logger: quiet, Policies: busyPolicy(BusyPolicy{Debounce: time.Hour, DebounceMax: time.Hour})})
 		a, b := submit(t, m, msg("websocket:ann", "a")), submit(t, m, msg("websocket:ann", "b"))
@@ -323,7 +325,7 @@ func TestShutdownDuringABurst(t *testing.T) {
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
-		db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+		db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 		ag := newHoldFirst()
 		ag.all = true
 		c := newClock(t0)
@@ -373,8 +375,8 @@ func TestBurstSplitAcrossReplicasIsOneTurn(t *testing.T) {
 	c := newClock(t0)
 	ag := newHoldFirst()
 	policy := busyPolicy(BusyPolicy{Mode: BusyCollect})
-	a := newManager(t, openStore(t, DriverPostgres, dsn), ag, c, policy)
-	b := newManager(t, openStore(t, DriverPostgres, dsn), ag, c, policy)
+	a := newManager(t, openStore(t, store.DriverPostgres, dsn), ag, c, policy)
+	b := newManager(t, openStore(t, store.DriverPostgres, dsn), ag, c, policy)
 	for _, m := range []*Manager{a, b} {
 		m.OnDeliver("websocket", false, noopDeliver)
 	}

@@ -19,10 +19,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
-
-// RoleSummary is the role of a summary row.
-const RoleSummary = "summary"
 
 // SummaryIntro comes before a summary in the history a model gets.
 const SummaryIntro = "Summary of the earlier part of this conversation (its messages are no longer shown):\n\n"
@@ -143,7 +141,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 			return 0, err
 		}
 	}
-	var after []*Message
+	var after []*ledger.Message
 	for i := range rows {
 		if rows[i].Seq > from {
 			after = append(after, &rows[i])
@@ -163,7 +161,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	// after the newest one answered waits.
 	var answered int64
 	for _, r := range after {
-		if r.settlesTurn() {
+		if ledger.SettlesTurn(r) {
 			answered = max(answered, r.ReplyTo)
 		}
 	}
@@ -202,7 +200,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	if text == "" {
 		return 0, errors.New("summary call: the model wrote nothing")
 	}
-	row := Message{ConversationID: conv, Role: RoleSummary, Content: text, ReplyTo: upTo, Status: MsgOK, CreatedAt: m.now(),
+	row := ledger.Message{ConversationID: conv, Role: RoleSummary, Content: text, ReplyTo: upTo, Status: ledger.MsgOK, CreatedAt: m.now(),
 		PromptTokens: reply.Usage.PromptTokens, CompletionTkns: reply.Usage.CompletionTokens, Cost: reply.Cost}
 	if err := m.storeSummary(ctx, in, conv, row, reply.Usage.TotalTokens); err != nil {
 		return 0, err
@@ -212,7 +210,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 
 // cachedRows returns a copy of the cached window of conversation conv,
 // and whether the conversation is active.
-func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]Message, bool, error) {
+func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]ledger.Message, bool, error) {
 	release, err := m.lockState(ctx, in.SessionKey, false)
 	if err != nil {
 		return nil, false, err
@@ -222,7 +220,7 @@ func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]Me
 	if err != nil {
 		return nil, false, err
 	}
-	return slices.Clone(hc.window), hc.conv.Status == StatusActive, nil
+	return slices.Clone(hc.window), hc.conv.Status == ledger.StatusActive, nil
 }
 
 // storeSummary appends the summary row to conversation conv, after
@@ -230,7 +228,7 @@ func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]Me
 // a summary covering as much is there already (another replica's). The
 // append leaves the conversation's activity time as it was: a summary is
 // no activity of the user's.
-func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row Message, tokens int64) error {
+func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row ledger.Message, tokens int64) error {
 	key := in.SessionKey
 	for range 3 {
 		release, err := m.lockState(ctx, key, false)
@@ -242,13 +240,13 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 			release()
 			return err
 		}
-		if s := newestSummary(pointers(hc.window)); hc.conv.Status != StatusActive || (s != nil && s.ReplyTo >= row.ReplyTo) {
+		if s := newestSummary(pointers(hc.window)); hc.conv.Status != ledger.StatusActive || (s != nil && s.ReplyTo >= row.ReplyTo) {
 			release()
 			return nil
 		}
 		row.Seq = hc.conv.LastSeq + 1
-		err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
-			Messages: []Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost})
+		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
+			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost})
 		if err == nil {
 			hc.push(row)
 			m.hot.Update(key, hc)
@@ -256,7 +254,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 			m.hot.Remove(key) // read afresh: the try may have landed
 		}
 		release()
-		if !errors.Is(err, ErrStale) {
+		if !errors.Is(err, ledger.ErrStale) {
 			return err
 		}
 	}
@@ -265,7 +263,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 
 // compactionInput is what the summary's model call is asked: the summary
 // so far and the messages to fold into it.
-func compactionInput(earlier string, fold []*Message) string {
+func compactionInput(earlier string, fold []*ledger.Message) string {
 	var b strings.Builder
 	if earlier != "" {
 		b.WriteString("The summary so far:\n\n")

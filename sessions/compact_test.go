@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // summariser writes numbered summaries, each naming the newest message it
@@ -47,15 +49,15 @@ func (s *summariser) setFail(v bool) { s.mu.Lock(); s.fail = v; s.mu.Unlock() }
 // summaryNotes is the store as the manager sees it, telling of each
 // summary it stored.
 type summaryNotes struct {
-	*DB
+	*store.DB
 	stored chan struct{}
 }
 
-func newSummaryNotes(db *DB) summaryNotes {
+func newSummaryNotes(db *store.DB) summaryNotes {
 	return summaryNotes{DB: db, stored: make(chan struct{}, 256)}
 }
 
-func (n summaryNotes) Append(ctx context.Context, a Append) error {
+func (n summaryNotes) Append(ctx context.Context, a ledger.Append) error {
 	err := n.DB.Append(ctx, a)
 	if err == nil && len(a.Messages) == 1 && a.Messages[0].Role == RoleSummary {
 		n.stored <- struct{}{}
@@ -99,7 +101,7 @@ func waitSummarised(t *testing.T, n summaryNotes, conv string, keep int) []Messa
 // leaves the turn answered (trimmed plainly), and the next turn catches
 // up.
 func TestCompactionKeepsWhatFallsOut(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{}
 		sum := &summariser{failed: make(chan struct{}, 4)}
@@ -172,7 +174,7 @@ func TestCompactionKeepsWhatFallsOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		var buf bytes.Buffer
-		if err := exp.Write(&buf, FormatText); err != nil {
+		if err := exp.Write(&buf, store.FormatText); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(buf.String(), "summary   [messages 1–") {
@@ -184,7 +186,7 @@ func TestCompactionKeepsWhatFallsOut(t *testing.T) {
 // TestCompactNow: Compact summarises all but the last exchange at once;
 // with compaction off it says so.
 func TestCompactNow(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	sum := &summariser{}
 	policies := map[string]Policy{"websocket": {MaxHistory: 20, Compaction: CompactionPolicy{Enabled: true}}}
 	m := New(db, agent.Echo{}, Options{Policies: policies, Logger: quiet, Compactor: sum})

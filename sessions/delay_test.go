@@ -12,6 +12,7 @@ import (
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // gatedAgent echoes once its gate is opened.
@@ -34,8 +35,8 @@ func (a *gatedAgent) Reply(ctx context.Context, req agent.Request, onDelta func(
 func TestDelayNoticeOnceWhileStorageIsDown(t *testing.T) {
 	for _, where := range []string{"turn start", "reply store"} {
 		t.Run(where, func(t *testing.T) {
-			db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"),
-				sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+			db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"),
+				store.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +48,7 @@ func TestDelayNoticeOnceWhileStorageIsDown(t *testing.T) {
 			if where == "turn start" {
 				busy.Debounce = time.Second // stored pending: the turn starts after the debounce
 			}
-			m := sessions.New(fs, ag, sessions.Options{
+			m := sessions.New(db, ag, sessions.Options{
 				Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone}, Busy: busy}},
 				Logger:   slog.New(slog.DiscardHandler), Now: clock.Now, After: clock.After,
 				RetryPause: 5 * time.Millisecond, DelayNotice: 20 * time.Second,

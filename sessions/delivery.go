@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Delivery is a stored reply that a channel delivers outside a live turn:
@@ -21,7 +23,7 @@ type Delivery struct {
 	ClientMsgID string
 	UserSeq     int64
 	Reply       Reply
-	Turn        TurnRef
+	Turn        ledger.TurnRef
 }
 
 // DeliverFunc delivers a reply. A channel that confirms delivery returns

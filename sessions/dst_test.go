@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // dstDay is a day whose daily reset hour is swallowed by a DST gap or
@@ -107,7 +108,7 @@ func utcAll(ts []time.Time) []time.Time {
 func TestDailySweepOnDSTDays(t *testing.T) {
 	for _, d := range dstDays {
 		t.Run(d.name, func(t *testing.T) {
-			drivers(t, func(t *testing.T, open func() *DB) {
+			drivers(t, func(t *testing.T, open func() *store.DB) {
 				db := open()
 				p := d.policy(t)
 				start := d.day.Add(-12 * time.Hour)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
 )
 
 // streamer is an agent that streams "first " at once, tells started,
@@ -87,7 +89,7 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 func TestAgentCallOverlapsTheCommit(t *testing.T) {
 	for _, mode := range []BusyMode{BusyCollect, BusyInterrupt} {
 		t.Run(string(mode), func(t *testing.T) {
-			db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+			db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
 			policies := map[string]Policy{"websocket": {MaxHistory: 10, Busy: BusyPolicy{Mode: mode}}}
 			key := "websocket:ann"
 			// A first turn, by a gateway that then stops (so that nothing of
@@ -101,7 +103,7 @@ func TestAgentCallOverlapsTheCommit(t *testing.T) {
 			m := newManager(t, db, ag, newClock(t0), policies)
 			warmUp(t, m)
 
-			release := sync.OnceFunc(holdWriter(db))
+			release := sync.OnceFunc(storetest.HoldWrites(t, db))
 			t.Cleanup(release) // a failed test lets the held writer go before the store closes // the commit of the next message waits
 			var log hookLog
 			type submitted struct {
@@ -154,7 +156,7 @@ func TestAgentCallOverlapsTheCommit(t *testing.T) {
 // neither acknowledged nor stored, nothing it streamed is shown, the
 // caller gets the commit's error — and the key's next message runs as usual.
 func TestFailedCommitCancelsTheEarlyCall(t *testing.T) {
-	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
 	ag := newStreamer()
 	m := newManager(t, db, ag, newClock(t0), nil)
 	refuse := `CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.content = 'poison'
@@ -168,7 +170,7 @@ func TestFailedCommitCancelsTheEarlyCall(t *testing.T) {
 	if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
 		t.Fatal(err)
 	}
-	release := sync.OnceFunc(holdWriter(db))
+	release := sync.OnceFunc(storetest.HoldWrites(t, db))
 	t.Cleanup(release) // a failed test lets the held writer go before the store closes
 	var log hookLog
 	done := make(chan error, 1)
@@ -217,14 +219,14 @@ func warmUp(t *testing.T, m *Manager) {
 // any running turn's: the partial reply is stored as stopped once the
 // message is, and the turn is not run again.
 func TestStopReachesAnEarlyCall(t *testing.T) {
-	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
 	ag := newStreamer()
 	m := newManager(t, db, ag, newClock(t0), nil)
 	key := "websocket:ann"
 	if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
 		t.Fatal(err)
 	}
-	release := sync.OnceFunc(holdWriter(db))
+	release := sync.OnceFunc(storetest.HoldWrites(t, db))
 	t.Cleanup(release)
 	var log hookLog
 	done := make(chan *Ticket, 1)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // ErrEditNotFound means the message an edit names is not stored for the
@@ -122,7 +123,7 @@ func (m *Manager) editInPlace(ctx context.Context, in Inbound, originalID string
 	if um.Content == in.Text {
 		return um.Content, same, nil
 	}
-	if um.ConversationID != hc.conv.ID || um.TurnState != TurnPending || um.TurnAttempt != 0 {
+	if um.ConversationID != hc.conv.ID || um.TurnState != ledger.TurnPending || um.TurnAttempt != 0 {
 		return um.Content, EditOutcome{}, nil
 	}
 	replaced, err := m.store.EditPending(ctx, um.ConversationID, um.Seq, in.Text)

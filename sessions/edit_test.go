@@ -5,12 +5,14 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // An edit of a message waiting out its debounce replaces its text: one
 // turn answers the edited text, and the edit stores no message of its own.
 func TestEditDuringDebounceReplacesTheText(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{}
 		c := newClock(t0)
@@ -48,7 +50,7 @@ func TestEditDuringDebounceReplacesTheText(t *testing.T) {
 // An edit of an answered message is a new message quoting it, answered
 // once however often the edit is repeated.
 func TestEditAfterTheReplyIsANewMessage(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{}
 		m := newManager(t, db, rec, newClock(t0), nil)
@@ -84,7 +86,7 @@ func TestEditAfterTheReplyIsANewMessage(t *testing.T) {
 // An edit that finds the turn claimed (the claim won the race) is a new
 // message: the conditional update decides, not the cached row.
 func TestEditAfterTheClaimIsANewMessage(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	h := newHoldFirst()
 	m := newManager(t, db, h, newClock(t0), busyPolicy(BusyPolicy{Mode: BusyCollect}))
 	tk := submit(t, m, withID(msg("websocket:ann", "helo"), "c-1"))
@@ -103,7 +105,7 @@ func TestEditAfterTheClaimIsANewMessage(t *testing.T) {
 }
 
 func TestEditPendingIsConditional(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		m := New(db, &recorder{}, Options{Now: c.Now, After: c.After, Logger: quiet,

@@ -18,6 +18,7 @@ import (
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // The fault-at-every-step harness. Each scenario runs once without faults,
@@ -63,9 +64,9 @@ func TestFaultAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault-at-every-step harness runs in the full suite")
 	}
-	for _, driver := range []string{sessions.DriverSQLite, sessions.DriverPostgres} {
+	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
 		for _, sc := range faultScenarios {
-			if driver == sessions.DriverPostgres && sc.name == "websocket-queue" {
+			if driver == store.DriverPostgres && sc.name == "websocket-queue" {
 				continue // the PostgreSQL runs take the scenarios that share more
 			}
 			t.Run(driver+"/"+sc.name, func(t *testing.T) {
@@ -106,17 +107,17 @@ func TestFaultAtEveryStep(t *testing.T) {
 
 // faultDB returns what opens a fresh database for one run: a new SQLite
 // file, or the scenario's PostgreSQL schema emptied.
-func faultDB(t *testing.T, driver string) func() *sessions.DB {
+func faultDB(t *testing.T, driver string) func() *store.DB {
 	var pg string
-	if driver == sessions.DriverPostgres {
+	if driver == store.DriverPostgres {
 		pg = pgtest.DSN(t)
 	}
-	return func() *sessions.DB {
+	return func() *store.DB {
 		dsn := filepath.Join(t.TempDir(), "gateway.db")
 		if pg != "" {
 			dsn = pg
 		}
-		db, err := sessions.Open(context.Background(), driver, dsn, sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+		db, err := store.Open(context.Background(), driver, dsn, store.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func (a *countingAgent) Reply(ctx context.Context, req agent.Request, onDelta fu
 
 // runFaults runs sc once with an outage from step k (none when k is 0)
 // and checks the invariants.
-func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, mode faults.Mode) faultRun {
+func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mode faults.Mode) faultRun {
 	t.Helper()
 	label := fmt.Sprintf("outage from step %d (%s)", k, mode)
 	db := open()
@@ -170,7 +171,7 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 	}()
 	track := sc.channel == "telegram"
 	policy := sessions.Policy{MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone}, Busy: sc.busy}
-	m := sessions.New(fs, ag, sessions.Options{
+	m := sessions.New(db, ag, sessions.Options{Events: db.Events(),
 		Policies:    map[string]sessions.Policy{sc.channel: policy},
 		Logger:      slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond,
@@ -339,7 +340,7 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 			}
 			mu.Unlock()
 			for _, id := range msgIDs {
-				tr, err := db.TurnByClientID(context.Background(), key(u), id)
+				tr, err := db.TurnByClientID(faults.Aside(context.Background()), key(u), id)
 				switch {
 				case err != nil:
 					out = append(out, id+": "+err.Error())
@@ -437,7 +438,7 @@ func runFaults(t *testing.T, open func() *sessions.DB, sc faultScenario, k int, 
 	// No lease outlives its replica's clean stop (a running replica keeps
 	// its leases across turns for a moment: leasekeep.go).
 	m.Shutdown(context.Background())
-	if db.Driver() == sessions.DriverPostgres {
+	if db.Driver() == store.DriverPostgres {
 		var n int64
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			if err := db.Gorm().Raw("SELECT count(*) FROM session_leases").Scan(&n).Error; err != nil {
@@ -465,7 +466,7 @@ func isSettled(state string) bool {
 
 // finalRepliesPerTurn lists every user message whose turn does not have
 // exactly one final reply.
-func finalRepliesPerTurn(t *testing.T, db *sessions.DB) []string {
+func finalRepliesPerTurn(t *testing.T, db *store.DB) []string {
 	t.Helper()
 	rows, err := db.Gorm().Raw(`SELECT u.conversation_id, u.seq, COALESCE(u.client_msg_id, ''),
 		(SELECT count(*) FROM messages AS r WHERE r.conversation_id = u.conversation_id AND r.role = 'assistant'
@@ -520,15 +521,15 @@ func (b *syncBuffer) String() string {
 // proof that nothing earlier waited, and the next message ran alone,
 // ahead of the stored one.)
 func TestAMessageStoredWithItsAnswerLostIsAnsweredInOrder(t *testing.T) {
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"),
-		sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"),
+		store.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	fs := faults.New(db)
 	ag := &gatedAgent{gate: make(chan struct{}), started: make(chan struct{}, 4)}
-	m := sessions.New(fs, ag, sessions.Options{Logger: slog.New(slog.DiscardHandler),
+	m := sessions.New(db, ag, sessions.Options{Events: db.Events(),Logger: slog.New(slog.DiscardHandler),
 		Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
 			Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}}})
 	defer m.Shutdown(context.Background())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // DelayText is what a user is told, once, when their stored message has
@@ -94,7 +96,7 @@ func (m *Manager) WaitingOnStorage() int {
 // replicas is Store.Replicas as the judge of which replicas are gone:
 // until this process has reached the database steadily for a lease TTL
 // (health.steady), none is — every known replica counts as alive.
-func (m *Manager) replicas(ctx context.Context) (gone []Replica, alive []string, err error) {
+func (m *Manager) replicas(ctx context.Context) (gone []ledger.Replica, alive []string, err error) {
 	gone, alive, err = m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
 	if err == nil && len(gone) > 0 && !m.health.steady(time.Now(), m.opts.LeaseTTL) {
 		for _, r := range gone {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/pgtest"
+	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
 )
 
 // clock is a fake clock tests move by hand.
@@ -25,25 +26,11 @@ func newClock(t time.Time) *clock { return clocktest.New(t) }
 
 // drivers runs fn once per database: SQLite always, PostgreSQL when
 // CHATGATE_TEST_POSTGRES_DSN is set.
-func drivers(t *testing.T, fn func(t *testing.T, open func() *DB)) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "gateway.db")
-		fn(t, func() *DB { return openStore(t, DriverSQLite, path) })
-	})
-	t.Run("postgres", func(t *testing.T) {
-		dsn := postgresDSN(t)
-		fn(t, func() *DB { return openStore(t, DriverPostgres, dsn) })
-	})
-}
+func drivers(t *testing.T, fn func(t *testing.T, open func() *store.DB)) { storetest.Drivers(t, fn) }
 
-func openStore(t testing.TB, driver, dsn string) *DB {
+func openStore(t testing.TB, driver, dsn string) *store.DB {
 	t.Helper()
-	db, err := Open(context.Background(), driver, dsn, OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return storetest.Open(t, driver, dsn, store.OpenOptions{})
 }
 
 // postgresDSN returns a DSN on a fresh schema of the test server, or skips.
@@ -89,7 +76,7 @@ func (r *recorder) last() agent.Request {
 
 func newManager(t testing.TB, db Store, ag agent.Agent, c *clock, policies map[string]Policy) *Manager {
 	t.Helper()
-	m := New(db, ag, Options{Policies: policies, Now: c.Now, Logger: quiet})
+	m := New(db, ag, Options{Policies: policies, Now: c.Now, Logger: quiet, Events: events(db)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -112,22 +99,14 @@ func handle(t testing.TB, m *Manager, in Inbound) Outcome {
 }
 
 // transcript returns every message row of a conversation, by seq.
-func transcript(t testing.TB, db *DB, convID string) []Message {
+func transcript(t testing.TB, db *store.DB, convID string) []Message {
 	t.Helper()
-	var msgs []Message
-	if err := db.Gorm().Where("conversation_id = ?", convID).Order("seq").Find(&msgs).Error; err != nil {
-		t.Fatal(err)
-	}
-	return msgs
+	return storetest.Transcript(t, db, convID)
 }
 
-func conversations(t testing.TB, db *DB, key string) []Conversation {
+func conversations(t testing.TB, db *store.DB, key string) []Conversation {
 	t.Helper()
-	var convs []Conversation
-	if err := db.Gorm().Where("session_key = ?", key).Order("started_at, id").Find(&convs).Error; err != nil {
-		t.Fatal(err)
-	}
-	return convs
+	return storetest.Conversations(t, db, key)
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -138,7 +117,7 @@ func waitQueue() { runtime.Gosched() }
 // expectPairedTurns checks that key has one conversation of n turns whose
 // rows are gap-free and alternate user message, echo reply to it: turns
 // never interleaved.
-func expectPairedTurns(t testing.TB, db *DB, key string, turns int) {
+func expectPairedTurns(t testing.TB, db *store.DB, key string, turns int) {
 	t.Helper()
 	convs := conversations(t, db, key)
 	if len(convs) != 1 {
@@ -175,4 +154,12 @@ func expectPairedTurns(t testing.TB, db *DB, key string, turns int) {
 	if len(answered) != turns {
 		t.Fatalf("%d messages answered, want %d", len(answered), turns)
 	}
+}
+
+// events are db's events, when it is a store that has them.
+func events(db Store) Events {
+	if s, ok := db.(*store.DB); ok {
+		return s.Events()
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // History builds what the agent sees of earlier messages: at most max
@@ -11,13 +12,13 @@ import (
 // result whose call was cut off, and never keeps an assistant message with
 // tool calls apart from its results, so a model server never sees a broken
 // tool-call sequence.
-func History(msgs []Message, max int) []agent.Message {
+func History(msgs []ledger.Message, max int) []agent.Message {
 	return history(pointers(msgs), max, 0)
 }
 
 // pointers is a pointer to each of msgs, in order.
-func pointers(msgs []Message) []*Message {
-	out := make([]*Message, len(msgs))
+func pointers(msgs []ledger.Message) []*ledger.Message {
+	out := make([]*ledger.Message, len(msgs))
 	for i := range msgs {
 		out[i] = &msgs[i]
 	}
@@ -30,12 +31,12 @@ func pointers(msgs []Message) []*Message {
 // covers; else the window of the messages. The window holds at most
 // p.MaxHistory messages, and at most p.MaxHistoryTokens estimated tokens
 // when that is set.
-func historyFor(msgs []*Message, p Policy) []agent.Message {
+func historyFor(msgs []*ledger.Message, p Policy) []agent.Message {
 	summary := newestSummary(msgs)
 	if !p.Compaction.Enabled {
 		summary = nil
 	}
-	rest := make([]*Message, 0, len(msgs))
+	rest := make([]*ledger.Message, 0, len(msgs))
 	for _, m := range msgs {
 		if m.Role == RoleSummary || (summary != nil && m.Seq <= summary.ReplyTo) {
 			continue
@@ -50,8 +51,8 @@ func historyFor(msgs []*Message, p Policy) []agent.Message {
 }
 
 // newestSummary is the summary row of msgs with the highest seq, or nil.
-func newestSummary(msgs []*Message) *Message {
-	var s *Message
+func newestSummary(msgs []*ledger.Message) *ledger.Message {
+	var s *ledger.Message
 	for _, m := range msgs {
 		if m.Role == RoleSummary && (s == nil || m.Seq > s.Seq) {
 			s = m
@@ -61,15 +62,15 @@ func newestSummary(msgs []*Message) *Message {
 }
 
 // eligible are the messages of msgs a history may hold, oldest first.
-func eligible(msgs []*Message) []*Message {
-	out := make([]*Message, 0, len(msgs))
+func eligible(msgs []*ledger.Message) []*ledger.Message {
+	out := make([]*ledger.Message, 0, len(msgs))
 	for _, m := range msgs {
 		switch {
 		case m.Role == RoleSummary:
 			continue
-		case m.Role == agent.RoleAssistant && m.Status == MsgFailed:
+		case m.Role == agent.RoleAssistant && m.Status == ledger.MsgFailed:
 			continue
-		case m.Role == agent.RoleAssistant && m.Status == MsgInterrupted && (m.Error == InterruptedByShutdown || m.Error == InterruptedByMessage):
+		case m.Role == agent.RoleAssistant && m.Status == ledger.MsgInterrupted && (m.Error == ledger.InterruptedByShutdown || m.Error == ledger.InterruptedByMessage):
 			// Cut short and answered again by a later turn.
 			continue
 		case m.Role == agent.RoleAssistant && m.Content == "" && m.ToolCalls == "":
@@ -82,13 +83,13 @@ func eligible(msgs []*Message) []*Message {
 
 // estimateTokens estimates what a message costs in a model's context: a
 // token per 4 bytes of its text and tool calls, and 4 for the message.
-func estimateTokens(m *Message) int {
+func estimateTokens(m *ledger.Message) int {
 	return (len(m.Content)+len(m.ToolCalls))/4 + 4
 }
 
 // newestWithin is how many of the newest of msgs fit in max messages and,
 // when maxTokens > 0, in maxTokens estimated tokens.
-func newestWithin(msgs []*Message, max, maxTokens int) int {
+func newestWithin(msgs []*ledger.Message, max, maxTokens int) int {
 	n, tokens := 0, 0
 	for i := len(msgs) - 1; i >= 0 && n < max; i-- {
 		tokens += estimateTokens(msgs[i])
@@ -100,7 +101,7 @@ func newestWithin(msgs []*Message, max, maxTokens int) int {
 	return n
 }
 
-func history(msgs []*Message, max, maxTokens int) []agent.Message {
+func history(msgs []*ledger.Message, max, maxTokens int) []agent.Message {
 	if max <= 0 {
 		return nil
 	}
@@ -108,7 +109,7 @@ func history(msgs []*Message, max, maxTokens int) []agent.Message {
 	eligible = eligible[len(eligible)-newestWithin(eligible, max, maxTokens):]
 	out := make([]agent.Message, 0, len(eligible))
 	for i := 0; i < len(eligible); i++ {
-		m := eligible[i].agentMessage()
+		m := agentMessage(eligible[i])
 		switch {
 		case m.Role == agent.RoleTool:
 			// A tool result here has lost its call: the call was before the
@@ -124,7 +125,7 @@ func history(msgs []*Message, max, maxTokens int) []agent.Message {
 			}
 			out = append(out, m)
 			for _, r := range results {
-				out = append(out, r.agentMessage())
+				out = append(out, agentMessage(r))
 			}
 			i += len(results)
 		default:
@@ -136,12 +137,12 @@ func history(msgs []*Message, max, maxTokens int) []agent.Message {
 
 // toolResults returns the tool messages right after an assistant message,
 // and whether they answer every one of its calls.
-func toolResults(after []*Message, calls []agent.ToolCall) ([]*Message, bool) {
+func toolResults(after []*ledger.Message, calls []agent.ToolCall) ([]*ledger.Message, bool) {
 	want := make(map[string]bool, len(calls))
 	for _, c := range calls {
 		want[c.ID] = true
 	}
-	var results []*Message
+	var results []*ledger.Message
 	for _, m := range after {
 		if m.Role != agent.RoleTool {
 			break

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/google/uuid"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // DefaultCacheBytes is Options.CacheBytes' default.
@@ -18,7 +20,7 @@ const DefaultCacheBytes = 64 << 20
 // entry and list element; each message's struct.
 const (
 	hotConvOverhead = int64(unsafe.Sizeof(hotConv{})) + 256
-	messageSize     = int64(unsafe.Sizeof(Message{}))
+	messageSize     = int64(unsafe.Sizeof(ledger.Message{}))
 )
 
 // estimate is what a cached conversation holds in memory, roughly: its
@@ -148,8 +150,8 @@ func (c *hotCache) Bytes() int64 {
 // hotConv is an active conversation with the tail of its messages. It is
 // read and changed only by the holder of its session key's lock.
 type hotConv struct {
-	conv   Conversation
-	window []Message
+	conv   ledger.Conversation
+	window []ledger.Message
 	cap    int
 }
 
@@ -157,7 +159,7 @@ type hotConv struct {
 // before the newest cap messages move to the front, so a turn copies and
 // allocates nothing in the steady state. The window is only read under the
 // session key's lock, never kept past it.
-func (h *hotConv) push(msgs ...Message) {
+func (h *hotConv) push(msgs ...ledger.Message) {
 	if len(h.window)+len(msgs) > 2*h.cap && len(h.window) > 0 {
 		keep := max(h.cap-len(msgs), 0)
 		n := copy(h.window, h.window[max(len(h.window)-keep, 0):])
@@ -165,12 +167,12 @@ func (h *hotConv) push(msgs ...Message) {
 		h.window = h.window[:n]
 	}
 	if h.window == nil {
-		h.window = make([]Message, 0, 2*h.cap)
+		h.window = make([]ledger.Message, 0, 2*h.cap)
 	}
 	h.window = append(h.window, msgs...)
 }
 
-func (h *hotConv) byClientID(id string) *Message {
+func (h *hotConv) byClientID(id string) *ledger.Message {
 	for i := len(h.window) - 1; i >= 0; i-- {
 		if m := &h.window[i]; m.ClientMsgID != nil && *m.ClientMsgID == id {
 			return m
@@ -181,7 +183,7 @@ func (h *hotConv) byClientID(id string) *Message {
 
 // load returns the session key's active conversation, creating one if none.
 func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
-	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == StatusActive {
+	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == ledger.StatusActive {
 		return hc, nil
 	}
 	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
@@ -212,13 +214,13 @@ func windowCap(p Policy) int {
 
 func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
 	ag := m.settings().agent
-	conv := Conversation{
-		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: StatusActive,
+	conv := ledger.Conversation{
+		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: ledger.StatusActive,
 		StartedAt: now, LastActivityAt: now, AgentName: ag.Name(), Model: ag.Model(),
 		UserID: in.UserID, ChatID: in.ChatID,
 	}
 	if err := m.store.CreateConversation(ctx, &conv); err != nil {
-		if errors.Is(err, ErrStale) {
+		if errors.Is(err, ledger.ErrStale) {
 			// Another process opened one first: use theirs.
 			m.hot.Remove(in.SessionKey)
 			existing, lerr := m.store.ActiveConversation(ctx, in.SessionKey)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Filling the hot cache past CacheBytes keeps its estimated size within the
@@ -13,7 +15,7 @@ import (
 // is read again from the store.
 func TestHotCacheBoundedByBytes(t *testing.T) {
 	ctx := context.Background()
-	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/gateway.db")
 	c := newClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	rec := &recorder{}
 	const bound = 16 << 10

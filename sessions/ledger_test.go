@@ -13,11 +13,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // storeCrashed stores, as a replica that died mid-turn would have left
 // it, a user message with its claimed turn whose lease ended 30 s after at.
-func storeCrashed(t *testing.T, db *DB, key, channel, clientID, text string, at time.Time) (Conversation, *Turn) {
+func storeCrashed(t *testing.T, db *store.DB, key, channel, clientID, text string, at time.Time) (Conversation, *Turn) {
 	t.Helper()
 	ctx := context.Background()
 	conv, err := db.ActiveConversation(ctx, key)
@@ -36,13 +38,13 @@ func storeCrashed(t *testing.T, db *DB, key, channel, clientID, text string, at 
 	if clientID != "" {
 		um.ClientMsgID = &clientID
 	}
-	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: conv.LastSeq, RequireActive: true, At: at, Messages: []Message{um}}); err != nil {
+	if err := db.Append(ctx, ledger.Append{Conv: conv, ExpectSeq: conv.LastSeq, RequireActive: true, At: at, Messages: []Message{um}}); err != nil {
 		t.Fatal(err)
 	}
-	return *conv, turnOf(&um)
+	return *conv, ledger.TurnOf(&um)
 }
 
-func turnAt(t *testing.T, db *DB, convID string, seq int64) Turn {
+func turnAt(t *testing.T, db *store.DB, convID string, seq int64) Turn {
 	t.Helper()
 	tn, err := db.TurnAt(context.Background(), convID, seq)
 	if err != nil || tn == nil {
@@ -56,10 +58,10 @@ func noopDeliver(context.Context, Delivery) (string, error) { return "", nil }
 // die makes m look like a replica whose process ended: its heartbeat
 // stops, and on PostgreSQL its last one is older than the lease (on
 // SQLite every other replica is a process that ended).
-func die(t *testing.T, db *DB, m *Manager) {
+func die(t *testing.T, db *store.DB, m *Manager) {
 	t.Helper()
 	m.stopRescuer()
-	if db.Driver() == DriverPostgres {
+	if db.Driver() == store.DriverPostgres {
 		if err := db.Gorm().Exec("UPDATE replicas SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", m.ReplicaID()).Error; err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +73,7 @@ func die(t *testing.T, db *DB, m *Manager) {
 // pass, which forgets it afterwards; the late reply of the first is not
 // stored.
 func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
@@ -102,7 +104,7 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 			t.Fatal("the gone replica was not forgotten after its turns were taken over")
 		}
 		close(rec.block)
-		if err := <-late; !errors.Is(err, ErrLostClaim) {
+		if err := <-late; !errors.Is(err, ledger.ErrLostClaim) {
 			t.Fatalf("the frozen replica's late reply: %v, want ErrLostClaim", err)
 		}
 		expectPairedTurns(t, db2, "websocket:ann", 1)
@@ -113,14 +115,14 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 // of its message on one replica, and the rescuers of two replicas (on
 // SQLite, one gateway per file: of the same one) — and runs exactly once.
 func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		dbA := open()
 		c := newClock(t0)
 		conv, _ := storeCrashed(t, dbA, "websocket:ann", "websocket", "c-1", "are you there?", t0)
 		rec := &recorder{}
 		a := newManager(t, dbA, rec, c, nil)
 		b := a
-		if dbA.Driver() == DriverPostgres {
+		if dbA.Driver() == store.DriverPostgres {
 			b = newManager(t, open(), rec, c, nil)
 		}
 		for _, m := range []*Manager{a, b} {
@@ -163,7 +165,7 @@ func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
 // A runner whose lease ran out and whose turn another runner claimed and
 // answered stores nothing: its settle finds the claim gone.
 func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		dbA, dbB := open(), open()
 		c := newClock(t0)
 		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
@@ -200,12 +202,12 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 			t.Fatalf("conversation after the claim = %+v, %v; want epoch 1", conv, err)
 		}
 		replyB := []Message{{ConversationID: conv.ID, Seq: 2, Role: agent.RoleAssistant, Content: "from B", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}
-		if err := dbB.Append(context.Background(), Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now}); err != nil {
+		if err := dbB.Append(context.Background(), ledger.Append{Conv: conv, ExpectSeq: 1, Messages: replyB, At: now}); err != nil {
 			t.Fatal(err)
 		}
 		close(rec.block)
 		r := <-done
-		if !errors.Is(r.err, ErrReplyNotStored) || !errors.Is(r.err, ErrLostClaim) || r.out.Reply.Text != "" {
+		if !errors.Is(r.err, ErrReplyNotStored) || !errors.Is(r.err, ledger.ErrLostClaim) || r.out.Reply.Text != "" {
 			t.Fatalf("A's outcome = %+v, %v; want no reply and ErrLostClaim", r.out, r.err)
 		}
 		rows := transcript(t, dbA, conv.ID)
@@ -216,9 +218,9 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 			t.Fatalf("turn = %+v", tn)
 		}
 		// An append under the epoch A saw is refused, whatever its seq.
-		err = dbA.Append(context.Background(), Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now,
+		err = dbA.Append(context.Background(), ledger.Append{Conv: &Conversation{ID: conv.ID, LastSeq: 2}, ExpectSeq: 2, At: now,
 			Messages: []Message{{ConversationID: conv.ID, Seq: 3, Role: agent.RoleAssistant, Content: "late", ReplyTo: 1, Status: MsgOK, CreatedAt: now}}})
-		if !errors.Is(err, ErrStale) {
+		if !errors.Is(err, ledger.ErrStale) {
 			t.Fatalf("an append under the old epoch = %v, want ErrStale", err)
 		}
 		// An answered turn whose channel does not confirm delivery is
@@ -232,7 +234,7 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 // A resend that arrives after an idle sweep archived its conversation is
 // answered from storage, not run again in a new conversation.
 func TestResendAfterSweepIsAnsweredFromStorage(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		rec := &recorder{}
@@ -265,7 +267,7 @@ func TestResendAfterSweepIsAnsweredFromStorage(t *testing.T) {
 // A replica whose cache holds a stale activity time cannot archive a
 // conversation another replica has just used.
 func TestStaleCacheCannotResetAConversation(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		dbA, dbB := open(), open()
 		c := newClock(t0)
 		idle := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
@@ -300,7 +302,7 @@ func (a *toolCaller) Reply(context.Context, agent.Request, func(string)) (agent.
 // The gateway offers the model no tools: a reply asking for one fails the
 // turn with a plain message, stored once and never run again.
 func TestToolCallsFailTheTurnOnce(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		ag := &toolCaller{}
@@ -329,7 +331,7 @@ func TestToolCallsFailTheTurnOnce(t *testing.T) {
 // storing the reply) is claimed again by the next process — by a resend,
 // or by the rescuer — and made once.
 func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		var delivered []Delivery
@@ -413,7 +415,7 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 // answered ones closed, recent unanswered ones claimable (the rescuer
 // answers them once), old unanswered ones expired.
 func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		ctx := context.Background()
 		now := time.Now().UTC()
@@ -427,7 +429,7 @@ func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
 			{ConversationID: conv.ID, Seq: 3, Role: "user", Content: "ancient", Status: MsgOK, CreatedAt: now.AddDate(0, 0, -30)},
 			{ConversationID: conv.ID, Seq: 4, Role: "user", Content: "unanswered", Status: MsgOK, CreatedAt: now.Add(-time.Minute)},
 		}
-		if err := db.Append(ctx, Append{Conv: &conv, At: now, Messages: msgs}); err != nil {
+		if err := db.Append(ctx, ledger.Append{Conv: &conv, At: now, Messages: msgs}); err != nil {
 			t.Fatal(err)
 		}
 		// As an earlier version left it: no turn columns.
@@ -490,7 +492,7 @@ func (g *gate) Reply(ctx context.Context, req agent.Request, onDelta func(string
 // Recovery runs claimed turns side by side, at most recovery.concurrency
 // at once, and each user's turns in order.
 func TestRecoveryRunsTurnsInParallel(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/gateway.db")
 	c := newClock(t0)
 	const users, concurrency = 20, 16
 	for i := range users {
@@ -531,7 +533,7 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 // accepts it: the model is not called again, and the user gets that
 // reply.
 func TestUnstorableReplyIsKeptUntilStored(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/gateway.db")
 	c := newClock(t0)
 	rec := &recorder{}
 	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond, RescueEvery: 20 * time.Millisecond})

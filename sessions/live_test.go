@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // TestReconfigureAppliesToTheNextTurn swaps agent, instructions and
 // policy while a turn runs: that turn finishes with what it started with,
 // the next one uses the new settings, and the sweeps follow the policies.
 func TestReconfigureAppliesToTheNextTurn(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/gateway.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/gateway.db")
 	c := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	old := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
 	m := New(db, old, Options{Policies: map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetNone}}},

@@ -11,6 +11,7 @@ import (
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // countedGate counts its calls and holds each until its gate opens.
@@ -40,13 +41,17 @@ func (a *countedGate) Reply(ctx context.Context, req agent.Request, onDelta func
 func TestOutageLongerThanTheLeaseRunsEachTurnOnce(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	const ttl = time.Second
-	open := func() *faults.Store {
-		db, err := sessions.Open(context.Background(), sessions.DriverPostgres, dsn, sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+	type faulty struct {
+		db *store.DB
+		*faults.Injector
+	}
+	open := func() faulty {
+		db, err := store.Open(context.Background(), store.DriverPostgres, dsn, store.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		return faults.New(db)
+		return faulty{db, faults.New(db)}
 	}
 	fa, fb := open(), open()
 	agA := &countedGate{started: make(chan struct{}, 4), gate: make(chan struct{})}
@@ -54,8 +59,9 @@ func TestOutageLongerThanTheLeaseRunsEachTurnOnce(t *testing.T) {
 	close(agB.gate)
 	policy := map[string]sessions.Policy{"websocket": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
 		Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}}
-	manager := func(fs *faults.Store, ag agent.Agent) *sessions.Manager {
-		m := sessions.New(fs, ag, sessions.Options{Policies: policy, Logger: slog.New(slog.DiscardHandler),
+	manager := func(f faulty, ag agent.Agent) *sessions.Manager {
+		fs := f.Injector
+		m := sessions.New(f.db, ag, sessions.Options{Policies: policy, Logger: slog.New(slog.DiscardHandler), Events: f.db.Events(),
 			LeaseTTL: ttl, RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond})
 		// Both serve the channel: either could deliver the turn.
 		m.OnDeliver("websocket", false, func(context.Context, sessions.Delivery) (string, error) { return "", nil })
@@ -109,9 +115,9 @@ func TestOutageLongerThanTheLeaseRunsEachTurnOnce(t *testing.T) {
 	}
 }
 
-func mustOpen(t *testing.T, dsn string) *sessions.DB {
+func mustOpen(t *testing.T, dsn string) *store.DB {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), sessions.DriverPostgres, dsn, sessions.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
+	db, err := store.Open(context.Background(), store.DriverPostgres, dsn, store.OpenOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/locks"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Errors returned by Handle.
@@ -33,8 +35,8 @@ var (
 )
 
 var (
-	errStoppedByUser = errors.New(InterruptedByUser)
-	errShutdown      = errors.New(InterruptedByShutdown)
+	errStoppedByUser = errors.New(ledger.InterruptedByUser)
+	errShutdown      = errors.New(ledger.InterruptedByShutdown)
 )
 
 // DefaultFailureText is what a user is told when the agent cannot answer.
@@ -136,18 +138,11 @@ type Outcome struct {
 	// Turn names the turn in the ledger. Turn.Claim is set when the caller
 	// holds its delivery: a channel that confirms delivery sends the reply
 	// and then calls Delivered with it.
-	Turn TurnRef
+	Turn ledger.TurnRef
 	// Trace is the span of the turn that produced Reply (invalid when
 	// tracing is off, or the reply came from storage): a channel sending
 	// the reply makes its span "delivery" a child of it.
 	Trace trace.SpanContext
-}
-
-// TurnRef names a turn and, when set, the claim its holder delivers under.
-type TurnRef struct {
-	ConversationID string
-	Seq            int64
-	Claim          string
 }
 
 // Observer is told about finished turns and resets, for metrics.
@@ -181,8 +176,11 @@ type Options struct {
 	Instructions string
 	// Compactor writes compaction's summaries (nil: the agent does).
 	Compactor agent.Agent
-	Locks     *locks.Cache
-	Now       func() time.Time
+	// Events carries events between replicas sharing the database: the
+	// store's (store.DB.Events). Nil: no other replica to tell.
+	Events Events
+	Locks  *locks.Cache
+	Now    func() time.Time
 	// After is the debounce's timer, on the clock of Now (default
 	// time.After).
 	After  func(time.Duration) <-chan time.Time
@@ -248,8 +246,9 @@ const DefaultInterruptGrace = 3 * time.Second
 
 // Manager is the BotSessionManager.
 type Manager struct {
-	store   Store // backing, watched (watch.go)
-	backing Store
+	store   Store // every ledger call watched (watch.go)
+	unwatch func()
+	events  Events // nil: no other replica to tell (Options.Events)
 	opts    Options
 	locks   *locks.Cache
 	now     func() time.Time
@@ -305,7 +304,7 @@ type Manager struct {
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown
 // to drain.
-func New(store Store, ag agent.Agent, opts Options) *Manager {
+func New(st Store, ag agent.Agent, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -338,7 +337,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 		opts.ReplicaID = hex.EncodeToString(b[:])
 	}
 	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = LeaseTTL
+		opts.LeaseTTL = store.LeaseTTL
 	}
 	if opts.RecoveryMaxAge <= 0 {
 		opts.RecoveryMaxAge = time.Hour
@@ -366,7 +365,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	m := &Manager{
-		store: store, opts: opts, locks: opts.Locks,
+		store: st, events: opts.Events, opts: opts, locks: opts.Locks,
 		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot,
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
@@ -379,7 +378,7 @@ func New(store Store, ag agent.Agent, opts Options) *Manager {
 	}
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
-	m.backing, m.store = store, watched{Store: store, m: m}
+	m.unwatch = st.Observe(watcher{m})
 	return m
 }
 
@@ -474,6 +473,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.sweeps.Wait()
 		m.stopRescuer()
 		m.retire()
+		m.unwatch()
 		close(done)
 	}()
 	select {

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 var t0 = time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
 
 func TestTurnsAreStoredInOrder(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		var acks []Ack
@@ -61,7 +62,7 @@ func TestTurnsAreStoredInOrder(t *testing.T) {
 }
 
 func TestHistoryIsTrimmedAndSurvivesRestart(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		policies := map[string]Policy{"websocket": {MaxHistory: 3}}
@@ -89,7 +90,7 @@ func TestHistoryIsTrimmedAndSurvivesRestart(t *testing.T) {
 }
 
 func TestDuplicateClientMessageIDRunsOnce(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		rec := &recorder{}
@@ -119,7 +120,7 @@ func TestDuplicateClientMessageIDRunsOnce(t *testing.T) {
 }
 
 func TestLazyResetAnswersTriggeringMessageInNewConversation(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{
@@ -229,7 +230,7 @@ func TestDailyBoundary(t *testing.T) {
 }
 
 func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		berlin, _ := time.LoadLocation("Europe/Berlin")
@@ -287,7 +288,7 @@ func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
 
 func TestSchedules(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
-	m := New(openStore(t, DriverSQLite, t.TempDir()+"/gateway.db"), agent.Echo{}, Options{Policies: map[string]Policy{
+	m := New(openStore(t, store.DriverSQLite, t.TempDir()+"/gateway.db"), agent.Echo{}, Options{Policies: map[string]Policy{
 		"websocket": {Reset: ResetPolicy{Mode: ResetBoth, IdleFor: time.Hour, AtHour: 4, Location: berlin}},
 		"telegram":  {Reset: ResetPolicy{Mode: ResetNone}},
 	}, RetentionDays: 30})
@@ -312,7 +313,7 @@ func TestSchedules(t *testing.T) {
 }
 
 func TestManualReset(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		var published []ResetEvent
@@ -336,7 +337,7 @@ func TestManualReset(t *testing.T) {
 }
 
 func TestUnreachableAgentKeepsMessage(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		srv := httptest.NewServer(nil)
 		url := srv.URL
@@ -363,7 +364,7 @@ func TestUnreachableAgentKeepsMessage(t *testing.T) {
 }
 
 func TestStopInterruptsTurn(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 1)}
 		m := newManager(t, db, rec, newClock(t0), nil)
@@ -384,7 +385,7 @@ func TestStopInterruptsTurn(t *testing.T) {
 }
 
 func TestShutdownDrainsThenInterrupts(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 3)}
 		m := New(db, rec, Options{Now: newClock(t0).Now, Logger: quiet})
@@ -420,7 +421,7 @@ func TestShutdownDrainsThenInterrupts(t *testing.T) {
 var queued = map[string]Policy{"websocket": {MaxHistory: 100, Busy: BusyPolicy{Mode: BusyQueue}}}
 
 func TestOneUsersTurnsNeverInterleave(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), queued)
 		var wg sync.WaitGroup
@@ -440,7 +441,7 @@ func TestOneUsersTurnsNeverInterleave(t *testing.T) {
 }
 
 func TestBadInbound(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 	for _, in := range []Inbound{
 		{Channel: "websocket", SessionKey: "websocket:a", Text: "   "},
@@ -469,7 +470,7 @@ func (panicky) Reply(context.Context, agent.Request, func(string)) (agent.Reply,
 }
 
 func TestPanickingAgentFailsTheTurnOnly(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := newManager(t, db, panicky{}, newClock(t0), nil)
 	out := handle(t, m, msg("websocket:ann", "hello"))
 	if out.Reply.Status != MsgFailed || !strings.Contains(out.Reply.Error, "panicked") {

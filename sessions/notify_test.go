@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // replica is one gateway of a test on a shared PostgreSQL schema.
-func replica(t *testing.T, dsn string, ag agent.Agent, c *clock, opts Options) (*Manager, *DB) {
+func replica(t *testing.T, dsn string, ag agent.Agent, c *clock, opts Options) (*Manager, *store.DB) {
 	t.Helper()
-	db := openStore(t, DriverPostgres, dsn)
+	db := openStore(t, store.DriverPostgres, dsn)
 	opts.Now, opts.Logger = c.Now, quiet
+	opts.Events = db.Events()
 	m := New(db, ag, opts)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -71,22 +73,6 @@ func (l *eventLog) reset(t *testing.T) ResetEvent {
 		t.Fatal("no reset event within 10s")
 	}
 	return ResetEvent{}
-}
-
-func TestEventChannelNames(t *testing.T) {
-	for schema, want := range map[string]string{
-		"":               "chatgate_events",
-		"public":         "chatgate_events",
-		"t_0123456789ab": "chatgate_events_t_0123456789ab",
-	} {
-		if got := eventChannel(schema); got != want {
-			t.Errorf("eventChannel(%q) = %q, want %q", schema, got, want)
-		}
-	}
-	long := eventChannel("a_schema_name_long_enough_to_push_the_channel_past_the_identifier_limit")
-	if len(long) > 63 || long == eventChannel("another_schema_name_long_enough_to_push_the_channel_past_the_limit") {
-		t.Errorf("long schema names: %q (%d bytes)", long, len(long))
-	}
 }
 
 // A reply stored on replica A reaches replica B's listeners, which load it
@@ -149,7 +135,7 @@ func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
 	b, dbB := replica(t, dsn, agent.Echo{}, c, Options{})
 	lb := watch(b)
 	b.StartRescuer()
-	pid := dbB.listenPID()
+	pid := dbB.Events().ListenPID()
 	if pid == 0 {
 		t.Fatal("B has no listen connection after StartRescuer")
 	}
@@ -160,7 +146,7 @@ func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
 	if ev := lb.reply(t); !ev.Missed {
 		t.Fatalf("first event after the kill = %+v, want Missed", ev)
 	}
-	if p := dbB.listenPID(); p == 0 || p == pid {
+	if p := dbB.Events().ListenPID(); p == 0 || p == pid {
 		t.Fatalf("listen backend after reconnect = %d (was %d)", p, pid)
 	}
 	out := handle(t, a, msg("websocket:ann", "after the kill"))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Owed conversations (watch.go): conversations where this replica may own
@@ -115,7 +117,7 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 			m.paid(r, false)
 			continue
 		}
-		var free []DueTurn
+		var free []ledger.DueTurn
 		for _, d := range turns {
 			if !m.holding(turnKey{d.ConversationID, d.Seq}) {
 				free = append(free, d)
@@ -145,7 +147,7 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 					}
 					break // the user's later turns wait behind it
 				}
-				if kind == TurnRunning {
+				if kind == ledger.TurnRunning {
 					mu.Lock()
 					ran++
 					mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // ExpiredText is the reply stored for an unanswered message too old to run.
@@ -192,14 +194,14 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 	// nothing but this pass.
 	owedRan := m.rescueOwed(ctx, maxAge)
 	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
-	err := p.drain(false, func() ([]DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
+	err := p.drain(false, func() ([]ledger.DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
 	if err == nil {
 		gone, alive, rerr := m.replicas(ctx)
 		err = rerr
 		if rerr == nil && len(alive) > 1 {
 			m.setPeers(true)
 		}
-		since := m.now().Add(-recoveryHorizon)
+		since := m.now().Add(-ledger.RecoveryHorizon)
 		if !full {
 			for i, r := range gone {
 				if i == 0 || r.StartedAt.Before(since) {
@@ -208,7 +210,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 			}
 		}
 		if err == nil && (full || len(gone) > 0) {
-			err = p.drain(true, func() ([]DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
+			err = p.drain(true, func() ([]ledger.DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
 			p.wg.Wait()
 			for _, r := range gone {
 				if err == nil && p.failed == 0 && p.skipped == 0 {
@@ -250,14 +252,14 @@ type pass struct {
 // per session key (its turns in order, so a user's turns are answered in
 // the order they were sent), at most RecoveryConcurrency at a time, until
 // a page brings nothing new.
-func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
+func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error {
 	for p.ctx.Err() == nil {
 		due, err := page()
 		if err != nil {
 			return err
 		}
 		var keys []string
-		byKey := map[string][]DueTurn{}
+		byKey := map[string][]ledger.DueTurn{}
 		fresh := 0
 		for _, d := range due {
 			k := turnKey{d.ConversationID, d.Seq}
@@ -287,7 +289,7 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 				return nil
 			}
 			p.wg.Add(1)
-			go func(turns []DueTurn) {
+			go func(turns []ledger.DueTurn) {
 				defer p.wg.Done()
 				defer func() { <-p.sem }()
 				for _, d := range turns {
@@ -296,9 +298,9 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 					switch {
 					case err != nil:
 						p.failed++
-					case kind == TurnExpired:
+					case kind == ledger.TurnExpired:
 						p.expired++
-					case kind == TurnRunning:
+					case kind == ledger.TurnRunning:
 						p.ran++
 					}
 					p.mu.Unlock()
@@ -322,7 +324,7 @@ func (p *pass) drain(orphans bool, page func() ([]DueTurn, error)) error {
 // what it did: running (ran it), expired, answered (delivered only), or
 // "" (someone else had it). With try, a turn lock that is busy is not
 // waited for (errBusy).
-func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duration, try bool) (string, error) {
+func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.Duration, try bool) (string, error) {
 	if !m.enter() {
 		return "", ErrShuttingDown
 	}
@@ -346,7 +348,7 @@ func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duratio
 	if err != nil || t == nil {
 		return "", errors.Join(errors.New("turn vanished"), err)
 	}
-	if !t.settled() {
+	if !t.Settled() {
 		_, alive, err := m.replicas(ctx)
 		if err != nil {
 			return "", err
@@ -360,18 +362,18 @@ func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duratio
 			tctx, endTurn := m.traceTurn(ctx, in)
 			kind, _, err := m.runBatch(tctx, in, d.ConversationID, alive, maxAge, nil, nil)
 			endTurn(err)
-			if kind != "" && ran != TurnRunning {
+			if kind != "" && ran != ledger.TurnRunning {
 				ran = kind
 			}
 			if err != nil || kind == "" {
 				return ran, err
 			}
-			if t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq); err != nil || t == nil || t.settled() {
+			if t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq); err != nil || t == nil || t.Settled() {
 				return ran, err
 			}
 		}
 	}
-	if !t.Track || t.State == TurnDelivered || t.Lead != t.Seq || m.holding(turnKey{t.ConversationID, t.Seq}) {
+	if !t.Track || t.State == ledger.TurnDelivered || t.Lead != t.Seq || m.holding(turnKey{t.ConversationID, t.Seq}) {
 		return "", nil // (a delivery of this replica's in progress, or its mark)
 	}
 	// Answered before; only its delivery is due.
@@ -390,5 +392,5 @@ func (m *Manager) rescueTurn(ctx context.Context, d DueTurn, maxAge time.Duratio
 	}
 	m.deliverTurn(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
 		ClientMsgID: clientID, UserSeq: t.Seq, Reply: out.Reply, Turn: c.Ref()})
-	return TurnAnswered, nil
+	return ledger.TurnAnswered, nil
 }

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		// A gateway stops while three turns run: one interrupted by the
@@ -42,7 +44,7 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 		if err := db.CreateConversation(context.Background(), &crashed); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Append(context.Background(), Append{Conv: &crashed, RequireActive: true, At: t0,
+		if err := db.Append(context.Background(), ledger.Append{Conv: &crashed, RequireActive: true, At: t0,
 			Messages: []Message{crashedTurn(Message{ConversationID: crashed.ID, Seq: 1, Role: "user", Content: "crashed", Status: MsgOK, CreatedAt: t0})}}); err != nil {
 			t.Fatal(err)
 		}
@@ -88,13 +90,13 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 }
 
 func TestRecoverMarksOldTurns(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		conv := Conversation{ID: "00000000-0000-0000-0000-0000000000aa", SessionKey: "websocket:old", Channel: "websocket",
 			Status: StatusActive, StartedAt: t0, LastActivityAt: t0}
 		db.CreateConversation(context.Background(), &conv)
-		db.Append(context.Background(), Append{Conv: &conv, RequireActive: true, At: t0,
+		db.Append(context.Background(), ledger.Append{Conv: &conv, RequireActive: true, At: t0,
 			Messages: []Message{crashedTurn(Message{ConversationID: conv.ID, Seq: 1, Role: "user", Content: "old", Status: MsgOK, CreatedAt: t0})}})
 		c.Advance(2 * time.Hour)
 		rec := &recorder{}
@@ -113,8 +115,8 @@ func TestRecoverMarksOldTurns(t *testing.T) {
 
 func TestExclusiveRunsOnceAcrossProcesses(t *testing.T) {
 	dsn := postgresDSN(t)
-	a := openStore(t, DriverPostgres, dsn)
-	b := openStore(t, DriverPostgres, dsn)
+	a := openStore(t, store.DriverPostgres, dsn)
+	b := openStore(t, store.DriverPostgres, dsn)
 	inside := make(chan struct{})
 	leave := make(chan struct{})
 	done := make(chan bool)

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Deterministic regressions of the ledger's claims, beside the
@@ -17,7 +20,7 @@ import (
 // (The rescuer's claim for another turn of the conversation once took
 // it, and both ran it.)
 func TestAClaimNeverTakesATurnHeldHere(t *testing.T) {
-	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
 	rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 2)}
 	m := newManager(t, db, rec, newClock(t0), map[string]Policy{"websocket": {MaxHistory: 20, Busy: BusyPolicy{Mode: BusyCollect}}})
 	in := msg("websocket:ann", "hello")
@@ -28,7 +31,7 @@ func TestAClaimNeverTakesATurnHeldHere(t *testing.T) {
 	}
 	<-rec.started // stored as its own turn, running, held here
 	conv := tk.ConversationID()
-	b, err := m.store.ClaimBatch(context.Background(), Claim{ConversationID: conv, Owner: m.opts.ReplicaID,
+	b, err := m.store.ClaimBatch(context.Background(), ledger.Claim{ConversationID: conv, Owner: m.opts.ReplicaID,
 		Held: m.heldSeqs(in.SessionKey, conv), TakeOver: true, Alive: []string{m.opts.ReplicaID}, Now: m.now(), Limit: 20})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +54,7 @@ func TestAClaimNeverTakesATurnHeldHere(t *testing.T) {
 func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.db")
 	rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 4)}
-	a := New(openStore(t, DriverSQLite, path), rec, Options{Policies: queued, Now: newClock(t0).Now, Logger: quiet})
+	a := New(openStore(t, store.DriverSQLite, path), rec, Options{Policies: queued, Now: newClock(t0).Now, Logger: quiet})
 	var last *Ticket
 	for _, id := range []string{"q0", "q1", "q2"} {
 		in := msg("websocket:ann", id)
@@ -67,23 +70,23 @@ func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 	a.Shutdown(ctx) // q0 is interrupted and handed back; q1, q2 stay pending
 	cancel()
 
-	db := openStore(t, DriverSQLite, path)
+	db := openStore(t, store.DriverSQLite, path)
 	b := newManager(t, db, &recorder{}, newClock(t0.Add(time.Minute)), queued)
 	b.OnDeliver("websocket", false, func(context.Context, Delivery) (string, error) { return "", nil })
-	d := DueTurn{ConversationID: last.ConversationID(), Seq: last.Seq(), SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann"}
+	d := ledger.DueTurn{ConversationID: last.ConversationID(), Seq: last.Seq(), SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann"}
 	if _, err := b.rescueTurn(context.Background(), d, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"q0", "q1", "q2"} {
 		tr, err := db.TurnByClientID(context.Background(), "websocket:ann", id)
-		if err != nil || tr == nil || !tr.settled() {
+		if err != nil || tr == nil || !tr.Settled() {
 			t.Fatalf("%s after the rescue of q2: %+v, %v", id, tr, err)
 		}
 	}
 	// One answer each (q0's reply cut by the shutdown stays stored).
 	answers := map[int64]int{}
 	for _, r := range transcript(t, db, last.ConversationID()) {
-		if r.isFinalReply() && r.Status == MsgOK {
+		if ledger.IsFinalReply(&r) && r.Status == MsgOK {
 			answers[r.ReplyTo]++
 		}
 	}
@@ -103,7 +106,7 @@ func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 // so the same append again need not find the conversation moved. (Two
 // replies to one turn, found by the fault harness.)
 func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
-	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
 	m := newManager(t, db, &recorder{}, newClock(t0), map[string]Policy{"websocket": {MaxHistory: 20}})
 	ctx := context.Background()
 	conv := &Conversation{ID: "c1", SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann", Status: StatusActive, StartedAt: t0, LastActivityAt: t0}
@@ -112,7 +115,7 @@ func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
 	}
 	user := Message{ConversationID: "c1", Seq: 1, Role: "user", Content: "hi", Status: MsgOK, CreatedAt: t0,
 		TurnState: TurnRunning, TurnOwner: m.opts.ReplicaID, TurnAttempt: 1, TurnLead: 1}
-	if err := db.Append(ctx, Append{Conv: conv, ExpectSeq: 0, RequireActive: true, Messages: []Message{user}, At: t0}); err != nil {
+	if err := db.Append(ctx, ledger.Append{Conv: conv, ExpectSeq: 0, RequireActive: true, Messages: []Message{user}, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	hc := &hotConv{conv: *conv, cap: 20}
@@ -123,7 +126,7 @@ func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
 	landed := *conv
 	msgs := reply()
 	msgs[0].Seq = 2
-	if err := db.Append(ctx, Append{Conv: &landed, ExpectSeq: 1, Messages: msgs, At: t0, TurnSeq: 1}); err != nil {
+	if err := db.Append(ctx, ledger.Append{Conv: &landed, ExpectSeq: 1, Messages: msgs, At: t0, TurnSeq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// Something else refreshes the cached conversation meanwhile.

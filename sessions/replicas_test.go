@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // slowEcho answers like agent.Echo after a pause, so that two replicas'
@@ -25,8 +26,8 @@ func TestTwoReplicasNeverInterleaveOneUser(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := newClock(t0)
 	replicas := []*Manager{
-		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, queued),
-		newManager(t, openStore(t, DriverPostgres, dsn), slowEcho{}, c, queued),
+		newManager(t, openStore(t, store.DriverPostgres, dsn), slowEcho{}, c, queued),
+		newManager(t, openStore(t, store.DriverPostgres, dsn), slowEcho{}, c, queued),
 	}
 	var wg sync.WaitGroup
 	for r, m := range replicas {
@@ -43,15 +44,15 @@ func TestTwoReplicasNeverInterleaveOneUser(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	expectPairedTurns(t, openStore(t, DriverPostgres, dsn), "websocket:ann", 20)
+	expectPairedTurns(t, openStore(t, store.DriverPostgres, dsn), "websocket:ann", 20)
 }
 
 func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := newClock(t0)
 	policies := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
-	a := newManager(t, openStore(t, DriverPostgres, dsn), agent.Echo{}, c, policies)
-	b := newManager(t, openStore(t, DriverPostgres, dsn), agent.Echo{}, c, policies)
+	a := newManager(t, openStore(t, store.DriverPostgres, dsn), agent.Echo{}, c, policies)
+	b := newManager(t, openStore(t, store.DriverPostgres, dsn), agent.Echo{}, c, policies)
 	for i := 0; i < 5; i++ {
 		handle(t, a, msg(fmt.Sprint("websocket:u", i), "hi"))
 	}
@@ -74,7 +75,7 @@ func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 
 func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	dsn := postgresDSN(t)
-	db := openStore(t, DriverPostgres, dsn)
+	db := openStore(t, store.DriverPostgres, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A replica died holding the lease: its row stays, its heartbeat ages.
@@ -87,7 +88,7 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	if err := db.Heartbeat(ctx, "replica-b", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	release, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL)
+	release, err := db.Lease(ctx, "websocket:ann", "replica-a", store.LeaseTTL)
 	if err != nil {
 		t.Fatalf("the lease of a replica without a heartbeat blocked the key: %v", err)
 	}
@@ -95,22 +96,22 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	// it (its own lock keeps its turns apart).
 	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()
-	if _, err := openStore(t, DriverPostgres, dsn).Lease(short, "websocket:ann", "replica-b", LeaseTTL); err == nil {
+	if _, err := openStore(t, store.DriverPostgres, dsn).Lease(short, "websocket:ann", "replica-b", store.LeaseTTL); err == nil {
 		t.Fatal("a held lease was taken by another replica")
 	}
-	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", store.LeaseTTL); err != nil {
 		t.Fatalf("the holder could not retake its own lease: %v", err)
 	} else {
 		again()
 	}
 	release()
-	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", store.LeaseTTL); err != nil {
 		t.Fatalf("after release: %v", err)
 	} else {
 		r2()
 	}
 	// A holder whose heartbeat stopped loses it.
-	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", store.LeaseTTL); err != nil {
 		t.Fatal(err)
 	} else {
 		_ = r3 // never released: replica-a dies holding it
@@ -118,24 +119,9 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	if err := db.Gorm().Exec(`UPDATE replicas SET heartbeat_at = now() - interval '1 minute' WHERE id = 'replica-a'`).Error; err != nil {
 		t.Fatal(err)
 	}
-	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", store.LeaseTTL); err != nil {
 		t.Fatalf("the lease of a replica whose heartbeat stopped blocked the key: %v", err)
 	} else {
 		r4()
-	}
-}
-
-// Lease writes skip the wait for the log flush; every other write keeps it.
-func TestLeasesCommitWithoutWaitingForTheFlush(t *testing.T) {
-	db := openStore(t, DriverPostgres, postgresDSN(t))
-	var lease, write string
-	if err := db.leases.QueryRow("SHOW synchronous_commit").Scan(&lease); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Gorm().Raw("SHOW synchronous_commit").Scan(&write).Error; err != nil {
-		t.Fatal(err)
-	}
-	if lease != "off" || write != "on" {
-		t.Fatalf("synchronous_commit: leases %q, writes %q; want off, on", lease, write)
 	}
 }

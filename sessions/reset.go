@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // ResetMode selects when conversations reset on their own.
@@ -49,7 +51,7 @@ func (p ResetPolicy) Validate() error {
 
 // Expired reports whether c has expired at now, and why. With mode both the
 // reason is the condition that came true first.
-func (p ResetPolicy) Expired(c *Conversation, now time.Time) (reason string, expired bool) {
+func (p ResetPolicy) Expired(c *ledger.Conversation, now time.Time) (reason string, expired bool) {
 	var idleAt, dailyAt time.Time
 	if p.idle() {
 		if t := c.LastActivityAt.Add(p.IdleFor); !now.Before(t) {
@@ -65,13 +67,13 @@ func (p ResetPolicy) Expired(c *Conversation, now time.Time) (reason string, exp
 	case idleAt.IsZero() && dailyAt.IsZero():
 		return "", false
 	case dailyAt.IsZero():
-		return ReasonIdle, true
+		return ledger.ReasonIdle, true
 	case idleAt.IsZero():
-		return ReasonDaily, true
+		return ledger.ReasonDaily, true
 	case idleAt.Before(dailyAt):
-		return ReasonIdle, true
+		return ledger.ReasonIdle, true
 	default:
-		return ReasonDaily, true
+		return ledger.ReasonDaily, true
 	}
 }
 
@@ -154,11 +156,11 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	}
 	defer release()
 	now := m.now()
-	ev := ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, Reason: ReasonManual}
+	ev := ResetEvent{Channel: in.Channel, SessionKey: in.SessionKey, Reason: ledger.ReasonManual}
 	if conv, err := m.store.ActiveConversation(ctx, in.SessionKey); err != nil {
 		return ResetEvent{}, err
 	} else if conv != nil {
-		if _, err := m.store.Archive(ctx, conv.ID, ReasonManual, now, -1); err != nil {
+		if _, err := m.store.Archive(ctx, conv.ID, ledger.ReasonManual, now, -1); err != nil {
 			return ResetEvent{}, err
 		}
 		ev.OldConversation, ev.OldMessages = conv.ID, conv.LastSeq
@@ -169,7 +171,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 		return ResetEvent{}, err
 	}
 	ev.NewConversation = hc.conv.ID
-	m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", ReasonManual),
+	m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", ledger.ReasonManual),
 		slog.String("archived", ev.OldConversation), slog.String("conversation", ev.NewConversation))
 	m.publish(ev)
 	return ev, nil

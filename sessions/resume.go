@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Resume tokens let a channel's client come back to its session after a
@@ -112,7 +113,7 @@ type Entry struct {
 }
 
 // toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
-func toTranscript(conv *Conversation, msgs []Message) Transcript {
+func toTranscript(conv *ledger.Conversation, msgs []ledger.Message) Transcript {
 	t := Transcript{Conversation: conv.ID, LastSeq: conv.LastSeq, Entries: make([]Entry, 0, len(msgs))}
 	if len(msgs) > 0 {
 		t.LastSeq = max(t.LastSeq, msgs[len(msgs)-1].Seq)
@@ -156,7 +157,7 @@ func (m *Manager) Open(ctx context.Context, in Inbound, afterSeq int64, limit in
 		c := hc.conv
 		conv = &c
 	}
-	var msgs []Message
+	var msgs []ledger.Message
 	if afterSeq >= 0 {
 		msgs, err = m.store.MessagesAfter(ctx, conv.ID, afterSeq, limit)
 	} else {

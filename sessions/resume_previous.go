@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // ReasonResume is the reason of the ResetEvent a ResumePrevious publishes:
@@ -24,7 +26,7 @@ type Resumed struct {
 	Event ResetEvent
 	// Conversation is the reopened conversation as now stored; its
 	// LastSeq is how many messages it holds.
-	Conversation Conversation
+	Conversation ledger.Conversation
 }
 
 // reopenAttempts bounds how often ResumePrevious starts over when another
@@ -69,7 +71,7 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 		if prev == nil {
 			return Resumed{}, ErrNothingToResume
 		}
-		r := Reopen{SessionKey: in.SessionKey, Previous: prev.ID, At: now}
+		r := ledger.Reopen{SessionKey: in.SessionKey, Previous: prev.ID, At: now}
 		if cur != nil {
 			r.Current, r.ExpectSeq = cur.ID, cur.LastSeq
 		}
@@ -77,7 +79,7 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 			r.StartedAt = &now
 		}
 		err = m.store.Reopen(ctx, r)
-		if errors.Is(err, ErrStale) && attempt < reopenAttempts && ctx.Err() == nil {
+		if errors.Is(err, ledger.ErrStale) && attempt < reopenAttempts && ctx.Err() == nil {
 			m.hot.Remove(in.SessionKey)
 			continue
 		}
@@ -87,7 +89,7 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 			return Resumed{}, fmt.Errorf("resume previous conversation of %s: %w", in.SessionKey, err)
 		}
 		conv := *prev
-		conv.Status, conv.ArchivedAt, conv.ResetReason, conv.LastActivityAt = StatusActive, nil, "", now
+		conv.Status, conv.ArchivedAt, conv.ResetReason, conv.LastActivityAt = ledger.StatusActive, nil, "", now
 		if r.StartedAt != nil {
 			conv.StartedAt = now
 		}
@@ -118,7 +120,7 @@ func (m *Manager) tellEarlierReset(ctx context.Context, t *Ticket, hc *hotConv, 
 	if err != nil || prev == nil {
 		return err
 	}
-	if prev.ResetReason != ReasonIdle && prev.ResetReason != ReasonDaily {
+	if prev.ResetReason != ledger.ReasonIdle && prev.ResetReason != ledger.ReasonDaily {
 		return nil
 	}
 	t.reset = &ResetEvent{Channel: t.in.Channel, SessionKey: t.in.SessionKey, OldConversation: prev.ID,

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // activeOf returns the key's active conversation id, failing when there is
 // none.
-func activeOf(t *testing.T, db *DB, key string) string {
+func activeOf(t *testing.T, db *store.DB, key string) string {
 	t.Helper()
 	c, err := db.ActiveConversation(context.Background(), key)
 	if err != nil || c == nil {
@@ -25,7 +26,7 @@ func activeOf(t *testing.T, db *DB, key string) string {
 // agent sees its history again; the conversation it left is archived
 // (manual) and stays stored; a second resume goes back again.
 func TestResumePreviousReopensTheArchivedConversation(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		var published []ResetEvent
@@ -87,7 +88,7 @@ func TestResumePreviousReopensTheArchivedConversation(t *testing.T) {
 // conversation, or only empty archived ones — there is nothing to resume,
 // and nothing changes.
 func TestResumePreviousWithNothingArchived(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		const key = "websocket:bob"
@@ -111,7 +112,7 @@ func TestResumePreviousWithNothingArchived(t *testing.T) {
 // right after the resume leaves it alone, and the next message is answered
 // in it.
 func TestResumedConversationIsNotSweptAtOnce(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{
@@ -141,7 +142,7 @@ func TestResumedConversationIsNotSweptAtOnce(t *testing.T) {
 // With a daily reset, a conversation from before the day's boundary is not
 // taken again by the next message once resumed.
 func TestResumedConversationSurvivesTheDailyCheck(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	c := newClock(time.Date(2026, 3, 10, 3, 0, 0, 0, time.UTC))
 	m := newManager(t, db, agent.Echo{}, c, map[string]Policy{
 		"websocket": {MaxHistory: 100, Reset: ResetPolicy{Mode: ResetDaily, AtHour: 4}},
@@ -166,7 +167,7 @@ func TestResumedConversationSurvivesTheDailyCheck(t *testing.T) {
 // a user's own reset (manual) and a conversation that just goes on get
 // none.
 func TestFirstMessageAfterASweepIsToldWhy(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{
@@ -215,7 +216,7 @@ func TestFirstMessageAfterASweepIsToldWhy(t *testing.T) {
 // stored exactly once, in one of the two conversations, and the key keeps
 // exactly one active conversation.
 func TestResumePreviousWithConcurrentTurns(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		const key = "websocket:fay"
@@ -241,7 +242,7 @@ func TestResumePreviousWithConcurrentTurns(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		convs, err := db.ListConversations(context.Background(), ListFilter{SessionKey: key})
+		convs, err := db.ListConversations(context.Background(), store.ListFilter{SessionKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,12 +5,15 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // A transcript carries user messages and final replies, not tool calls or
 // tool results, and its last seq counts every message read.
 func TestOpenTranscript(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		ctx := context.Background()
 		db := open()
 		c := newClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -34,7 +37,7 @@ func TestOpenTranscript(t *testing.T) {
 			{ConversationID: conv.ID, Seq: 5, Role: "user", Content: "and tomorrow?", Status: MsgOK, CreatedAt: now},
 			{ConversationID: conv.ID, Seq: 6, Role: "assistant", ToolCalls: `[{"id":"t2","name":"weather","arguments":"{}"}]`, ReplyTo: 5, Status: MsgOK, CreatedAt: now},
 		}
-		if err := db.Append(ctx, Append{Conv: conv, RequireActive: true, At: now, Messages: rows}); err != nil {
+		if err := db.Append(ctx, ledger.Append{Conv: conv, RequireActive: true, At: now, Messages: rows}); err != nil {
 			t.Fatal(err)
 		}
 		want := []Entry{

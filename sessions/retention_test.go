@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // The hourly purge deletes the resume bindings of expired tokens and of
 // principals whose conversations are gone (a guest idle past the retention
 // period), and keeps every live one and the rows of other channels.
 func TestPurgeRemovesDeadChannelStates(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		ctx := context.Background()
 		db := open()
 		t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)

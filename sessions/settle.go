@@ -13,20 +13,22 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // claimIfFree claims a turn a resend found, unless a live runner holds
 // it: it is due, or its owner is gone (another replica that stopped
 // heartbeating, or this one's own turn that no run holds any more).
-func (m *Manager) claimIfFree(ctx context.Context, t *Turn) (*Claimed, error) {
+func (m *Manager) claimIfFree(ctx context.Context, t *ledger.Turn) (*ledger.Claimed, error) {
 	now := m.now()
 	switch {
 	case t.DueAt != nil && !t.DueAt.After(now):
-	case t.owned() && t.Owner == m.opts.ReplicaID:
+	case t.Owned() && t.Owner == m.opts.ReplicaID:
 		if m.holding(turnKey{t.ConversationID, t.Seq}) {
 			return nil, nil
 		}
-	case t.owned():
+	case t.Owned():
 		_, alive, err := m.replicas(ctx)
 		if err != nil || slices.Contains(alive, t.Owner) {
 			return nil, err
@@ -39,7 +41,7 @@ func (m *Manager) claimIfFree(ctx context.Context, t *Turn) (*Claimed, error) {
 
 // claim claims a turn as seen (owner, attempt) for this replica; nil when
 // it moved on meanwhile. A won claim is held until unhold.
-func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int) (*Claimed, error) {
+func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int) (*ledger.Claimed, error) {
 	ref := turnKey{convID, seq}
 	m.hold(ref)
 	c, err := m.store.ClaimTurn(ctx, convID, seq, seenOwner, seenAttempt, m.opts.ReplicaID, m.now())
@@ -56,7 +58,7 @@ func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner
 // minute later. When storage fails, the record is kept in memory and
 // retried until it lands — the turn stays held meanwhile, so that nobody
 // delivers it again — and the error says so.
-func (m *Manager) Delivered(ctx context.Context, t TurnRef, ref string, err error) error {
+func (m *Manager) Delivered(ctx context.Context, t ledger.TurnRef, ref string, err error) error {
 	if t.Claim == "" {
 		return nil
 	}
@@ -123,7 +125,7 @@ func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) e
 // reply could not be stored) back to the ledger, due at once, so that the
 // rescuer — here or on another replica — runs it again; see settle. Its
 // messages stay held until the hand-back lands.
-func (m *Manager) handBack(b *Batch) {
+func (m *Manager) handBack(b *ledger.Batch) {
 	for _, r := range b.Rows {
 		m.hold(turnKey{b.ConversationID, r.Seq})
 	}

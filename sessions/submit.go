@@ -17,8 +17,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/chatgate/chatgate/agent"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Ticket is a stored message waiting for the turn that answers it.
@@ -29,9 +31,9 @@ type Ticket struct {
 	ref     turnKey
 	resend  bool // the message was stored before (Outcome.Duplicate)
 	reset   *ResetEvent
-	started time.Time  // wall clock: for the turn's duration
-	claimed *Batch     // the message was stored claimed, as this turn
-	early   *earlyCall // and its agent call started meanwhile; the runner takes it
+	started time.Time     // wall clock: for the turn's duration
+	claimed *ledger.Batch // the message was stored claimed, as this turn
+	early   *earlyCall    // and its agent call started meanwhile; the runner takes it
 
 	once    sync.Once
 	delayed atomic.Bool // OnDelay was called
@@ -121,7 +123,7 @@ func (m *Manager) submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 	giveUp := time.Now().Add(10 * time.Second)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		err := m.accept(ctx, t)
-		if errors.Is(err, ErrStale) && time.Now().Before(giveUp) && ctx.Err() == nil {
+		if errors.Is(err, ledger.ErrStale) && time.Now().Before(giveUp) && ctx.Err() == nil {
 			// The conversation changed underneath (a sweep archived it, a
 			// CLI reset, another replica storing the same user's messages):
 			// reload and start over. Each refusal means another writer got
@@ -200,7 +202,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 			return err
 		}
 		if !archived {
-			return fmt.Errorf("archive %s: %w", old, ErrStale)
+			return fmt.Errorf("archive %s: %w", old, ledger.ErrStale)
 		}
 		m.hot.Remove(in.SessionKey)
 		if hc, err = m.create(ctx, in, policy, now); err != nil {
@@ -225,20 +227,20 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	// alone anyway. The append is conditional on the conversation being
 	// as cached, so on a shared database too no message of another
 	// replica's can be stored between them unseen.
-	um := Message{
+	um := ledger.Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
-		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Status: MsgOK, CreatedAt: now,
-		TurnState: TurnPending, TurnOwner: m.opts.ReplicaID,
+		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Status: ledger.MsgOK, CreatedAt: now,
+		TurnState: ledger.TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc)
 	if solo {
-		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = TurnRunning, 1, um.Seq, m.tracks(in.Channel)
+		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = ledger.TurnRunning, 1, um.Seq, m.tracks(in.Channel)
 	}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
 	}
-	rows := []BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}
+	rows := []ledger.BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}
 	var early *earlyCall
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
@@ -247,15 +249,15 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		early = m.startEarly(in, hc.conv.Channel, live.agent,
 			m.request(rows, historyFor(priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy), in, live.instructions))
 	}
-	batch := []Message{um}
+	batch := []ledger.Message{um}
 	endStore := m.startSpan(ctx, "store")
-	err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
 	endStore(err)
 	if err != nil && early != nil {
 		// Not stored, not acknowledged: the call is dropped unseen.
 		early.abandon(err)
 	}
-	if errors.Is(err, ErrDuplicate) {
+	if errors.Is(err, ledger.ErrDuplicate) {
 		stored, lerr := m.store.MessageByClientID(ctx, hc.conv.ID, in.ClientMsgID)
 		if lerr != nil || stored == nil {
 			return errors.Join(err, lerr)
@@ -269,7 +271,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	m.hot.Update(hc.conv.SessionKey, hc)
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
 	if solo {
-		t.claimed = &Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
+		t.claimed = &ledger.Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
 			Rows: rows}
 		t.early = early
 	}
@@ -301,12 +303,12 @@ func (m *Manager) resend(ctx context.Context, t *Ticket, convID string, seq int6
 	if tr == nil {
 		return fmt.Errorf("message %s/%d vanished", convID, seq)
 	}
-	if tr.settled() {
+	if tr.Settled() {
 		out, err := m.storedOutcome(ctx, tr)
 		if err != nil {
 			return err
 		}
-		if tr.Track && tr.State != TurnDelivered {
+		if tr.Track && tr.State != ledger.TurnDelivered {
 			// Its delivery never completed: whoever claims it delivers.
 			if c, err := m.claimIfFree(ctx, tr); err != nil {
 				return err
@@ -324,7 +326,7 @@ func (m *Manager) resend(ctx context.Context, t *Ticket, convID string, seq int6
 		t.hooks.OnAck(Ack{ConversationID: convID, Seq: seq})
 	}
 	if m.holding(t.ref) {
-		t.resolve(Outcome{ConversationID: convID, UserSeq: seq, Pending: true, Turn: TurnRef{ConversationID: convID, Seq: seq}}, nil)
+		t.resolve(Outcome{ConversationID: convID, UserSeq: seq, Pending: true, Turn: ledger.TurnRef{ConversationID: convID, Seq: seq}}, nil)
 		return nil
 	}
 	m.enqueue(t)
@@ -332,9 +334,9 @@ func (m *Manager) resend(ctx context.Context, t *Ticket, convID string, seq int6
 }
 
 // storedOutcome is the outcome of a settled turn, from storage.
-func (m *Manager) storedOutcome(ctx context.Context, tr *Turn) (Outcome, error) {
+func (m *Manager) storedOutcome(ctx context.Context, tr *ledger.Turn) (Outcome, error) {
 	out := Outcome{ConversationID: tr.ConversationID, UserSeq: tr.Seq, Duplicate: true,
-		Turn: TurnRef{ConversationID: tr.ConversationID, Seq: tr.Lead}}
+		Turn: ledger.TurnRef{ConversationID: tr.ConversationID, Seq: tr.Lead}}
 	reply, err := m.store.Message(ctx, tr.ConversationID, tr.ReplySeq)
 	if err != nil {
 		return Outcome{}, err
@@ -350,7 +352,7 @@ func (m *Manager) storedOutcome(ctx context.Context, tr *Turn) (Outcome, error) 
 	return out, nil
 }
 
-func clientIDs(rows []BatchRow) []string {
+func clientIDs(rows []ledger.BatchRow) []string {
 	var ids []string
 	for _, r := range rows {
 		if r.ClientMsgID != "" {
@@ -374,7 +376,7 @@ func settledTail(hc *hotConv) bool {
 	}
 	answered := map[int64]bool{}
 	for i := range hc.window {
-		if m := &hc.window[i]; m.settlesTurn() {
+		if m := &hc.window[i]; ledger.SettlesTurn(m) {
 			answered[m.ReplyTo] = true
 		}
 	}

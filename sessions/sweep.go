@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Schedule is one cron job the manager runs.
@@ -137,7 +139,7 @@ func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
 		if !p.Reset.idle() {
 			continue
 		}
-		n, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now, m.afterSweep(ReasonIdle))
+		n, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now, m.afterSweep(ledger.ReasonIdle))
 		total += n
 		if err != nil {
 			return total, err
@@ -154,13 +156,13 @@ func (m *Manager) SweepDaily(ctx context.Context, channel string) (int, error) {
 		return 0, nil
 	}
 	now := m.now()
-	return m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now, m.afterSweep(ReasonDaily))
+	return m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now, m.afterSweep(ledger.ReasonDaily))
 }
 
 // afterSweep drops each archived conversation's hot state and announces
 // its reset, one committed chunk at a time.
-func (m *Manager) afterSweep(reason string) func([]Archived) {
-	return func(archived []Archived) {
+func (m *Manager) afterSweep(reason string) func([]ledger.Archived) {
+	return func(archived []ledger.Archived) {
 		for _, c := range archived {
 			m.hot.Remove(c.SessionKey)
 			m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})

@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
 )
 
 // seedConversations stores n active websocket conversations that started
 // and were last active at the given time, each with one message.
-func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time) []string {
+func seedConversations(t *testing.T, db *store.DB, prefix string, n int, at time.Time) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
@@ -26,7 +29,7 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 		if err := db.CreateConversation(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Append(context.Background(), Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: agent.RoleUser, Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at}); err != nil {
+		if err := db.Append(context.Background(), ledger.Append{Conv: c, Messages: []Message{{ConversationID: c.ID, Seq: 1, Role: agent.RoleUser, Content: "hi", Status: MsgOK, CreatedAt: at}}, At: at}); err != nil {
 			t.Fatal(err)
 		}
 		ids[i] = c.ID
@@ -35,9 +38,8 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 }
 
 func TestSweepArchivesInChunks(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	storetest.DriversWith(t, store.OpenOptions{Chunk: 3}, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		db.chunk = 3
 		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
 		due := seedConversations(t, db, "due", 7, c.Now().Add(-2*time.Hour))
 		seedConversations(t, db, "fresh", 2, c.Now().Add(-10*time.Minute))
@@ -73,9 +75,8 @@ func TestSweepArchivesInChunks(t *testing.T) {
 }
 
 func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	storetest.DriversWith(t, store.OpenOptions{Chunk: 2}, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		db.chunk = 2
 		ctx := context.Background()
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		old := seedConversations(t, db, "old", 5, start)
@@ -113,76 +114,11 @@ func TestPurgeDeletesOnlyOldArchivedConversations(t *testing.T) {
 	})
 }
 
-// Indexes earlier versions kept — on archived_at, one per sweep, one of
-// replies, and the sweep index over last_activity_at itself — are dropped
-// on open: every archive, reply or turn paid for them. A database of the
-// version before activity_minute gets the column, computed for the rows
-// it holds, and the sweep index over it.
-func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
-		db := open()
-		ctx := context.Background()
-		now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
-		idle := seedConversations(t, db, "idle", 2, now.Add(-2*time.Hour))
-		fresh := seedConversations(t, db, "fresh", 1, now.Add(-30*time.Second))
-		for _, stmt := range []string{
-			"DROP INDEX " + sweepIndex,
-			"ALTER TABLE conversations DROP COLUMN activity_minute",
-			"CREATE INDEX ix_conversations_sweep ON conversations (channel, last_activity_at, started_at) WHERE status = 'active'",
-			"CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)",
-			"CREATE INDEX ix_conversations_idle ON conversations (channel, last_activity_at) WHERE status = 'active'",
-			"CREATE INDEX ix_conversations_daily ON conversations (channel, started_at) WHERE status = 'active'",
-			"CREATE INDEX ix_messages_reply ON messages (conversation_id, reply_to) WHERE reply_to > 0",
-		} {
-			if err := db.Gorm().Exec(stmt).Error; err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := migrateModels(db.Gorm()); err != nil {
-			t.Fatal(err)
-		}
-		for _, ix := range droppedIndexes {
-			if db.Gorm().Migrator().HasIndex(ix.model, ix.name) {
-				t.Errorf("index %s is still there after migrating", ix.name)
-			}
-		}
-		if !db.Gorm().Migrator().HasIndex(&Conversation{}, sweepIndex) {
-			t.Error("the sweep index is missing")
-		}
-		// Migrating again finds everything in place.
-		if err := migrateModels(db.Gorm()); err != nil {
-			t.Fatalf("second migration: %v", err)
-		}
-		var minutes []string
-		if err := db.Gorm().Raw("SELECT CAST(activity_minute AS TEXT) FROM conversations ORDER BY id").Scan(&minutes).Error; err != nil {
-			t.Fatal(err)
-		}
-		want := map[string][]string{
-			DriverSQLite:   {"2026-03-10 11:59", "2026-03-10 10:00", "2026-03-10 10:00"},
-			DriverPostgres: {"2026-03-10 11:59:00", "2026-03-10 10:00:00", "2026-03-10 10:00:00"},
-		}[db.Driver()]
-		if !slices.Equal(minutes, want) {
-			t.Errorf("activity_minute of the earlier rows: %q, want %q", minutes, want)
-		}
-		var archived []string
-		n, err := db.SweepIdle(ctx, "websocket", now.Add(-time.Hour), now, func(a []Archived) {
-			for _, c := range a {
-				archived = append(archived, c.ID)
-			}
-		})
-		slices.Sort(archived)
-		if err != nil || n != 2 || !slices.Equal(archived, idle) {
-			t.Fatalf("idle sweep after migrating archived %d %v (%v), want %v and not %v", n, archived, err, idle, fresh)
-		}
-	})
-}
-
 // A sweep commits chunk by chunk: a turn that arrives while it runs is
 // stored between two chunks, not after the whole sweep.
 func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	storetest.DriversWith(t, store.OpenOptions{Chunk: 2}, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		db.chunk = 2
 		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
 		seedConversations(t, db, "due", 5, c.Now().Add(-2*time.Hour))
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
@@ -232,9 +168,8 @@ type sweepResult struct {
 // chunk: what it committed stays, the rest waits for the next run, and
 // Shutdown returns once the sweep has stopped, within its grace.
 func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	storetest.DriversWith(t, store.OpenOptions{Chunk: 2}, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		db.chunk = 2
 		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
 		seedConversations(t, db, "due", 10, c.Now().Add(-2*time.Hour))
 		idle := map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}}
@@ -292,9 +227,8 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 
 // Within the drain's deadline Shutdown lets a running sweep finish.
 func TestShutdownLetsASweepFinishBeforeTheDeadline(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	storetest.DriversWith(t, store.OpenOptions{Chunk: 2}, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		db.chunk = 2
 		c := newClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
 		seedConversations(t, db, "due", 10, c.Now().Add(-2*time.Hour))
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
@@ -349,7 +283,7 @@ func (l *logWatch) WithGroup(string) slog.Handler      { return l }
 // (IdleActive, strictly before its cutoff) reads the same range. The
 // manager stores times in UTC; a cutoff may come in any zone.
 func TestIdleSweepAtTheMinute(t *testing.T) {
-	drivers(t, func(t *testing.T, open func() *DB) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		ctx := context.Background()
 		cutoff := time.Date(2026, 3, 10, 12, 0, 30, 500_000_000, time.UTC)
@@ -377,7 +311,7 @@ func TestIdleSweepAtTheMinute(t *testing.T) {
 			t.Errorf("idle before the cutoff: %v (%v), want %v", ids, err, want)
 		}
 		var archived []string
-		n, err := db.SweepIdle(ctx, "websocket", cutoff.In(time.FixedZone("UTC-3", -3*3600)), cutoff, func(a []Archived) {
+		n, err := db.SweepIdle(ctx, "websocket", cutoff.In(time.FixedZone("UTC-3", -3*3600)), cutoff, func(a []ledger.Archived) {
 			for _, c := range a {
 				archived = append(archived, c.ID)
 			}

@@ -1,8 +1,6 @@
 package sessions
 
 import (
-	"github.com/chatgate/chatgate/agent"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +11,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // Tracing. With Options.TracerProvider unset (or a no-op one) m.tracer is
@@ -137,7 +138,7 @@ func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, f
 
 // traceClaim names on the turn span what the turn answers: its batch and
 // the messages' own spans, as links.
-func (m *Manager) traceClaim(ctx context.Context, b *Batch, tickets []*Ticket) {
+func (m *Manager) traceClaim(ctx context.Context, b *ledger.Batch, tickets []*Ticket) {
 	if m.tracer == nil {
 		return
 	}

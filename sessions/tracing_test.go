@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/oteltest"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // A turn that answers a merged burst links every message it answers and
@@ -17,7 +18,7 @@ import (
 // second turn's "lock wait".
 func TestTracingMergedBurst(t *testing.T) {
 	rec := oteltest.New(t)
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	ag := newHoldFirst()
 	m := New(db, ag, Options{Policies: busyPolicy(BusyPolicy{Mode: BusyCollect}), Now: newClock(t0).Now, Logger: quiet, TracerProvider: rec})
 	t.Cleanup(func() {
@@ -66,7 +67,7 @@ func TestTracingMergedBurst(t *testing.T) {
 
 // Without a tracer provider the manager makes no span and keeps no tracer.
 func TestTracingOffByDefault(t *testing.T) {
-	db := openStore(t, DriverSQLite, t.TempDir()+"/g.db")
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := newManager(t, db, &recorder{}, newClock(t0), nil)
 	if m.tracer != nil {
 		t.Fatal("a manager without a TracerProvider has a tracer")
@@ -80,7 +81,7 @@ func TestTracingOffByDefault(t *testing.T) {
 // every span is made and recorded, and dropped (no exporter), which is
 // the cost of the instrumentation itself.
 func BenchmarkTurnTraced(b *testing.B) {
-	db := openStore(b, DriverSQLite, filepath.Join(b.TempDir(), "bench.db"))
+	db := openStore(b, store.DriverSQLite, filepath.Join(b.TempDir(), "bench.db"))
 	tp := sdktrace.NewTracerProvider()
 	m := New(db, agent.Echo{}, Options{Logger: quiet, TracerProvider: tp, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
 	b.Cleanup(func() { m.Shutdown(context.Background()); tp.Shutdown(context.Background()) })

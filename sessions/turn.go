@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // runBatch claims the claimable turns of conversation conv, oldest first,
@@ -32,7 +34,7 @@ import (
 // (nothing to claim), and early its agent call, started while it was
 // stored (early.go). It reports what it did: running (ran), expired, or
 // "" (nothing was claimable).
-func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *Batch, early *earlyCall) (string, *Batch, error) {
+func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *ledger.Batch, early *earlyCall) (string, *ledger.Batch, error) {
 	if early != nil {
 		// Ends with the turn whichever way it goes, also when storage
 		// fails before the turn starts.
@@ -53,7 +55,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	now := m.now()
 	b := claimed
 	if b == nil {
-		b, err = m.store.ClaimBatch(ctx, Claim{ConversationID: conv, Owner: m.opts.ReplicaID, Held: m.heldSeqs(key, conv),
+		b, err = m.store.ClaimBatch(ctx, ledger.Claim{ConversationID: conv, Owner: m.opts.ReplicaID, Held: m.heldSeqs(key, conv),
 			TakeOver: alive != nil, Alive: alive, Now: now, Limit: busy.MaxBatch, Track: m.tracks(in.Channel)})
 	} else {
 		b.LastSeq, b.Epoch = hc.conv.LastSeq, hc.conv.Epoch // stored by this process, under this lock
@@ -70,7 +72,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		// answered. A message stored as its own turn is not among them:
 		// no claim takes it, and its ticket runs it.
 		for _, t := range m.takeTickets(key, conv, func(t *Ticket) bool { return t.claimed == nil }) {
-			t.resolve(Outcome{ConversationID: t.ref.conv, UserSeq: t.ref.seq, Pending: true, Turn: TurnRef{ConversationID: t.ref.conv, Seq: t.ref.seq}}, nil)
+			t.resolve(Outcome{ConversationID: t.ref.conv, UserSeq: t.ref.seq, Pending: true, Turn: ledger.TurnRef{ConversationID: t.ref.conv, Seq: t.ref.seq}}, nil)
 		}
 		return "", nil, nil
 	}
@@ -125,20 +127,20 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		in.UserID, in.ChatID = hc.conv.UserID, hc.conv.ChatID
 	}
 
-	var msgs []Message
+	var msgs []ledger.Message
 	var reply agent.Reply
-	kind := TurnRunning
-	state := TurnAnswered
+	kind := ledger.TurnRunning
+	state := ledger.TurnAnswered
 	switch {
 	case maxAge > 0 && b.Rows[0].CreatedAt.Before(now.Add(-maxAge)):
-		kind, state = TurnExpired, TurnExpired
-		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: ExpiredText,
-			ReplyTo: lead, Status: MsgFailed, Error: notRunPrefix + " older than recovery.max_age", CreatedAt: now}}
+		kind, state = ledger.TurnExpired, ledger.TurnExpired
+		msgs = []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: ExpiredText,
+			ReplyTo: lead, Status: ledger.MsgFailed, Error: ledger.NotRunPrefix + " older than recovery.max_age", CreatedAt: now}}
 	case early == nil && m.takeStop(key):
 		// (A Stop reaches an early call through its running context.)
 		// Stopped while it waited: settled as stopped, the agent not called.
-		msgs = []Message{{ConversationID: conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: MsgInterrupted,
-			Error: InterruptedByUser, CreatedAt: now}}
+		msgs = []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
+			Error: ledger.InterruptedByUser, CreatedAt: now}}
 	default:
 		var hooks Hooks
 		if leadTicket != nil {
@@ -160,12 +162,12 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// with its partial reply, due at once; a tracked channel's delivery
 	// stays claimed: the channel sends, then marks it.
 	endStore := m.startSpan(ctx, "store reply")
-	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.seqs(), b.Attempt, state,
+	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state,
 		func(since time.Time) { m.noticeDelay(tickets, since) })
 	endStore(err)
 	if err != nil {
 		m.hot.Remove(key)
-		lost := errors.Is(err, ErrLostClaim)
+		lost := errors.Is(err, ledger.ErrLostClaim)
 		if lost {
 			m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
 				slog.String("conversation", conv), slog.Int64("seq", lead))
@@ -185,15 +187,15 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		return "", b, err
 	}
 	m.delayOver(key)
-	if state != TurnInterrupted {
+	if state != ledger.TurnInterrupted {
 		m.compactLater(in, conv)
 	}
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
-	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: TurnRef{ConversationID: conv, Seq: lead}}
+	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
 	out.Trace = trace.SpanContextFromContext(ctx)
 	m.traceStatus(ctx, final.Status)
-	if state != TurnInterrupted && m.tracks(in.Channel) {
+	if state != ledger.TurnInterrupted && m.tracks(in.Channel) {
 		out.Turn = b.Ref()
 	}
 	for _, t := range tickets {
@@ -201,7 +203,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		case t == leadTicket:
 		default:
 			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Reply: final, Merged: true,
-				Turn: TurnRef{ConversationID: conv, Seq: lead}}, nil)
+				Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}, nil)
 		}
 	}
 	for _, r := range b.Rows {
@@ -212,7 +214,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	switch {
 	case leadTicket != nil:
 		leadTicket.resolve(out, nil)
-	case state == TurnInterrupted:
+	case state == ledger.TurnInterrupted:
 		// Claimable again; whoever runs it delivers.
 	default:
 		// Nobody here waits for this turn's reply (its newest message came
@@ -225,7 +227,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	return kind, b, nil
 }
 
-func (m *Manager) unholdBatch(b *Batch) {
+func (m *Manager) unholdBatch(b *ledger.Batch) {
 	for _, r := range b.Rows {
 		m.unhold(turnKey{b.ConversationID, r.Seq})
 	}
@@ -255,7 +257,7 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 	if hc.window, err = m.store.RecentMessages(ctx, c.ID, hc.cap); err != nil {
 		return nil, err
 	}
-	if c.Status == StatusActive {
+	if c.Status == ledger.StatusActive {
 		m.hot.Add(in.SessionKey, hc)
 	}
 	return hc, nil
@@ -267,7 +269,7 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 // partial reply of an interrupted turn, and the turn's state after it.
 // With early, the call was made already (its deltas went to the lead's
 // hooks since its ack): its answer is taken instead.
-func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]Message, agent.Reply, string) {
+func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]ledger.Message, agent.Reply, string) {
 	lead := b.Lead()
 	var partial strings.Builder
 	var reply agent.Reply
@@ -291,9 +293,9 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, hist [
 	}
 	now := m.now()
 	conv := hc.conv.ID
-	failed := func(text, why string) ([]Message, agent.Reply, string) {
-		return []Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: text,
-			ReplyTo: lead, Status: MsgFailed, Error: why, CreatedAt: now}}, agent.Reply{}, TurnFailed
+	failed := func(text, why string) ([]ledger.Message, agent.Reply, string) {
+		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: text,
+			ReplyTo: lead, Status: ledger.MsgFailed, Error: why, CreatedAt: now}}, agent.Reply{}, ledger.TurnFailed
 	}
 	switch {
 	case err == nil && len(reply.Messages) > 0 && len(reply.Messages[len(reply.Messages)-1].ToolCalls) > 0:
@@ -307,35 +309,35 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, hist [
 			slog.String("tools", strings.Join(names, ",")))
 		return failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
 	case err == nil && len(reply.Messages) > 0:
-		var msgs []Message
+		var msgs []ledger.Message
 		for _, am := range reply.Messages {
-			msgs = append(msgs, Message{
+			msgs = append(msgs, ledger.Message{
 				ConversationID: conv, Role: am.Role, Content: am.Content,
 				ToolCalls: encodeToolCalls(am.ToolCalls), ToolCallID: am.ToolCallID,
-				ReplyTo: lead, Status: MsgOK, CreatedAt: now,
+				ReplyTo: lead, Status: ledger.MsgOK, CreatedAt: now,
 			})
 		}
 		last := &msgs[len(msgs)-1]
 		last.PromptTokens, last.CompletionTkns, last.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
-		return msgs, reply, TurnAnswered
+		return msgs, reply, ledger.TurnAnswered
 	case turnCtx.Err() != nil:
-		why, state := InterruptedByShutdown, TurnAnswered
+		why, state := ledger.InterruptedByShutdown, ledger.TurnAnswered
 		switch cause := context.Cause(turnCtx); {
 		case errors.Is(cause, errStoppedByUser):
-			why = InterruptedByUser
+			why = ledger.InterruptedByUser
 		case errors.Is(cause, errNewMessage):
 			// Claimable again at once: the next turn answers these
 			// messages with the newer ones.
-			why, state = InterruptedByMessage, TurnInterrupted
+			why, state = ledger.InterruptedByMessage, ledger.TurnInterrupted
 		case m.opts.NoRerun:
-			why = InterruptedByShutdownFinal
+			why = ledger.InterruptedByShutdownFinal
 		default:
 			// Claimable again at once: by this replica's next start or by
 			// any live replica now.
-			state = TurnInterrupted
+			state = ledger.TurnInterrupted
 		}
-		return []Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
-			ReplyTo: lead, Status: MsgInterrupted, Error: why, CreatedAt: now}}, agent.Reply{}, state
+		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
+			ReplyTo: lead, Status: ledger.MsgInterrupted, Error: why, CreatedAt: now}}, agent.Reply{}, state
 	default:
 		if err == nil {
 			err = errors.New("agent returned no message")
@@ -351,7 +353,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *Batch, hist [
 // priorOf), then each of them as a user message.
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
-func (m *Manager) request(rows []BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
+func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
 	texts := make([]string, len(rows))
 	atts := make([][]agent.Attachment, len(rows))
 	for i, r := range rows {
@@ -374,8 +376,8 @@ func (m *Manager) request(rows []BatchRow, hist []agent.Message, in Inbound, ins
 // later messages were stored before it (they arrived while it ran). The
 // messages are the window's own, not copies: use them under the key's
 // state lock, which alone changes the window.
-func priorOf(window []Message, members map[int64]bool, lead int64) []*Message {
-	prior := make([]*Message, 0, len(window))
+func priorOf(window []ledger.Message, members map[int64]bool, lead int64) []*ledger.Message {
+	prior := make([]*ledger.Message, 0, len(window))
 	for i := range window {
 		msg := &window[i]
 		if members[msg.Seq] || members[msg.ReplyTo] || (msg.Role == agent.RoleUser && msg.Seq > lead) {
@@ -383,13 +385,13 @@ func priorOf(window []Message, members map[int64]bool, lead int64) []*Message {
 		}
 		prior = append(prior, msg)
 	}
-	at := func(msg *Message) int64 {
+	at := func(msg *ledger.Message) int64 {
 		if msg.Role == agent.RoleUser {
 			return msg.Seq
 		}
 		return msg.ReplyTo
 	}
-	order := func(a, b *Message) int {
+	order := func(a, b *ledger.Message) int {
 		if c := cmp.Compare(at(a), at(b)); c != 0 {
 			return c
 		}
@@ -411,7 +413,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func toReply(msg *Message) Reply {
+func toReply(msg *ledger.Message) Reply {
 	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
 }
 
@@ -453,12 +455,12 @@ func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Reque
 // when the drain's deadline has passed (the process ends; the others, or
 // its next start, run the turn). waiting is told, after each failure,
 // since when the reply has waited.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
 	userSeq := answers[len(answers)-1]
 	ctx := context.WithoutCancel(turnCtx)
-	var release *Settle
-	if state == TurnInterrupted {
-		release = &Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &now}
+	var release *ledger.Settle
+	if state == ledger.TurnInterrupted {
+		release = &ledger.Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &now}
 	}
 	kept := m.unstored.Add(1) <= maxUnstored
 	defer m.unstored.Add(-1)
@@ -478,7 +480,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 			return err
 		}
 		failed = err
-		if errors.Is(err, ErrClosed) || expired() || m.base.Err() != nil {
+		if errors.Is(err, ledger.ErrClosed) || expired() || m.base.Err() != nil {
 			return err
 		}
 		if failing.IsZero() {
@@ -507,7 +509,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []Messa
 // done with the outcome, or not done with the storage error to wait on.
 // After a try that failed (failed: its error), the turn is read first:
 // that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, release *Settle, expired func() bool, failed error) (bool, error) {
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
 	userSeq := answers[len(answers)-1]
 	err := failed
 	for {
@@ -515,7 +517,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 			for i := range msgs {
 				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 			}
-			err = m.store.Append(ctx, Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
+			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
 				TurnSeq: userSeq, Answers: answers, Settle: release})
 			if err == nil {
 				hc.push(msgs...)
@@ -523,7 +525,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 				return true, nil
 			}
-			if !errors.Is(err, ErrStale) && !errors.Is(err, ErrLostClaim) {
+			if !errors.Is(err, ledger.ErrStale) && !errors.Is(err, ledger.ErrLostClaim) {
 				return false, err
 			}
 		}
@@ -537,7 +539,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 		case t == nil:
 			return true, fmt.Errorf("%w: the message vanished", err)
 		case t.Attempts == attempt && ((release == nil && t.Owner == m.opts.ReplicaID && t.ReplySeq > 0) ||
-			(release != nil && t.Owner == "" && t.State == TurnInterrupted)):
+			(release != nil && t.Owner == "" && t.State == ledger.TurnInterrupted)):
 			// An earlier try landed after all (its commit's answer was
 			// lost): only the holder of the claim appends replies.
 			if t.ReplySeq > 0 {
@@ -549,7 +551,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 			return true, nil
 		case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
-			return true, fmt.Errorf("%w (%v)", ErrLostClaim, err)
+			return true, fmt.Errorf("%w (%v)", ledger.ErrLostClaim, err)
 		case expired():
 			return true, err
 		}
@@ -559,7 +561,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []Messag
 		if lerr == nil && fresh == nil {
 			return true, fmt.Errorf("%w: the conversation vanished", err)
 		}
-		var window []Message
+		var window []ledger.Message
 		if lerr == nil {
 			// The tail moved: the window follows, so the next turn's
 			// history has what was stored meanwhile.

@@ -14,6 +14,7 @@ import (
 	"github.com/chatgate/chatgate/internal/oteltest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // voiceBot starts a bot whose agent is the openai backend on a local
@@ -31,7 +32,7 @@ func voiceBot(t *testing.T, api *telegramtest.Server, opts Options) (*harness, *
 func storedMessages(t *testing.T, h *harness, key string) []sessions.Message {
 	t.Helper()
 	ctx := context.Background()
-	convs, err := h.db.ListConversations(ctx, sessions.ListFilter{SessionKey: key})
+	convs, err := h.db.ListConversations(ctx, store.ListFilter{SessionKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // A message the database cannot store yet: after session.delay_notice its
@@ -69,7 +70,7 @@ func (g *gate) Reply(ctx context.Context, req agent.Request, onDelta func(string
 func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 	api := telegramtest.New(t)
 	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
-	var fs *faults.Store
+	var fs *faults.Injector
 	ag := &gate{started: make(chan struct{}, 4), open: make(chan struct{})}
 	stored := make(chan string, 4)
 	start(t, api, t.TempDir(), setup{
@@ -80,8 +81,8 @@ func TestDelayNoticeForAReplyWaitingOnStorage(t *testing.T) {
 		manager: func(o *sessions.Options) {
 			o.DelayNotice, o.RetryPause = 20*time.Second, 5*time.Millisecond
 		},
-		store: func(db *sessions.DB) sessions.Store { fs = faults.New(db); return fs },
-		opts:  Options{Streaming: StreamOff},
+		hook: func(db *store.DB) { fs = faults.New(db) },
+		opts: Options{Streaming: StreamOff},
 	})
 	id := api.Push(telegramtest.DM(8, "hi"))
 	<-ag.started
@@ -118,7 +119,7 @@ func TestDelayNoticeDueBetweenTries(t *testing.T) {
 	api := telegramtest.New(t)
 	clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	asleep := make(chan time.Duration, 64) // what the bot waits for on the clock
-	var fs *faults.Store
+	var fs *faults.Injector
 	start(t, api, t.TempDir(), setup{
 		now:  clock.Now,
 		opts: Options{Now: clock.Now, Streaming: StreamOff},
@@ -133,7 +134,7 @@ func TestDelayNoticeDueBetweenTries(t *testing.T) {
 			}
 		},
 		manager: func(o *sessions.Options) { o.DelayNotice = 20 * time.Second },
-		store:   func(db *sessions.DB) sessions.Store { fs = faults.New(db); return fs },
+		hook:    func(db *store.DB) { fs = faults.New(db) },
 	})
 	fs.Outage(fs.Calls()+1, faults.Before)
 	defer fs.Heal()

@@ -15,6 +15,7 @@ import (
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // poison makes the database refuse to store any message whose text is
@@ -241,7 +242,7 @@ func TestWebhookRepeatsSendOnce(t *testing.T) {
 	if got := texts(sent); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
-	archived, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "telegram:dm:7", Status: sessions.StatusArchived})
+	archived, _ := h.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "telegram:dm:7", Status: sessions.StatusArchived})
 	if len(archived) != 1 {
 		t.Fatalf("%d conversations archived, want 1: /new ran more than once", len(archived))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // A user over the rate limit gets one polite reply per burst and the
@@ -45,7 +46,7 @@ func TestRateLimitPerUser(t *testing.T) {
 		t.Fatalf("refusals counted: %v", refusals)
 	}
 	mu.Unlock()
-	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: sessions.TelegramDMKey(7)})
+	convs, _ := h.db.ListConversations(context.Background(), store.ListFilter{SessionKey: sessions.TelegramDMKey(7)})
 	if len(convs) != 1 || convs[0].LastSeq != 4 {
 		t.Fatalf("user 7's conversation: %+v, want two messages and two replies", convs)
 	}

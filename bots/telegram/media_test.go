@@ -11,6 +11,7 @@ import (
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // userRows are the stored user messages of a session key, read back from
@@ -18,7 +19,7 @@ import (
 func userRows(t *testing.T, h *harness, key string) []sessions.Message {
 	t.Helper()
 	ctx := context.Background()
-	convs, err := h.db.ListConversations(ctx, sessions.ListFilter{SessionKey: key})
+	convs, err := h.db.ListConversations(ctx, store.ListFilter{SessionKey: key})
 	if err != nil || len(convs) != 1 {
 		t.Fatalf("conversations = %+v, %v", convs, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // countNotices is a setup.beforeStart that makes done receive once per
@@ -275,7 +276,7 @@ func TestOnlyThisReplicasSweepsAreNoticed(t *testing.T) {
 // Notices still queued when the bot stops are not sent; the stop logs how
 // many (those users are told when they next write).
 func TestQueuedNoticesAreCountedAtTheStop(t *testing.T) {
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, t.TempDir()+"/g.db", sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, t.TempDir()+"/g.db", store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -27,7 +28,7 @@ type harness struct {
 	t     *testing.T
 	api   *telegramtest.Server
 	srv   *httptest.Server
-	db    *sessions.DB
+	db    *store.DB
 	dbDir string
 	mgr   *sessions.Manager
 	bot   *Bot
@@ -53,8 +54,9 @@ type setup struct {
 	beforeStart func(h *harness)
 	// manager changes the manager's options (a tracer, a logger).
 	manager func(*sessions.Options)
-	// store wraps the database as the manager sees it (a fault injector).
-	store func(*sessions.DB) sessions.Store
+	// hook runs on the database before the manager is built on it (a
+	// fault injector installs itself).
+	hook func(*store.DB)
 }
 
 // countPolls counts a bot's getUpdates requests on their way out.
@@ -75,11 +77,11 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	h := &harness{t: t, api: api, dbDir: dir}
 	h.srv = httptest.NewServer(api)
 	t.Cleanup(h.srv.Close)
-	driver, dsn := sessions.DriverSQLite, filepath.Join(dir, "g.db")
+	driver, dsn := store.DriverSQLite, filepath.Join(dir, "g.db")
 	if s.dsn != "" {
-		driver, dsn = sessions.DriverPostgres, s.dsn
+		driver, dsn = store.DriverPostgres, s.dsn
 	}
-	db, err := sessions.Open(context.Background(), driver, dsn, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), driver, dsn, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,15 +89,14 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	if s.agent == nil {
 		s.agent = agent.Echo{}
 	}
-	mopts := sessions.Options{Logger: quiet, Policies: s.policies, Now: s.now}
+	mopts := sessions.Options{Logger: quiet, Policies: s.policies, Now: s.now, Events: db.Events()}
 	if s.manager != nil {
 		s.manager(&mopts)
 	}
-	var store sessions.Store = db
-	if s.store != nil {
-		store = s.store(db)
+	if s.hook != nil {
+		s.hook(db)
 	}
-	h.mgr = sessions.New(store, s.agent, mopts)
+	h.mgr = sessions.New(db, s.agent, mopts)
 	opts := s.opts
 	opts.Token = telegramtest.Token
 	opts.APIURL = h.srv.URL
@@ -261,7 +262,7 @@ func TestDMConversation(t *testing.T) {
 	if got := api.WaitSent(t, 3)[2].Text; got != unsupportedTexts["sticker"] {
 		t.Fatalf("sticker answer = %q", got)
 	}
-	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "telegram:dm:7"})
+	convs, _ := h.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "telegram:dm:7"})
 	if len(convs) != 1 || convs[0].LastSeq != 4 || convs[0].ChatID != "7" {
 		t.Fatalf("conversations = %+v", convs)
 	}
@@ -398,7 +399,7 @@ func TestAllowlist(t *testing.T) {
 	if refusals != 1 {
 		t.Fatalf("%d refusals, want exactly one per chat: %+v", refusals, sent)
 	}
-	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "telegram:dm:8"})
+	convs, _ := h.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "telegram:dm:8"})
 	if len(convs) != 0 {
 		t.Fatal("something was stored for a user outside allowed_users")
 	}
@@ -512,7 +513,7 @@ func TestStartConnectsInBackground(t *testing.T) {
 	})
 	srv := httptest.NewServer(front)
 	defer srv.Close()
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +655,7 @@ func TestConflictBacksOffAndOtherUpdatesAreIgnored(t *testing.T) {
 	if len(waits) < 2 || waits[0] != 5*time.Second || waits[1] != 10*time.Second {
 		t.Fatalf("backoff after two conflicts = %v, want 5s then 10s", waits)
 	}
-	convs, _ := h.db.ListConversations(context.Background(), sessions.ListFilter{})
+	convs, _ := h.db.ListConversations(context.Background(), store.ListFilter{})
 	if len(convs) != 1 || convs[0].LastSeq != 4 {
 		t.Fatalf("conversations = %+v: edits or channel posts were stored", convs)
 	}

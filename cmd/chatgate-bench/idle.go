@@ -24,6 +24,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 type memSample struct {
@@ -42,7 +43,7 @@ func serveIdleChild(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	db, err := sessions.Open(ctx, sessions.DriverSQLite, filepath.Join(dir, "idle.db"), sessions.OpenOptions{Logger: discard})
+	db, err := store.Open(ctx, store.DriverSQLite, filepath.Join(dir, "idle.db"), store.OpenOptions{Logger: discard})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

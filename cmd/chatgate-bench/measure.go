@@ -28,6 +28,7 @@ import (
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/locks"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -47,8 +48,8 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	}
 	firstDeltaRuns := func() error {
 		stores := []string{o.store}
-		if o.dsn != "" && o.store != sessions.DriverPostgres {
-			stores = append(stores, sessions.DriverPostgres)
+		if o.dsn != "" && o.store != store.DriverPostgres {
+			stores = append(stores, store.DriverPostgres)
 		}
 		for _, driver := range stores {
 			step("time to first delta on " + driver + ": direct and through the gateway")
@@ -75,9 +76,9 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	}
 	stopEcho()
 
-	drivers := []string{sessions.DriverSQLite}
+	drivers := []string{store.DriverSQLite}
 	if o.dsn != "" {
-		drivers = append(drivers, sessions.DriverPostgres)
+		drivers = append(drivers, store.DriverPostgres)
 	}
 	for _, driver := range drivers {
 		step("baseline B: raw storage on " + driver)
@@ -95,7 +96,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 		defer stop()
 		var meter cpuMeter
-		if driver == sessions.DriverPostgres {
+		if driver == store.DriverPostgres {
 			if meter.server, err = localPGServer(o.dsn); err != nil {
 				fmt.Fprintf(progress, "  the PostgreSQL server's CPU is not measured: %v\n", err)
 			}
@@ -111,9 +112,9 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	if rep.Gateway, err = gatewayRuns(o.store); err != nil {
 		return nil, err
 	}
-	if o.dsn != "" && o.store != sessions.DriverPostgres {
+	if o.dsn != "" && o.store != store.DriverPostgres {
 		step("gateway on postgres")
-		if rep.Postgres, err = gatewayRuns(sessions.DriverPostgres); err != nil {
+		if rep.Postgres, err = gatewayRuns(store.DriverPostgres); err != nil {
 			return nil, err
 		}
 	}
@@ -329,25 +330,25 @@ func echoServer() (string, func()) {
 
 // openStore opens a fresh database: a temporary SQLite file, or a new
 // schema on the PostgreSQL server, removed by the returned func.
-func openStore(ctx context.Context, driver string, o options) (*sessions.DB, func(), error) {
-	return openStoreWith(ctx, driver, o, sessions.OpenOptions{Logger: discard})
+func openStore(ctx context.Context, driver string, o options) (*store.DB, func(), error) {
+	return openStoreWith(ctx, driver, o, store.OpenOptions{Logger: discard})
 }
 
 // openStoreWith is openStore with the store's options.
-func openStoreWith(ctx context.Context, driver string, o options, opts sessions.OpenOptions) (*sessions.DB, func(), error) {
+func openStoreWith(ctx context.Context, driver string, o options, opts store.OpenOptions) (*store.DB, func(), error) {
 	switch driver {
-	case sessions.DriverSQLite:
+	case store.DriverSQLite:
 		dir, err := os.MkdirTemp("", "chatgate-bench")
 		if err != nil {
 			return nil, nil, err
 		}
-		db, err := sessions.Open(ctx, driver, filepath.Join(dir, "bench.db"), opts)
+		db, err := store.Open(ctx, driver, filepath.Join(dir, "bench.db"), opts)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, nil, err
 		}
 		return db, func() { db.Close(); os.RemoveAll(dir) }, nil
-	case sessions.DriverPostgres:
+	case store.DriverPostgres:
 		admin, err := gorm.Open(postgres.Open(o.dsn), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
 			return nil, nil, err
@@ -360,7 +361,7 @@ func openStoreWith(ctx context.Context, driver string, o options, opts sessions.
 		if strings.Contains(o.dsn, "?") {
 			sep = "&"
 		}
-		db, err := sessions.Open(ctx, driver, o.dsn+sep+"search_path="+schema, opts)
+		db, err := store.Open(ctx, driver, o.dsn+sep+"search_path="+schema, opts)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -389,8 +390,8 @@ func gatewayServer(ctx context.Context, driver string, o options) (string, func(
 // channel's policy) over WebSocket on
 // loopback, its rescuer (and with it the events of other replicas)
 // running when rescue is set. The returned func stops it and closeDB.
-func serveGateway(db *sessions.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy) (string, func(), error) {
-	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096,
+func serveGateway(db *store.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy) (string, func(), error) {
+	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096, Events: db.Events(),
 		Policies: map[string]sessions.Policy{gateway.Channel: policy}})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
@@ -546,10 +547,10 @@ func goals(r *report) []goal {
 	var plain *ttfdResult
 	for i, f := range r.FirstDelta {
 		switch {
-		case f.Store == sessions.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 && !f.Compaction:
+		case f.Store == store.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 && !f.Compaction:
 			plain = &r.FirstDelta[i]
 			out = append(out, goal{"time to first delta added, 1 client, p50, sqlite (ms)", "≤ 0.5", f.AddedP50Millis, f.AddedP50Millis <= 0.5})
-		case f.Store == sessions.DriverPostgres && f.Clients == 1 && f.Gateway.Turns > 0:
+		case f.Store == store.DriverPostgres && f.Clients == 1 && f.Gateway.Turns > 0:
 			out = append(out, goal{"time to first delta added, 1 client, p50, postgres (ms)", "≤ 1.0", f.AddedP50Millis, f.AddedP50Millis <= 1})
 		case f.Compaction && plain != nil && plain.Gateway.P50Millis > 0 && f.Gateway.Turns > 0:
 			ratio := f.Gateway.P50Millis / plain.Gateway.P50Millis
@@ -560,7 +561,7 @@ func goals(r *report) []goal {
 		out = append(out, goal{"RSS per idle connection (KiB)", "≤ 20", r.Idle.RSSPerConnKiB, r.Idle.RSSPerConnKiB <= 20})
 	}
 	for _, s := range r.Sweeps {
-		if s.Driver == sessions.DriverSQLite {
+		if s.Driver == store.DriverSQLite {
 			out = append(out, goal{fmt.Sprintf("daily sweep, %d conversations, sqlite (s)", s.Conversations), "≤ 10", s.Seconds, s.Seconds <= 10})
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // pgCost is what a gateway turn costs PostgreSQL: transactions, round
@@ -94,7 +95,7 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 		defer s.Close()
 	}
 	counter := &pgCounter{}
-	db, closeDB, err := openStoreWith(ctx, "postgres", o, sessions.OpenOptions{Logger: discard, Tracer: counter})
+	db, closeDB, err := openStoreWith(ctx, "postgres", o, store.OpenOptions{Logger: discard, Tracer: counter})
 	if err != nil {
 		return pgCost{}, err
 	}
@@ -146,7 +147,7 @@ func postgresCost(ctx context.Context, n, replicas int, o options) (pgCost, erro
 		sep = "&"
 	}
 	for range replicas - 1 {
-		more, err := sessions.Open(ctx, sessions.DriverPostgres, o.dsn+sep+"search_path="+schema, sessions.OpenOptions{Logger: discard, Tracer: counter})
+		more, err := store.Open(ctx, store.DriverPostgres, o.dsn+sep+"search_path="+schema, store.OpenOptions{Logger: discard, Tracer: counter})
 		if err != nil {
 			return pgCost{}, err
 		}

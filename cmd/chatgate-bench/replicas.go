@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // crossReplica measures what cross-replica delivery adds to a reply: two
@@ -79,7 +80,7 @@ func crossReplica(ctx context.Context, o options) (loadResult, error) {
 
 // replicaServer runs one gateway on dsn, listening for the other's events.
 func replicaServer(ctx context.Context, dsn string) (string, func(), error) {
-	db, err := sessions.Open(ctx, sessions.DriverPostgres, dsn, sessions.OpenOptions{Logger: discard})
+	db, err := store.Open(ctx, store.DriverPostgres, dsn, store.OpenOptions{Logger: discard})
 	if err != nil {
 		return "", nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // ttfdResult is time to first delta at one client count: a streaming
@@ -113,7 +114,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	for _, n := range ttfdClients {
 		row(n, url, false)
 	}
-	if driver == sessions.DriverSQLite {
+	if driver == store.DriverSQLite {
 		// The same, 1 client, with compaction on: past the first 10 turns
 		// every turn's reply is followed by a summary call.
 		cdb, closeC, err := openStore(ctx, driver, o)

@@ -21,6 +21,7 @@ import (
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // The chaos test's load. Each WebSocket user sends wsPerUser messages, two
@@ -506,7 +507,7 @@ type chaosRow struct {
 	TurnAttempt    int
 }
 
-func chaosRows(t *testing.T, db *sessions.DB) []chaosRow {
+func chaosRows(t *testing.T, db *store.DB) []chaosRow {
 	t.Helper()
 	var rows []chaosRow
 	err := db.Gorm().Raw(`SELECT c.session_key, c.id AS conversation_id, c.last_seq, m.seq, m.role, m.content, COALESCE(m.tool_calls, '') AS tool_calls,
@@ -565,7 +566,7 @@ func (w chaosWant) unanswered(rows []chaosRow) []string {
 // — a second send only for the turns B had answered but not yet marked
 // delivered when it died, the documented crash window. Most of its time
 // is the wait for B's turns, taken over once B's heartbeat is
-// sessions.LeaseTTL (30 s) old.
+// store.LeaseTTL (30 s) old.
 func TestChaosTwoReplicas(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	buildBinary(t) // not counted in the run's time
@@ -622,7 +623,7 @@ func TestChaosTwoReplicas(t *testing.T) {
 	for _, addr := range load.addrs {
 		waitHealthy(t, "http://"+addr)
 	}
-	db, err := sessions.Open(context.Background(), "postgres", dsn, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "postgres", dsn, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/config"
-	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Five problems of five kinds — a bad duration, an unknown key, a bad time
@@ -49,7 +49,7 @@ channels:
 // The configuration's default storage.timeout is the store's own default,
 // which applies where a store is opened without one.
 func TestStorageTimeoutDefaultsAgree(t *testing.T) {
-	if config.DefaultStorageTimeout != sessions.DefaultTimeout {
-		t.Fatalf("config.DefaultStorageTimeout = %v, sessions.DefaultTimeout = %v", config.DefaultStorageTimeout, sessions.DefaultTimeout)
+	if config.DefaultStorageTimeout != store.DefaultTimeout {
+		t.Fatalf("config.DefaultStorageTimeout = %v, store.DefaultTimeout = %v", config.DefaultStorageTimeout, store.DefaultTimeout)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 func TestMain(m *testing.M) {
@@ -240,7 +241,7 @@ log:
 	}
 
 	// Everything is on disk: 50 user messages, 25 replies, 25 interrupted.
-	db, err := sessions.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestKill9LosesNothingAcknowledged(t *testing.T) {
 	// The restarted gateway opens the database and serves.
 	startGateway(t, dir, config)
 	waitHealthy(t, "http://"+addr)
-	db, err := sessions.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "sqlite", filepath.Join(dir, "gateway.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,12 +445,12 @@ log:
 	}
 	wg.Wait()
 
-	db, err := sessions.Open(context.Background(), "postgres", dsn, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "postgres", dsn, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	convs, _ := db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: "websocket:ann"})
+	convs, _ := db.ListConversations(context.Background(), store.ListFilter{SessionKey: "websocket:ann"})
 	if len(convs) != 1 {
 		t.Fatalf("%d conversations", len(convs))
 	}

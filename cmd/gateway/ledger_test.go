@@ -16,6 +16,7 @@ import (
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // countingLLM speaks the chat-completions streaming format and counts the
@@ -177,9 +178,9 @@ func stopGateway(t *testing.T, p *process) {
 }
 
 // userTranscript returns the active conversation's messages of a key.
-func userTranscript(t *testing.T, db *sessions.DB, key string) []sessions.Message {
+func userTranscript(t *testing.T, db *store.DB, key string) []sessions.Message {
 	t.Helper()
-	convs, err := db.ListConversations(context.Background(), sessions.ListFilter{SessionKey: key})
+	convs, err := db.ListConversations(context.Background(), store.ListFilter{SessionKey: key})
 	if err != nil || len(convs) != 1 {
 		t.Fatalf("conversations of %s: %d, %v", key, len(convs), err)
 	}
@@ -242,7 +243,7 @@ func TestRollingDeployRunsEachTurnOnce(t *testing.T) {
 
 	stopGateway(t, a) // drain_timeout 1s: the 20 are interrupted
 	llm.release()
-	db, err := sessions.Open(context.Background(), "postgres", dsn, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "postgres", dsn, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +341,7 @@ func TestDatabaseOutageAnswersEachMessageOnce(t *testing.T) {
 			t.Errorf("%q ran %d times, want 1", text, byInput[text])
 		}
 	}
-	db, err := sessions.Open(context.Background(), "postgres", dsn, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "postgres", dsn, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +399,7 @@ log:
 		t.Fatalf("%d model requests, at most %d at once; want %d, 16", total, most, 2*users)
 	}
 	t.Logf("50 interrupted turns against a 2 s model recovered in %s, %d at once", took.Round(100*time.Millisecond), most)
-	db, err := sessions.Open(context.Background(), "sqlite", dir+"/gateway.db", sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "sqlite", dir+"/gateway.db", store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 func freeAddr(t *testing.T) string {
@@ -65,7 +66,7 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // database at dbPath, closed again after it, and returns the turn.
 func storeTurn(t *testing.T, dbPath string, in sessions.Inbound) sessions.Outcome {
 	t.Helper()
-	db, err := sessions.Open(context.Background(), "sqlite", dbPath, sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), "sqlite", dbPath, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // reloadConfig is the bot.yaml of the reload test; the parts a reload
@@ -130,7 +131,7 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 	// alice's conversation has been idle for two hours: kept under reset
 	// mode none, archived by the idle policy of the reload.
 	ctx := context.Background()
-	db, err := sessions.Open(ctx, sessions.DriverSQLite, filepath.Join(dir, "gateway.db"), sessions.OpenOptions{})
+	db, err := store.Open(ctx, store.DriverSQLite, filepath.Join(dir, "gateway.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

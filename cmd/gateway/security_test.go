@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // serveConfig runs serve with config until the test ends or stop is
@@ -110,11 +111,11 @@ func TestSessionsPurgeCommand(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "g.db")
-	store, err := sessions.Open(ctx, sessions.DriverSQLite, dbPath, sessions.OpenOptions{})
+	db, err := store.Open(ctx, store.DriverSQLite, dbPath, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := sessions.New(store, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
+	m := sessions.New(db, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
 	live, err := m.NewResumeToken(ctx, "websocket", "ann")
 	if err != nil {
 		t.Fatal(err)
@@ -122,28 +123,28 @@ func TestSessionsPurgeCommand(t *testing.T) {
 	if _, err := m.Open(ctx, sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann"}, -1, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.SetState(ctx, "websocket:resume:old", `{"principal":"ann","issued":"2020-01-01T00:00:00Z"}`); err != nil {
+	if err := db.SetState(ctx, "websocket:resume:old", `{"principal":"ann","issued":"2020-01-01T00:00:00Z"}`); err != nil {
 		t.Fatal(err)
 	}
 	m.Shutdown(ctx)
-	store.Close()
+	db.Close()
 
 	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
 	code, out, errOut := runCmd(t, "sessions", "purge", "-c", path)
 	if code != 0 || !strings.Contains(out, "purged 0 conversations") || !strings.Contains(out, "and 1 channel states") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
-	store, err = sessions.Open(ctx, sessions.DriverSQLite, dbPath, sessions.OpenOptions{})
+	db, err = store.Open(ctx, store.DriverSQLite, dbPath, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	m = sessions.New(store, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
+	defer db.Close()
+	m = sessions.New(db, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
 	defer m.Shutdown(ctx)
 	if p, err := m.ResumePrincipal(ctx, "websocket", live); err != nil || p != "ann" {
 		t.Fatalf("the live token after the purge: %q, %v", p, err)
 	}
-	if v, _ := store.GetState(ctx, "websocket:resume:old"); v != "" {
+	if v, _ := db.GetState(ctx, "websocket:resume:old"); v != "" {
 		t.Fatalf("the expired binding is still there: %s", v)
 	}
 }

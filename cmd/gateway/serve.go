@@ -25,6 +25,7 @@ import (
 	"github.com/chatgate/chatgate/internal/tracelog"
 	"github.com/chatgate/chatgate/locks"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // loadConfig loads -c FILE, else ./bot.yaml when present, else the
@@ -185,10 +186,10 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 	return out
 }
 
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*sessions.DB, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*store.DB, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return sessions.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, sessions.OpenOptions{Logger: log, Timeout: cfg.Storage.Timeout.D()})
+	return store.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, store.OpenOptions{Logger: log, Timeout: cfg.Storage.Timeout.D()})
 }
 
 // A stop takes at most shutdown.drain_timeout + stopAllowance. The drain
@@ -203,7 +204,7 @@ const (
 )
 
 // storageCheck is the readiness check of the store: it answers a ping.
-func storageCheck(store *sessions.DB, mgr *sessions.Manager) func() error {
+func storageCheck(db *store.DB, mgr *sessions.Manager) func() error {
 	return func() error {
 		if since, down := mgr.StorageDown(); down {
 			// Every storage call of a turn has failed since then: the
@@ -212,7 +213,7 @@ func storageCheck(store *sessions.DB, mgr *sessions.Manager) func() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := store.Ping(ctx); err != nil {
+		if err := db.Ping(ctx); err != nil {
 			return fmt.Errorf("ping failed: %w", err)
 		}
 		return nil
@@ -280,12 +281,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 
 	// Storage opens before the listener: a bad DSN is a start error.
-	store, err := openStore(ctx, cfg, log)
+	db, err := openStore(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
 		return 1
 	}
-	defer store.Close()
+	defer db.Close()
 
 	// Tracing: on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set.
 	tp, stopTracing, err := newTracing(ctx, os.LookupEnv, log)
@@ -299,7 +300,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	transcriber := newTranscriber(ag)
 	// The admin stats' turns per second are counted on the way to metrics.
 	turns := admin.CountTurns(metrics, nil)
-	mgr := sessions.New(store, ag, sessions.Options{
+	mgr := sessions.New(db, ag, sessions.Options{
+		Events:              db.Events(),
 		TracerProvider:      tp,
 		Observer:            turns,
 		Policies:            policies(cfg),
@@ -359,7 +361,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reloads := &reloader{path: reloadPath, log: log, level: level, metrics: metrics, mgr: mgr, ws: ws,
 		transcriber: transcriber, started: cfg, applied: cfg}
 	if cfg.AdminEnabled() {
-		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: store, Manager: mgr, Turns: turns, Logger: log}
+		opts := admin.Options{Tokens: cfg.Admin.Tokens, Store: db, Manager: mgr, Turns: turns, Logger: log}
 		if cfg.WebSocketEnabled() {
 			opts.Connections = ws.Connections
 		}
@@ -382,7 +384,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.WebPageEnabled() {
 		srv.Handle("GET /", gateway.WebPage())
 	}
-	srv.AddCheck("storage", storageCheck(store, mgr))
+	srv.AddCheck("storage", storageCheck(db, mgr))
 	// The listener is bound before anything slow (the Bot API): /healthz
 	// answers at once and /readyz says what is not ready yet.
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
@@ -543,7 +545,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := stopTracing(finishCtx); err != nil {
 		log.Warn("flushing traces", slog.String("error", err.Error()))
 	}
-	if err := store.Close(); err != nil {
+	if err := db.Close(); err != nil {
 		log.Error("closing storage", slog.String("error", err.Error()))
 		code = 1
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // sessionsCmd reads and resets stored conversations. It opens the same
@@ -28,12 +29,12 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if cfg == nil {
 		return code
 	}
-	store, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	db, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
 		return 1
 	}
-	defer store.Close()
+	defer db.Close()
 
 	arg := fs.Arg(0)
 	needArg := func(what string) bool {
@@ -45,7 +46,7 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	switch sub {
 	case "list":
-		convs, err := store.ListConversations(ctx, sessions.ListFilter{SessionKey: *key, Status: *status, Limit: *limit})
+		convs, err := db.ListConversations(ctx, store.ListFilter{SessionKey: *key, Status: *status, Limit: *limit})
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -55,17 +56,17 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if !needArg("a conversation id or session key") {
 			return 2
 		}
-		return show(ctx, store, arg, stdout, stderr)
+		return show(ctx, db, arg, stdout, stderr)
 	case "export":
 		if !needArg("a conversation id") {
 			return 2
 		}
-		return export(ctx, store, arg, *format, stdout, stderr)
+		return export(ctx, db, arg, *format, stdout, stderr)
 	case "reset":
 		if !needArg("a session key") {
 			return 2
 		}
-		conv, err := store.ResetKey(ctx, arg, time.Now().UTC())
+		conv, err := db.ResetKey(ctx, arg, time.Now().UTC())
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -76,7 +77,7 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		fmt.Fprintf(stdout, "archived %s (%d messages); the next message from %s starts a new conversation\n", conv.ID, conv.LastSeq, arg)
 	case "purge":
-		return purge(ctx, cfg, store, stdout, stderr)
+		return purge(ctx, cfg, db, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "gateway sessions: unknown subcommand %q\n", sub)
 		return 2
@@ -94,14 +95,14 @@ func printConversations(w io.Writer, convs []sessions.Conversation) {
 	tw.Flush()
 }
 
-func show(ctx context.Context, store *sessions.DB, arg string, stdout, stderr io.Writer) int {
-	conv, err := store.Conversation(ctx, arg)
+func show(ctx context.Context, db *store.DB, arg string, stdout, stderr io.Writer) int {
+	conv, err := db.Conversation(ctx, arg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if conv == nil {
-		convs, err := store.ListConversations(ctx, sessions.ListFilter{SessionKey: arg, Limit: 1000})
+		convs, err := db.ListConversations(ctx, store.ListFilter{SessionKey: arg, Limit: 1000})
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -114,17 +115,17 @@ func show(ctx context.Context, store *sessions.DB, arg string, stdout, stderr io
 		conv = &convs[0]
 		fmt.Fprintln(stdout)
 	}
-	return export(ctx, store, conv.ID, "text", stdout, stderr)
+	return export(ctx, db, conv.ID, "text", stdout, stderr)
 }
 
-func export(ctx context.Context, store *sessions.DB, id, format string, stdout, stderr io.Writer) int {
+func export(ctx context.Context, db *store.DB, id, format string, stdout, stderr io.Writer) int {
 	switch format {
-	case sessions.FormatJSON, sessions.FormatText, sessions.FormatMarkdown:
+	case store.FormatJSON, store.FormatText, store.FormatMarkdown:
 	default:
 		fmt.Fprintf(stderr, "unknown export format %q (want json, text or markdown)\n", format)
 		return 2
 	}
-	t, err := store.ExportConversation(ctx, id)
+	t, err := db.ExportConversation(ctx, id)
 	if err == nil && t == nil {
 		err = fmt.Errorf("no conversation %q", id)
 	}

@@ -10,18 +10,19 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // While every storage call fails, /readyz's storage line says since when;
 // once one succeeds, the check passes again.
 func TestStorageCheckSaysSinceWhenUnreachable(t *testing.T) {
-	db, err := sessions.Open(context.Background(), sessions.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"), sessions.OpenOptions{})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	fs := faults.New(db)
-	mgr := sessions.New(fs, agent.Echo{}, sessions.Options{})
+	mgr := sessions.New(db, agent.Echo{}, sessions.Options{})
 	defer mgr.Shutdown(context.Background())
 	check := storageCheck(db, mgr)
 	if err := check(); err != nil {

@@ -1,10 +1,15 @@
-// Package faults wraps a sessions.Store so that a test can make its
-// ledger calls fail: the k-th call and every one after it, until healed
-// (an outage that starts at step k), either before the call reaches the
-// database or after it (the call landed, and its answer was lost — a
-// commit whose connection was reset). Run a scenario once without faults
-// to count its calls (N), then once for every k in 1..N: a fault lands at
-// every step.
+// Package faults makes a store's ledger calls fail, for tests: the k-th
+// call and every one after it, until healed (an outage that starts at
+// step k), either before the call reaches the database or after it (the
+// call landed, and its answer was lost — a commit whose connection was
+// reset). Run a scenario once without faults to count its calls (N), then
+// once for every k in 1..N: a fault lands at every step.
+//
+// The injector is a hook of the store (store.Hook), the interception
+// point every ledger call passes, as the session manager's own watcher
+// is: it sees every call the store makes, and whatever the manager is
+// given the store through, the manager sees exactly what the injector
+// does to it — the same errors, and the same events.
 package faults
 
 import (
@@ -14,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // ErrInjected is the error an injected fault returns.
@@ -37,10 +42,8 @@ func (m Mode) String() string {
 	return "before"
 }
 
-// Store is a sessions.Store whose ledger calls fail on demand.
-type Store struct {
-	sessions.Store
-
+// Injector fails a store's ledger calls on demand.
+type Injector struct {
 	mu       sync.Mutex
 	counted  int      // ledger calls seen (periodic ones not counted)
 	steps    []string // the counted calls, in order
@@ -50,22 +53,33 @@ type Store struct {
 	failures int           // calls failed by the outage
 	failed   chan struct{} // closed (and replaced) at each failure
 	healed   bool
-	byName   map[string]int // every call made, periodic ones too, by name
+	byName   map[string]int  // every call made, periodic ones too, by name
+	losing   map[uint64]bool // calls made whose answer After loses
 }
 
-// New wraps s.
-func New(s sessions.Store) *Store { return &Store{Store: s} }
+// Observed is a store whose ledger calls pass hooks (store.DB).
+type Observed interface {
+	Observe(h store.Hook) (remove func())
+}
+
+// New installs an injector on s, ahead of any hook installed after it
+// (the session manager's watcher, when s is given to one afterwards).
+func New(s Observed) *Injector {
+	f := &Injector{}
+	s.Observe(f)
+	return f
+}
 
 // Outage makes every ledger call from the from-th counted one on fail
 // (periodic calls too, once it started), in mode, until Heal.
-func (f *Store) Outage(from int, mode Mode) {
+func (f *Injector) Outage(from int, mode Mode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.from, f.mode, f.healed = from, mode, false
 }
 
 // Down starts an outage now: every call fails, in mode, until Heal.
-func (f *Store) Down(mode Mode) {
+func (f *Injector) Down(mode Mode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mode, f.failing, f.healed = mode, true, false
@@ -73,42 +87,42 @@ func (f *Store) Down(mode Mode) {
 
 // Count is how many calls named name were made (or failed), periodic
 // ones included.
-func (f *Store) Count(name string) int {
+func (f *Injector) Count(name string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.byName[name]
 }
 
 // Heal ends the outage: every call reaches the database again.
-func (f *Store) Heal() {
+func (f *Injector) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.healed, f.failing = true, false
 }
 
 // Calls is how many counted ledger calls were made.
-func (f *Store) Calls() int {
+func (f *Injector) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.counted
 }
 
 // Steps are the counted calls' names, in order.
-func (f *Store) Steps() []string {
+func (f *Injector) Steps() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.steps...)
 }
 
 // Failures is how many calls the outage failed.
-func (f *Store) Failures() int {
+func (f *Injector) Failures() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.failures
 }
 
 // Failing reports whether the outage is on.
-func (f *Store) Failing() bool {
+func (f *Injector) Failing() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.failing
@@ -116,7 +130,7 @@ func (f *Store) Failing() bool {
 
 // WaitFailures waits until the outage has failed n calls, or d passed;
 // it reports whether it had.
-func (f *Store) WaitFailures(n int, d time.Duration) bool {
+func (f *Injector) WaitFailures(n int, d time.Duration) bool {
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
 	for {
@@ -136,18 +150,83 @@ func (f *Store) WaitFailures(n int, d time.Duration) bool {
 }
 
 // failedLocked is the channel the next failure closes; f.mu is held.
-func (f *Store) failedLocked() chan struct{} {
+func (f *Injector) failedLocked() chan struct{} {
 	if f.failed == nil {
 		f.failed = make(chan struct{})
 	}
 	return f.failed
 }
 
+// periodic are the calls of the heartbeat and the rescuer's scans: they
+// are not steps of a turn, so that steps are numbered alike from run to
+// run.
+var periodic = map[string]bool{"DueTurns": true, "OrphanTurns": true, "Heartbeat": true, "Replicas": true,
+	"ForgetReplica": true, "Retire": true}
+
+// name is how a call is counted: an append by what it stores.
+func name(c store.Call) string {
+	if c.Op != "Append" || c.Append == nil {
+		return c.Op
+	}
+	if len(c.Append.Messages) > 0 && c.Append.Messages[0].Role != "user" {
+		return "Append(reply)"
+	}
+	return "Append(user)"
+}
+
+// asideKey marks a context whose calls the injector leaves alone.
+type asideKey struct{}
+
+// Aside marks ctx as a test's own look at the store: calls made with it
+// are neither counted nor failed, so that checking what a run stored does
+// not add steps to it (the injector sees every call the store makes, not
+// only the manager's).
+func Aside(ctx context.Context) context.Context { return context.WithValue(ctx, asideKey{}, true) }
+
+func aside(ctx context.Context) bool { return ctx.Value(asideKey{}) != nil }
+
+// Before fails the call without making it, in mode Before, when an
+// outage is on.
+func (f *Injector) Before(ctx context.Context, c store.Call) error {
+	if aside(ctx) {
+		return nil
+	}
+	mode, ok := f.enter(name(c), !periodic[c.Op])
+	switch {
+	case ok:
+		return nil
+	case mode == After:
+		f.mu.Lock()
+		if f.losing == nil {
+			f.losing = map[uint64]bool{}
+		}
+		f.losing[c.ID] = true
+		f.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name(c), ErrInjected)
+}
+
+// After fails a call that landed, in mode After, when an outage is on:
+// its answer is lost.
+func (f *Injector) After(ctx context.Context, c store.Call, err error) error {
+	if aside(ctx) {
+		return err
+	}
+	f.mu.Lock()
+	lose := f.losing[c.ID]
+	delete(f.losing, c.ID)
+	f.mu.Unlock()
+	if err != nil || !lose {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name(c), ErrInjected)
+}
+
 // enter decides the fate of one call: counted says whether it is a step
-// of a turn (periodic calls of the heartbeat and the rescuer are not, so
-// that steps are numbered alike from run to run). It returns the mode to
-// fail in, or ok.
-func (f *Store) enter(name string, counted bool) (Mode, bool) {
+// of a turn. It returns the mode to fail in, or ok. A call failed in mode
+// After is remembered until After sees it.
+func (f *Injector) enter(name string, counted bool) (Mode, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.byName == nil {
@@ -168,156 +247,4 @@ func (f *Store) enter(name string, counted bool) (Mode, bool) {
 	close(f.failedLocked())
 	f.failed = nil
 	return f.mode, false
-}
-
-// call runs one ledger call through the fault plan.
-func call[T any](f *Store, name string, counted bool, fn func() (T, error)) (T, error) {
-	mode, ok := f.enter(name, counted)
-	if ok {
-		return fn()
-	}
-	var zero T
-	if mode == After {
-		v, err := fn()
-		if err != nil {
-			return v, err
-		}
-		// Landed; its answer is lost.
-		if release, ok := any(v).(func()); ok {
-			// A lease: the store gives back an acquisition whose answer
-			// it lost (sessions.DB.Lease), once the database answers.
-			release()
-		}
-		return zero, fmt.Errorf("%s: %w", name, ErrInjected)
-	}
-	return zero, fmt.Errorf("%s: %w", name, ErrInjected)
-}
-
-func call0(f *Store, name string, counted bool, fn func() error) error {
-	_, err := call(f, name, counted, func() (struct{}, error) { return struct{}{}, fn() })
-	return err
-}
-
-func (f *Store) ActiveConversation(ctx context.Context, key string) (*sessions.Conversation, error) {
-	return call(f, "ActiveConversation", true, func() (*sessions.Conversation, error) { return f.Store.ActiveConversation(ctx, key) })
-}
-
-func (f *Store) Conversation(ctx context.Context, id string) (*sessions.Conversation, error) {
-	return call(f, "Conversation", true, func() (*sessions.Conversation, error) { return f.Store.Conversation(ctx, id) })
-}
-
-func (f *Store) CreateConversation(ctx context.Context, c *sessions.Conversation) error {
-	return call0(f, "CreateConversation", true, func() error { return f.Store.CreateConversation(ctx, c) })
-}
-
-func (f *Store) RecentMessages(ctx context.Context, convID string, limit int) ([]sessions.Message, error) {
-	return call(f, "RecentMessages", true, func() ([]sessions.Message, error) { return f.Store.RecentMessages(ctx, convID, limit) })
-}
-
-func (f *Store) MessageByClientID(ctx context.Context, convID, clientID string) (*sessions.Message, error) {
-	return call(f, "MessageByClientID", true, func() (*sessions.Message, error) { return f.Store.MessageByClientID(ctx, convID, clientID) })
-}
-
-func (f *Store) EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error) {
-	return call(f, "EditPending", true, func() (bool, error) { return f.Store.EditPending(ctx, convID, seq, text) })
-}
-
-func (f *Store) Message(ctx context.Context, convID string, seq int64) (*sessions.Message, error) {
-	return call(f, "Message", true, func() (*sessions.Message, error) { return f.Store.Message(ctx, convID, seq) })
-}
-
-func (f *Store) FinalReply(ctx context.Context, convID string, userSeq int64) (*sessions.Message, error) {
-	return call(f, "FinalReply", true, func() (*sessions.Message, error) { return f.Store.FinalReply(ctx, convID, userSeq) })
-}
-
-func (f *Store) Append(ctx context.Context, a sessions.Append) error {
-	name := "Append(user)"
-	if len(a.Messages) > 0 && a.Messages[0].Role != "user" {
-		name = "Append(reply)"
-	}
-	return call0(f, name, true, func() error {
-		if f.Failing() {
-			// The caller sees a failed append, whatever landed: the store
-			// updates its copy of the conversation only on success.
-			conv := *a.Conv
-			a.Conv = &conv
-		}
-		return f.Store.Append(ctx, a)
-	})
-}
-
-func (f *Store) Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error) {
-	return call(f, "Archive", true, func() (bool, error) { return f.Store.Archive(ctx, convID, reason, at, expectSeq) })
-}
-
-func (f *Store) TurnAt(ctx context.Context, convID string, seq int64) (*sessions.Turn, error) {
-	return call(f, "TurnAt", true, func() (*sessions.Turn, error) { return f.Store.TurnAt(ctx, convID, seq) })
-}
-
-func (f *Store) TurnByClientID(ctx context.Context, key, clientID string) (*sessions.Turn, error) {
-	return call(f, "TurnByClientID", true, func() (*sessions.Turn, error) { return f.Store.TurnByClientID(ctx, key, clientID) })
-}
-
-func (f *Store) DueTurns(ctx context.Context, now time.Time, limit int) ([]sessions.DueTurn, error) {
-	return call(f, "DueTurns", false, func() ([]sessions.DueTurn, error) { return f.Store.DueTurns(ctx, now, limit) })
-}
-
-func (f *Store) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]sessions.DueTurn, error) {
-	return call(f, "OrphanTurns", false, func() ([]sessions.DueTurn, error) { return f.Store.OrphanTurns(ctx, since, alive, limit) })
-}
-
-func (f *Store) OwnTurns(ctx context.Context, convID, owner string) ([]sessions.DueTurn, error) {
-	return call(f, "OwnTurns", true, func() ([]sessions.DueTurn, error) { return f.Store.OwnTurns(ctx, convID, owner) })
-}
-
-func (f *Store) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*sessions.Claimed, error) {
-	return call(f, "ClaimTurn", true, func() (*sessions.Claimed, error) {
-		return f.Store.ClaimTurn(ctx, convID, seq, seenOwner, seenAttempt, owner, now)
-	})
-}
-
-func (f *Store) ClaimBatch(ctx context.Context, c sessions.Claim) (*sessions.Batch, error) {
-	return call(f, "ClaimBatch", true, func() (*sessions.Batch, error) { return f.Store.ClaimBatch(ctx, c) })
-}
-
-func (f *Store) Covers(ctx context.Context, convID string, lead int64) ([]sessions.BatchRow, error) {
-	return call(f, "Covers", true, func() ([]sessions.BatchRow, error) { return f.Store.Covers(ctx, convID, lead) })
-}
-
-func (f *Store) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
-	return call0(f, "ReleaseTurn", true, func() error { return f.Store.ReleaseTurn(ctx, convID, seq, owner, attempt, dueAt, why) })
-}
-
-func (f *Store) MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error {
-	return call0(f, "MarkDelivered", true, func() error {
-		return f.Store.MarkDelivered(ctx, convID, seq, owner, attempt, ref, failure, at)
-	})
-}
-
-func (f *Store) Heartbeat(ctx context.Context, replica string, started time.Time) error {
-	return call0(f, "Heartbeat", false, func() error { return f.Store.Heartbeat(ctx, replica, started) })
-}
-
-func (f *Store) Replicas(ctx context.Context, self string, ttl time.Duration) ([]sessions.Replica, []string, error) {
-	type both struct {
-		gone  []sessions.Replica
-		alive []string
-	}
-	r, err := call(f, "Replicas", false, func() (both, error) {
-		g, a, err := f.Store.Replicas(ctx, self, ttl)
-		return both{g, a}, err
-	})
-	return r.gone, r.alive, err
-}
-
-func (f *Store) ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error {
-	return call0(f, "ForgetReplica", false, func() error { return f.Store.ForgetReplica(ctx, id, heartbeat) })
-}
-
-func (f *Store) Retire(ctx context.Context, replica string) error {
-	return call0(f, "Retire", false, func() error { return f.Store.Retire(ctx, replica) })
-}
-
-func (f *Store) Lease(ctx context.Context, key, replica string, ttl time.Duration) (func(), error) {
-	return call(f, "Lease", true, func() (func(), error) { return f.Store.Lease(ctx, key, replica, ttl) })
 }

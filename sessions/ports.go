@@ -1,0 +1,98 @@
+package sessions
+
+import (
+	"context"
+	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
+)
+
+// The ports: what the session manager consumes from the layers below it,
+// declared here, by the consumer. Package store implements Store on GORM
+// for SQLite and PostgreSQL (and its notifier, Events); the records the
+// ports carry, and the ledger's rules, are package ledger's.
+
+// Ledger is what a turn needs from storage on its way from a stored
+// message to a delivered reply: the conversation it belongs to, the
+// appends, the claims and their settling, the replicas' liveness and the
+// session leases. Every call may fail: a turn's state after any failed
+// call is still one the ledger recovers from (see watch.go), which the
+// fault-injection tests prove by failing each call in turn.
+type Ledger interface {
+	ActiveConversation(ctx context.Context, key string) (*ledger.Conversation, error)
+	Conversation(ctx context.Context, id string) (*ledger.Conversation, error)
+	CreateConversation(ctx context.Context, c *ledger.Conversation) error
+	RecentMessages(ctx context.Context, convID string, limit int) ([]ledger.Message, error)
+	MessageByClientID(ctx context.Context, convID, clientID string) (*ledger.Message, error)
+	// EditPending replaces the text of user message seq if its turn has
+	// not started (pending, never claimed); false when it had.
+	EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error)
+	Message(ctx context.Context, convID string, seq int64) (*ledger.Message, error)
+	FinalReply(ctx context.Context, convID string, userSeq int64) (*ledger.Message, error)
+	Append(ctx context.Context, a ledger.Append) error
+	Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error)
+	TurnAt(ctx context.Context, convID string, seq int64) (*ledger.Turn, error)
+	TurnByClientID(ctx context.Context, key, clientID string) (*ledger.Turn, error)
+	DueTurns(ctx context.Context, now time.Time, limit int) ([]ledger.DueTurn, error)
+	OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]ledger.DueTurn, error)
+	OwnTurns(ctx context.Context, convID, owner string) ([]ledger.DueTurn, error)
+	ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*ledger.Claimed, error)
+	ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, error)
+	Covers(ctx context.Context, convID string, lead int64) ([]ledger.BatchRow, error)
+	ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error
+	MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error
+	Heartbeat(ctx context.Context, replica string, started time.Time) error
+	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []ledger.Replica, alive []string, err error)
+	ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error
+	Retire(ctx context.Context, replica string) error
+	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
+}
+
+// Store is what the session manager needs from a database: the ledger,
+// and what sweeps, resumes, retention and the channels' own state need.
+// store.DB implements it on GORM for SQLite and PostgreSQL.
+type Store interface {
+	Ledger
+	Observed
+	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
+	// LastArchived and Reopen take a key back to its previous
+	// conversation (reopen.go).
+	LastArchived(ctx context.Context, key string) (*ledger.Conversation, error)
+	Reopen(ctx context.Context, r ledger.Reopen) error
+	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]ledger.Archived)) (int, error)
+	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]ledger.Archived)) (int, error)
+	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
+	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
+	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	Resign(ctx context.Context, name, holder string) error
+	// Shared reports whether several gateways may use the database at
+	// once (PostgreSQL); SQLite serves one.
+	Shared() bool
+	GetState(ctx context.Context, key string) (string, error)
+	SetState(ctx context.Context, key, value string) error
+	// Retention of states and guests (retention.go).
+	StateRows(ctx context.Context, prefix, after string, limit int) ([]ledger.ChannelState, error)
+	DeleteStates(ctx context.Context, names []string) (int64, error)
+	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
+	IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]ledger.Conversation, error)
+	DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error)
+	Close() error
+}
+
+// Observed is a store whose every ledger call passes its hooks
+// (store.Hook): the manager watches its calls through one (watch.go),
+// and a test's fault injector fails them through another.
+type Observed interface {
+	Observe(h store.Hook) (remove func())
+}
+
+// Events is what replicas sharing a database tell each other
+// (store.DB.Events: LISTEN/NOTIFY on PostgreSQL; nothing on SQLite).
+type Events interface {
+	// Publish sends ev to every listening replica; it never blocks.
+	Publish(ev ledger.Event)
+	// Listen registers fn for every event (this replica's own included)
+	// and returns once events are being received, or when ctx ends.
+	Listen(ctx context.Context, fn func(ledger.Event)) error
+}

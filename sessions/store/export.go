@@ -1,0 +1,225 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// Export is one conversation with all its messages, as the CLI's
+// `gateway sessions export` and the admin API write it.
+type Export struct {
+	Conversation ledger.Conversation `json:"conversation"`
+	Messages     []ExportMessage     `json:"messages"`
+}
+
+// ExportMessage is one message of an Export. A user message carries its
+// turn (see ledger.go): its state as the ledger derives it (answered,
+// failed or expired once its final reply is stored), owner replica,
+// attempt, and the seq of the reply that answers it.
+type ExportMessage struct {
+	Seq         int64           `json:"seq"`
+	Role        string          `json:"role"`
+	Content     string          `json:"content"`
+	ToolCalls   json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID  string          `json:"tool_call_id,omitempty"`
+	ClientMsgID string          `json:"client_msg_id,omitempty"`
+	Attachments json.RawMessage `json:"attachments,omitempty"` // metadata, as stored
+	ReplyTo     int64           `json:"reply_to,omitempty"`
+	// Covers is a summary's span of seqs [first, last]: the messages it
+	// stands for in the history a model gets (they stay stored).
+	Covers      []int64    `json:"covers,omitempty"`
+	Status      string     `json:"status"`
+	Error       string     `json:"error,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	TurnState   string     `json:"turn_state,omitempty"`
+	TurnOwner   string     `json:"turn_owner,omitempty"`
+	TurnAttempt int        `json:"turn_attempt,omitempty"`
+	ReplySeq    int64      `json:"reply_seq,omitempty"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+}
+
+// Export formats.
+const (
+	FormatJSON     = "json"
+	FormatText     = "text"
+	FormatMarkdown = "markdown"
+)
+
+// ExportConversation reads a conversation and its messages; nil when there is no
+// conversation with that id.
+func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error) {
+	conv, err := s.Conversation(ctx, id)
+	if err != nil || conv == nil {
+		return nil, err
+	}
+	msgs, err := s.MessagesAfter(maintenance(ctx), id, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	t := &Export{Conversation: *conv, Messages: make([]ExportMessage, 0, len(msgs))}
+	for i := range msgs {
+		m := &msgs[i]
+		em := ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID,
+			ReplyTo: m.ReplyTo, Status: m.Status, Error: m.Error, CreatedAt: m.CreatedAt,
+			TurnState: m.TurnState, TurnOwner: m.TurnOwner, TurnAttempt: m.TurnAttempt, DeliveredAt: m.DeliveredAt}
+		if m.Role == "user" && m.TurnState != "" {
+			turn := ledger.TurnOf(m)
+			if reply := finalReplyIn(msgs, turn.Lead); reply != nil {
+				turn.ApplyReply(reply)
+			}
+			em.TurnState, em.ReplySeq = turn.State, turn.ReplySeq
+		}
+		if m.Role == ledger.RoleSummary {
+			em.Covers = []int64{1, m.ReplyTo}
+		}
+		if m.ToolCalls != "" {
+			em.ToolCalls = json.RawMessage(m.ToolCalls)
+		}
+		if m.ClientMsgID != nil {
+			em.ClientMsgID = *m.ClientMsgID
+		}
+		if m.Attachments != "" {
+			em.Attachments = json.RawMessage(m.Attachments)
+		}
+		t.Messages = append(t.Messages, em)
+	}
+	return t, nil
+}
+
+// finalReplyIn finds, as FinalReply does in the store, the final reply to
+// the message lead among a conversation's messages: the newest.
+func finalReplyIn(msgs []ledger.Message, lead int64) *ledger.Message {
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Seq > lead; i-- {
+		r := &msgs[i]
+		if r.ReplyTo == lead && ledger.SettlesTurn(r) {
+			return r
+		}
+	}
+	return nil
+}
+
+// Write writes the transcript in a format: json, text (one line per
+// message) or markdown.
+func (t *Export) Write(w io.Writer, format string) error {
+	switch format {
+	case FormatJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(t)
+	case FormatText:
+		return t.writeText(w)
+	case FormatMarkdown:
+		return t.writeMarkdown(w)
+	}
+	return fmt.Errorf("unknown export format %q (want json, text or markdown)", format)
+}
+
+func (t *Export) writeText(w io.Writer) error {
+	conv := t.Conversation
+	var b strings.Builder
+	fmt.Fprintf(&b, "conversation %s  key %s  %s", conv.ID, conv.SessionKey, conv.Status)
+	if conv.ResetReason != "" {
+		fmt.Fprintf(&b, " (%s)", conv.ResetReason)
+	}
+	fmt.Fprintf(&b, "\nstarted %s  agent %s  model %s  tokens %d  cost %.4f\n\n",
+		conv.StartedAt.Format(time.RFC3339), conv.AgentName, conv.Model, conv.TotalTokens, conv.Cost)
+	for _, m := range t.Messages {
+		status := ""
+		if m.Status != ledger.MsgOK {
+			status = " [" + m.Status + "]"
+		}
+		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), m.Content, attachmentsNote(m.Attachments), status)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (t *Export) writeMarkdown(w io.Writer) error {
+	conv := t.Conversation
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Conversation %s\n\n", conv.ID)
+	fmt.Fprintf(&b, "- Session key: `%s`\n", mdCode(conv.SessionKey))
+	fmt.Fprintf(&b, "- Channel: %s\n", conv.Channel)
+	status := conv.Status
+	if conv.ResetReason != "" {
+		status += " (" + conv.ResetReason + ")"
+	}
+	fmt.Fprintf(&b, "- Status: %s\n", status)
+	fmt.Fprintf(&b, "- Started: %s\n", conv.StartedAt.Format(time.RFC3339))
+	fmt.Fprintf(&b, "- Last activity: %s\n", conv.LastActivityAt.Format(time.RFC3339))
+	fmt.Fprintf(&b, "- Agent: %s, model %s, %d tokens, cost %.4f\n", conv.AgentName, conv.Model, conv.TotalTokens, conv.Cost)
+	for _, m := range t.Messages {
+		fmt.Fprintf(&b, "\n## %d · %s", m.Seq, m.Role)
+		if len(m.Covers) == 2 {
+			fmt.Fprintf(&b, " of messages %d–%d", m.Covers[0], m.Covers[1])
+		}
+		if m.TurnState != "" {
+			fmt.Fprintf(&b, " · turn %s", m.TurnState)
+		}
+		if m.Status != ledger.MsgOK {
+			fmt.Fprintf(&b, " · %s", m.Status)
+		}
+		fmt.Fprintf(&b, "\n\n_%s_\n\n", m.CreatedAt.Format(time.RFC3339))
+		// Quoted, so that whatever the message contains (headings, fences)
+		// stays inside its message.
+		for _, line := range strings.Split(m.Content, "\n") {
+			b.WriteString(strings.TrimRight("> "+line, " ") + "\n")
+		}
+		if note := attachmentsNote(m.Attachments); note != "" {
+			fmt.Fprintf(&b, "\nAttachments:%s\n", note)
+		}
+		if m.Error != "" {
+			fmt.Fprintf(&b, "\nError: %s\n", m.Error)
+		}
+		if len(m.ToolCalls) > 0 {
+			fmt.Fprintf(&b, "\nTool calls: `%s`\n", mdCode(string(m.ToolCalls)))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// mdCode keeps a value inside a one-backtick code span.
+func mdCode(s string) string { return strings.ReplaceAll(s, "`", "'") }
+
+// attachmentsNote names a message's stored attachments for the text and
+// Markdown transcripts: " [image image/jpeg 48213 bytes]".
+func attachmentsNote(stored json.RawMessage) string {
+	var atts []agent.Attachment
+	if len(stored) == 0 || json.Unmarshal(stored, &atts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, a := range atts {
+		kind := a.Kind
+		if a.Type != "" {
+			kind = a.Type
+		}
+		fmt.Fprintf(&b, " [%s", kind)
+		for _, s := range []string{a.Name, a.Mime} {
+			if s != "" {
+				b.WriteString(" " + s)
+			}
+		}
+		if a.Size > 0 {
+			fmt.Fprintf(&b, " %d bytes", a.Size)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// coversNote is a summary's span, before its text: "[messages 1–40] ".
+func coversNote(covers []int64) string {
+	if len(covers) != 2 {
+		return ""
+	}
+	return fmt.Sprintf("[messages %d–%d] ", covers[0], covers[1])
+}

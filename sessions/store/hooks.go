@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// Every ledger call of a DB passes one interception point: the hooks
+// installed with Observe see it before it reaches the database, and may
+// fail it there, and see its outcome after, and may turn it into a
+// failure. The session manager's watcher (the storage health, and the
+// conversations a failed call leaves owed) and the fault injector of the
+// tests are hooks, so both see every call through the same path, and a
+// ledger method added to DB is seen by both as long as it starts with
+// observe — which TestEveryLedgerCallIsObserved checks of every method of
+// the sessions.Ledger port.
+
+// Call is one ledger call, as hooks see it.
+type Call struct {
+	// Op is the name of the ledger method called.
+	Op string
+	// Conv is the conversation the call is about; "" when none.
+	Conv string
+	// Append is the append of an Op "Append" call.
+	Append *ledger.Append
+	// ID tells this call apart from every other of the DB's, for a hook
+	// that decides in Before what it does in After.
+	ID uint64
+}
+
+// Hook sees every ledger call of a DB.
+type Hook interface {
+	// Before runs before the call reaches the database. An error fails
+	// the call without making it.
+	Before(ctx context.Context, c Call) error
+	// After runs once the call is made or failed, with its error, and
+	// returns the call's error: err itself, or a failure of its own for
+	// a call that landed (whose answer is then lost).
+	After(ctx context.Context, c Call, err error) error
+}
+
+// hooks are the installed hooks, in the order of Observe: Before runs in
+// that order until one fails, and After runs in that order on every one.
+type hooks struct {
+	mu    sync.Mutex
+	list  atomic.Pointer[[]*installed]
+	calls atomic.Uint64 // numbers the calls the hooks see
+}
+
+// installed is one Observe's hook: removed by its identity, since a
+// hook's own value need not be comparable.
+type installed struct{ Hook }
+
+// Observe installs h for every ledger call from now on, after the hooks
+// already installed; remove uninstalls it.
+func (s *DB) Observe(h Hook) (remove func()) {
+	s.hooks.mu.Lock()
+	defer s.hooks.mu.Unlock()
+	var list []*installed
+	if cur := s.hooks.list.Load(); cur != nil {
+		list = slices.Clone(*cur)
+	}
+	in := &installed{h}
+	list = append(list, in)
+	s.hooks.list.Store(&list)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.hooks.mu.Lock()
+			defer s.hooks.mu.Unlock()
+			cur := *s.hooks.list.Load()
+			i := slices.Index(cur, in)
+			if i < 0 {
+				return
+			}
+			next := slices.Delete(slices.Clone(cur), i, i+1)
+			s.hooks.list.Store(&next)
+		})
+	}
+}
+
+// observe makes one ledger call, fn, through the hooks. A failed call
+// returns T's zero value.
+func observe[T any](ctx context.Context, s *DB, c Call, fn func() (T, error)) (T, error) {
+	var zero T
+	list := s.hooks.list.Load()
+	if list == nil || len(*list) == 0 {
+		v, err := fn()
+		if err != nil {
+			return zero, err
+		}
+		return v, nil
+	}
+	c.ID = s.hooks.calls.Add(1)
+	var v T
+	var err error
+	for _, h := range *list {
+		if err = h.Before(ctx, c); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		v, err = fn()
+	}
+	for _, h := range *list {
+		err = h.After(ctx, c, err)
+	}
+	if err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// observe0 is observe for a call that returns only an error.
+func observe0(ctx context.Context, s *DB, c Call, fn func() error) error {
+	_, err := observe(ctx, s, c, func() (struct{}, error) { return struct{}{}, fn() })
+	return err
+}

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// leaseGate is a pgx tracer that holds the first hold lease acquisitions
+// the store sends until open is closed, and counts them.
+type leaseGate struct {
+	hold    int32
+	held    atomic.Int32
+	sent    atomic.Int32
+	waiting chan struct{} // one value per held statement
+	open    chan struct{}
+}
+
+func newLeaseGate(hold int32) *leaseGate {
+	return &leaseGate{hold: hold, waiting: make(chan struct{}, hold), open: make(chan struct{})}
+}
+
+func (g *leaseGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "INSERT INTO session_leases") {
+		g.sent.Add(1)
+		if g.held.Add(1) <= g.hold {
+			g.waiting <- struct{}{}
+			<-g.open
+		}
+	}
+	return ctx
+}
+func (g *leaseGate) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestLeasesTakenTogetherShareAStatement: acquisitions waiting while the
+// lease statements are busy go out together, a few statements for a
+// hundred keys, and each caller holds its key.
+func TestLeasesTakenTogetherShareAStatement(t *testing.T) {
+	gate := newLeaseGate(leaseWorkers)
+	db, err := Open(context.Background(), DriverPostgres, postgresDSN(t), OpenOptions{Tracer: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	const n = 100
+	releases := make([]func(), n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			releases[i], errs[i] = db.Lease(ctx, fmt.Sprint("websocket:u", i), "r1", LeaseTTL)
+		}()
+		if i < leaseWorkers {
+			<-gate.waiting // each worker holds a statement of one
+		}
+	}
+	for len(db.leaseQ) < n-leaseWorkers {
+		waitQueue()
+	}
+	close(gate.open)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("lease %d: %v", i, err)
+		}
+		if holder, replica := leaseHolder(t, db, fmt.Sprint("websocket:u", i)); holder == "" || replica != "r1" {
+			t.Fatalf("key %d: lease row %q of %q", i, holder, replica)
+		}
+	}
+	if sent := gate.sent.Load(); sent > leaseWorkers+2 {
+		t.Errorf("%d acquisitions sent %d statements, want at most %d", n, sent, leaseWorkers+2)
+	}
+	for _, release := range releases {
+		release()
+	}
+}
+
+// TestAbandonedLeaseIsGivenBack: a caller that stops waiting after its
+// acquisition was sent gets its context's error, and the row the
+// statement wrote is given back, so another replica takes the key.
+func TestAbandonedLeaseIsGivenBack(t *testing.T) {
+	gate := newLeaseGate(1)
+	dsn := postgresDSN(t)
+	db, err := Open(context.Background(), DriverPostgres, dsn, OpenOptions{Tracer: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	other := openStore(t, DriverPostgres, dsn)
+	const key = "websocket:gone"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Lease(ctx, key, "r1", LeaseTTL)
+		done <- err
+	}()
+	<-gate.waiting // the statement is on its way, held
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned lease: %v, want context.Canceled", err)
+	}
+	close(gate.open) // the statement writes the row now
+	// r1 is alive (it beat just now), so only the give-back frees the key.
+	if err := db.Heartbeat(context.Background(), "r1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer lcancel()
+	release, err := other.Lease(lctx, key, "r2", LeaseTTL)
+	if err != nil {
+		t.Fatalf("another replica's lease after the give-back: %v", err)
+	}
+	release()
+}
+
+// Lease writes skip the wait for the log flush; every other write keeps it.
+func TestLeasesCommitWithoutWaitingForTheFlush(t *testing.T) {
+	db := openStore(t, DriverPostgres, postgresDSN(t))
+	var lease, write string
+	if err := db.leases.QueryRow("SHOW synchronous_commit").Scan(&lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Gorm().Raw("SHOW synchronous_commit").Scan(&write).Error; err != nil {
+		t.Fatal(err)
+	}
+	if lease != "off" || write != "on" {
+		t.Fatalf("synchronous_commit: leases %q, writes %q; want off, on", lease, write)
+	}
+}

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// Indexes earlier versions kept — on archived_at, one per sweep, one of
+// replies, and the sweep index over last_activity_at itself — are dropped
+// on open: every archive, reply or turn paid for them. A database of the
+// version before activity_minute gets the column, computed for the rows
+// it holds, and the sweep index over it.
+func TestOpenDropsIndexesNoLongerKept(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+		idle := seedConversations(t, db, "idle", 2, now.Add(-2*time.Hour))
+		fresh := seedConversations(t, db, "fresh", 1, now.Add(-30*time.Second))
+		for _, stmt := range []string{
+			"DROP INDEX " + sweepIndex,
+			"ALTER TABLE conversations DROP COLUMN activity_minute",
+			"CREATE INDEX ix_conversations_sweep ON conversations (channel, last_activity_at, started_at) WHERE status = 'active'",
+			"CREATE INDEX idx_conversations_archived_at ON conversations (archived_at)",
+			"CREATE INDEX ix_conversations_idle ON conversations (channel, last_activity_at) WHERE status = 'active'",
+			"CREATE INDEX ix_conversations_daily ON conversations (channel, started_at) WHERE status = 'active'",
+			"CREATE INDEX ix_messages_reply ON messages (conversation_id, reply_to) WHERE reply_to > 0",
+		} {
+			if err := db.Gorm().Exec(stmt).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := migrateModels(db.Gorm()); err != nil {
+			t.Fatal(err)
+		}
+		for _, ix := range droppedIndexes {
+			if db.Gorm().Migrator().HasIndex(ix.model, ix.name) {
+				t.Errorf("index %s is still there after migrating", ix.name)
+			}
+		}
+		if !db.Gorm().Migrator().HasIndex(&ledger.Conversation{}, sweepIndex) {
+			t.Error("the sweep index is missing")
+		}
+		// Migrating again finds everything in place.
+		if err := migrateModels(db.Gorm()); err != nil {
+			t.Fatalf("second migration: %v", err)
+		}
+		var minutes []string
+		if err := db.Gorm().Raw("SELECT CAST(activity_minute AS TEXT) FROM conversations ORDER BY id").Scan(&minutes).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{
+			DriverSQLite:   {"2026-03-10 11:59", "2026-03-10 10:00", "2026-03-10 10:00"},
+			DriverPostgres: {"2026-03-10 11:59:00", "2026-03-10 10:00:00", "2026-03-10 10:00:00"},
+		}[db.Driver()]
+		if !slices.Equal(minutes, want) {
+			t.Errorf("activity_minute of the earlier rows: %q, want %q", minutes, want)
+		}
+		var archived []string
+		n, err := db.SweepIdle(ctx, "websocket", now.Add(-time.Hour), now, func(a []ledger.Archived) {
+			for _, c := range a {
+				archived = append(archived, c.ID)
+			}
+		})
+		slices.Sort(archived)
+		if err != nil || n != 2 || !slices.Equal(archived, idle) {
+			t.Fatalf("idle sweep after migrating archived %d %v (%v), want %v and not %v", n, archived, err, idle, fresh)
+		}
+	})
+}
+
+// seedConversations stores n active websocket conversations that started
+// and were last active at the given time, each with one message.
+func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		c := &ledger.Conversation{ID: fmt.Sprintf("%s-%03d", prefix, i), SessionKey: fmt.Sprintf("websocket:%s-%d", prefix, i), Channel: "websocket",
+			Status: ledger.StatusActive, StartedAt: at, LastActivityAt: at}
+		if err := db.CreateConversation(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Append(context.Background(), ledger.Append{Conv: c, Messages: []ledger.Message{{ConversationID: c.ID, Seq: 1, Role: agent.RoleUser, Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	return ids
+}

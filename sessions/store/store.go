@@ -1,0 +1,363 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store/notifier"
+)
+
+// Driver names.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// DB is the GORM store. Writes go through a group committer: concurrent
+// writes share one transaction, and each caller returns when its write is
+// committed.
+type DB struct {
+	closeOnce sync.Once
+	closeErr  error
+	driver    string
+	write     *gorm.DB
+	read      *gorm.DB
+	commit    *committer
+	ckpt      *checkpointer // SQLite only
+	// leases is the PostgreSQL pool the session leases are written
+	// through, without waiting for their commit to reach disk.
+	leases *sql.DB
+	// chunk is how many conversations one sweep or purge transaction
+	// handles (defaultChunk; tests make it small).
+	chunk int
+	// events carries events between replicas (PostgreSQL; notify.go).
+	events *notifier.Notifier
+	// kept is the session leases kept across turns (leasekeep.go).
+	kept keptLeases
+	// leaseQ feeds lease acquisitions to the workers that batch them
+	// (leasesql.go); leaseWG waits for those workers.
+	leaseQ  chan *leaseReq
+	leaseWG sync.WaitGroup
+	// hooks see every ledger call (hooks.go).
+	hooks hooks
+	// closed is closed by Close, ending background retries.
+	closed chan struct{}
+}
+
+// OpenOptions tunes Open.
+type OpenOptions struct {
+	Logger   *slog.Logger
+	MaxBatch int // writes per group commit (default 512)
+	// Tracer, on PostgreSQL, sees every statement the store's pools send
+	// (the benchmark counts round trips and transactions with it).
+	Tracer pgx.QueryTracer
+	// Chunk is how many conversations one sweep or purge transaction
+	// handles; 0 is 2,000.
+	Chunk int
+	// Timeout, on PostgreSQL, is how long one request to the server may
+	// take before it fails and its connection is closed (pgdeadline.go);
+	// 0 is DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Open opens (and migrates) the database. For sqlite, dsn is a file path.
+func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	gcfg := &gorm.Config{
+		TranslateError: true,
+		Logger:         logger.Discard,
+		NowFunc:        func() time.Time { return time.Now().UTC() },
+	}
+	s := &DB{driver: driver, chunk: defaultChunk, closed: make(chan struct{})}
+	if opts.Chunk > 0 {
+		s.chunk = opts.Chunk
+	}
+	s.kept.db = s
+	workers := 1
+	switch driver {
+	case DriverSQLite:
+		w, err := gorm.Open(openSQLite(sqliteDSN(dsn, false)), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
+		}
+		s.write = w
+		// One writer connection: SQLite allows one writer at a time, and
+		// immediate transactions make a second process wait (busy_timeout)
+		// instead of failing mid-transaction.
+		sqlDB, _ := w.DB()
+		sqlDB.SetMaxOpenConns(1)
+	case DriverPostgres:
+		cfg, err := pgConfig(dsn, opts.Timeout, opts.Tracer)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		// No ping inside gorm.Open: it would have no deadline (the pool's
+		// first connection's ping is untraced); s.ping below has ctx's.
+		pgcfg := *gcfg
+		pgcfg.DisableAutomaticPing = true
+		db, err := gorm.Open(postgres.New(postgres.Config{Conn: openPGPool(cfg, opts.Timeout)}), &pgcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetMaxIdleConns(16)
+		s.write, s.read = db, db
+		workers = 4 // for the writes other than appends: those have one of their own (commit.go)
+		if s.leases, err = openLeasePool(dsn, opts.Timeout, opts.Tracer); err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
+		}
+		s.leaseQ = make(chan *leaseReq, leaseBatchMax)
+		for i := 0; i < leaseWorkers; i++ {
+			s.leaseWG.Add(1)
+			go s.leaseWorker()
+		}
+	default:
+		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
+	}
+	if err := s.ping(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
+	}
+	if driver == DriverSQLite {
+		// Readers open after the migration: a connection that cached the
+		// schema before it would expand SELECT * to the columns of old.
+		if err := s.openSQLiteReaders(dsn, gcfg, opts.Logger); err != nil {
+			s.closeDBs()
+			return nil, err
+		}
+	}
+	if err := s.openEvents(ctx, dsn, opts.Timeout, opts.Logger); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
+	if s.ckpt != nil {
+		s.commit.afterCommit = s.ckpt.committed
+	}
+	return s, nil
+}
+
+func (s *DB) openSQLiteReaders(dsn string, gcfg *gorm.Config, log *slog.Logger) error {
+	r, err := gorm.Open(openSQLite(sqliteDSN(dsn, true)), gcfg)
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", dsn, err)
+	}
+	rdb, _ := r.DB()
+	rdb.SetMaxOpenConns(4)
+	s.read = r
+	c, err := sql.Open(sqliteDriverName, sqliteDSN(dsn, false))
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", dsn, err)
+	}
+	c.SetMaxOpenConns(1)
+	s.ckpt = newCheckpointer(c, log)
+	return nil
+}
+
+func (s *DB) ping(ctx context.Context) error {
+	sqlDB, err := s.write.DB()
+	if err == nil {
+		err = sqlDB.PingContext(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot reach %s database: %w", s.driver, err)
+	}
+	return nil
+}
+
+// sqliteDSN adds the pragmas chatgate relies on: WAL so readers never block
+// the writer, a busy timeout, synchronous=FULL so an acknowledged message
+// survives power loss, and immediate write transactions (a deferred
+// read-then-write transaction fails with SQLITE_BUSY despite busy_timeout);
+// and the text format of times (sqlitedriver.go).
+func sqliteDSN(path string, readOnly bool) string {
+	base, query, _ := strings.Cut(path, "?")
+	if !strings.HasPrefix(base, "file:") {
+		base = "file:" + base
+	}
+	q, _ := url.ParseQuery(query)
+	q.Set("_timefmt", sqliteTimeFormat)
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	// Statement journals and temporary tables in memory, not in files.
+	q.Add("_pragma", "temp_store(MEMORY)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+		// The page cache of the one connection every write goes through.
+		q.Add("_pragma", "cache_size(-32768)")
+		// A background checkpointer copies the log into the database file;
+		// the writer does it only past this size.
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", walBackstopPages))
+	}
+	return base + "?" + q.Encode()
+}
+
+func redactErr(err error, dsn string) error {
+	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+		}
+	}
+	return err
+}
+
+func (s *DB) migrate(ctx context.Context) error {
+	ctx = maintenance(ctx) // bounded by ctx (Open's caller), not by the timeout
+	if s.driver != DriverPostgres {
+		return migrateModels(s.write.WithContext(ctx))
+	}
+	// Replicas starting together must not migrate concurrently: hold a
+	// session advisory lock on one pinned connection while migrating.
+	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
+		if err := tx.Exec("SELECT pg_advisory_lock(hashtext('chatgate:migrate'))").Error; err != nil {
+			return err
+		}
+		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
+		if err := migrateModels(tx); err != nil {
+			return err
+		}
+		// The guard of pipelined appends (pgpipe.go).
+		return tx.Exec(pgExpectFunc).Error
+	})
+}
+
+// droppedIndexes are indexes earlier versions created that chatgate no
+// longer keeps, by table.
+var droppedIndexes = []struct {
+	model any
+	name  string
+}{
+	{&ledger.Conversation{}, "idx_conversations_archived_at"},
+	{&ledger.Conversation{}, "ix_conversations_idle"},
+	{&ledger.Conversation{}, "ix_conversations_daily"},
+	// Indexed last_activity_at itself, so no turn's update of its
+	// conversation could be heap-only on PostgreSQL (sweepsql.go).
+	{&ledger.Conversation{}, "ix_conversations_sweep"},
+	// Replies are found in the primary key's range after their message.
+	{&ledger.Message{}, "ix_messages_reply"},
+	// The rescuer found its turns by time among every user message; it
+	// reads the open turns instead (ix_messages_open).
+	{&ledger.Message{}, "ix_messages_user_created"},
+}
+
+func migrateModels(tx *gorm.DB) error {
+	newLedger := tx.Migrator().HasTable(&ledger.Message{}) && !tx.Migrator().HasColumn(&ledger.Message{}, "turn_state")
+	if err := tx.AutoMigrate(&ledger.Conversation{}, &ledger.Message{}, &ledger.ChannelState{}, &ledger.SessionLease{}, &ledger.Replica{}, &ledger.Leader{}); err != nil {
+		return err
+	}
+	if err := migrateSweepIndex(tx); err != nil {
+		return fmt.Errorf("add the sweep index over activity_minute: %w", err)
+	}
+	if newLedger {
+		if err := backfillTurns(tx, time.Now().UTC()); err != nil {
+			return fmt.Errorf("give earlier messages their turns: %w", err)
+		}
+	}
+	if err := createOpenIndex(tx); err != nil {
+		return fmt.Errorf("add the index of open turns: %w", err)
+	}
+	for _, ix := range droppedIndexes {
+		if tx.Migrator().HasIndex(ix.model, ix.name) {
+			if err := tx.Migrator().DropIndex(ix.model, ix.name); err != nil {
+				return fmt.Errorf("drop index %s: %w", ix.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Driver names the database driver.
+func (s *DB) Driver() string { return s.driver }
+
+// Shared reports whether several gateways may share the database.
+func (s *DB) Shared() bool { return s.driver == DriverPostgres }
+
+// Gorm is the writer handle, for the store's own commands and tests.
+func (s *DB) Gorm() *gorm.DB { return s.write }
+
+// Ping checks that the database answers, on a reader connection so that a
+// long write does not hold it up.
+func (s *DB) Ping(ctx context.Context) error {
+	sqlDB, err := s.read.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// Close flushes pending writes and closes the database.
+func (s *DB) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		if s.commit != nil {
+			s.commit.close()
+		}
+		if s.leases != nil {
+			s.leaseWG.Wait()
+			s.closeLeases()
+		}
+		s.events.Close()
+		s.closeErr = s.closeDBs()
+	})
+	return s.closeErr
+}
+
+func (s *DB) closeDBs() error {
+	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
+	}
+	if s.leases != nil {
+		errs = append(errs, s.leases.Close())
+	}
+	for _, g := range []*gorm.DB{s.write, s.read} {
+		if g == nil {
+			continue
+		}
+		if sqlDB, err := g.DB(); err == nil {
+			errs = append(errs, sqlDB.Close())
+		}
+		if s.read == s.write {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// defaultChunk is how many conversations one sweep or purge transaction
+// handles. A sweep over a million conversations is five hundred short
+// transactions, so turns keep committing between them instead of waiting
+// for the whole sweep.
+const defaultChunk = 2000
+
+// The sweeps' conditions, status as a literal so that the partial indexes
+// apply.
+const (
+	idleWhere  = "status = 'active' AND channel = ? AND activity_minute <= ? AND last_activity_at <= ?"
+	dailyWhere = "status = 'active' AND channel = ? AND started_at < ?"
+)
