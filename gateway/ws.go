@@ -3,14 +3,11 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,55 +241,6 @@ func (ws *WebSocket) connsOf(key string) []*wsConn {
 		out = append(out, c)
 	}
 	return out
-}
-
-// DevMode reports whether clients come without auth tokens: they name
-// themselves in hello, unless the channel is anonymous.
-func (ws *WebSocket) DevMode() bool { return len(ws.cur.Load().tokens) == 0 }
-
-func (ws *WebSocket) checkOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true // not a browser
-	}
-	u, err := url.Parse(origin)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(u.Host, r.Host) {
-		return true
-	}
-	for _, allowed := range ws.opts.AllowedOrigins {
-		if allowed == "*" || strings.EqualFold(strings.TrimRight(allowed, "/"), origin) {
-			return true
-		}
-	}
-	return false
-}
-
-// principalFor returns the name whose token this is, comparing every token
-// in constant time.
-func (ws *WebSocket) principalFor(token string) string {
-	found := ""
-	for name, t := range ws.cur.Load().tokens {
-		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
-			found = name
-		}
-	}
-	return found
-}
-
-func requestToken(r *http.Request) string {
-	if tok, ok := bearer(r); ok {
-		return tok
-	}
-	return r.URL.Query().Get("token")
-}
-
-// bearer is the token of an "Authorization: Bearer TOKEN" header.
-func bearer(r *http.Request) (string, bool) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return strings.TrimSpace(tok), ok
 }
 
 // ServeHTTP upgrades GET /ws.
