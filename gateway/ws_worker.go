@@ -71,6 +71,8 @@ func (c *wsConn) workLoop() {
 	}
 }
 
+// run hands a frame taken off the queue to its handler; each handler
+// counts the frame out (finish) once done with it.
 func (c *wsConn) run(f *clientFrame) {
 	ctx := context.Background()
 	in := sessions.Inbound{Channel: Channel, SessionKey: c.key, UserID: c.principal, ClientMsgID: f.ID}
@@ -83,14 +85,27 @@ func (c *wsConn) run(f *clientFrame) {
 		return
 	}
 	if f.Type == "reset" {
-		defer c.finish()
-		if _, err := c.ws.sess.Reset(ctx, in); err != nil {
-			c.sendError(handleError(err))
-		}
-		// The reset frame comes through onReset, to every connection of
-		// the key.
+		c.reset(ctx, in)
 		return
 	}
+	c.submit(ctx, in, f)
+}
+
+// reset runs a reset frame. The reset frame answering it comes through
+// onReset, to every connection of the key.
+func (c *wsConn) reset(ctx context.Context, in sessions.Inbound) {
+	defer c.finish()
+	if _, err := c.ws.sess.Reset(ctx, in); err != nil {
+		c.sendError(handleError(err))
+	}
+}
+
+// submit runs a message or edit frame: it is acknowledged once stored, and
+// a waiter of its own (await) sends the reply, so that the worker takes
+// the next frame while the turn runs. An edit that replaced its message's
+// text before the turn started needs no waiter: the original's reply
+// answers it.
+func (c *wsConn) submit(ctx context.Context, in sessions.Inbound, f *clientFrame) {
 	ctx, endMessage := c.ws.traceMessage(ctx, f)
 	in.Text = *f.Text
 	if hasAudio(f) {
@@ -157,13 +172,21 @@ func (c *wsConn) run(f *clientFrame) {
 	if !acked {
 		ack(t.ConversationID(), t.Seq())
 	}
-	c.workMu.Lock()
-	prev := c.sent
-	sent := make(chan struct{})
-	c.sent = sent
-	c.workMu.Unlock()
+	prev, sent := c.queueWaiter()
 	c.ws.wg.Add(1)
 	go c.await(t, f.ID, *shown.Load(), prev, sent)
+}
+
+// queueWaiter puts a new waiter after the newest one: prev is closed once
+// that one has handed over its frames, and the new waiter closes sent
+// once it has handed over its own.
+func (c *wsConn) queueWaiter() (prev, sent chan struct{}) {
+	c.workMu.Lock()
+	prev = c.sent
+	sent = make(chan struct{})
+	c.sent = sent
+	c.workMu.Unlock()
+	return prev, sent
 }
 
 // messageError is the error frame for a message that got no reply.
