@@ -2,12 +2,20 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/chatgate/chatgate/internal/ratelimit"
 	"github.com/chatgate/chatgate/sessions"
 )
+
+// Who may use the WebSocket channel, and how fast: the upgrade's Origin
+// check, auth tokens (header, query or hello), expired resume tokens, and
+// the rate limits on frames.
 
 // Which limit refused a WebSocket frame, as the rate limit metric labels it.
 const (
@@ -71,4 +79,53 @@ func (c *wsConn) resumeExpired(f *clientFrame) bool {
 	}
 	c.sendError(errNotFound.with("the session token has expired; send hello again without it to start a new session"))
 	return true
+}
+
+// DevMode reports whether clients come without auth tokens: they name
+// themselves in hello, unless the channel is anonymous.
+func (ws *WebSocket) DevMode() bool { return len(ws.cur.Load().tokens) == 0 }
+
+func (ws *WebSocket) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true // not a browser
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, allowed := range ws.opts.AllowedOrigins {
+		if allowed == "*" || strings.EqualFold(strings.TrimRight(allowed, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// principalFor returns the name whose token this is, comparing every token
+// in constant time.
+func (ws *WebSocket) principalFor(token string) string {
+	found := ""
+	for name, t := range ws.cur.Load().tokens {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
+			found = name
+		}
+	}
+	return found
+}
+
+func requestToken(r *http.Request) string {
+	if tok, ok := bearer(r); ok {
+		return tok
+	}
+	return r.URL.Query().Get("token")
+}
+
+// bearer is the token of an "Authorization: Bearer TOKEN" header.
+func bearer(r *http.Request) (string, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(tok), ok
 }

@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gorilla/websocket"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 )
+
+// Tests of who may use the channel and how fast: auth tokens, origins,
+// rate limits, expired resume tokens, and the metrics endpoint's token.
 
 // With allow_anonymous a client that names itself alice is a guest: it
 // neither sees alice's history nor writes into her conversation.
@@ -214,5 +218,95 @@ func TestWebPageExpiredResumeToken(t *testing.T) {
 		waitJS(`document.getElementById('status').textContent.startsWith('online as guest-') && document.getElementById('status').textContent !== `+jsString(first)),
 	); err != nil {
 		t.Fatalf("after the token expired the page did not come back as a new guest (was %q, now %q): %v", first, status(), err)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	tokens := map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789xx"}
+	e := newEnv(t, agent.Echo{}, WSOptions{AuthTokens: tokens}, nil, nil)
+
+	t.Run("bearer header", func(t *testing.T) {
+		c, _, err := e.dial(http.Header{"Authorization": {"Bearer alice-token-0123456789"}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(map[string]any{"type": "hello", "user": "mallory"})
+		if r := c.expect("ready"); r["user"] != "alice" {
+			t.Fatalf("principal = %v, want alice whatever hello says", r["user"])
+		}
+	})
+	t.Run("query token", func(t *testing.T) {
+		c, _, err := e.dial(nil, "?token=bob-token-0123456789xx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(map[string]any{"type": "hello"})
+		if r := c.expect("ready"); r["user"] != "bob" {
+			t.Fatalf("ready = %v", r)
+		}
+	})
+	t.Run("token in hello", func(t *testing.T) {
+		c, _, _ := e.dial(nil, "")
+		c.send(map[string]any{"type": "hello", "token": "bob-token-0123456789xx"})
+		if r := c.expect("ready"); r["user"] != "bob" {
+			t.Fatalf("ready = %v", r)
+		}
+	})
+	for name, tc := range map[string]struct {
+		header http.Header
+		query  string
+		frame  string
+	}{
+		"wrong header token":   {header: http.Header{"Authorization": {"Bearer nope-nope-nope-nope"}}, frame: `{"type":"hello"}`},
+		"no token at all":      {frame: `{"type":"hello","user":"alice"}`},
+		"wrong token in hello": {frame: `{"type":"hello","token":"alice-token-0123456788"}`},
+		"message before hello": {frame: `{"type":"message","text":"hi"}`},
+		"garbage before hello": {frame: `not json`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _, err := e.dial(tc.header, tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.sendRaw(tc.frame)
+			f, err := c.next()
+			if err == nil && (f["type"] != "error" || f["code"] != "unauthorized") {
+				t.Fatalf("got %v, want an unauthorized error", f)
+			}
+			if code := c.expectClose(); code != websocket.ClosePolicyViolation {
+				t.Fatalf("close code %d, want 1008", code)
+			}
+		})
+	}
+}
+
+func TestOriginCheck(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{AllowedOrigins: []string{"https://chat.example.com"}}, nil, nil)
+	if _, resp, err := e.dial(http.Header{"Origin": {"https://evil.example.com"}}, ""); err == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign origin accepted: %v", err)
+	}
+	if _, _, err := e.dial(http.Header{"Origin": {"https://chat.example.com"}}, ""); err != nil {
+		t.Fatalf("allowed origin refused: %v", err)
+	}
+	if _, _, err := e.dial(http.Header{"Origin": {e.srv.URL}}, ""); err != nil {
+		t.Fatalf("same origin refused: %v", err)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, agent.Echo{}, WSOptions{RatePerSecond: 1, RateBurst: 3}, nil, nil)
+	c, _ := e.connect(map[string]any{"user": "ann"}) // hello used one token
+	for i := 0; i < 10; i++ {
+		c.send(map[string]any{"type": "stop"})
+	}
+	limited := 0
+	for i := 0; i < 10; i++ {
+		f := c.expect("error")
+		if f["code"] == "rate_limited" {
+			limited++
+		}
+	}
+	if limited < 5 {
+		t.Fatalf("%d of 10 flooding frames were rate limited, want most", limited)
 	}
 }
