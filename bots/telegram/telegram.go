@@ -141,22 +141,9 @@ const (
 
 // Texts the bot sends.
 const (
-	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
-		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
-		"/history — the last messages of this conversation\n/compact — sum up our conversation so far, to go on from the summary\n" +
-		"/stop — stop the answer being written\n/help — this message"
-	startText      = "Hello! " + helpText
-	resetText      = "Started a new conversation."
-	stoppedText    = "Stopped."
 	emptyReplyText = "(The answer was empty.)"
-	idleStopText   = "Nothing is running."
 	refusalText    = "Sorry, this bot is private."
 	unstoredText   = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
-	// Answers to /compact.
-	compactedText     = "Done: I summed up the %d earlier messages of our conversation and will go on from that summary."
-	compactNothing    = "There is nothing to sum up yet."
-	compactOffText    = "Summaries are off here: I go on from the last messages of our conversation."
-	compactFailedText = "I couldn't sum up our conversation just now; please try again later."
 )
 
 // Retrying an update whose message could not be stored: the first wait,
@@ -912,75 +899,6 @@ func (b *Bot) failed(first bool, msg, key string, err error) {
 		level = slog.LevelDebug
 	}
 	b.log.Log(context.Background(), level, msg, slog.String("session_key", key), slog.String("error", err.Error()))
-}
-
-// command runs a command; its answer goes out on the key's reply queue,
-// after the replies to the messages before it. A /new or /reset archives
-// the conversation at once: messages before it are answered in the old
-// conversation, those after it in the new one.
-func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, first bool) error {
-	text := helpText // help, and unknown commands
-	switch m.Command() {
-	case "start":
-		text = startText
-	case "new", "reset":
-		if _, err := b.sess.Reset(ctx, in); err != nil {
-			if !errors.Is(err, sessions.ErrShuttingDown) {
-				b.failed(first, "telegram: reset failed; retrying", in.SessionKey, err)
-			}
-			return err
-		}
-		text = resetText
-	case "resume":
-		t, err := b.resume(ctx, in, first)
-		if err != nil {
-			return err
-		}
-		text = t
-	case "compact":
-		// After the replies before it; the summary is a model call, made
-		// on the reply queue so that the key's next messages are stored
-		// meanwhile.
-		b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), b.compact(ctx, in), m.MessageID) })
-		return nil
-	case "history":
-		b.later(in.SessionKey, func() {
-			b.sendParts(ctx, m.to(), b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
-		})
-		return nil
-	}
-	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })
-	return nil
-}
-
-// compact answers /compact: the conversation summed up now, as far as
-// there is anything to sum up.
-func (b *Bot) compact(ctx context.Context, in sessions.Inbound) string {
-	n, err := b.sess.Compact(context.WithoutCancel(ctx), in)
-	switch {
-	case errors.Is(err, sessions.ErrCompactionOff):
-		return compactOffText
-	case err != nil:
-		b.log.Warn("telegram: /compact failed", slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
-		return compactFailedText
-	case n == 0:
-		return compactNothing
-	}
-	return fmt.Sprintf(compactedText, n)
-}
-
-// stop stops the key's running turn, or the turn its waiting messages
-// would start once their debounce has passed, and answers at once.
-func (b *Bot) stop(m *message, key string) {
-	text := idleStopText
-	if b.sess.Stop(key) {
-		text = stoppedText
-	}
-	b.inflight.Add(1)
-	go func() {
-		defer b.inflight.Done()
-		b.sendPlain(context.Background(), m.to(), text, m.MessageID)
-	}()
 }
 
 // refuse answers a user outside allowed_users once per chat; nothing of
