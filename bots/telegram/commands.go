@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -28,6 +30,21 @@ const (
 	compactOffText    = "Summaries are off here: I go on from the last messages of our conversation."
 	compactFailedText = "I couldn't sum up our conversation just now; please try again later."
 )
+
+// commandMenu is the list Telegram offers a user typing "/"; Start sets it
+// at every start, so a change here reaches the chats with the next one.
+func commandMenu() tgbotapi.SetMyCommandsConfig {
+	return tgbotapi.NewSetMyCommands(
+		tgbotapi.BotCommand{Command: "new", Description: "Start a new conversation"},
+		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
+		tgbotapi.BotCommand{Command: "resume", Description: "Go back to the previous conversation"},
+		tgbotapi.BotCommand{Command: "history", Description: "Show the last messages of this conversation"},
+		tgbotapi.BotCommand{Command: "compact", Description: "Sum up the conversation so far"},
+		tgbotapi.BotCommand{Command: "stop", Description: "Stop the answer being written"},
+		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
+		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
+	)
+}
 
 // command runs a command; its answer goes out on the key's reply queue,
 // after the replies to the messages before it. A /new or /reset archives

@@ -373,17 +373,7 @@ func (b *Bot) Start(ctx context.Context) error {
 	if !b.connect(ctx) {
 		return nil
 	}
-	cmds := tgbotapi.NewSetMyCommands(
-		tgbotapi.BotCommand{Command: "new", Description: "Start a new conversation"},
-		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
-		tgbotapi.BotCommand{Command: "resume", Description: "Go back to the previous conversation"},
-		tgbotapi.BotCommand{Command: "history", Description: "Show the last messages of this conversation"},
-		tgbotapi.BotCommand{Command: "compact", Description: "Sum up the conversation so far"},
-		tgbotapi.BotCommand{Command: "stop", Description: "Stop the answer being written"},
-		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
-		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
-	)
-	if _, err := b.api.Request(cmds); err != nil && ctx.Err() == nil {
+	if _, err := b.api.Request(commandMenu()); err != nil && ctx.Err() == nil {
 		b.warnOnce("setMyCommands", err)
 	}
 	if b.opts.Mode == "webhook" {
