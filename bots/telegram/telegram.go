@@ -142,7 +142,6 @@ const (
 // Texts the bot sends.
 const (
 	emptyReplyText = "(The answer was empty.)"
-	refusalText    = "Sorry, this bot is private."
 	unstoredText   = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 )
 
@@ -568,11 +567,6 @@ func (b *Bot) sessionKey(m *message) string {
 	return sessions.TelegramTopicKey(sessions.TelegramGroupKey(m.Chat.ID, m.From.ID, b.opts.GroupScope != "chat"), m.thread)
 }
 
-func (b *Bot) allowed(m *message) bool {
-	users := b.cur.Load().allowedUsers
-	return len(users) == 0 || slices.Contains(users, m.From.ID)
-}
-
 // addressed reports whether the bot should answer: always in a private
 // chat; in a group when mentioned, replied to, or commanded (or always with
 // group_policy all).
@@ -889,18 +883,6 @@ func (b *Bot) failed(first bool, msg, key string, err error) {
 		level = slog.LevelDebug
 	}
 	b.log.Log(context.Background(), level, msg, slog.String("session_key", key), slog.String("error", err.Error()))
-}
-
-// refuse answers a user outside allowed_users once per chat; nothing of
-// theirs is stored.
-func (b *Bot) refuse(ctx context.Context, m *message, key string) {
-	b.mu.Lock()
-	first := !b.refused.Contains(m.Chat.ID)
-	b.refused.Add(m.Chat.ID, struct{}{})
-	b.mu.Unlock()
-	if first {
-		b.later(key, func() { b.sendPlain(ctx, m.to(), refusalText, m.MessageID) })
-	}
 }
 
 // deliverStored sends a reply produced outside a live turn (by the
