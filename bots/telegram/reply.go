@@ -1,9 +1,9 @@
 package telegram
 
-// A stored message's turn and its reply: the turn's session hooks, the
-// wait for its end on the key's reply queue, and the reply sent — at the
-// end of a live turn (answer), or as the rescuer hands over one produced
-// outside it (deliverStored).
+// A message's turn and its reply: the message submitted with its text and
+// media, the turn's session hooks, the wait for its end on the key's reply
+// queue, and the reply sent — at the end of a live turn (answer), or as the
+// rescuer hands over one produced outside it (deliverStored).
 
 import (
 	"context"
@@ -18,6 +18,38 @@ import (
 // emptyReplyText stands in for a reply with nothing visible in it, which
 // Telegram would refuse to send.
 const emptyReplyText = "(The answer was empty.)"
+
+// submitMessage reads m's text and media (once, however often m is
+// retried), submits them with the turn's typing action and preview, and
+// queues the answer (awaitTurn). It returns as process does.
+func (b *Bot) submitMessage(ctx context.Context, m *message, key string, in sessions.Inbound, first bool, stored func()) error {
+	media := m.media
+	if media == nil {
+		// Read once: a message retried because it could not be stored is
+		// not downloaded, transcribed or told about again.
+		read := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+		media, m.media = &read, &read
+		for _, notice := range media.notices {
+			b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })
+		}
+	}
+	if strings.TrimSpace(media.text) == "" && len(media.atts) == 0 {
+		return nil
+	}
+	in.Text, in.Attachments = media.text, media.atts
+	quote := b.quoteOf(media.transcript)
+	stopTyping := b.typing(m.to())
+	// Deltas reach the hooks of the turn's lead message only: a burst
+	// streams once, into the reply to its last message.
+	st := b.newStream(m, key)
+	var onDelta func(string)
+	if st != nil {
+		st.quote = quote
+		onDelta = st.delta
+	}
+	t, err := b.sess.Submit(ctx, in, b.hooks(ctx, m, key, onDelta, stored))
+	return b.awaitTurn(ctx, m, key, first, t, err, stopTyping, st, quote)
+}
 
 // hooks are the session hooks of message m's turn.
 func (b *Bot) hooks(ctx context.Context, m *message, key string, onDelta func(string), stored func()) sessions.Hooks {

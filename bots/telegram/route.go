@@ -102,32 +102,7 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 	if m.IsCommand() {
 		return b.command(ctx, m, in, first)
 	}
-	media := m.media
-	if media == nil {
-		// Read once: a message retried because it could not be stored is
-		// not downloaded, transcribed or told about again.
-		read := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
-		media, m.media = &read, &read
-		for _, notice := range media.notices {
-			b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })
-		}
-	}
-	if strings.TrimSpace(media.text) == "" && len(media.atts) == 0 {
-		return nil
-	}
-	in.Text, in.Attachments = media.text, media.atts
-	quote := b.quoteOf(media.transcript)
-	stopTyping := b.typing(m.to())
-	// Deltas reach the hooks of the turn's lead message only: a burst
-	// streams once, into the reply to its last message.
-	st := b.newStream(m, key)
-	var onDelta func(string)
-	if st != nil {
-		st.quote = quote
-		onDelta = st.delta
-	}
-	t, err := b.sess.Submit(ctx, in, b.hooks(ctx, m, key, onDelta, stored))
-	return b.awaitTurn(ctx, m, key, first, t, err, stopTyping, st, quote)
+	return b.submitMessage(ctx, m, key, in, first, stored)
 }
 
 func (b *Bot) sessionKey(m *message) string {
