@@ -60,57 +60,13 @@ func (b *Bot) sendParts(ctx context.Context, to place, parts []tgformat.Part, ht
 	ctx = context.WithoutCancel(ctx) // a reply is delivered even while stopping
 	var ids []string
 	for i, part := range parts {
-		text, parseMode := part.Plain, ""
-		if html {
-			text, parseMode = part.HTML, tgbotapi.ModeHTML
+		answers := 0
+		if i == 0 {
+			answers = replyTo
 		}
-		var err error
 		var sent tgbotapi.Message
-		for attempt := 0; attempt < 6; attempt++ {
-			params := to.params()
-			params["text"] = text
-			params.AddNonEmpty("parse_mode", parseMode)
-			if i == 0 && replyTo != 0 {
-				params.AddNonZero("reply_to_message_id", replyTo)
-				params.AddBool("allow_sending_without_reply", true)
-			}
-			var resp *tgbotapi.APIResponse
-			if resp, err = b.api.MakeRequest("sendMessage", params); err == nil {
-				// Sent: the answer only gives its id, for the delivery's
-				// record; never sent again for an answer it cannot read.
-				_ = json.Unmarshal(resp.Result, &sent)
-				break
-			}
-			var apiErr *tgbotapi.Error
-			wait := time.Duration(1<<attempt) * 500 * time.Millisecond
-			if errors.As(err, &apiErr) {
-				if parseMode != "" && refusedEntities(apiErr) {
-					// The markup will not get better: the same words go
-					// without it, at once.
-					b.warnParse(to.chat, err)
-					text, parseMode = part.Plain, ""
-					attempt--
-					continue
-				}
-				if to.thread != 0 && topicGone(err) {
-					// The reply is not lost with its topic: this part and
-					// the ones after it go to General, at once.
-					to = b.toGeneral(to, "the reply", err)
-					attempt--
-					continue
-				}
-				if apiErr.RetryAfter > 0 {
-					wait = time.Duration(apiErr.RetryAfter) * time.Second
-				} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
-					// A 4xx other than 429 will not get better.
-					err = fmt.Errorf("%w: %s", sessions.ErrUndeliverable, b.redact(err))
-					break
-				}
-			}
-			if b.opts.Sleep(ctx, wait) != nil {
-				break
-			}
-		}
+		var err error
+		sent, to, err = b.sendPart(ctx, to, part, html, answers)
 		if err != nil {
 			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", to.chat), slog.String("error", b.redact(err)))
 			if !errors.Is(err, sessions.ErrUndeliverable) {
@@ -121,6 +77,64 @@ func (b *Bot) sendParts(ctx context.Context, to place, parts []tgformat.Part, ht
 		ids = append(ids, strconv.Itoa(sent.MessageID))
 	}
 	return strings.Join(ids, ","), nil
+}
+
+// sendPart sends one part of sendParts, answering replyTo unless it is 0,
+// with its fallbacks and retries. It returns the place the parts after it
+// go to: to, or General once to's topic is gone.
+func (b *Bot) sendPart(ctx context.Context, to place, part tgformat.Part, html bool, replyTo int) (tgbotapi.Message, place, error) {
+	text, parseMode := part.Plain, ""
+	if html {
+		text, parseMode = part.HTML, tgbotapi.ModeHTML
+	}
+	var err error
+	var sent tgbotapi.Message
+	for attempt := 0; attempt < 6; attempt++ {
+		params := to.params()
+		params["text"] = text
+		params.AddNonEmpty("parse_mode", parseMode)
+		if replyTo != 0 {
+			params.AddNonZero("reply_to_message_id", replyTo)
+			params.AddBool("allow_sending_without_reply", true)
+		}
+		var resp *tgbotapi.APIResponse
+		if resp, err = b.api.MakeRequest("sendMessage", params); err == nil {
+			// Sent: the answer only gives its id, for the delivery's
+			// record; never sent again for an answer it cannot read.
+			_ = json.Unmarshal(resp.Result, &sent)
+			break
+		}
+		var apiErr *tgbotapi.Error
+		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
+		if errors.As(err, &apiErr) {
+			if parseMode != "" && refusedEntities(apiErr) {
+				// The markup will not get better: the same words go
+				// without it, at once.
+				b.warnParse(to.chat, err)
+				text, parseMode = part.Plain, ""
+				attempt--
+				continue
+			}
+			if to.thread != 0 && topicGone(err) {
+				// The reply is not lost with its topic: this part and
+				// the ones after it go to General, at once.
+				to = b.toGeneral(to, "the reply", err)
+				attempt--
+				continue
+			}
+			if apiErr.RetryAfter > 0 {
+				wait = time.Duration(apiErr.RetryAfter) * time.Second
+			} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
+				// A 4xx other than 429 will not get better.
+				err = fmt.Errorf("%w: %s", sessions.ErrUndeliverable, b.redact(err))
+				break
+			}
+		}
+		if b.opts.Sleep(ctx, wait) != nil {
+			break
+		}
+	}
+	return sent, to, err
 }
 
 // refusedEntities reports whether Telegram refused a message's markup.
