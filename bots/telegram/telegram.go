@@ -192,45 +192,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	if opts.Token == "" {
 		return nil, errors.New("telegram: no token")
 	}
-	if opts.APIURL == "" {
-		opts.APIURL = "https://api.telegram.org"
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.PollTimeout <= 0 {
-		opts.PollTimeout = 30 * time.Second
-	}
-	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Timeout: opts.PollTimeout + 30*time.Second}
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = sleep
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.TypingEvery <= 0 {
-		opts.TypingEvery = 4 * time.Second
-	}
-	if opts.Format == "" {
-		opts.Format = FormatHTML
-	}
-	if opts.MaxImageBytes <= 0 {
-		opts.MaxImageBytes = DefaultMaxImageBytes
-	}
-	if opts.MaxTextBytes <= 0 {
-		opts.MaxTextBytes = DefaultMaxTextBytes
-	}
-	if opts.MaxAudioBytes <= 0 {
-		opts.MaxAudioBytes = DefaultMaxAudioBytes
-	}
-	if opts.Streaming == "" {
-		opts.Streaming = StreamAuto
-	}
-	if opts.Edits == "" {
-		opts.Edits = EditsAnswer
-	}
+	opts = opts.withDefaults()
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
 		ctx:       &ctxClient{client: opts.HTTPClient, poll: context.Background()},
@@ -259,6 +221,51 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		b.startNotices()
 	}
 	return b, nil
+}
+
+// withDefaults fills in what o leaves unset, so that only the token is
+// required.
+func (o Options) withDefaults() Options {
+	if o.APIURL == "" {
+		o.APIURL = "https://api.telegram.org"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.PollTimeout <= 0 {
+		o.PollTimeout = 30 * time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: o.PollTimeout + 30*time.Second}
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.TypingEvery <= 0 {
+		o.TypingEvery = 4 * time.Second
+	}
+	if o.Format == "" {
+		o.Format = FormatHTML
+	}
+	if o.MaxImageBytes <= 0 {
+		o.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if o.MaxTextBytes <= 0 {
+		o.MaxTextBytes = DefaultMaxTextBytes
+	}
+	if o.MaxAudioBytes <= 0 {
+		o.MaxAudioBytes = DefaultMaxAudioBytes
+	}
+	if o.Streaming == "" {
+		o.Streaming = StreamAuto
+	}
+	if o.Edits == "" {
+		o.Edits = EditsAnswer
+	}
+	return o
 }
 
 // me is the bot's own user; the zero User before getMe succeeded.
