@@ -1,7 +1,13 @@
 package telegram
 
+// Who may use the bot and how fast: the allowlist (allowed_users) with its
+// refusal, and the per-user and global rate limits with their reply. Each
+// is told once (a refusal per chat, a slow-down per burst), so a refused
+// user is not answered message by message.
+
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +20,9 @@ import (
 // slowDownText answers the first message of a user over the rate limit;
 // the rest of that burst get nothing.
 const slowDownText = "You are sending messages faster than I can take them. Please wait a moment, then send that again."
+
+// refusalText answers a user outside allowed_users, once per chat.
+const refusalText = "Sorry, this bot is private."
 
 // LimitUser is the per-user limit's name in RateLimited.
 const LimitUser = "user"
@@ -48,6 +57,23 @@ func newLimits(opts Options) *limits {
 func newRefused() *lru.Cache[int64, struct{}] {
 	c, _ := lru.New[int64, struct{}](maxTracked)
 	return c
+}
+
+func (b *Bot) allowed(m *message) bool {
+	users := b.cur.Load().allowedUsers
+	return len(users) == 0 || slices.Contains(users, m.From.ID)
+}
+
+// refuse answers a user outside allowed_users once per chat; nothing of
+// theirs is stored.
+func (b *Bot) refuse(ctx context.Context, m *message, key string) {
+	b.mu.Lock()
+	first := !b.refused.Contains(m.Chat.ID)
+	b.refused.Add(m.Chat.ID, struct{}{})
+	b.mu.Unlock()
+	if first {
+		b.later(key, func() { b.sendPlain(ctx, m.to(), refusalText, m.MessageID) })
+	}
 }
 
 // overLimit reports whether m's sender is over a rate limit; the message

@@ -79,3 +79,31 @@ func TestRefusedSetIsBounded(t *testing.T) {
 		t.Fatalf("refused set holds %d chats", r.Len())
 	}
 }
+
+func TestAllowlist(t *testing.T) {
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), setup{opts: Options{AllowedUsers: []int64{7}}})
+	api.Push(telegramtest.DM(8, "let me in"))
+	api.Push(telegramtest.DM(8, "please"))
+	api.Push(telegramtest.DM(7, "hi"))
+	last := api.LastUpdateID()
+	api.WaitSent(t, 2)
+	api.WaitConfirmed(t, last) // every update processed, refusals included
+	sent := api.Messages()
+	var refusals int
+	for _, m := range sent {
+		if m.ChatID == 8 {
+			refusals++
+			if m.Text != refusalText {
+				t.Fatalf("stranger got %q", m.Text)
+			}
+		}
+	}
+	if refusals != 1 {
+		t.Fatalf("%d refusals, want exactly one per chat: %+v", refusals, sent)
+	}
+	convs, _ := h.db.ListConversations(context.Background(), store.ListFilter{SessionKey: "telegram:dm:8"})
+	if len(convs) != 0 {
+		t.Fatal("something was stored for a user outside allowed_users")
+	}
+}

@@ -43,6 +43,17 @@ func (q *keyQueues) drain(key string) {
 	}
 }
 
+// later queues fn on the key's reply queue: a key's replies go out one at
+// a time, in the order its messages came, while its updates go on. Wait
+// waits for them.
+func (b *Bot) later(key string, fn func()) {
+	b.inflight.Add(1)
+	b.replies.submit(key, func() {
+		defer b.inflight.Done()
+		fn()
+	})
+}
+
 // offsetTracker computes what polling stores after each processed update:
 // the getUpdates offset (one past the highest id below which every update is
 // processed) and the ids above it that are processed too. Updates run

@@ -1,0 +1,153 @@
+package telegram
+
+// Starting and stopping: connecting (getMe, retried in the background so
+// an unreachable Bot API never holds up the gateway), setting the command
+// menu, then polling or the webhook; on shutdown, taking no more updates
+// and waiting for the queued ones and their replies.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Start connects (getMe, retried with backoff until it succeeds or ctx
+// ends) and registers the commands; then, in webhook mode, it registers
+// the webhook (retried likewise) and returns, and in polling mode it polls
+// whenever this replica holds the bot's poller role, until ctx ends.
+func (b *Bot) Start(ctx context.Context) error {
+	b.ctx.setPoll(ctx)
+	if !b.connect(ctx) {
+		return nil
+	}
+	if _, err := b.api.Request(commandMenu()); err != nil && ctx.Err() == nil {
+		b.warnOnce("setMyCommands", err)
+	}
+	if b.opts.Mode == "webhook" {
+		b.setWebhook(ctx)
+		return nil
+	}
+	b.pollWhileLeading(ctx)
+	return nil
+}
+
+// connect calls getMe until it succeeds (true) or ctx ends (false). Each
+// new kind of failure is logged once as one line, without the token.
+func (b *Bot) connect(ctx context.Context) bool {
+	wait := time.Duration(0)
+	logged := ""
+	for {
+		self, err := b.api.GetMe()
+		if err == nil {
+			b.self.Store(&self)
+			b.setErr(nil)
+			// Only now can the bot deliver what the rescuer finds: until
+			// here its turns are left for later (or another replica).
+			b.registerOnce.Do(func() {
+				b.sess.OnDeliver(Channel, true, b.deliverStored)
+				close(b.connected)
+			})
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		err = fmt.Errorf("telegram: cannot start the bot: %s", b.redact(err))
+		b.setErr(err)
+		wait = grow(wait, time.Second, time.Minute)
+		if msg := err.Error(); msg != logged {
+			logged = msg
+			b.log.Error(msg + "; retrying in the background")
+		}
+		if b.opts.Sleep(ctx, wait) != nil {
+			return false
+		}
+	}
+}
+
+// Ready reports whether the bot has connected (getMe succeeded).
+func (b *Bot) Ready() bool { return b.self.Load() != nil }
+
+// Err is the last start-up failure (nil once connected): a rejected token,
+// an unreachable Bot API server. The token never appears in it.
+func (b *Bot) Err() error {
+	b.startMu.Lock()
+	defer b.startMu.Unlock()
+	return b.lastErr
+}
+
+func (b *Bot) setErr(err error) {
+	b.startMu.Lock()
+	b.lastErr = err
+	b.startMu.Unlock()
+}
+
+// ctxClient is the HTTP client given to the library, whose requests carry
+// no context: getUpdates and the start-up calls get the polling context,
+// so stopping (or losing the poller role) cancels a long poll or a hanging
+// start at once, while replies still go out during the drain.
+type ctxClient struct {
+	client *http.Client
+	mu     sync.Mutex
+	poll   context.Context
+}
+
+// startCalls are the calls that end when polling stops.
+var startCalls = []string{"/getUpdates", "/getMe", "/setWebhook", "/deleteWebhook", "/setMyCommands"}
+
+func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
+	for _, m := range startCalls {
+		if strings.HasSuffix(req.URL.Path, m) {
+			c.mu.Lock()
+			ctx := c.poll
+			c.mu.Unlock()
+			req = req.WithContext(ctx)
+			break
+		}
+	}
+	return c.client.Do(req)
+}
+
+func (c *ctxClient) setPoll(ctx context.Context) {
+	c.mu.Lock()
+	c.poll = ctx
+	c.mu.Unlock()
+}
+
+// StopTaking stops taking updates: the webhook answers 503, and queued
+// updates are left for Telegram to send again. Reset notices not yet sent
+// are left too (their users are told when they next write).
+func (b *Bot) StopTaking() {
+	b.mu.Lock()
+	if !b.draining {
+		b.draining = true
+		close(b.stopping)
+	}
+	b.mu.Unlock()
+}
+
+func (b *Bot) isDraining() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
+}
+
+// Wait waits until queued updates are processed and their replies sent,
+// and the reset notices stopped (notices.go), or ctx ends.
+func (b *Bot) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		b.inflight.Wait()
+		if b.notices != nil {
+			<-b.notices.done
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
