@@ -220,7 +220,7 @@ func (m *Manager) runNext(b *burst) error {
 	if early != nil {
 		release = early.unlock // taken with the call, before the commit
 	} else {
-		release, err = m.lockTurn(m.base, in.SessionKey)
+		release, err = m.lockTurn(m.base, in.SessionKey, 0)
 	}
 	endLock(err)
 	defer func() { endTurn(err) }()

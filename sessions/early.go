@@ -59,25 +59,14 @@ const earlyLeaseWait = 50 * time.Millisecond
 // startEarly starts the agent call of a message about to be stored
 // claimed, if the key's turn lock is free (the rescuer may hold it for
 // another turn of the key: then the turn starts after the commit, as any
-// other) and, on a shared database, its lease is this replica's at once
-// (kept from the key's last turn, or free). Called under the key's state
+// other) and its lease is this replica's at once (kept from the key's
+// last turn, or free; on SQLite always). Called under the key's state
 // lock; nil when not started.
 func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req agent.Request) *earlyCall {
 	key := in.SessionKey
-	unlock, ok := m.turnLocks.TryAcquire(key)
-	if !ok {
-		return nil
-	}
-	if m.store.Shared() {
-		lctx, cancel := context.WithTimeout(m.base, earlyLeaseWait)
-		releaseLease, err := m.store.Lease(lctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
-		cancel()
-		if err != nil {
-			unlock()
-			return nil // another replica's, for now: the turn waits for it after the commit
-		}
-		unlockTurn := unlock
-		unlock = func() { releaseLease(); unlockTurn() }
+	unlock, err := m.lockTurn(m.base, key, earlyLeaseWait)
+	if err != nil {
+		return nil // the turn runs after the commit, once its lock and lease are free
 	}
 	tctx, endTrace := m.traceTurn(m.base, in)
 	ctx, end := m.startTurn(key)

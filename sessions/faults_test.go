@@ -529,7 +529,7 @@ func TestAMessageStoredWithItsAnswerLostIsAnsweredInOrder(t *testing.T) {
 	defer db.Close()
 	fs := faults.New(db)
 	ag := &gatedAgent{gate: make(chan struct{}), started: make(chan struct{}, 4)}
-	m := sessions.New(db, ag, sessions.Options{Events: db.Events(),Logger: slog.New(slog.DiscardHandler),
+	m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Logger: slog.New(slog.DiscardHandler),
 		Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
 			Busy: sessions.BusyPolicy{Mode: sessions.BusyCollect}}}})
 	defer m.Shutdown(context.Background())

@@ -335,9 +335,9 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 	var release func()
 	var err error
 	if try {
-		release, err = m.tryLockTurn(ctx, d.SessionKey)
+		release, err = m.lockTurn(ctx, d.SessionKey, time.Second)
 	} else {
-		release, err = m.lockTurn(ctx, d.SessionKey)
+		release, err = m.lockTurn(ctx, d.SessionKey, 0)
 	}
 	if err != nil {
 		return "", err

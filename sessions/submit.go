@@ -234,13 +234,13 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc)
 	if solo {
-		um.TurnState, um.TurnAttempt, um.TurnLead, um.TurnTrack = ledger.TurnRunning, 1, um.Seq, m.tracks(in.Channel)
+		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
 	}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
 	}
-	rows := []ledger.BatchRow{{Seq: um.Seq, ClientMsgID: in.ClientMsgID, Content: in.Text, Attachments: um.Attachments, CreatedAt: now}}
+	rows := []ledger.BatchRow{ledger.RowOf(&um)}
 	var early *earlyCall
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
@@ -271,8 +271,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	m.hot.Update(hc.conv.SessionKey, hc)
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
 	if solo {
-		t.claimed = &ledger.Batch{ConversationID: hc.conv.ID, Attempt: 1, LastSeq: hc.conv.LastSeq, Epoch: hc.conv.Epoch,
-			Rows: rows}
+		t.claimed = ledger.StoredClaim(&hc.conv, &batch[0])
 		t.early = early
 	}
 	if t.hooks.OnAck != nil {

@@ -7,13 +7,10 @@ package sessions
 // its claims and settling are in settle.go, its SQL in ledger.go.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -34,35 +31,70 @@ import (
 // (nothing to claim), and early its agent call, started while it was
 // stored (early.go). It reports what it did: running (ran), expired, or
 // "" (nothing was claimable).
+//
+// A turn is four steps, each below: claim (the batch, under the state
+// lock), call (the agent, or the stored answer of a turn that is not
+// run), store (the reply's append is the turn's transition) and deliver.
 func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive []string, maxAge time.Duration, claimed *ledger.Batch, early *earlyCall) (string, *ledger.Batch, error) {
 	if early != nil {
 		// Ends with the turn whichever way it goes, also when storage
 		// fails before the turn starts.
 		defer early.stop()
 	}
+	t, err := m.claimTurn(ctx, in, conv, alive, claimed, early)
+	if t == nil || err != nil {
+		return "", nil, err
+	}
+	kind, msgs, reply, state := m.callTurn(ctx, t, maxAge)
+	if err := m.storeTurn(ctx, t, msgs, reply, state); err != nil {
+		return "", t.b, err
+	}
+	m.deliverOutcome(ctx, t, msgs, state)
+	return kind, t.b, nil
+}
+
+// turnRun is one turn on its way through runBatch's steps.
+type turnRun struct {
+	in      Inbound
+	conv    string
+	policy  Policy
+	early   *earlyCall
+	now     time.Time
+	b       *ledger.Batch
+	hc      *hotConv
+	hist    []agent.Message // the history the model sees (nil with an early call, which built its own)
+	tickets []*Ticket       // the local tickets of the batch's messages
+	lead    *Ticket         // the one that carries the reply, when here
+}
+
+// claimTurn is the claim: under the key's state lock, the batch of
+// claimable messages (or the one stored claimed), the conversation as the
+// turn sees it, and the history window; then the tickets waiting here for
+// the batch's messages. It returns nil when nothing was claimable.
+func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive []string, claimed *ledger.Batch, early *earlyCall) (*turnRun, error) {
 	key := in.SessionKey
-	policy := m.Policy(in.Channel)
-	busy := policy.Busy.withDefaults()
+	t := &turnRun{in: in, conv: conv, policy: m.Policy(in.Channel), early: early}
+	busy := t.policy.Busy.withDefaults()
 	release, err := m.lockState(ctx, key, false)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	hc, err := m.hotFor(ctx, in, conv)
 	if err != nil {
 		release()
-		return "", nil, err
+		return nil, err
 	}
-	now := m.now()
+	t.now = m.now()
 	b := claimed
 	if b == nil {
 		b, err = m.store.ClaimBatch(ctx, ledger.Claim{ConversationID: conv, Owner: m.opts.ReplicaID, Held: m.heldSeqs(key, conv),
-			TakeOver: alive != nil, Alive: alive, Now: now, Limit: busy.MaxBatch, Track: m.tracks(in.Channel)})
+			TakeOver: alive != nil, Alive: alive, Now: t.now, Limit: busy.MaxBatch, Track: m.tracks(in.Channel)})
 	} else {
 		b.LastSeq, b.Epoch = hc.conv.LastSeq, hc.conv.Epoch // stored by this process, under this lock
 	}
 	if err != nil {
 		release()
-		return "", nil, err
+		return nil, err
 	}
 	if b == nil {
 		release()
@@ -71,10 +103,10 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		// waiting messages (it delivers their replies), or they are
 		// answered. A message stored as its own turn is not among them:
 		// no claim takes it, and its ticket runs it.
-		for _, t := range m.takeTickets(key, conv, func(t *Ticket) bool { return t.claimed == nil }) {
-			t.resolve(Outcome{ConversationID: t.ref.conv, UserSeq: t.ref.seq, Pending: true, Turn: ledger.TurnRef{ConversationID: t.ref.conv, Seq: t.ref.seq}}, nil)
+		for _, tk := range m.takeTickets(key, conv, func(tk *Ticket) bool { return tk.claimed == nil }) {
+			tk.resolve(Outcome{ConversationID: tk.ref.conv, UserSeq: tk.ref.seq, Pending: true, Turn: ledger.TurnRef{ConversationID: tk.ref.conv, Seq: tk.ref.seq}}, nil)
 		}
-		return "", nil, nil
+		return nil, nil
 	}
 	lead := b.Lead()
 	for _, r := range b.Rows {
@@ -91,7 +123,7 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		if hc, err = m.reload(ctx, in, conv); err != nil {
 			release()
 			m.handBack(b)
-			return "", nil, err
+			return nil, err
 		}
 	}
 	members := map[int64]bool{}
@@ -101,108 +133,122 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 	// The history the model sees, taken from the window under the lock
 	// (an early call built its own from the same window when its message
 	// was stored).
-	var hist []agent.Message
 	if early == nil {
-		hist = historyFor(priorOf(hc.window, members, lead), policy)
+		t.hist = historyFor(priorOf(hc.window, members, lead), t.policy)
 	}
 	release()
+	t.b, t.hc = b, hc
 
-	tickets := m.takeTickets(key, conv, func(t *Ticket) bool { return members[t.ref.seq] })
-	var leadTicket *Ticket
-	for _, t := range tickets {
-		if t.ref.seq == lead && !t.resend {
-			leadTicket = t
+	t.tickets = m.takeTickets(key, conv, func(tk *Ticket) bool { return members[tk.ref.seq] })
+	for _, tk := range t.tickets {
+		if tk.ref.seq == lead && !tk.resend {
+			t.lead = tk
 		}
 	}
-	if leadTicket == nil {
-		for _, t := range tickets {
-			if t.ref.seq == lead {
-				leadTicket = t
+	if t.lead == nil {
+		for _, tk := range t.tickets {
+			if tk.ref.seq == lead {
+				t.lead = tk
 			}
 		}
 	}
-	m.opts.Observer.TurnStarted(in.Channel, len(b.Rows), max(0, now.Sub(b.Rows[0].CreatedAt)))
-	m.traceClaim(ctx, b, tickets)
-	if in.UserID == "" {
-		in.UserID, in.ChatID = hc.conv.UserID, hc.conv.ChatID
+	m.opts.Observer.TurnStarted(in.Channel, len(b.Rows), max(0, t.now.Sub(b.Rows[0].CreatedAt)))
+	m.traceClaim(ctx, b, t.tickets)
+	if t.in.UserID == "" {
+		t.in.UserID, t.in.ChatID = hc.conv.UserID, hc.conv.ChatID
 	}
+	return t, nil
+}
 
-	var msgs []ledger.Message
-	var reply agent.Reply
-	kind := ledger.TurnRunning
-	state := ledger.TurnAnswered
+// callTurn is the call: the agent's answer to the batch, or the stored
+// answer of a turn that is not run — too old to run (expired), or stopped
+// while it waited. It returns the turn's kind, the messages to store, the
+// agent's reply and the state the turn settles in.
+func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration) (string, []ledger.Message, agent.Reply, string) {
+	b, lead := t.b, t.b.Lead()
 	switch {
-	case maxAge > 0 && b.Rows[0].CreatedAt.Before(now.Add(-maxAge)):
-		kind, state = ledger.TurnExpired, ledger.TurnExpired
-		msgs = []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: ExpiredText,
-			ReplyTo: lead, Status: ledger.MsgFailed, Error: ledger.NotRunPrefix + " older than recovery.max_age", CreatedAt: now}}
-	case early == nil && m.takeStop(key):
+	case maxAge > 0 && b.Rows[0].CreatedAt.Before(t.now.Add(-maxAge)):
+		return ledger.TurnExpired, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: ExpiredText,
+			ReplyTo: lead, Status: ledger.MsgFailed, Error: ledger.NotRunPrefix + " older than recovery.max_age", CreatedAt: t.now}}, agent.Reply{}, ledger.TurnExpired
+	case t.early == nil && m.takeStop(t.in.SessionKey):
 		// (A Stop reaches an early call through its running context.)
 		// Stopped while it waited: settled as stopped, the agent not called.
-		msgs = []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
-			Error: ledger.InterruptedByUser, CreatedAt: now}}
-	default:
-		var hooks Hooks
-		if leadTicket != nil {
-			hooks = leadTicket.hooks
-		}
-		var turnCtx context.Context
-		var endTurn func()
-		if early != nil {
-			turnCtx, endTurn = early.ctx, early.stop
-		} else {
-			turnCtx, endTurn = m.startTurn(key)
-		}
-		turnCtx = withTurn(ctx, turnCtx)
-		msgs, reply, state = m.callFor(turnCtx, hc, b, hist, in, hooks, early)
-		endTurn()
+		return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
+			Error: ledger.InterruptedByUser, CreatedAt: t.now}}, agent.Reply{}, ledger.TurnAnswered
 	}
-	// The reply's append is the transition: it lands only while no claim
-	// moved the conversation's epoch. An interrupted turn is handed back
-	// with its partial reply, due at once; a tracked channel's delivery
-	// stays claimed: the channel sends, then marks it.
+	var hooks Hooks
+	if t.lead != nil {
+		hooks = t.lead.hooks
+	}
+	var turnCtx context.Context
+	var endTurn func()
+	if t.early != nil {
+		turnCtx, endTurn = t.early.ctx, t.early.stop
+	} else {
+		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
+	}
+	turnCtx = withTurn(ctx, turnCtx)
+	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.in, hooks, t.early)
+	endTurn()
+	return ledger.TurnRunning, msgs, reply, state
+}
+
+// storeTurn is the store: the reply's append is the transition — it lands
+// only while no claim moved the conversation's epoch. An interrupted turn
+// is handed back with its partial reply, due at once; a tracked channel's
+// delivery stays claimed: the channel sends, then marks it. A reply that
+// could not be stored fails the batch's tickets, and the turn is handed
+// back (or left to the runner that took it over).
+func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Message, reply agent.Reply, state string) error {
+	key, b := t.in.SessionKey, t.b
 	endStore := m.startSpan(ctx, "store reply")
-	err = m.appendReply(ctx, hc, msgs, now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state,
-		func(since time.Time) { m.noticeDelay(tickets, since) })
+	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state,
+		func(since time.Time) { m.noticeDelay(t.tickets, since) })
 	endStore(err)
-	if err != nil {
-		m.hot.Remove(key)
-		lost := errors.Is(err, ledger.ErrLostClaim)
-		if lost {
-			m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
-				slog.String("conversation", conv), slog.Int64("seq", lead))
-		} else {
-			m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
-				slog.String("conversation", conv), slog.String("error", err.Error()))
+	if err == nil {
+		m.delayOver(key)
+		if state != ledger.TurnInterrupted {
+			m.compactLater(t.in, t.conv)
 		}
-		err = fmt.Errorf("%w: %w", ErrReplyNotStored, err)
-		for _, t := range tickets {
-			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq}, err)
-		}
-		if lost {
-			m.unholdBatch(b)
-		} else {
-			m.handBack(b) // under the turn lock still: no claim of this replica comes between
-		}
-		return "", b, err
+		return nil
 	}
-	m.delayOver(key)
-	if state != ledger.TurnInterrupted {
-		m.compactLater(in, conv)
+	m.hot.Remove(key)
+	lost := errors.Is(err, ledger.ErrLostClaim)
+	if lost {
+		m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
+			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()))
+	} else {
+		m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
+			slog.String("conversation", t.conv), slog.String("error", err.Error()))
 	}
+	err = fmt.Errorf("%w: %w", ErrReplyNotStored, err)
+	for _, tk := range t.tickets {
+		tk.resolve(Outcome{ConversationID: t.conv, UserSeq: tk.ref.seq}, err)
+	}
+	if lost {
+		m.unholdBatch(b)
+	} else {
+		m.handBack(b) // under the turn lock still: no claim of this replica comes between
+	}
+	return err
+}
+
+// deliverOutcome is the delivery: the stored reply goes to the lead's
+// ticket, the merged messages' tickets learn they were answered with it,
+// and a reply nobody here waits for goes out through the channel.
+func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.Message, state string) {
+	b, conv, lead := t.b, t.conv, t.b.Lead()
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
 	out.Trace = trace.SpanContextFromContext(ctx)
 	m.traceStatus(ctx, final.Status)
-	if state != ledger.TurnInterrupted && m.tracks(in.Channel) {
+	if state != ledger.TurnInterrupted && m.tracks(t.in.Channel) {
 		out.Turn = b.Ref()
 	}
-	for _, t := range tickets {
-		switch {
-		case t == leadTicket:
-		default:
-			t.resolve(Outcome{ConversationID: conv, UserSeq: t.ref.seq, Reply: final, Merged: true,
+	for _, tk := range t.tickets {
+		if tk != t.lead {
+			tk.resolve(Outcome{ConversationID: conv, UserSeq: tk.ref.seq, Reply: final, Merged: true,
 				Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}, nil)
 		}
 	}
@@ -212,8 +258,8 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		}
 	}
 	switch {
-	case leadTicket != nil:
-		leadTicket.resolve(out, nil)
+	case t.lead != nil:
+		t.lead.resolve(out, nil)
 	case state == ledger.TurnInterrupted:
 		// Claimable again; whoever runs it delivers.
 	default:
@@ -221,10 +267,9 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		// to another replica, or to an earlier process): the channel
 		// delivers it.
 		last := b.Rows[len(b.Rows)-1]
-		m.deliverTurn(ctx, Delivery{Channel: in.Channel, SessionKey: key, UserID: in.UserID, ChatID: in.ChatID,
+		m.deliverTurn(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
 			ClientMsgID: last.ClientMsgID, UserSeq: lead, Reply: final, Turn: out.Turn})
 	}
-	return kind, b, nil
 }
 
 func (m *Manager) unholdBatch(b *ledger.Batch) {
@@ -261,182 +306,6 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 		m.hot.Add(in.SessionKey, hc)
 	}
 	return hc, nil
-}
-
-// callFor calls the agent for a batch — the history before its lead
-// without the batch's own messages, then each of them as a user message
-// — and returns what to store: the reply, a failure notice, or the
-// partial reply of an interrupted turn, and the turn's state after it.
-// With early, the call was made already (its deltas went to the lead's
-// hooks since its ack): its answer is taken instead.
-func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]ledger.Message, agent.Reply, string) {
-	lead := b.Lead()
-	var partial strings.Builder
-	var reply agent.Reply
-	var err error
-	if early != nil {
-		var text string
-		reply, err, text = early.result()
-		partial.WriteString(text)
-	} else {
-		// The turn runs with the settings of its start: a reload
-		// meanwhile applies to the next one.
-		live := m.settings()
-		req := m.request(b.Rows, hist, in, live.instructions)
-		m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
-		reply, err = m.callAgent(turnCtx, live.agent, req, func(d string) {
-			partial.WriteString(d)
-			if h.OnDelta != nil {
-				h.OnDelta(d)
-			}
-		})
-	}
-	now := m.now()
-	conv := hc.conv.ID
-	failed := func(text, why string) ([]ledger.Message, agent.Reply, string) {
-		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: text,
-			ReplyTo: lead, Status: ledger.MsgFailed, Error: why, CreatedAt: now}}, agent.Reply{}, ledger.TurnFailed
-	}
-	switch {
-	case err == nil && len(reply.Messages) > 0 && len(reply.Messages[len(reply.Messages)-1].ToolCalls) > 0:
-		// The gateway offers the model no tools; a turn that ends asking
-		// for one cannot be answered, and running it again would not help.
-		var names []string
-		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
-			names = append(names, tc.Name)
-		}
-		m.log.WarnContext(turnCtx, "model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
-			slog.String("tools", strings.Join(names, ",")))
-		return failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
-	case err == nil && len(reply.Messages) > 0:
-		var msgs []ledger.Message
-		for _, am := range reply.Messages {
-			msgs = append(msgs, ledger.Message{
-				ConversationID: conv, Role: am.Role, Content: am.Content,
-				ToolCalls: encodeToolCalls(am.ToolCalls), ToolCallID: am.ToolCallID,
-				ReplyTo: lead, Status: ledger.MsgOK, CreatedAt: now,
-			})
-		}
-		last := &msgs[len(msgs)-1]
-		last.PromptTokens, last.CompletionTkns, last.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
-		return msgs, reply, ledger.TurnAnswered
-	case turnCtx.Err() != nil:
-		why, state := ledger.InterruptedByShutdown, ledger.TurnAnswered
-		switch cause := context.Cause(turnCtx); {
-		case errors.Is(cause, errStoppedByUser):
-			why = ledger.InterruptedByUser
-		case errors.Is(cause, errNewMessage):
-			// Claimable again at once: the next turn answers these
-			// messages with the newer ones.
-			why, state = ledger.InterruptedByMessage, ledger.TurnInterrupted
-		case m.opts.NoRerun:
-			why = ledger.InterruptedByShutdownFinal
-		default:
-			// Claimable again at once: by this replica's next start or by
-			// any live replica now.
-			state = ledger.TurnInterrupted
-		}
-		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
-			ReplyTo: lead, Status: ledger.MsgInterrupted, Error: why, CreatedAt: now}}, agent.Reply{}, state
-	default:
-		if err == nil {
-			err = errors.New("agent returned no message")
-		}
-		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
-			slog.Int64("seq", lead), slog.String("error", err.Error()))
-		return failed(m.opts.FailureText, err.Error())
-	}
-}
-
-// request is the agent request of a turn answering rows after hist — the
-// history before its lead without its own messages (historyFor of
-// priorOf), then each of them as a user message.
-// Its pictures are not fetched yet (fetchImages does that, outside any
-// lock).
-func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
-	texts := make([]string, len(rows))
-	atts := make([][]agent.Attachment, len(rows))
-	for i, r := range rows {
-		texts[i] = r.Content
-		atts[i] = decodeAttachments(r.Attachments)
-	}
-	return agent.Request{
-		SessionKey:       in.SessionKey,
-		Instructions:     instructions,
-		History:          hist,
-		Earlier:          texts[:len(texts)-1],
-		Input:            texts[len(texts)-1],
-		InputAttachments: atts,
-	}
-}
-
-// priorOf is the history a turn with lead and members sees: every stored
-// message but the turn's own and the user messages stored after it, in
-// turn order — each reply right after the message it answers, even when
-// later messages were stored before it (they arrived while it ran). The
-// messages are the window's own, not copies: use them under the key's
-// state lock, which alone changes the window.
-func priorOf(window []ledger.Message, members map[int64]bool, lead int64) []*ledger.Message {
-	prior := make([]*ledger.Message, 0, len(window))
-	for i := range window {
-		msg := &window[i]
-		if members[msg.Seq] || members[msg.ReplyTo] || (msg.Role == agent.RoleUser && msg.Seq > lead) {
-			continue // the turn's own, or what an earlier run of it left
-		}
-		prior = append(prior, msg)
-	}
-	at := func(msg *ledger.Message) int64 {
-		if msg.Role == agent.RoleUser {
-			return msg.Seq
-		}
-		return msg.ReplyTo
-	}
-	order := func(a, b *ledger.Message) int {
-		if c := cmp.Compare(at(a), at(b)); c != 0 {
-			return c
-		}
-		// A message before the replies to it.
-		return cmp.Compare(boolInt(a.Role != agent.RoleUser), boolInt(b.Role != agent.RoleUser))
-	}
-	// Stored order is turn order unless a message arrived while a turn
-	// ran; only then is there anything to sort.
-	if !slices.IsSortedFunc(prior, order) {
-		slices.SortStableFunc(prior, order)
-	}
-	return prior
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func toReply(msg *ledger.Message) Reply {
-	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
-}
-
-// callAgent calls the agent; a panicking backend fails the turn (the user
-// message stays, the user is told) instead of taking the gateway down.
-func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
-	ctx, call := m.startAgentCall(ctx, ag)
-	if call != nil {
-		defer func() { call.end(ctx, &agentReplyInfo{tokens: reply.Usage.TotalTokens}, err) }()
-		next := onDelta
-		onDelta = func(d string) {
-			call.delta()
-			if next != nil {
-				next(d)
-			}
-		}
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("agent %s panicked: %v", ag.Name(), p)
-		}
-	}()
-	return ag.Reply(ctx, req, onDelta)
 }
 
 // appendReply stores agent output after the conversation's last message,

@@ -65,32 +65,31 @@ func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (fu
 
 // lockTurn takes the session key's turn lock, then the replicas' lease,
 // so that one user's turns never overlap, here or across gateways sharing
-// a database. Waiting ends when ctx does.
-func (m *Manager) lockTurn(ctx context.Context, key string) (func(), error) {
-	release, err := m.turnLocks.Acquire(ctx, key)
-	if err != nil {
-		return nil, ErrShuttingDown
-	}
-	releaseLease, err := m.store.Lease(ctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
-	if err != nil {
-		release()
-		if ctx.Err() != nil {
+// a database; the returned func gives both back. With leaseWait 0 it
+// waits for both as long as ctx lasts. With leaseWait > 0 it does not
+// wait for the turn lock (errBusy when the key's turn runs here) and waits
+// at most leaseWait for the lease (errBusy when another replica holds it
+// longer). It is the one way a turn is locked: the burst runner waits,
+// the rescuer tries, an early call tries for one statement's time.
+func (m *Manager) lockTurn(ctx context.Context, key string, leaseWait time.Duration) (func(), error) {
+	var release func()
+	if leaseWait > 0 {
+		var ok bool
+		if release, ok = m.turnLocks.TryAcquire(key); !ok {
+			return nil, errBusy
+		}
+	} else {
+		var err error
+		if release, err = m.turnLocks.Acquire(ctx, key); err != nil {
 			return nil, ErrShuttingDown
 		}
-		return nil, err
 	}
-	return func() { releaseLease(); release() }, nil
-}
-
-// tryLockTurn is lockTurn without waiting: errBusy when the key's turn
-// runs here, or its lease is held elsewhere for longer than a moment.
-func (m *Manager) tryLockTurn(ctx context.Context, key string) (func(), error) {
-	release, ok := m.turnLocks.TryAcquire(key)
-	if !ok {
-		return nil, errBusy
+	lctx := ctx
+	if leaseWait > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, leaseWait)
+		defer cancel()
 	}
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
 	releaseLease, err := m.store.Lease(lctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
 	if err != nil {
 		release()

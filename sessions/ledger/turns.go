@@ -193,6 +193,31 @@ func (b *Batch) Ref() TurnRef {
 	return TurnRef{ConversationID: b.ConversationID, Seq: b.Lead(), Claim: strconv.Itoa(b.Attempt)}
 }
 
+// ClaimAtStore makes m, a user message about to be stored, its own turn,
+// claimed by its owner as ClaimBatch would claim it: running, the first
+// attempt, its own lead, tracked when its channel confirms delivery. The
+// domain stores a message so only when nothing of its conversation waits
+// or runs, so that a claim would find it alone anyway.
+func ClaimAtStore(m *Message, track bool) {
+	m.TurnState, m.TurnAttempt, m.TurnLead, m.TurnTrack = TurnRunning, 1, m.Seq, track
+}
+
+// StoredClaim is the batch of a message stored claimed (ClaimAtStore),
+// once conv's append of it landed: its one row, under that claim.
+func StoredClaim(conv *Conversation, m *Message) *Batch {
+	return &Batch{ConversationID: conv.ID, Attempt: m.TurnAttempt, LastSeq: conv.LastSeq, Epoch: conv.Epoch,
+		Rows: []BatchRow{RowOf(m)}}
+}
+
+// RowOf is a user message as a batch carries it.
+func RowOf(m *Message) BatchRow {
+	r := BatchRow{Seq: m.Seq, Content: m.Content, Attachments: m.Attachments, CreatedAt: m.CreatedAt}
+	if m.ClientMsgID != nil {
+		r.ClientMsgID = *m.ClientMsgID
+	}
+	return r
+}
+
 // Claim asks ClaimBatch for the claimable turns of a conversation.
 type Claim struct {
 	ConversationID string

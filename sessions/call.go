@@ -1,0 +1,196 @@
+package sessions
+
+// One turn, start to end: claim the burst's messages (runBatch), call
+// the agent with the history window, store the reply — kept in memory
+// and retried while the database does not answer — and hand the outcome
+// to the tickets or the channel. The state machine of a turn is here;
+// its claims and settling are in settle.go, its SQL in ledger.go.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// callFor calls the agent for a batch — the history before its lead
+// without the batch's own messages, then each of them as a user message
+// — and returns what to store: the reply, a failure notice, or the
+// partial reply of an interrupted turn, and the turn's state after it.
+// With early, the call was made already (its deltas went to the lead's
+// hooks since its ack): its answer is taken instead.
+func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]ledger.Message, agent.Reply, string) {
+	lead := b.Lead()
+	var partial strings.Builder
+	var reply agent.Reply
+	var err error
+	if early != nil {
+		var text string
+		reply, err, text = early.result()
+		partial.WriteString(text)
+	} else {
+		// The turn runs with the settings of its start: a reload
+		// meanwhile applies to the next one.
+		live := m.settings()
+		req := m.request(b.Rows, hist, in, live.instructions)
+		m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
+		reply, err = m.callAgent(turnCtx, live.agent, req, func(d string) {
+			partial.WriteString(d)
+			if h.OnDelta != nil {
+				h.OnDelta(d)
+			}
+		})
+	}
+	now := m.now()
+	conv := hc.conv.ID
+	failed := func(text, why string) ([]ledger.Message, agent.Reply, string) {
+		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: text,
+			ReplyTo: lead, Status: ledger.MsgFailed, Error: why, CreatedAt: now}}, agent.Reply{}, ledger.TurnFailed
+	}
+	switch {
+	case err == nil && len(reply.Messages) > 0 && len(reply.Messages[len(reply.Messages)-1].ToolCalls) > 0:
+		// The gateway offers the model no tools; a turn that ends asking
+		// for one cannot be answered, and running it again would not help.
+		var names []string
+		for _, tc := range reply.Messages[len(reply.Messages)-1].ToolCalls {
+			names = append(names, tc.Name)
+		}
+		m.log.WarnContext(turnCtx, "model asked for tools the gateway does not offer", slog.String("session_key", in.SessionKey),
+			slog.String("tools", strings.Join(names, ",")))
+		return failed(ToolCallsText, "model returned tool calls: "+strings.Join(names, ", "))
+	case err == nil && len(reply.Messages) > 0:
+		var msgs []ledger.Message
+		for _, am := range reply.Messages {
+			msgs = append(msgs, ledger.Message{
+				ConversationID: conv, Role: am.Role, Content: am.Content,
+				ToolCalls: encodeToolCalls(am.ToolCalls), ToolCallID: am.ToolCallID,
+				ReplyTo: lead, Status: ledger.MsgOK, CreatedAt: now,
+			})
+		}
+		last := &msgs[len(msgs)-1]
+		last.PromptTokens, last.CompletionTkns, last.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
+		return msgs, reply, ledger.TurnAnswered
+	case turnCtx.Err() != nil:
+		why, state := ledger.InterruptedByShutdown, ledger.TurnAnswered
+		switch cause := context.Cause(turnCtx); {
+		case errors.Is(cause, errStoppedByUser):
+			why = ledger.InterruptedByUser
+		case errors.Is(cause, errNewMessage):
+			// Claimable again at once: the next turn answers these
+			// messages with the newer ones.
+			why, state = ledger.InterruptedByMessage, ledger.TurnInterrupted
+		case m.opts.NoRerun:
+			why = ledger.InterruptedByShutdownFinal
+		default:
+			// Claimable again at once: by this replica's next start or by
+			// any live replica now.
+			state = ledger.TurnInterrupted
+		}
+		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
+			ReplyTo: lead, Status: ledger.MsgInterrupted, Error: why, CreatedAt: now}}, agent.Reply{}, state
+	default:
+		if err == nil {
+			err = errors.New("agent returned no message")
+		}
+		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
+			slog.Int64("seq", lead), slog.String("error", err.Error()))
+		return failed(m.opts.FailureText, err.Error())
+	}
+}
+
+// request is the agent request of a turn answering rows after hist — the
+// history before its lead without its own messages (historyFor of
+// priorOf), then each of them as a user message.
+// Its pictures are not fetched yet (fetchImages does that, outside any
+// lock).
+func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
+	texts := make([]string, len(rows))
+	atts := make([][]agent.Attachment, len(rows))
+	for i, r := range rows {
+		texts[i] = r.Content
+		atts[i] = decodeAttachments(r.Attachments)
+	}
+	return agent.Request{
+		SessionKey:       in.SessionKey,
+		Instructions:     instructions,
+		History:          hist,
+		Earlier:          texts[:len(texts)-1],
+		Input:            texts[len(texts)-1],
+		InputAttachments: atts,
+	}
+}
+
+// priorOf is the history a turn with lead and members sees: every stored
+// message but the turn's own and the user messages stored after it, in
+// turn order — each reply right after the message it answers, even when
+// later messages were stored before it (they arrived while it ran). The
+// messages are the window's own, not copies: use them under the key's
+// state lock, which alone changes the window.
+func priorOf(window []ledger.Message, members map[int64]bool, lead int64) []*ledger.Message {
+	prior := make([]*ledger.Message, 0, len(window))
+	for i := range window {
+		msg := &window[i]
+		if members[msg.Seq] || members[msg.ReplyTo] || (msg.Role == agent.RoleUser && msg.Seq > lead) {
+			continue // the turn's own, or what an earlier run of it left
+		}
+		prior = append(prior, msg)
+	}
+	at := func(msg *ledger.Message) int64 {
+		if msg.Role == agent.RoleUser {
+			return msg.Seq
+		}
+		return msg.ReplyTo
+	}
+	order := func(a, b *ledger.Message) int {
+		if c := cmp.Compare(at(a), at(b)); c != 0 {
+			return c
+		}
+		// A message before the replies to it.
+		return cmp.Compare(boolInt(a.Role != agent.RoleUser), boolInt(b.Role != agent.RoleUser))
+	}
+	// Stored order is turn order unless a message arrived while a turn
+	// ran; only then is there anything to sort.
+	if !slices.IsSortedFunc(prior, order) {
+		slices.SortStableFunc(prior, order)
+	}
+	return prior
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func toReply(msg *ledger.Message) Reply {
+	return Reply{Seq: msg.Seq, Text: msg.Content, Status: msg.Status, Error: msg.Error}
+}
+
+// callAgent calls the agent; a panicking backend fails the turn (the user
+// message stays, the user is told) instead of taking the gateway down.
+func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
+	ctx, call := m.startAgentCall(ctx, ag)
+	if call != nil {
+		defer func() { call.end(ctx, &agentReplyInfo{tokens: reply.Usage.TotalTokens}, err) }()
+		next := onDelta
+		onDelta = func(d string) {
+			call.delta()
+			if next != nil {
+				next(d)
+			}
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("agent %s panicked: %v", ag.Name(), p)
+		}
+	}()
+	return ag.Reply(ctx, req, onDelta)
+}
