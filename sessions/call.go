@@ -1,10 +1,8 @@
 package sessions
 
-// One turn, start to end: claim the burst's messages (runBatch), call
-// the agent with the history window, store the reply — kept in memory
-// and retried while the database does not answer — and hand the outcome
-// to the tickets or the channel. The state machine of a turn is here;
-// its claims and settling are in settle.go, its SQL in ledger.go.
+// A turn's agent call (callTurn's, turn.go): the request — the history
+// window and the batch's messages — the call itself, streamed, and the
+// messages it leaves to store.
 
 import (
 	"cmp"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -193,5 +194,40 @@ func TestInterruptedTurnWakesTheOtherReplica(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("B did not run the interrupted turn: its rescuer was not woken")
+	}
+}
+
+// A replica whose store has a fault injector installed hears the other
+// replicas' events as any other does, and its failures reach its own
+// watcher: the injector is a hook of the store, not a wrapper hiding the
+// store's events from the manager.
+func TestFaultInjectedReplicaHearsEvents(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
+	dbB := openStore(t, store.DriverPostgres, dsn)
+	fs := faults.New(dbB)
+	b := New(dbB, agent.Echo{}, Options{Now: c.Now, Logger: quiet, Events: dbB.Events(), RetryPause: 5 * time.Millisecond})
+	t.Cleanup(func() {
+		fs.Heal()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.Shutdown(ctx)
+	})
+	lb := watch(b)
+	a.StartRescuer()
+	b.StartRescuer()
+	knowPeers(t, a, b)
+
+	out := handle(t, a, msg("websocket:ann", "hello"))
+	if ev := lb.reply(t); ev.ReplySeq != out.Reply.Seq || ev.ConversationID != out.ConversationID {
+		t.Fatalf("reply event on B = %+v, outcome on A = %+v", ev, out)
+	}
+	fs.Down(faults.Before)
+	if _, err := b.Handle(context.Background(), msg("websocket:bob", "while down"), Hooks{}); err == nil {
+		t.Fatal("B stored a message with every store call failing")
+	}
+	if _, down := b.StorageDown(); !down {
+		t.Fatal("B's watcher did not see the injected failures")
 	}
 }

@@ -57,7 +57,7 @@ type Store interface {
 	Observed
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
 	// LastArchived and Reopen take a key back to its previous
-	// conversation (reopen.go).
+	// conversation (store/reopen.go).
 	LastArchived(ctx context.Context, key string) (*ledger.Conversation, error)
 	Reopen(ctx context.Context, r ledger.Reopen) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]ledger.Archived)) (int, error)
@@ -71,7 +71,7 @@ type Store interface {
 	Shared() bool
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
-	// Retention of states and guests (retention.go).
+	// Retention of states and guests (retention.go, store/retention.go).
 	StateRows(ctx context.Context, prefix, after string, limit int) ([]ledger.ChannelState, error)
 	DeleteStates(ctx context.Context, names []string) (int64, error)
 	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)

@@ -1,6 +1,6 @@
 package sessions
 
-// The domain side of the turn ledger (the SQL is ledger.go): which turns
+// The domain side of the turn ledger (the SQL is store/turnsql.go): which turns
 // a runner of this process holds (hold, heldSeqs), claims of one turn,
 // and settling — delivery marks and hand-backs retried until they land,
 // the turn held meanwhile. With owed.go and watch.go this keeps the

@@ -4,7 +4,7 @@ package sessions
 // the agent with the history window, store the reply — kept in memory
 // and retried while the database does not answer — and hand the outcome
 // to the tickets or the channel. The state machine of a turn is here;
-// its claims and settling are in settle.go, its SQL in ledger.go.
+// its claims and settling are in settle.go, its SQL in store/turnsql.go.
 
 import (
 	"context"

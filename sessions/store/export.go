@@ -20,7 +20,7 @@ type Export struct {
 }
 
 // ExportMessage is one message of an Export. A user message carries its
-// turn (see ledger.go): its state as the ledger derives it (answered,
+// turn (see package ledger): its state as the ledger derives it (answered,
 // failed or expired once its final reply is stored), owner replica,
 // attempt, and the seq of the reply that answers it.
 type ExportMessage struct {

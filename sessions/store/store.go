@@ -43,7 +43,7 @@ type DB struct {
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
-	// events carries events between replicas (PostgreSQL; notify.go).
+	// events carries events between replicas (PostgreSQL; events.go, package notifier).
 	events *notifier.Notifier
 	// kept is the session leases kept across turns (leasekeep.go).
 	kept keptLeases
