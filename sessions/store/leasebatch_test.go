@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // leaseGate is a pgx tracer that holds the first hold lease acquisitions
@@ -135,5 +137,64 @@ func TestLeasesCommitWithoutWaitingForTheFlush(t *testing.T) {
 	}
 	if lease != "off" || write != "on" {
 		t.Fatalf("synchronous_commit: leases %q, writes %q; want off, on", lease, write)
+	}
+}
+
+func TestLeaseFollowsTheHeartbeat(t *testing.T) {
+	dsn := postgresDSN(t)
+	db := openStore(t, DriverPostgres, dsn)
+	other := openStore(t, DriverPostgres, dsn) // another replica's process, opened before the clock starts
+	// Listening, as a replica's manager does: a lease kept here is given
+	// back as soon as another replica asks for it.
+	if err := db.events.Listen(context.Background(), func(ledger.Event) {}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A replica died holding the lease: its row stays, its heartbeat ages.
+	if err := db.Gorm().Exec(`INSERT INTO session_leases (session_key, holder, replica, expires_at) VALUES ('websocket:ann', 'h', 'dead', now())`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Heartbeat(ctx, "replica-a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Heartbeat(ctx, "replica-b", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	release, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL)
+	if err != nil {
+		t.Fatalf("the lease of a replica without a heartbeat blocked the key: %v", err)
+	}
+	// While a live replica holds it, another waits; the holder may retake
+	// it (its own lock keeps its turns apart).
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := other.Lease(short, "websocket:ann", "replica-b", LeaseTTL); err == nil {
+		t.Fatal("a held lease was taken by another replica")
+	}
+	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+		t.Fatalf("the holder could not retake its own lease: %v", err)
+	} else {
+		again()
+	}
+	release()
+	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+		t.Fatalf("after release: %v", err)
+	} else {
+		r2()
+	}
+	// A holder whose heartbeat stopped loses it.
+	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = r3 // never released: replica-a dies holding it
+	}
+	if err := db.Gorm().Exec(`UPDATE replicas SET heartbeat_at = now() - interval '1 minute' WHERE id = 'replica-a'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+		t.Fatalf("the lease of a replica whose heartbeat stopped blocked the key: %v", err)
+	} else {
+		r4()
 	}
 }
