@@ -7,32 +7,38 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/glebarez/go-sqlite"
-
-	"github.com/chatgate/chatgate/sessions/ledger" // the driver earlier chatgate versions wrote with, as "sqlite"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// TestDatabaseOfEarlierDriver opens a database whose rows the earlier
-// driver (glebarez/go-sqlite) wrote: their times read back exactly, the
-// store writes times in the same text format, and a sweep compares old and
-// new rows' times in order.
+// The times as the earlier driver, glebarez/go-sqlite v1.21.2, wrote them:
+// it bound a time.Time as text in the layout sqliteTimeFormat keeps.
+// Literals, so that no test links that driver's engine.
+const (
+	earlierStarted   = "2026-03-01 09:30:15.123456789+00:00"
+	earlierIdleSince = "2026-03-01 10:00:00+00:00"
+)
+
+// TestDatabaseOfEarlierDriver opens a database holding rows as the earlier
+// driver (glebarez/go-sqlite) wrote them: their times read back exactly,
+// the store writes times in the same text format, and a sweep compares old
+// and new rows' times in order.
 func TestDatabaseOfEarlierDriver(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "old.db")
 	openStore(t, DriverSQLite, path).Close() // the schema
 
-	old, err := sql.Open("sqlite", path)
+	old, err := sql.Open(sqliteDriverName, "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	started := time.Date(2026, 3, 1, 9, 30, 15, 123456789, time.UTC)
 	idleSince := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	if _, err := old.Exec(`INSERT INTO conversations (id, session_key, channel, status, started_at, last_activity_at, agent_name, model, last_seq)
-		VALUES ('c-old', 'websocket:old', 'websocket', 'active', ?, ?, 'echo', '', 1)`, started, idleSince); err != nil {
+		VALUES ('c-old', 'websocket:old', 'websocket', 'active', ?, ?, 'echo', '', 1)`, earlierStarted, earlierIdleSince); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := old.Exec(`INSERT INTO messages (conversation_id, seq, role, content, reply_to, status, prompt_tokens, completion_tokens, cost, created_at)
-		VALUES ('c-old', 1, 'user', 'hi', 0, 'ok', 0, 0, 0, ?)`, started); err != nil {
+		VALUES ('c-old', 1, 'user', 'hi', 0, 'ok', 0, 0, 0, ?)`, earlierStarted); err != nil {
 		t.Fatal(err)
 	}
 	var oldText string
