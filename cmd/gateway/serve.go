@@ -130,7 +130,7 @@ type server struct {
 	stopCtx context.Context // done at the first signal (or ctx): the graceful stop
 	hardCtx context.Context // done at the second: the drain ends at once
 
-	db       *store.DB
+	db          *store.DB
 	tp          trace.TracerProvider // nil without tracing
 	stopTracing func(context.Context) error
 	metrics     *gateway.Metrics
