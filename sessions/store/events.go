@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,8 +16,8 @@ import (
 // replicas, package notifier); SQLite has none. It publishes on the lease
 // pool (synchronous_commit off: a notification has nothing to make
 // durable), and another replica's request for a lease kept here reaches
-// the kept leases through it.
-func (s *DB) openEvents(ctx context.Context, dsn string, timeout time.Duration, log *slog.Logger) error {
+// the leaser through it.
+func (s *DB) openEvents(ctx context.Context, leasePool *sql.DB, dsn string, timeout time.Duration, log *slog.Logger) error {
 	if s.driver != DriverPostgres {
 		return nil
 	}
@@ -40,8 +41,7 @@ func (s *DB) openEvents(ctx context.Context, dsn string, timeout time.Duration, 
 		}
 		return conn, nil
 	}
-	s.events = notifier.New(notifier.Config{Pool: s.leases, Connect: connect, Schema: schema, Silence: timeout, Logger: log})
-	s.events.Subscribe(s.kept.wanted)
+	s.events = notifier.New(notifier.Config{Pool: leasePool, Connect: connect, Schema: schema, Silence: timeout, Logger: log})
 	return nil
 }
 

@@ -66,7 +66,7 @@ func TestLeasesTakenTogetherShareAStatement(t *testing.T) {
 			<-gate.waiting // each worker holds a statement of one
 		}
 	}
-	for len(db.leaseQ) < n-leaseWorkers {
+	for len(db.leases.queue) < n-leaseWorkers {
 		waitQueue()
 	}
 	close(gate.open)
@@ -129,7 +129,7 @@ func TestAbandonedLeaseIsGivenBack(t *testing.T) {
 func TestLeasesCommitWithoutWaitingForTheFlush(t *testing.T) {
 	db := openStore(t, DriverPostgres, postgresDSN(t))
 	var lease, write string
-	if err := db.leases.QueryRow("SHOW synchronous_commit").Scan(&lease); err != nil {
+	if err := db.leases.pool.QueryRow("SHOW synchronous_commit").Scan(&lease); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Gorm().Raw("SHOW synchronous_commit").Scan(&write).Error; err != nil {

@@ -47,10 +47,11 @@ type keptLease struct {
 // leaseRow names one acquisition's row.
 type leaseRow struct{ key, holder string }
 
-// keptLeases is a store's kept leases, and when each replica's last
+// keptLeases is a leaser's kept leases, and when each replica's last
 // heartbeat that landed was sent.
 type keptLeases struct {
-	db       *DB
+	// leaser gives leases back, and its closed ends the sweep.
+	leaser   *leaser
 	mu       sync.Mutex
 	leases   map[leaseID]*keptLease
 	beats    map[string]time.Time
@@ -124,7 +125,7 @@ func (k *keptLeases) releaser(id leaseID, holder string, ttl time.Duration) func
 				delete(k.leases, id)
 			}
 			k.mu.Unlock()
-			k.db.giveBack([]leaseRow{{id.key, holder}}, ttl)
+			k.leaser.giveBack([]leaseRow{{id.key, holder}}, ttl)
 		})
 	}
 }
@@ -136,12 +137,12 @@ func (k *keptLeases) sweep(ttl time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-k.db.closed:
+		case <-k.leaser.closed:
 			return
 		case <-t.C:
 		}
 		if rows := k.take(false, time.Now()); len(rows) > 0 {
-			k.db.giveBack(rows, ttl)
+			k.leaser.giveBack(rows, ttl)
 		}
 	}
 }
@@ -205,21 +206,21 @@ func (k *keptLeases) wanted(ev ledger.Event) {
 	}
 	k.mu.Unlock()
 	if len(rows) > 0 {
-		go k.db.giveBack(rows, LeaseTTL)
+		go k.leaser.giveBack(rows, LeaseTTL)
 	}
 }
 
 // giveBack deletes lease rows, in one statement; when that fails they are
 // deleted in the background once the database answers.
-func (s *DB) giveBack(rows []leaseRow, ttl time.Duration) {
-	if s.unleaseRows(rows) != nil {
+func (l *leaser) giveBack(rows []leaseRow, ttl time.Duration) {
+	if l.unleaseRows(rows) != nil {
 		for _, r := range rows {
-			go s.retryUnlease(r.key, r.holder, ttl)
+			go l.retryUnlease(r.key, r.holder, ttl)
 		}
 	}
 }
 
-func (s *DB) unleaseRows(rows []leaseRow) error {
+func (l *leaser) unleaseRows(rows []leaseRow) error {
 	keys := make([]string, len(rows))
 	holders := make([]string, len(rows))
 	for i, r := range rows {
@@ -227,7 +228,7 @@ func (s *DB) unleaseRows(rows []leaseRow) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.leases.ExecContext(ctx, pgGiveBackLeases, keys, holders)
+	_, err := l.pool.ExecContext(ctx, pgGiveBackLeases, keys, holders)
 	return err
 }
 
@@ -237,8 +238,8 @@ var pgGiveBackLeases = `DELETE FROM session_leases AS l USING ` + pgArrayRows("k
 	WHERE l.session_key = g.k AND l.holder = g.h`
 
 // closeLeases gives back every kept lease when the store closes.
-func (s *DB) closeLeases() {
-	if rows := s.kept.take(true, time.Now()); len(rows) > 0 {
-		s.unleaseRows(rows) // else they end with this replica's heartbeat
+func (l *leaser) closeLeases() {
+	if rows := l.kept.take(true, time.Now()); len(rows) > 0 {
+		l.unleaseRows(rows) // else they end with this replica's heartbeat
 	}
 }

@@ -13,7 +13,7 @@ import (
 // leaseHolder is the holder of a key's lease row ("" when none).
 func leaseHolder(t *testing.T, db *DB, key string) (holder, replica string) {
 	t.Helper()
-	row := db.leases.QueryRow(`SELECT holder, replica FROM session_leases WHERE session_key = $1`, key)
+	row := db.leases.pool.QueryRow(`SELECT holder, replica FROM session_leases WHERE session_key = $1`, key)
 	if err := row.Scan(&holder, &replica); err != nil && err.Error() != "sql: no rows in result set" {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 		}
 		got <- r
 	}()
-	for !a.kept.isWanted(leaseID{"replica-a", key}) {
+	for !a.leases.kept.isWanted(leaseID{"replica-a", key}) {
 		select {
 		case <-ctx.Done():
 			t.Fatal("replica b's request never reached replica a")

@@ -1,64 +1,19 @@
 package store
 
 // Session leases: one turn at a time per session key across replicas
-// sharing PostgreSQL (turnlock.go takes them), on a pool of their own.
+// sharing PostgreSQL (the sessions package's turnlock.go takes them),
+// acquired by the leaser (leases.go) in batches on a pool of their own.
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"gorm.io/gorm"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
-
-// Exclusive runs fn unless another process sharing the database is running
-// the same name: on PostgreSQL it holds pg_try_advisory_xact_lock inside a
-// transaction for fn's duration (the lock ends with the transaction, also
-// when a replica dies); SQLite has one gateway per file and just runs fn.
-// It reports whether fn ran.
-func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool, error) {
-	if s.driver != DriverPostgres {
-		return true, fn()
-	}
-	ran := false
-	err := s.write.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var got bool
-		if err := tx.Raw("SELECT pg_try_advisory_xact_lock(hashtext(?))", "chatgate:"+name).Scan(&got).Error; err != nil {
-			return err
-		}
-		if !got {
-			return nil
-		}
-		ran = true
-		return fn()
-	})
-	return ran, err
-}
-
-// openLeasePool opens the connections session leases and heartbeats are
-// written through. A lease lives for one turn and a heartbeat for a third
-// of the lease, so their writes commit without waiting for the log flush
-// (synchronous_commit off): they are as atomic and as visible to other
-// replicas as any, and only a PostgreSQL crash could forget one — after
-// which the turns' seq guards and claims still keep one user's messages
-// from interleaving and each turn to one runner.
-func openLeasePool(dsn string, timeout time.Duration, tracer pgx.QueryTracer) (*sql.DB, error) {
-	cfg, err := pgConfig(dsn, timeout, tracer)
-	if err != nil {
-		return nil, err
-	}
-	cfg.RuntimeParams["synchronous_commit"] = "off"
-	db := openPGPool(cfg, timeout)
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(8)
-	return db, nil
-}
 
 // Lease takes the cross-replica lease of a session key for replica,
 // waiting while another replica holds it (until ctx ends). SQLite serves
@@ -96,15 +51,20 @@ func (s *DB) lease(ctx context.Context, key, replica string, ttl time.Duration) 
 	if s.driver != DriverPostgres {
 		return func() {}, nil
 	}
+	return s.leases.lease(ctx, key, replica, ttl)
+}
+
+// lease is Lease on PostgreSQL, past the hooks.
+func (l *leaser) lease(ctx context.Context, key, replica string, ttl time.Duration) (func(), error) {
 	id := leaseID{replica: replica, key: key}
-	if release, ok := s.kept.reuse(id, ttl, time.Now()); ok {
+	if release, ok := l.kept.reuse(id, ttl, time.Now()); ok {
 		return release, nil
 	}
 	holder := uuid.NewString()
 	wait := 5 * time.Millisecond
 	var asked time.Time
 	for {
-		got, err := s.acquire(ctx, key, holder, replica, ttl)
+		got, err := l.acquire(ctx, key, holder, replica, ttl)
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", key, err)
 		}
@@ -115,7 +75,7 @@ func (s *DB) lease(ctx context.Context, key, replica string, ttl time.Duration) 
 		// keeps leases across its turns), again every second.
 		if now := time.Now(); now.Sub(asked) >= time.Second {
 			asked = now
-			s.events.Publish(ledger.Event{Kind: ledger.EventWant, Origin: replica, Key: key})
+			l.events.Publish(ledger.Event{Kind: ledger.EventWant, Origin: replica, Key: key})
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -126,7 +86,7 @@ func (s *DB) lease(ctx context.Context, key, replica string, ttl time.Duration) 
 		}
 		wait = min(wait*2, 200*time.Millisecond)
 	}
-	return s.kept.took(id, holder, ttl, time.Now()), nil
+	return l.kept.took(id, holder, ttl, time.Now()), nil
 }
 
 // Lease acquisitions are batched: the ones waiting when a statement goes
@@ -158,13 +118,13 @@ const (
 
 // acquire writes one lease row through a batch and reports whether it
 // holds the key: false when another live replica's row holds it.
-func (s *DB) acquire(ctx context.Context, key, holder, replica string, ttl time.Duration) (bool, error) {
+func (l *leaser) acquire(ctx context.Context, key, holder, replica string, ttl time.Duration) (bool, error) {
 	r := &leaseReq{key: key, holder: holder, replica: replica, ttl: ttl, done: make(chan struct{})}
 	select {
-	case s.leaseQ <- r:
+	case l.queue <- r:
 	case <-ctx.Done():
 		return false, ctx.Err()
-	case <-s.closed:
+	case <-l.closed:
 		return false, ledger.ErrClosed
 	}
 	var gone error
@@ -173,7 +133,7 @@ func (s *DB) acquire(ctx context.Context, key, holder, replica string, ttl time.
 		return r.got, r.err
 	case <-ctx.Done():
 		gone = ctx.Err()
-	case <-s.closed:
+	case <-l.closed:
 		gone = ledger.ErrClosed
 	}
 	if r.state.CompareAndSwap(reqPending, reqAbandoned) {
@@ -186,7 +146,7 @@ func (s *DB) acquire(ctx context.Context, key, holder, replica string, ttl time.
 // answer gives r its outcome, or, when its caller stopped waiting, undoes
 // what the statement may have done: a row it wrote is given back, and one
 // an error left in doubt is deleted once the database answers.
-func (s *DB) answer(r *leaseReq, got bool, err error) {
+func (l *leaser) answer(r *leaseReq, got bool, err error) {
 	if r.state.CompareAndSwap(reqPending, reqAnswered) {
 		r.got, r.err = got, err
 		close(r.done)
@@ -194,41 +154,41 @@ func (s *DB) answer(r *leaseReq, got bool, err error) {
 			// The insert may have landed with its answer lost: this
 			// acquisition's row, if there is one, is deleted when the
 			// database answers again (only this holder's).
-			go s.retryUnlease(r.key, r.holder, r.ttl)
+			go l.retryUnlease(r.key, r.holder, r.ttl)
 		}
 		return
 	}
 	switch {
 	case err != nil:
-		go s.retryUnlease(r.key, r.holder, r.ttl)
+		go l.retryUnlease(r.key, r.holder, r.ttl)
 	case got:
-		s.giveBack([]leaseRow{{r.key, r.holder}}, r.ttl)
+		l.giveBack([]leaseRow{{r.key, r.holder}}, r.ttl)
 	}
 }
 
 // leaseWorker sends the waiting acquisitions, up to leaseBatchMax at a
 // time, until the store closes.
-func (s *DB) leaseWorker() {
-	defer s.leaseWG.Done()
+func (l *leaser) leaseWorker() {
+	defer l.workers.Done()
 	batch := make([]*leaseReq, 0, leaseBatchMax)
 	for {
 		select {
-		case r := <-s.leaseQ:
+		case r := <-l.queue:
 			batch = append(batch[:0], r)
-		case <-s.closed:
+		case <-l.closed:
 			return
 		}
 	fill:
 		for len(batch) < leaseBatchMax {
 			select {
-			case r := <-s.leaseQ:
+			case r := <-l.queue:
 				batch = append(batch, r)
 			default:
 				break fill
 			}
 		}
 		for len(batch) > 0 {
-			batch = s.leaseRound(batch)
+			batch = l.leaseRound(batch)
 		}
 	}
 }
@@ -248,7 +208,7 @@ var pgAcquireLeases = `INSERT INTO session_leases (session_key, holder, replica,
 // distinct keys and the first one's ttl (a statement may write a row
 // once), and returns the rest. Acquisitions abandoned before they were
 // sent are dropped: they did nothing.
-func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
+func (l *leaser) leaseRound(batch []*leaseReq) []*leaseReq {
 	var round, rest []*leaseReq
 	keys := map[string]*leaseReq{}
 	for _, r := range batch {
@@ -271,7 +231,7 @@ func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
 	got := map[string]bool{}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseStatementWait)
 	defer cancel()
-	rows, err := s.leases.QueryContext(ctx, pgAcquireLeases, ks, hs, rs, round[0].ttl.Seconds())
+	rows, err := l.pool.QueryContext(ctx, pgAcquireLeases, ks, hs, rs, round[0].ttl.Seconds())
 	if err == nil {
 		for rows.Next() {
 			var k string
@@ -286,7 +246,7 @@ func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
 		}
 	}
 	for _, r := range round {
-		s.answer(r, err == nil && got[r.key], err)
+		l.answer(r, err == nil && got[r.key], err)
 	}
 	return rest
 }
@@ -295,10 +255,10 @@ func (s *DB) leaseRound(batch []*leaseReq) []*leaseReq {
 // waiting when their own contexts end, and the next batch waits for it.
 const leaseStatementWait = 10 * time.Second
 
-func (s *DB) unlease(key, holder string) error {
+func (l *leaser) unlease(key, holder string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.leases.ExecContext(ctx, `DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
+	_, err := l.pool.ExecContext(ctx, `DELETE FROM session_leases WHERE session_key = $1 AND holder = $2`, key, holder)
 	return err
 }
 
@@ -306,14 +266,14 @@ func (s *DB) unlease(key, holder string) error {
 // the store closes (the process ends, and with its heartbeat its leases).
 // Only this acquisition's row is deleted (holder is unique to it), so a
 // late release never frees a lease taken again since.
-func (s *DB) retryUnlease(key, holder string, ttl time.Duration) {
+func (l *leaser) retryUnlease(key, holder string, ttl time.Duration) {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, ttl/6) {
 		select {
-		case <-s.closed:
+		case <-l.closed:
 			return
 		case <-time.After(wait):
 		}
-		if s.unlease(key, holder) == nil {
+		if l.unlease(key, holder) == nil {
 			return
 		}
 	}

@@ -19,12 +19,7 @@ func (s *DB) Heartbeat(ctx context.Context, replica string, started time.Time) e
 	return observe0(ctx, s, Call{Op: "Heartbeat", Conv: ""}, func() error {
 		var err error
 		if s.driver == DriverPostgres {
-			sent := time.Now()
-			_, err = s.leases.ExecContext(ctx, `INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, $2, now())
-			ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, replica, started)
-			if err == nil {
-				s.kept.beat(replica, sent)
-			}
+			err = s.leases.heartbeat(ctx, replica, started)
 		} else {
 			err = s.commit.do(ctx, func(tx *gorm.DB) error {
 				return tx.Exec(`INSERT INTO replicas (id, started_at, heartbeat_at) VALUES (?, ?, ?)
@@ -102,8 +97,8 @@ func (s *DB) Retire(ctx context.Context, replica string) error {
 		if err != nil {
 			return fmt.Errorf("retire replica %s: %w", replica, err)
 		}
-		if rows := s.kept.retire(replica); len(rows) > 0 {
-			s.giveBack(rows, LeaseTTL)
+		if s.leases != nil {
+			s.leases.retire(replica)
 		}
 		return nil
 	})

@@ -188,7 +188,7 @@ func TestIdleConnectionsClosedByTheServerAreReplaced(t *testing.T) {
 		c.Close()
 	}
 	var killed int64
-	if err := db.leases.QueryRowContext(ctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(p::int)) FROM unnest($1::bigint[]) AS p", pids).Scan(&killed); err != nil || killed != int64(len(pids)) {
+	if err := db.leases.pool.QueryRowContext(ctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(p::int)) FROM unnest($1::bigint[]) AS p", pids).Scan(&killed); err != nil || killed != int64(len(pids)) {
 		t.Fatalf("terminate the pool's %d backends: %d, %v", len(pids), killed, err)
 	}
 	time.Sleep(1100 * time.Millisecond) // idle past a second (pgx's wall clock), so that each is checked before reuse

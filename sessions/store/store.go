@@ -37,20 +37,14 @@ type DB struct {
 	read      *gorm.DB
 	commit    *committer
 	ckpt      *checkpointer // SQLite only
-	// leases is the PostgreSQL pool the session leases are written
-	// through, without waiting for their commit to reach disk.
-	leases *sql.DB
+	// leases is the session leases and the leader role (PostgreSQL;
+	// leases.go); nil on SQLite.
+	leases *leaser
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
 	// events carries events between replicas (PostgreSQL; events.go, package notifier).
 	events *notifier.Notifier
-	// kept is the session leases kept across turns (leasekeep.go).
-	kept keptLeases
-	// leaseQ feeds lease acquisitions to the workers that batch them
-	// (leasesql.go); leaseWG waits for those workers.
-	leaseQ  chan *leaseReq
-	leaseWG sync.WaitGroup
 	// hooks see every ledger call (hooks.go).
 	hooks hooks
 	// closed is closed by Close, ending background retries.
@@ -87,8 +81,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 	if opts.Chunk > 0 {
 		s.chunk = opts.Chunk
 	}
-	s.kept.db = s
 	workers := 1
+	// PostgreSQL: the lease pool. The notifier publishes on it and the
+	// leaser hears requests for leases on the notifier, so the pool is
+	// opened here and the leaser built last, over both.
+	var leasePool *sql.DB
 	switch driver {
 	case DriverSQLite:
 		w, err := gorm.Open(openSQLite(sqliteDSN(dsn, false)), gcfg)
@@ -119,37 +116,35 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
 		workers = 4 // for the writes other than appends: those have one of their own (commit.go)
-		if s.leases, err = openLeasePool(dsn, opts.Timeout, opts.Tracer); err != nil {
-			s.closeDBs()
+		if leasePool, err = openLeasePool(dsn, opts.Timeout, opts.Tracer); err != nil {
+			s.closeDBs(nil)
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
-		}
-		s.leaseQ = make(chan *leaseReq, leaseBatchMax)
-		for i := 0; i < leaseWorkers; i++ {
-			s.leaseWG.Add(1)
-			go s.leaseWorker()
 		}
 	default:
 		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
 	}
 	if err := s.ping(ctx); err != nil {
-		s.closeDBs()
+		s.closeDBs(leasePool)
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
-		s.closeDBs()
+		s.closeDBs(leasePool)
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
 	}
 	if driver == DriverSQLite {
 		// Readers open after the migration: a connection that cached the
 		// schema before it would expand SELECT * to the columns of old.
 		if err := s.openSQLiteReaders(dsn, gcfg, opts.Logger); err != nil {
-			s.closeDBs()
+			s.closeDBs(leasePool)
 			return nil, err
 		}
 	}
-	if err := s.openEvents(ctx, dsn, opts.Timeout, opts.Logger); err != nil {
-		s.closeDBs()
+	if err := s.openEvents(ctx, leasePool, dsn, opts.Timeout, opts.Logger); err != nil {
+		s.closeDBs(leasePool)
 		return nil, err
+	}
+	if leasePool != nil {
+		s.leases = newLeaser(leasePool, s.events, s.closed)
 	}
 	s.commit = newCommitter(s.write, driver, workers, opts.MaxBatch)
 	if s.ckpt != nil {
@@ -317,23 +312,26 @@ func (s *DB) Close() error {
 		if s.commit != nil {
 			s.commit.close()
 		}
+		var leasePool *sql.DB
 		if s.leases != nil {
-			s.leaseWG.Wait()
-			s.closeLeases()
+			s.leases.close()
+			leasePool = s.leases.pool
 		}
 		s.events.Close()
-		s.closeErr = s.closeDBs()
+		s.closeErr = s.closeDBs(leasePool)
 	})
 	return s.closeErr
 }
 
-func (s *DB) closeDBs() error {
+// closeDBs closes the pools; leasePool is passed, not found on the
+// leaser, since a failed Open has none built yet.
+func (s *DB) closeDBs(leasePool *sql.DB) error {
 	var errs []error
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.close())
 	}
-	if s.leases != nil {
-		errs = append(errs, s.leases.Close())
+	if leasePool != nil {
+		errs = append(errs, leasePool.Close())
 	}
 	for _, g := range []*gorm.DB{s.write, s.read} {
 		if g == nil {
