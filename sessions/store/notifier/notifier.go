@@ -190,6 +190,9 @@ func (e *Notifier) publishLoop() {
 // Subscribe registers fn for every event, as Listen does, without
 // starting to listen: events reach it once somebody listens.
 func (e *Notifier) Subscribe(fn func(ledger.Event)) {
+	if e == nil {
+		return
+	}
 	e.mu.Lock()
 	e.subs = append(e.subs, fn)
 	e.mu.Unlock()
