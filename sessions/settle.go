@@ -95,8 +95,20 @@ func (m *Manager) Delivered(ctx context.Context, t ledger.TurnRef, ref string, e
 // over, or the gateway stops (its heartbeat then stops too, and the
 // others take the turn over): a turn is never left owned with nobody
 // holding it. The first attempt's error is returned.
+//
+// The first attempt is not cut at once by the drain deadline, which
+// cancels the turns still running (m.base): what it records — a reply a
+// channel already sent, a turn handed back — is no running work, and a
+// mark lost there has the replica that takes this one's turns over send
+// the reply again. It gets Options.InterruptGrace past the deadline, as
+// an interrupted turn's partial reply does; the retries stop with the
+// gateway.
 func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) error {
-	err := write(m.base)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(m.base))
+	defer cancel()
+	stop := context.AfterFunc(m.base, func() { time.AfterFunc(m.opts.InterruptGrace, cancel) })
+	err := write(ctx)
+	stop()
 	if err == nil || definite(err) {
 		unhold()
 		m.Wake()
