@@ -37,6 +37,14 @@ type Message struct {
 	Attachments []Attachment
 }
 
+// Tool is a function the model may call: an MCP server's tool, offered
+// under the name server__tool with its JSON Schema.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any // JSON Schema of the arguments (an object)
+}
+
 // Request is everything an agent is given for one turn. The gateway sends the
 // whole history every time and never relies on state kept upstream.
 type Request struct {
@@ -51,6 +59,15 @@ type Request struct {
 	// InputAttachments are the attachments of each of Inputs(), in the
 	// same order; nil, or shorter, when the last ones have none.
 	InputAttachments [][]Attachment
+	// Tools are offered to the model (none: the model is offered none).
+	Tools []Tool
+	// Turn is what this turn did so far, after its inputs: each round's
+	// assistant message with its tool calls, then the calls' results
+	// (RoleTool), oldest first.
+	Turn []Message
+	// NoMoreTools: the turn ran out of tool rounds; the model is told to
+	// answer without calling tools (tool_choice none).
+	NoMoreTools bool
 }
 
 // InputMessages are the turn's new user messages, oldest first, with

@@ -1,0 +1,83 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// Toolbox is what a turn needs of the tools it offers (package tools
+// implements it over MCP servers; cmd/gateway narrows it by the policy
+// ladder).
+type Toolbox interface {
+	// Offered are the tools the model is offered for a turn of this
+	// channel and user (none: the turn runs without tools).
+	Offered(channel, userID string) []agent.Tool
+	// Rule is how the tool of that name is run; false when no server
+	// offers it (any more).
+	Rule(name string) (tools.Rule, bool)
+	// Call runs the tool. An error is a failed call (the server is down,
+	// the call timed out or was cancelled); a tool's own error is a
+	// Result with IsError. key is the call's idempotency key.
+	Call(ctx context.Context, name, arguments, key string) (tools.Result, error)
+}
+
+// Tool call statuses, as channels show them (ToolEvent.Status) and the
+// ledger stores them (ledger.ToolCall.State).
+const (
+	ToolAsking    = "asking"    // waiting for the user's decision
+	ToolStarted   = "started"   // running
+	ToolDone      = "done"      // answered
+	ToolFailed    = "failed"    // the tool reported an error, or the call failed or timed out
+	ToolDenied    = "denied"    // the user (or the operator's rule, or the expiry) said no
+	ToolCancelled = "cancelled" // /stop or a newer message cut it
+	ToolUnknown   = "unknown"   // the gateway stopped while it ran; whether it took effect is unknown
+)
+
+// ToolEvent is what a channel shows of one tool call.
+type ToolEvent struct {
+	ConversationID string
+	Seq            int64  // the user message the turn answers
+	ID             int64  // the call's ledger id: what a decision names
+	CallID         string // the model's id of the call
+	Name           string // server__tool
+	Arguments      string // JSON, as the model wrote it (untrusted)
+	Status         string // one of the Tool* statuses
+	Duration       time.Duration
+	// ExpiresAt is when an asking call counts as denied.
+	ExpiresAt time.Time
+}
+
+// ToolAsk is a call waiting for a decision, for the channel to ask the
+// user whose turn it is.
+type ToolAsk struct {
+	Channel    string
+	SessionKey string
+	UserID     string
+	ChatID     string
+	Call       ToolEvent
+}
+
+// ToolAsker asks a channel's user to allow or deny a call. It returns
+// the channel's reference to what it sent (such as a Telegram message
+// id), kept with the call, or an error (the ask is retried on the next
+// run of the turn; meanwhile the call waits for its expiry).
+type ToolAsker func(ctx context.Context, a ToolAsk) (ref string, err error)
+
+// ToolDecision is a user's answer to an ask.
+type ToolDecision struct {
+	SessionKey string
+	UserID     string // who decided: only the user whose turn it is may
+	ID         int64  // ToolEvent.ID
+	Allow      bool
+}
+
+// Errors of DecideTool.
+var (
+	ErrToolNotFound = errors.New("no such tool call")
+	ErrToolNotYours = errors.New("only the user whose turn it is can decide this call")
+	ErrToolDecided  = errors.New("this call was decided already")
+)
