@@ -28,22 +28,69 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 	var partial strings.Builder
 	var reply agent.Reply
 	var err error
-	if early != nil {
-		var text string
-		reply, err, text = early.result()
-		partial.WriteString(text)
-	} else {
-		// The turn runs with the settings of its start: a reload
-		// meanwhile applies to the next one.
-		live := m.settings()
-		req := m.request(b.Rows, hist, in, live.instructions)
-		m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
-		reply, err = m.callAgent(turnCtx, live.agent, req, func(d string) {
-			partial.WriteString(d)
-			if h.OnDelta != nil {
-				h.OnDelta(d)
-			}
+	// The turn runs with the settings of its start: a reload meanwhile
+	// applies to the next one.
+	live := m.settings()
+	onDelta := func(d string) {
+		partial.WriteString(d)
+		if h.OnDelta != nil {
+			h.OnDelta(d)
+		}
+	}
+	var tt *toolTurn
+	if m.opts.Tools != nil {
+		// A turn run before resumes its tool rounds: a round whose calls
+		// are not all answered is finished before the model is called.
+		err = m.untilStored(turnCtx, "read the turn's tool rounds", func() (err error) {
+			tt, err = m.newToolTurn(turnCtx, hc, b, in, h)
+			return err
 		})
+		if err == nil {
+			if un := tt.unfinished(); un != nil {
+				err = tt.finish(turnCtx, un)
+			}
+		}
+	}
+	maxRounds := m.opts.MaxToolRounds
+	if maxRounds <= 0 {
+		maxRounds = DefaultMaxToolRounds
+	}
+	for first := true; err == nil; first = false {
+		if early != nil && first && (tt == nil || len(tt.rounds) == 0) {
+			var text string
+			reply, err, text = early.result()
+			partial.WriteString(text)
+		} else {
+			req := m.request(b.Rows, hist, in, live.instructions)
+			if early != nil {
+				req.History = early.history
+			}
+			if tt != nil {
+				req.Turn = tt.turn()
+				req.NoMoreTools = tt.n >= maxRounds
+			}
+			m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
+			reply, err = m.callAgent(turnCtx, live.agent, req, onDelta)
+		}
+		if err != nil || tt == nil || len(reply.Messages) == 0 {
+			break
+		}
+		last := reply.Messages[len(reply.Messages)-1]
+		if len(last.ToolCalls) == 0 {
+			break
+		}
+		if tt.n >= maxRounds {
+			// Told to answer without tools, it asked again: what it wrote
+			// is the answer.
+			last.ToolCalls = nil
+			if strings.TrimSpace(last.Content) == "" {
+				last.Content = ToolRoundsText
+			}
+			reply.Messages = []agent.Message{last}
+			break
+		}
+		err = tt.round(turnCtx, last, reply.Usage, reply.Cost, reply.Model)
+		partial.Reset() // the partial reply is the last round's
 	}
 	now := m.now()
 	conv := hc.conv.ID
@@ -121,6 +168,7 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 		Earlier:          texts[:len(texts)-1],
 		Input:            texts[len(texts)-1],
 		InputAttachments: atts,
+		Tools:            m.offered(in),
 	}
 }
 

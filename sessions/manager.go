@@ -105,6 +105,9 @@ type Hooks struct {
 	// (it is kept, and answered once storage is back): the channel tells
 	// the user so (DelayText).
 	OnDelay func(Delay)
+	// OnTool is called as each tool call of the turn moves: asking,
+	// started, and its outcome (toolapi.go).
+	OnTool func(ToolEvent)
 }
 
 // Reply is the stored answer to a user message.
@@ -239,6 +242,14 @@ type Options struct {
 	// TracerProvider makes the turn spans (tracing.go); unset, tracing is
 	// off and costs a nil check.
 	TracerProvider trace.TracerProvider
+	// Tools are the tools turns offer the model (nil: none; toolloop.go).
+	Tools Toolbox
+	// MaxToolRounds bounds a turn's tool rounds; then the model is told to
+	// answer without tools (default DefaultMaxToolRounds).
+	MaxToolRounds int
+	// ApproveTimeout: an asked call nobody decides within it counts as
+	// denied (default DefaultApproveTimeout).
+	ApproveTimeout time.Duration
 }
 
 // DefaultInterruptGrace is Options.InterruptGrace's default.
@@ -300,6 +311,10 @@ type Manager struct {
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
+	// askers ask channels' users about tool calls, and toolWaits wake
+	// the turns waiting for a decision (toolask.go).
+	askers    map[string]toolAsker
+	toolWaits map[int64]chan struct{}
 }
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown

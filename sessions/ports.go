@@ -47,6 +47,20 @@ type Ledger interface {
 	ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error
 	Retire(ctx context.Context, replica string) error
 	Lease(ctx context.Context, key, replica string, ttl time.Duration) (release func(), err error)
+	ToolLedger
+}
+
+// ToolLedger is what a turn's tool calls need from storage: each call's
+// record and its conditional moves (ledger/tools.go).
+type ToolLedger interface {
+	OpenToolCalls(ctx context.Context, calls []ledger.ToolCall) ([]ledger.ToolCall, error)
+	ToolCalls(ctx context.Context, convID string, msgSeq int64) ([]ledger.ToolCall, error)
+	ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error)
+	AskTool(ctx context.Context, id int64, claim ledger.TurnClaim, expires time.Time) error
+	SetToolAskRef(ctx context.Context, id int64, ref string) error
+	DecideTool(ctx context.Context, id int64, allow bool, by, deniedResult string, at time.Time) (bool, error)
+	StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, token, again string, at time.Time) error
+	EndTool(ctx context.Context, e ledger.ToolEnd) error
 }
 
 // Store is what the session manager needs from a database: the ledger,

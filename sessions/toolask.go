@@ -1,0 +1,200 @@
+package sessions
+
+// Approval of tool calls (approve: ask). The call is put up as asking, with
+// its expiry, in the ledger — so a restart asks again — and the channel
+// asks the user whose turn it is (OnToolAsk). A decision (DecideTool)
+// moves the stored call, on whichever replica it arrives; the waiting
+// turn hears of it at once when it runs here and within toolPoll when it
+// runs elsewhere. An ask nobody answers in time counts as denied.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// toolPoll is how often a turn waiting for a decision reads its call: a
+// decision made on another replica reaches it within this.
+const toolPoll = time.Second
+
+// toolAsker is a channel's way to ask, and to take its ask back once the
+// call was decided or expired.
+type toolAsker struct {
+	ask     ToolAsker
+	settled func(ctx context.Context, a ToolAsk, ref string)
+}
+
+// OnToolAsk registers how a channel asks its user to allow or deny a
+// call, and (settled, which may be nil) how it takes the ask back once
+// the call is decided or expired — a.Call.Status says how — such as
+// removing the buttons. Register before turns run.
+func (m *Manager) OnToolAsk(channel string, ask ToolAsker, settled func(ctx context.Context, a ToolAsk, ref string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.askers == nil {
+		m.askers = map[string]toolAsker{}
+	}
+	m.askers[channel] = toolAsker{ask: ask, settled: settled}
+}
+
+func (m *Manager) asker(channel string) (toolAsker, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.askers[channel]
+	return a, ok
+}
+
+// toolWaiter wakes the turn waiting for call id.
+func (m *Manager) toolWaiter(id int64) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	if m.toolWaits == nil {
+		m.toolWaits = map[int64]chan struct{}{}
+	}
+	m.toolWaits[id] = ch
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		if m.toolWaits[id] == ch {
+			delete(m.toolWaits, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *Manager) wakeTool(id int64) {
+	m.mu.Lock()
+	ch := m.toolWaits[id]
+	m.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ask puts call c up for a decision and waits for it: on return c is
+// reread (allowed, or denied — also by expiry), or the turn's context
+// ended (the call stays asking, for the next run to ask again).
+func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
+	m := tt.m
+	timeout := m.opts.ApproveTimeout
+	if timeout <= 0 {
+		timeout = DefaultApproveTimeout
+	}
+	expires := m.now().Add(timeout)
+	if err := m.untilStored(ctx, "ask for a tool call", func() error {
+		return m.store.AskTool(ctx, c.ID, tt.claim, expires)
+	}); err != nil {
+		if errors.Is(err, ledger.ErrLostClaim) {
+			return tt.reread(ctx, c) // decided meanwhile, or the claim is gone (the next step sees)
+		}
+		return err
+	}
+	c.State, c.ExpiresAt = ledger.ToolAsking, &expires
+	wake, done := m.toolWaiter(c.ID)
+	defer done()
+	a := ToolAsk{Channel: tt.in.Channel, SessionKey: tt.in.SessionKey, UserID: tt.in.UserID, ChatID: tt.in.ChatID}
+	a.Call = ToolEvent{ConversationID: c.ConversationID, Seq: tt.claim.Lead, ID: c.ID, CallID: c.CallID, Name: c.Name,
+		Arguments: c.Arguments, Status: ToolAsking, ExpiresAt: expires}
+	tt.event(c, ToolAsking, 0)
+	asker, ok := m.asker(tt.in.Channel)
+	var ref string
+	if ok {
+		var err error
+		if ref, err = asker.ask(ctx, a); err != nil {
+			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
+				slog.String("tool", c.Name), slog.String("error", err.Error()))
+		} else if ref != "" {
+			if err := m.store.SetToolAskRef(context.WithoutCancel(ctx), c.ID, ref); err != nil {
+				m.log.WarnContext(ctx, "keeping a tool ask's reference failed", slog.String("error", err.Error()))
+			}
+		}
+	}
+	settle := func() {
+		if ok && asker.settled != nil {
+			a.Call.Status = c.State
+			if c.State == ledger.ToolAllowed {
+				a.Call.Status = ToolStarted
+			}
+			asker.settled(context.WithoutCancel(ctx), a, ref)
+		}
+	}
+	poll := time.NewTicker(toolPoll)
+	defer poll.Stop()
+	for {
+		left := expires.Sub(m.now())
+		if left <= 0 {
+			moved, err := m.store.DecideTool(context.WithoutCancel(ctx), c.ID, false, "expired", ToolExpiredText, m.now())
+			if err == nil || moved {
+				if err := tt.reread(ctx, c); err != nil {
+					return err
+				}
+				if c.State != ledger.ToolAsking {
+					settle()
+					return nil
+				}
+			}
+			left = toolPoll // storage failed: try again
+		}
+		timer := m.opts.After(min(left, toolPoll))
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-wake:
+		case <-poll.C:
+		case <-timer:
+		}
+		if err := tt.reread(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			continue // storage: the next tick asks again
+		}
+		if c.State != ledger.ToolAsking {
+			settle()
+			return nil
+		}
+	}
+}
+
+// DecideTool records a user's decision on an asking call. Only the user
+// whose turn it is may decide (in a group, others' taps are refused); a
+// call decided already, or expired, is refused with ErrToolDecided.
+func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, error) {
+	c, err := m.store.ToolCall(ctx, d.ID)
+	if err != nil {
+		return ToolEvent{}, err
+	}
+	if c == nil {
+		return ToolEvent{}, ErrToolNotFound
+	}
+	ev := ToolEvent{ConversationID: c.ConversationID, Seq: c.TurnSeq, ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, Status: c.State}
+	if (c.UserID != "" && d.UserID != c.UserID) || (c.UserID == "" && d.SessionKey != c.SessionKey) {
+		return ev, ErrToolNotYours
+	}
+	if c.State != ledger.ToolAsking {
+		return ev, ErrToolDecided
+	}
+	by := d.UserID
+	if by == "" {
+		by = d.SessionKey
+	}
+	moved, err := m.store.DecideTool(ctx, c.ID, d.Allow, by, ToolDeniedText, m.now())
+	if err != nil {
+		return ev, err
+	}
+	if !moved {
+		return ev, ErrToolDecided
+	}
+	ev.Status = ToolDenied
+	if d.Allow {
+		ev.Status = ToolStarted
+	}
+	m.wakeTool(c.ID)
+	return ev, nil
+}
