@@ -73,6 +73,11 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 	params := openai.ChatCompletionNewParams{
 		Model:    o.cfg.Model,
 		Messages: toParams(req, o.cfg.Vision),
+		Tools:    toolParams(req.Tools),
+	}
+	if req.NoMoreTools && len(req.Tools) > 0 {
+		// The tools stay listed: the turn's messages call them.
+		params.ToolChoice.OfAuto = openai.String(string(openai.ChatCompletionToolChoiceOptionAutoNone))
 	}
 	var (
 		text  string
@@ -182,40 +187,73 @@ func (o *OpenAI) wrap(err error) error {
 }
 
 func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion {
-	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.History)+2)
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.History)+len(req.Earlier)+len(req.Turn)+2)
 	if req.Instructions != "" {
 		out = append(out, openai.SystemMessage(req.Instructions))
 	}
 	for _, m := range req.History {
-		switch m.Role {
-		case RoleUser:
-			out = append(out, userParam(m, vision))
-		case RoleTool:
-			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
-		case RoleSystem:
-			out = append(out, openai.SystemMessage(m.Content))
-		case RoleAssistant:
-			if len(m.ToolCalls) == 0 {
-				out = append(out, openai.AssistantMessage(m.Content))
-				continue
-			}
-			a := openai.ChatCompletionAssistantMessageParam{}
-			if m.Content != "" {
-				a.Content.OfString = openai.String(m.Content)
-			}
-			for _, tc := range m.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID:       tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-					},
-				})
-			}
-			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
-		}
+		out = appendParam(out, m, vision)
 	}
 	for _, in := range req.InputMessages() {
 		out = append(out, userParam(in, vision))
+	}
+	// The turn's rounds so far come after the inputs they answer.
+	for _, m := range req.Turn {
+		out = appendParam(out, m, vision)
+	}
+	return out
+}
+
+// appendParam appends one message of the history or of the turn; a
+// message of an unknown role is left out.
+func appendParam(out []openai.ChatCompletionMessageParamUnion, m Message, vision bool) []openai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case RoleUser:
+		return append(out, userParam(m, vision))
+	case RoleTool:
+		return append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+	case RoleSystem:
+		return append(out, openai.SystemMessage(m.Content))
+	case RoleAssistant:
+		return append(out, assistantParam(m))
+	}
+	return out
+}
+
+// assistantParam is an assistant message: its text, or its tool calls
+// (and the text that came with them, if any).
+func assistantParam(m Message) openai.ChatCompletionMessageParamUnion {
+	if len(m.ToolCalls) == 0 {
+		return openai.AssistantMessage(m.Content)
+	}
+	a := openai.ChatCompletionAssistantMessageParam{}
+	if m.Content != "" {
+		a.Content.OfString = openai.String(m.Content)
+	}
+	for _, tc := range m.ToolCalls {
+		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID:       tc.ID,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+			},
+		})
+	}
+	return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+}
+
+// toolParams are the tools offered as function tools; none gives nil, so
+// that the request has no tools key at all.
+func toolParams(tools []Tool) []openai.ChatCompletionToolUnionParam {
+	if len(tools) == 0 {
+		return nil
+	}
+	out := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	for _, t := range tools {
+		def := openai.FunctionDefinitionParam{Name: t.Name, Parameters: openai.FunctionParameters(t.Parameters)}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		out = append(out, openai.ChatCompletionFunctionTool(def))
 	}
 	return out
 }

@@ -23,6 +23,13 @@ func TranscribingAgent(t testing.TB, vision bool) (*Server, *agent.OpenAI) {
 	return serve(t, agent.OpenAIConfig{Vision: vision, TranscriptionModel: TranscriptionModel})
 }
 
+// AgentWith is Agent with the rest of cfg (streaming, vision, prices…):
+// its base URL, key and model ("m") are the server's, without retries.
+func AgentWith(t testing.TB, cfg agent.OpenAIConfig) (*Server, *agent.OpenAI) {
+	t.Helper()
+	return serve(t, cfg)
+}
+
 func serve(t testing.TB, cfg agent.OpenAIConfig) (*Server, *agent.OpenAI) {
 	llm := &Server{}
 	srv := httptest.NewServer(llm)
