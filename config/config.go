@@ -79,7 +79,7 @@ type Tools struct {
 	MaxRounds *int `yaml:"max_rounds"`
 	// ApproveTimeout: a call waiting on the user's approval this long is
 	// denied (default DefaultApproveTimeout).
-	ApproveTimeout *Duration     `yaml:"approve_timeout"`
+	ApproveTimeout *Duration    `yaml:"approve_timeout"`
 	Servers        []ToolServer `yaml:"servers"`
 }
 
