@@ -83,7 +83,11 @@ func (c *Config) validateTools() Errors {
 		p := fmt.Sprintf("agent.tools.servers[%d]", i)
 		switch {
 		case s.Name == "" && !isBroken(c.broken, p+".name"):
-			bad(p+".name", "required: the server's name, which prefixes its tools' names (name__tool)")
+			e := c.errAt(p+".name", "required: the server's name, which prefixes its tools' names (name__tool)")
+			if e.Line == 0 {
+				e.Line = c.lines[p] // the key is missing: the server's own line
+			}
+			errs = append(errs, e)
 		case s.Name == "":
 		case !toolServerNameRE.MatchString(s.Name):
 			bad(p+".name", "%q may only have a–z, 0–9, _ and -", s.Name)
