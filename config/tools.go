@@ -57,11 +57,14 @@ func (c *Config) applyToolDefaults() {
 	}
 }
 
-// ToolServerNames lists the configured servers' names, in the file's order.
+// ToolServerNames lists the configured servers' names, in the file's order
+// (a name given twice, an error, once).
 func (c *Config) ToolServerNames() []string {
-	names := make([]string, len(c.Agent.Tools.Servers))
-	for i, s := range c.Agent.Tools.Servers {
-		names[i] = s.Name
+	names := make([]string, 0, len(c.Agent.Tools.Servers))
+	for _, s := range c.Agent.Tools.Servers {
+		if s.Name != "" && !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
+		}
 	}
 	return names
 }
