@@ -67,6 +67,99 @@ type Agent struct {
 	Name         string `yaml:"name"`
 	Instructions string `yaml:"instructions"`
 	OpenAI       OpenAI `yaml:"openai"`
+	Tools        Tools  `yaml:"tools"`
+}
+
+// Tools are the MCP servers whose tools the model may call, and the
+// limits of a turn that calls them.
+type Tools struct {
+	// MaxRounds is how many rounds of tool calls one turn makes at most;
+	// then the model must answer without tools (default
+	// DefaultMaxToolRounds, 1–MaxMaxToolRounds).
+	MaxRounds *int `yaml:"max_rounds"`
+	// ApproveTimeout: a call waiting on the user's approval this long is
+	// denied (default DefaultApproveTimeout).
+	ApproveTimeout *Duration    `yaml:"approve_timeout"`
+	Servers        []ToolServer `yaml:"servers"`
+}
+
+// ToolServer is one MCP server: started over stdio (Command) or reached
+// over streamable HTTP (URL), exactly one of the two.
+type ToolServer struct {
+	// Name prefixes its tools' names as the model sees them (name__tool).
+	Name    string            `yaml:"name"`
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds each call (default DefaultToolTimeout).
+	Timeout Duration `yaml:"timeout"`
+	// MaxResultBytes: a longer result is cut, and the model told so
+	// (default DefaultToolResultBytes).
+	MaxResultBytes ByteSize `yaml:"max_result_bytes"`
+	// Tools is an allowlist of the server's tools; empty: all it lists.
+	Tools []string `yaml:"tools"`
+	// Approve is auto, ask (the default) or deny.
+	Approve string `yaml:"approve"`
+	// Idempotent: a call started and never answered may run again.
+	Idempotent bool `yaml:"idempotent"`
+	// Users, when set, are the only users offered this server: Telegram
+	// user ids and WebSocket principals, bare or as "telegram:<id>" and
+	// "websocket:<principal>".
+	Users []string `yaml:"users"`
+	// ToolRules override Approve and Idempotent for single tools.
+	ToolRules map[string]ToolRule `yaml:"tool_rules"`
+}
+
+// ToolRule overrides a server's rules for one of its tools; an unset field
+// keeps the server's.
+type ToolRule struct {
+	Approve    string `yaml:"approve"`
+	Idempotent *bool  `yaml:"idempotent"`
+}
+
+// MaxRounds is agent.tools.max_rounds in effect: the most rounds of tool
+// calls in one turn.
+func (a Agent) MaxRounds() int {
+	if a.Tools.MaxRounds == nil {
+		return DefaultMaxToolRounds
+	}
+	return *a.Tools.MaxRounds
+}
+
+// ApproveTimeout is agent.tools.approve_timeout in effect: how long a call
+// waits on its user's approval before it counts as denied.
+func (a Agent) ApproveTimeout() time.Duration {
+	if a.Tools.ApproveTimeout == nil {
+		return DefaultApproveTimeout
+	}
+	return a.Tools.ApproveTimeout.D()
+}
+
+// ToolServer returns the configured server called name.
+func (a Agent) ToolServer(name string) (ToolServer, bool) {
+	for _, s := range a.Tools.Servers {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ToolServer{}, false
+}
+
+// Offers reports whether the server is offered to a user of a channel:
+// it is when it has no users allowlist, or the list names the user, bare
+// or as "<channel>:<user>".
+func (s ToolServer) Offers(channel, userID string) bool {
+	if len(s.Users) == 0 {
+		return true
+	}
+	for _, u := range s.Users {
+		if u == userID || u == channel+":"+userID {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenAI configures the backend for any OpenAI-compatible chat-completions
@@ -114,6 +207,9 @@ type Session struct {
 	// long is told, once, that it is kept and will be answered (top level
 	// only; default DefaultDelayNotice, 0 turns it off).
 	DelayNotice *Duration `yaml:"delay_notice"`
+	// Tools names the agent.tools.servers a channel's turns are offered
+	// (unset: every configured server; an empty list: none).
+	Tools *[]string `yaml:"tools"`
 }
 
 // Compaction summarises what falls out of the history window. Enabled,

@@ -152,7 +152,7 @@ channels:
 recovery:
   rerun_interrupted: false
 `
-	for name, src := range map[string]string{"bot.yaml.example": string(data), "extra": extra} {
+	for name, src := range map[string]string{"bot.yaml.example": string(data), "extra": extra, "tools": fullTools} {
 		t.Run(name, func(t *testing.T) {
 			var doc, doc2 yaml.Node
 			if err := yaml.Unmarshal([]byte(src), &doc); err != nil {

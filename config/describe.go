@@ -63,8 +63,12 @@ func (c *Config) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(tw, "  notify_resets\t%t\t%s\n", c.Channels.Telegram.NotifyResets, from)
 		}
+		if len(c.Agent.Tools.Servers) > 0 || p.ToolServers.From != "all configured (default)" {
+			fmt.Fprintf(tw, "  tools\t%s\t%s\n", serverList(p.ToolServers.V), p.ToolServers.From)
+		}
 	}
 	c.describeAgent(tw)
+	c.describeTools(tw)
 	c.describeSecurity(tw)
 	tw.Flush()
 	for _, warning := range c.Warnings {

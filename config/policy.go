@@ -45,6 +45,10 @@ type Policy struct {
 	CompactionEnabled  Value[bool]
 	CompactionKeepLast Value[int] // never above MaxHistory
 	CompactionPrompt   Value[string]
+
+	// ToolServers names the agent.tools.servers this channel's turns are
+	// offered, in order; a server's users allowlist narrows it per user.
+	ToolServers Value[[]string]
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -70,6 +74,8 @@ func (p Policy) Idle() bool { return p.ResetMode.V == ResetIdle || p.ResetMode.V
 // busy_mode, debounce_ms, debounce_max_ms, max_batch: each
 // channels.<c>.session.<key> → session.<key> → default; debounce_ms
 // defaults to 0 for websocket and 1500 for telegram.
+// tools: channels.<c>.session.tools → session.tools → every server of
+// agent.tools.servers.
 func (c *Config) Policies() []Policy {
 	return []Policy{
 		c.policy(ChannelWebSocket, c.Channels.WebSocket.MaxHistory, c.Channels.WebSocket.Session),
@@ -151,6 +157,13 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	p.CompactionPrompt = pick(c, "", // "": the built-in prompt (sessions.DefaultCompactionPrompt)
 		cand[string]{base + ".session.compaction.prompt", s.Compaction.Prompt},
 		cand[string]{"session.compaction.prompt", cmp.Prompt})
+
+	p.ToolServers = pick(c, c.ToolServerNames(),
+		cand[[]string]{base + ".session.tools", s.Tools},
+		cand[[]string]{"session.tools", c.Session.Tools})
+	if p.ToolServers.From == "default" {
+		p.ToolServers.From = "all configured (default)"
+	}
 	return p
 }
 

@@ -137,6 +137,7 @@ func (c *Config) applyDefaults() {
 	setInt(&c.Recovery.Concurrency, DefaultRecoveryConcurrency)
 	setStr(&c.Log.Level, "info")
 	setStr(&c.Log.Format, "text")
+	c.applyToolDefaults()
 }
 
 var webhookSecretRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
@@ -191,6 +192,7 @@ func (c *Config) Validate() Errors {
 		}
 	}
 	errs = append(errs, c.validateAudio()...)
+	errs = append(errs, c.validateTools()...)
 
 	errs = append(errs, c.validateSession("session", c.Session)...)
 	if c.Locks.MaxEntries < 0 {
@@ -335,6 +337,7 @@ func (c *Config) Validate() Errors {
 	}
 	errs = append(errs, c.dailyProblems()...)
 	errs = append(errs, c.debounceProblems()...)
+	c.toolWarnings()
 	return c.dropBroken(errs)
 }
 
@@ -439,6 +442,7 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	if s.MaxBatch != nil && (*s.MaxBatch < 1 || *s.MaxBatch > MaxMaxBatch) {
 		bad("max_batch", "must be 1–%d, got %d", MaxMaxBatch, *s.MaxBatch)
 	}
+	errs = append(errs, c.validateSessionTools(path, s)...)
 	return errs
 }
 

@@ -191,6 +191,7 @@ func restartKeys(old, cfg *config.Config) []string {
 		{"agent.openai.vision", old.Agent.OpenAI.Vision, cfg.Agent.OpenAI.Vision},
 		{"agent.openai.transcription_model", old.Transcribes(), cfg.Transcribes()},
 		{"agent.openai.max_audio_bytes", old.Agent.OpenAI.MaxAudioBytes, cfg.Agent.OpenAI.MaxAudioBytes},
+		{"agent.tools", old.Agent.Tools, cfg.Agent.Tools},
 		{"shutdown.drain_timeout", old.Shutdown.DrainTimeout, cfg.Shutdown.DrainTimeout},
 		{"recovery", old.Recovery, cfg.Recovery},
 		{"log.format", old.Log.Format, cfg.Log.Format},

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/chatgate/chatgate/config"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// toolServers turns agent.tools.servers into the MCP client's server
+// configurations, in the file's order.
+func toolServers(cfg *config.Config) []tools.ServerConfig {
+	out := make([]tools.ServerConfig, 0, len(cfg.Agent.Tools.Servers))
+	for _, s := range cfg.Agent.Tools.Servers {
+		sc := tools.ServerConfig{
+			Name:           s.Name,
+			Command:        s.Command,
+			Args:           slices.Clone(s.Args),
+			Env:            maps.Clone(s.Env),
+			URL:            s.URL,
+			Headers:        maps.Clone(s.Headers),
+			Timeout:        s.Timeout.D(),
+			MaxResultBytes: int(s.MaxResultBytes),
+			Tools:          slices.Clone(s.Tools),
+			Approve:        tools.Approve(s.Approve),
+			Idempotent:     s.Idempotent,
+		}
+		if len(s.ToolRules) > 0 {
+			sc.PerTool = make(map[string]tools.ToolConfig, len(s.ToolRules))
+			for name, r := range s.ToolRules {
+				tc := tools.ToolConfig{Approve: tools.Approve(r.Approve)}
+				if r.Idempotent != nil {
+					v := *r.Idempotent
+					tc.Idempotent = &v
+				}
+				sc.PerTool[name] = tc
+			}
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// toolPolicy returns the servers a turn of a channel and user is offered:
+// the channel's session.tools (its policy ladder), less the servers whose
+// users allowlist does not name the user. A channel the configuration
+// does not know gets none.
+func toolPolicy(cfg *config.Config) func(channel, userID string) []string {
+	offered := map[string][]string{}
+	for _, p := range cfg.Policies() {
+		offered[p.Channel] = slices.Clone(p.ToolServers.V)
+	}
+	servers := map[string]config.ToolServer{}
+	for _, s := range cfg.Agent.Tools.Servers {
+		servers[s.Name] = s
+	}
+	return func(channel, userID string) []string {
+		var out []string
+		for _, name := range offered[channel] {
+			if s, ok := servers[name]; ok && s.Offers(channel, userID) {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+}
