@@ -4,9 +4,29 @@
 // function tools named server__tool, and calls them with a timeout, a cap
 // on the result's size and an idempotency key in the request's _meta.
 //
-// Whether a call may run (approval) and whether it runs once (the turn
-// ledger) are the session manager's: this package only runs what it is
-// asked to.
+// A Set holds one supervisor per server. Start returns at once; each
+// supervisor opens a session in the background (a stdio server is
+// started as a process, a streamable HTTP server is reached at its URL
+// with the configured headers), lists the tools (every page, only those
+// the allowlist names) and then waits: on list_changed it lists again,
+// and when the session ends (the process exited, the connection broke)
+// it opens a new one after a backoff that doubles from 0.5 s to 30 s and
+// starts over once a session lasted a minute. Meanwhile the server offers
+// no tools and its calls fail as not connected; its last listing still
+// answers Rule, so a call stored before the restart keeps its rule.
+//
+// Call tells apart what the model should hear from what failed: a tool's
+// error result, an error the server answered with and arguments that are
+// not a JSON object are Results with IsError (the model can correct
+// itself); an unknown tool, a server that is down, a timeout, a
+// cancellation (the server is sent notifications/cancelled) or a broken
+// transport are errors.
+//
+// Whether a call may run (approval), who is offered which servers (the
+// policy ladder) and whether a call runs once (the turn ledger) are the
+// session manager's and the gateway's: this package only runs what it is
+// asked to. Offer narrows a Set to the servers a channel's user gets and
+// is what the session manager consumes.
 package tools
 
 import (

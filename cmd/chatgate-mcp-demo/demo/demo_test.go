@@ -1,0 +1,107 @@
+package demo_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatgate/chatgate/cmd/chatgate-mcp-demo/demo"
+)
+
+func connect(t *testing.T, opts demo.Options) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := demo.New(opts).Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) string {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if res.IsError || len(res.Content) != 1 {
+		t.Fatalf("%s: %+v", tool, res)
+	}
+	return res.Content[0].(*mcp.TextContent).Text
+}
+
+func TestNotesInAFileOutliveTheServer(t *testing.T) {
+	opts := demo.Options{Notes: filepath.Join(t.TempDir(), "notes")}
+	cs := connect(t, opts)
+	if got := call(t, cs, "notes_list", nil); got != "no notes yet" {
+		t.Errorf("notes_list: %q", got)
+	}
+	call(t, cs, "notes_add", map[string]any{"text": "buy milk"})
+	if got := call(t, cs, "notes_add", map[string]any{"text": "call\nBob"}); got != "2 notes" {
+		t.Errorf("notes_add: %q", got)
+	}
+	if got := call(t, connect(t, opts), "notes_list", nil); got != "1. buy milk\n2. call Bob" {
+		t.Errorf("notes_list of a new server: %q", got)
+	}
+}
+
+func TestNotesInMemory(t *testing.T) {
+	cs := connect(t, demo.Options{})
+	call(t, cs, "notes_add", map[string]any{"text": "a"})
+	if got := call(t, cs, "notes_list", nil); got != "1. a" {
+		t.Errorf("notes_list: %q", got)
+	}
+}
+
+func TestCounterAndSlowCountInTheFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "counts")
+	cs := connect(t, demo.Options{CountFile: file})
+	call(t, cs, "counter", nil)
+	if got := call(t, cs, "counter", nil); got != "2" {
+		t.Errorf("counter: %q", got)
+	}
+	if got := call(t, cs, "slow", map[string]any{"seconds": 0}); !strings.HasPrefix(got, "done") {
+		t.Errorf("slow: %q", got)
+	}
+	c, err := demo.ReadCounts(file)
+	if err != nil || c != (demo.Counts{Counter: 2, SlowStarted: 1}) {
+		t.Fatalf("counts %+v, %v", c, err)
+	}
+}
+
+func TestSlowStopsWhenCancelled(t *testing.T) {
+	cs := connect(t, demo.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"seconds": 300}}); err == nil {
+		t.Fatal("a cancelled call answered")
+	}
+}
+
+func TestClock(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	cs := connect(t, demo.Options{Now: func() time.Time { return at }})
+	if got := call(t, cs, "clock", nil); got != "2030-01-02T03:04:05Z" {
+		t.Errorf("clock: %q", got)
+	}
+	var names []string
+	for tool, err := range cs.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tool.Name)
+	}
+	if got := strings.Join(names, " "); got != "clock counter notes_add notes_list slow" {
+		t.Errorf("tools %s", got)
+	}
+}
