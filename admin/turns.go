@@ -31,6 +31,14 @@ func CountTurns(next sessions.Observer, now func() time.Time) *TurnCounter {
 	return &TurnCounter{Observer: next, now: now}
 }
 
+// ToolCalled passes a tool call on to the next observer, when it counts
+// them (sessions.ToolObserver).
+func (c *TurnCounter) ToolCalled(server, tool, outcome string, d time.Duration) {
+	if o, ok := c.Observer.(sessions.ToolObserver); ok {
+		o.ToolCalled(server, tool, outcome, d)
+	}
+}
+
 // TurnDone implements sessions.Observer: a turn with a reply of its own
 // (ok, failed or interrupted) counts; a duplicate, a refused message, a
 // message merged into a later one's turn, or one another runner answers

@@ -21,7 +21,8 @@ type Metrics struct {
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
 	rateLimited *prometheus.CounterVec
-	ops         *opsMetrics // metrics_ops.go
+	ops         *opsMetrics  // metrics_ops.go
+	tools       *toolMetrics // metrics_tools.go
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -70,6 +71,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
 	m.ops = newOpsMetrics(m.reg)
+	m.tools = newToolMetrics(m.reg)
 	return m
 }
 

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"maps"
 	"slices"
+
+	"github.com/chatgate/chatgate/sessions"
 
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/tools"
@@ -64,4 +67,20 @@ func toolPolicy(cfg *config.Config) func(channel, userID string) []string {
 		}
 		return out
 	}
+}
+
+// startTools connects the MCP servers of agent.tools, in the background
+// (a slow or dead server never holds the gateway's start: its tools are
+// offered once it has listed them), and returns what turns offer; nil
+// when no server is configured. The servers are stopped when serve
+// returns, after the drain.
+func (s *server) startTools() sessions.Toolbox {
+	if len(s.cfg.Agent.Tools.Servers) == 0 {
+		return nil
+	}
+	set := tools.New(toolServers(s.cfg), s.log)
+	set.Start(context.Background())
+	s.tools = set
+	s.onExit(set.Close)
+	return tools.Offer{Set: set, Servers: toolPolicy(s.cfg)}
 }

@@ -116,7 +116,10 @@ func (s *server) startSessions() error {
 		DelayNotice:         cfg.DelayNotice(),
 		// Room for a Telegram text document read into a message, beside
 		// its caption; WebSocket text is bounded by max_frame_bytes.
-		MaxInputBytes: maxInputBytes,
+		MaxInputBytes:  maxInputBytes,
+		Tools:          s.startTools(),
+		MaxToolRounds:  cfg.Agent.MaxRounds(),
+		ApproveTimeout: cfg.Agent.ApproveTimeout(),
 	})
 	if err := mgr.Start(); err != nil {
 		return fmt.Errorf("%s: %w", cfg.File, err)
