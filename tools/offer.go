@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/chatgate/chatgate/agent"
 )
@@ -31,9 +32,17 @@ func (o Offer) Offered(channel, userID string) []agent.Tool {
 }
 
 // Rule is Set.Rule.
-func (o Offer) Rule(name string) (Rule, bool) { return o.Set.Rule(name) }
+func (o Offer) Rule(name string) (Rule, bool) {
+	if o.Set == nil {
+		return Rule{}, false
+	}
+	return o.Set.Rule(name)
+}
 
 // Call is Set.Call.
 func (o Offer) Call(ctx context.Context, name, arguments, key string) (Result, error) {
+	if o.Set == nil {
+		return Result{}, fmt.Errorf("call %s: no tool servers: %w", name, ErrUnknownTool)
+	}
 	return o.Set.Call(ctx, name, arguments, key)
 }
