@@ -171,6 +171,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 			break
 		}
 	}
+	fold = withResults(el, fold)
 	if len(fold) == 0 {
 		return 0, nil
 	}
@@ -272,11 +273,27 @@ func compactionInput(earlier string, fold []*ledger.Message) string {
 	}
 	b.WriteString("The messages to add to it, oldest first:\n\n")
 	for _, m := range fold {
-		if m.Content == "" {
-			continue // a tool call's request
+		if m.Content != "" {
+			fmt.Fprintf(&b, "%s: %s\n\n", m.Role, m.Content)
 		}
-		fmt.Fprintf(&b, "%s: %s\n\n", m.Role, m.Content)
+		for _, c := range agentMessage(m).ToolCalls {
+			fmt.Fprintf(&b, "assistant called the tool %s with %s\n\n", c.Name, c.Arguments)
+		}
 	}
 	b.WriteString("Write the updated summary.")
 	return b.String()
+}
+
+// withResults is fold (a prefix of el) grown over the tool results that
+// follow its last message, so that a tool call is never summed up apart
+// from its results: the window after the summary starts after them.
+func withResults(el, fold []*ledger.Message) []*ledger.Message {
+	n := len(fold)
+	if n == 0 {
+		return fold
+	}
+	for n < len(el) && el[n].Role == agent.RoleTool {
+		n++
+	}
+	return el[:n]
 }

@@ -211,3 +211,31 @@ func TestCompactNow(t *testing.T) {
 		t.Fatalf("Compact with compaction off: %v", err)
 	}
 }
+
+// A tool call is summed up with its results, never apart from them: a
+// fold that would end between them takes the results too, and the
+// summary's input names the call.
+func TestCompactionKeepsAToolCallWithItsResults(t *testing.T) {
+	calls := encodeToolCalls([]agent.ToolCall{{ID: "c1", Name: "notes__add", Arguments: `{"text":"milk"}`}})
+	rows := []ledger.Message{
+		{Seq: 1, Role: agent.RoleUser, Content: "note milk"},
+		{Seq: 2, Role: agent.RoleAssistant, ToolCalls: calls, ReplyTo: 1, Status: ledger.MsgOK},
+		{Seq: 3, Role: agent.RoleTool, ToolCallID: "c1", Content: "noted", ReplyTo: 1, Status: ledger.MsgOK},
+		{Seq: 4, Role: agent.RoleAssistant, Content: "Noted.", ReplyTo: 1, Status: ledger.MsgOK},
+	}
+	el := eligible(pointers(rows))
+	if got := withResults(el, el[:2]); len(got) != 3 || got[2].Seq != 3 {
+		t.Fatalf("fold ends at seq %d, want 3 (the call's result)", got[len(got)-1].Seq)
+	}
+	if got := withResults(el, el[:1]); len(got) != 1 {
+		t.Fatalf("a fold ending at a user message grew to %d", len(got))
+	}
+	in := compactionInput("", el[:3])
+	if !strings.Contains(in, `assistant called the tool notes__add with {"text":"milk"}`) || !strings.Contains(in, "tool: noted") {
+		t.Fatalf("summary input:\n%s", in)
+	}
+	// The window after such a fold is whole: history keeps what is left.
+	if h := History(rows[3:], 10); len(h) != 1 || h[0].Content != "Noted." {
+		t.Fatalf("history after the fold = %+v", h)
+	}
+}
