@@ -214,7 +214,10 @@ func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) error {
 		// together, so that a call and its results are never apart.
 		return failed
 	}
-	stored, err := m.appendRound(ctx, tt, results, 0, 0, "")
+	// Stored even when the turn was cut meanwhile (/stop, a newer
+	// message): every call has its outcome, and the transcript keeps the
+	// calls with their results.
+	stored, err := m.appendRound(context.WithoutCancel(ctx), tt, results, 0, 0, "")
 	if err != nil {
 		return err
 	}
@@ -450,6 +453,9 @@ func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.M
 			continue
 		case errors.Is(err, ledger.ErrLostClaim) || errors.Is(err, ledger.ErrClosed):
 			return nil, err
+		}
+		if m.base.Err() != nil {
+			return nil, err // the drain's deadline passed: the next run finishes the round
 		}
 		m.log.WarnContext(ctx, "storing a tool round failed; retried until storage answers", slog.String("conversation", hc.conv.ID),
 			slog.String("error", err.Error()))

@@ -469,3 +469,37 @@ func TestToolAskSurvivesARestart(t *testing.T) {
 		}
 	})
 }
+
+// /stop cancels a running call (MCP cancellation reaches the server), its
+// outcome is stored, and the transcript keeps the call with it.
+func TestStopCancelsARunningToolCall(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{}, once(call("s", "t__slow", map[string]any{})))
+		m := r.manager(t, "a", nil, sessions.Options{})
+		defer m.Shutdown(context.Background())
+		tk := r.submit(t, m, "u1", "m1", "wait for it")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.srv.Started(ctx, mcptest.Slow, 1); err != nil {
+			t.Fatal(err)
+		}
+		if !m.Stop(sessions.WebSocketKey("u1")) {
+			t.Fatal("no turn to stop")
+		}
+		out := wait(t, tk)
+		if out.Reply.Status != ledger.MsgInterrupted || out.Reply.Error != ledger.InterruptedByUser {
+			t.Fatalf("reply = %+v, want stopped", out.Reply)
+		}
+		if err := r.srv.Await(ctx, func(calls []mcptest.Call) bool { return len(calls) == 1 && calls[0].Cancelled }); err != nil {
+			t.Fatalf("the server never saw the call cancelled: %v", err)
+		}
+		rows := toolCalls(t, r.db)
+		if len(rows) != 1 || rows[0].State != ledger.ToolCancelled || rows[0].Result != sessions.ToolStoppedText {
+			t.Fatalf("tool calls = %+v", rows)
+		}
+		lines := transcript(t, r.db, sessions.WebSocketKey("u1"))
+		if len(lines) < 3 || lines[2] != "tool:"+sessions.ToolStoppedText {
+			t.Fatalf("transcript:\n%s", strings.Join(lines, "\n"))
+		}
+	})
+}
