@@ -210,6 +210,18 @@ func TestToolCallRunsOnceAndItsResultReachesTheModel(t *testing.T) {
 		if len(calls) != 1 || calls[0].Meta[tools.MetaKey] != rows[0].IdempotencyKey() {
 			t.Fatalf("server saw %+v, want the idempotency key %q", calls, rows[0].IdempotencyKey())
 		}
+		// The export (`gateway sessions show`, the admin page) shows the
+		// call where it stands.
+		c, _ := r.db.ActiveConversation(context.Background(), sessions.WebSocketKey("u1"))
+		ex, err := r.db.ExportConversation(context.Background(), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		ex.Write(&text, store.FormatText)
+		if !strings.Contains(text.String(), `calls t__counter {"key":"k"} → done, 1 run`) {
+			t.Fatalf("export:\n%s", text.String())
+		}
 		var statuses []string
 		for len(statuses) < 2 {
 			statuses = append(statuses, (<-r.events).Status)

@@ -171,6 +171,17 @@ async function openConversation(id) {
     text.className = 'msg-text';
     text.textContent = m.content;
     li.append(head, text);
+    for (const c of m.calls || []) {
+      // A tool call and where it stands; its name, arguments and result
+      // are untrusted text.
+      const call = document.createElement('div');
+      call.className = 'msg-call ' + c.state;
+      let line = '🔧 ' + c.name + ' ' + c.arguments + ' → ' + c.state + ' · ' + c.runs + (c.runs === 1 ? ' run' : ' runs');
+      if (c.duration_ms) line += ' · ' + c.duration_ms + ' ms';
+      if (c.decided_by) line += ' · decided by ' + c.decided_by;
+      call.textContent = line;
+      li.appendChild(call);
+    }
     ol.appendChild(li);
   }
 }

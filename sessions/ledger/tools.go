@@ -60,7 +60,9 @@ type ToolCall struct {
 	CallID         string `gorm:"size:128;not null;uniqueIndex:uq_tool_calls,priority:3"`
 	// TurnSeq is the lead of the turn that asked for it.
 	TurnSeq    int64  `gorm:"not null"`
-	SessionKey string `gorm:"size:255;not null;default:''"`
+	// The calls waiting for a decision are found by key (a channel asks
+	// them again when its user comes back): only those enter the index.
+	SessionKey string `gorm:"size:255;not null;default:'';index:ix_tool_calls_asking,where:state = 'asking'"`
 	// UserID is the user whose turn it is: only they decide an ask.
 	UserID    string `gorm:"size:128;not null;default:''"`
 	Name      string `gorm:"size:255;not null"` // server__tool

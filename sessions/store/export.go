@@ -43,6 +43,35 @@ type ExportMessage struct {
 	TurnAttempt int        `json:"turn_attempt,omitempty"`
 	ReplySeq    int64      `json:"reply_seq,omitempty"`
 	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+	// Calls are where the tool calls of an assistant message stand in the
+	// ledger (ledger/tools.go), in the order the model asked for them.
+	Calls []ExportCall `json:"calls,omitempty"`
+}
+
+// ExportCall is one tool call as the ledger holds it.
+type ExportCall struct {
+	ID         int64      `json:"id"`
+	CallID     string     `json:"call_id"`
+	Name       string     `json:"name"`
+	Arguments  string     `json:"arguments"`
+	State      string     `json:"state"`
+	Runs       int        `json:"runs"`
+	Result     string     `json:"result,omitempty"`
+	IsError    bool       `json:"is_error,omitempty"`
+	DecidedBy  string     `json:"decided_by,omitempty"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	DurationMS int64      `json:"duration_ms,omitempty"`
+}
+
+func exportCall(c *ledger.ToolCall) ExportCall {
+	e := ExportCall{ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, State: c.State, Runs: c.Runs,
+		Result: c.Result, IsError: c.IsError, DecidedBy: c.DecidedBy, ExpiresAt: c.ExpiresAt, StartedAt: c.StartedAt, EndedAt: c.EndedAt}
+	if c.StartedAt != nil && c.EndedAt != nil {
+		e.DurationMS = c.EndedAt.Sub(*c.StartedAt).Milliseconds()
+	}
+	return e
 }
 
 // Export formats.
@@ -63,6 +92,14 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 	if err != nil {
 		return nil, err
 	}
+	calls, err := s.ConversationToolCalls(maintenance(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	byMsg := map[int64][]ExportCall{}
+	for i := range calls {
+		byMsg[calls[i].MessageSeq] = append(byMsg[calls[i].MessageSeq], exportCall(&calls[i]))
+	}
 	t := &Export{Conversation: *conv, Messages: make([]ExportMessage, 0, len(msgs))}
 	for i := range msgs {
 		m := &msgs[i]
@@ -81,6 +118,7 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 		}
 		if m.ToolCalls != "" {
 			em.ToolCalls = json.RawMessage(m.ToolCalls)
+			em.Calls = byMsg[m.Seq]
 		}
 		if m.ClientMsgID != nil {
 			em.ClientMsgID = *m.ClientMsgID
@@ -136,6 +174,9 @@ func (t *Export) writeText(w io.Writer) error {
 			status = " [" + m.Status + "]"
 		}
 		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), m.Content, attachmentsNote(m.Attachments), status)
+		for _, c := range m.Calls {
+			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -181,9 +222,30 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 		if len(m.ToolCalls) > 0 {
 			fmt.Fprintf(&b, "\nTool calls: `%s`\n", mdCode(string(m.ToolCalls)))
 		}
+		for _, c := range m.Calls {
+			fmt.Fprintf(&b, "\n- `%s`\n", mdCode(callNote(c)))
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// callNote is one line on a tool call: what was called, and where it
+// stands — "calls t__counter {"key":"k"} → done, 1 run, 12 ms".
+func callNote(c ExportCall) string {
+	note := fmt.Sprintf("calls %s %s → %s", c.Name, c.Arguments, c.State)
+	if c.Runs != 1 {
+		note += fmt.Sprintf(", %d runs", c.Runs)
+	} else {
+		note += ", 1 run"
+	}
+	if c.DurationMS > 0 {
+		note += fmt.Sprintf(", %d ms", c.DurationMS)
+	}
+	if c.DecidedBy != "" {
+		note += ", decided by " + c.DecidedBy
+	}
+	return note
 }
 
 // mdCode keeps a value inside a one-backtick code span.
