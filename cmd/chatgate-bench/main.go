@@ -159,6 +159,9 @@ type report struct {
 	// FirstChunkMillis is the streaming model server's delay to its
 	// first chunk in those rows.
 	FirstChunkMillis float64       `json:"llm_first_chunk_ms"`
+	// ToolGap is the gateway's time from a tool's result to the next
+	// model request (toolgap.go).
+	ToolGap []toolGapResult `json:"tool_result_to_next_request,omitempty"`
 	Idle             *idleResult   `json:"idle_connections,omitempty"`
 	Sweeps           []sweepResult `json:"daily_sweep"`
 	Locks            locksResult   `json:"lock_cache"`
@@ -267,10 +270,17 @@ func (r *report) print(w io.Writer) {
 			if f.Compaction {
 				store += " + compaction"
 			}
+			if f.Tools > 0 {
+				store += fmt.Sprintf(" + %d tools (not called)", f.Tools)
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
 				f.Gateway.P50Millis, f.Gateway.P99Millis, f.AddedP50Millis, f.AddedP99Millis, f.Direct.ErrorCount+f.Gateway.ErrorCount)
 		}
 		tw.Flush()
+	}
+	for _, g := range r.ToolGap {
+		fmt.Fprintf(w, "\na tool's result to the next model request (%s, 1 client, %d turns): p50 %.3f ms, p99 %.3f ms, %d errors\n",
+			g.Store, g.Turns, g.P50Millis, g.P99Millis, g.Errors)
 	}
 	fmt.Fprintln(w)
 	if r.Idle != nil {

@@ -58,6 +58,12 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 				return err
 			}
 			rep.FirstDelta = append(rep.FirstDelta, f...)
+			step("a tool's result to the next model request on " + driver)
+			g, err := toolGap(ctx, driver, o)
+			if err != nil {
+				return err
+			}
+			rep.ToolGap = append(rep.ToolGap, g)
 		}
 		return nil
 	}
@@ -391,8 +397,13 @@ func gatewayServer(ctx context.Context, driver string, o options) (string, func(
 // loopback, its rescuer (and with it the events of other replicas)
 // running when rescue is set. The returned func stops it and closeDB.
 func serveGateway(db *store.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy) (string, func(), error) {
+	return serveGatewayWith(db, closeDB, rescue, ag, policy, nil)
+}
+
+// serveGatewayWith is serveGateway whose turns offer the model tools.
+func serveGatewayWith(db *store.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy, toolbox sessions.Toolbox) (string, func(), error) {
 	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096, Events: db.Events(),
-		Policies: map[string]sessions.Policy{gateway.Channel: policy}})
+		Policies: map[string]sessions.Policy{gateway.Channel: policy}, Tools: toolbox})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
 		mgr.StartRescuer()
@@ -544,17 +555,34 @@ func goals(r *report) []goal {
 	if c := r.PostgresCost; c != nil {
 		out = append(out, goal{fmt.Sprintf("postgres transactions per turn, %d clients", c.Clients), "≤ 1.0", c.StatXactsPerTurn, c.StatXactsPerTurn <= 1})
 	}
-	var plain *ttfdResult
+	var plain, before *ttfdResult
+	seen := map[string]bool{}
 	for i, f := range r.FirstDelta {
+		first := !seen[f.Store] && f.Clients == 1 && !f.Compaction && f.Tools == 0
+		if first {
+			seen[f.Store] = true
+		}
 		switch {
-		case f.Store == store.DriverSQLite && f.Clients == 1 && f.Gateway.Turns > 0 && !f.Compaction:
+		case f.Tools > 0 && before != nil && before.Store == f.Store && before.Gateway.P50Millis > 0 && f.Gateway.Turns > 0:
+			// Beside the row just before it, without tools.
+			ratio := f.Gateway.P50Millis / before.Gateway.P50Millis
+			out = append(out, goal{"time to first delta p50 with tools offered ÷ without, 1 client, " + f.Store, "≤ 1.05", ratio, ratio <= 1.05})
+		case first && f.Store == store.DriverSQLite && f.Gateway.Turns > 0:
 			plain = &r.FirstDelta[i]
 			out = append(out, goal{"time to first delta added, 1 client, p50, sqlite (ms)", "≤ 0.5", f.AddedP50Millis, f.AddedP50Millis <= 0.5})
-		case f.Store == store.DriverPostgres && f.Clients == 1 && f.Gateway.Turns > 0:
+		case first && f.Store == store.DriverPostgres && f.Gateway.Turns > 0:
 			out = append(out, goal{"time to first delta added, 1 client, p50, postgres (ms)", "≤ 1.0", f.AddedP50Millis, f.AddedP50Millis <= 1})
 		case f.Compaction && plain != nil && plain.Gateway.P50Millis > 0 && f.Gateway.Turns > 0:
 			ratio := f.Gateway.P50Millis / plain.Gateway.P50Millis
 			out = append(out, goal{"time to first delta p50 with compaction ÷ without, 1 client, sqlite", "≤ 1.1", ratio, ratio <= 1.1})
+		}
+		if f.Clients == 1 && f.Tools == 0 && !f.Compaction {
+			before = &r.FirstDelta[i]
+		}
+	}
+	for _, g := range r.ToolGap {
+		if g.Store == store.DriverSQLite && g.Turns > 0 {
+			out = append(out, goal{"a tool's result to the next model request, p50, sqlite (ms)", "≤ 1", g.P50Millis, g.P50Millis <= 1 && g.Errors == 0})
 		}
 	}
 	if r.Idle != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -28,6 +29,9 @@ type ttfdResult struct {
 	// Compaction: the gateway sums up what falls out of its window after
 	// every turn, on the same model server, while the next turn runs.
 	Compaction bool `json:"compaction,omitempty"`
+	// Tools: the gateway offers the model this many tools (an MCP server
+	// in the process), which it never calls.
+	Tools int `json:"tools,omitempty"`
 }
 
 // ttfdClients are the client counts of the time-to-first-delta rows.
@@ -105,15 +109,34 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	defer stop()
 	direct := benchOpenAI(llm)
 	var out []ttfdResult
-	row := func(n int, url string, compaction bool) {
-		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o), Compaction: compaction}
+	row := func(n int, url string, compaction bool, tools int) {
+		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o),
+			Compaction: compaction, Tools: tools}
 		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
 		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
 		out = append(out, r)
 	}
 	for _, n := range ttfdClients {
-		row(n, url, false)
+		row(n, url, false, 0)
 	}
+	// The same, 1 client, with tools offered and never called: the
+	// request carries their definitions; nothing else changes.
+	tb, stopTools, err := benchTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopTools()
+	tdb, closeT, err := openStore(ctx, driver, o)
+	if err != nil {
+		return nil, err
+	}
+	turl, stopT, err := serveGatewayWith(tdb, closeT, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory}, tb)
+	if err != nil {
+		return nil, err
+	}
+	defer stopT()
+	row(1, url, false, 0) // beside it, again without: the pair is alternated
+	row(1, turl, false, len(tb.Offered(gateway.Channel, "")))
 	if driver == store.DriverSQLite {
 		// The same, 1 client, with compaction on: past the first 10 turns
 		// every turn's reply is followed by a summary call.
@@ -127,7 +150,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 			return nil, err
 		}
 		defer stopC()
-		row(1, curl, true)
+		row(1, curl, true, 0)
 	}
 	return out, nil
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatgate/chatgate/cmd/chatgate-mcp-demo/demo"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// toolGapResult is the gateway's own time between a tool's result and the
+// model request that carries it, over turns of one tool round each: from
+// the moment the tool's handler returns (at the MCP server, in this
+// process) to the moment the model server receives the next request. In
+// between: the result's way back over MCP, its outcome kept in the
+// ledger, the round's results stored, the request built and sent.
+type toolGapResult struct {
+	Store     string  `json:"store"`
+	Turns     int     `json:"turns"`
+	P50Millis float64 `json:"p50_ms"`
+	P99Millis float64 `json:"p99_ms"`
+	Errors    int     `json:"errors"`
+}
+
+// benchTools is an MCP server in the process (the demo's tools, over the
+// SDK's in-memory transport) as the tool server "demo", every tool run
+// without asking; and, when onReturn is set, a tool "stamp" that calls it
+// as it returns.
+func benchTools(ctx context.Context, onReturn ...func()) (tools.Offer, func(), error) {
+	srv := demo.New(demo.Options{})
+	if len(onReturn) > 0 {
+		hook := onReturn[0]
+		mcp.AddTool(srv, &mcp.Tool{Name: "stamp", Description: "Answers at once."},
+			func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+				defer hook()
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stamped"}}}, nil, nil
+			})
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	sctx, stop := context.WithCancel(context.Background())
+	ss, err := srv.Connect(sctx, st, nil)
+	if err != nil {
+		stop()
+		return tools.Offer{}, nil, err
+	}
+	set := tools.New([]tools.ServerConfig{{Name: "demo", Transport: ct, Approve: tools.ApproveAuto}}, discard)
+	set.Start(context.Background())
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := set.WaitListed(wctx, "demo"); err != nil {
+		set.Close()
+		ss.Close()
+		stop()
+		return tools.Offer{}, nil, err
+	}
+	return tools.Offer{Set: set}, func() { set.Close(); ss.Close(); stop() }, nil
+}
+
+// toolGap measures toolGapResult on driver: one client, o.messages turns
+// (at least 50), each asking the model, which calls the tool "stamp" and
+// then answers.
+func toolGap(ctx context.Context, driver string, o options) (toolGapResult, error) {
+	var mu sync.Mutex
+	var returned time.Time
+	var gaps []time.Duration
+	tb, stopTools, err := benchTools(ctx, func() {
+		mu.Lock()
+		returned = time.Now()
+		mu.Unlock()
+	})
+	if err != nil {
+		return toolGapResult{}, err
+	}
+	defer stopTools()
+	llm, stopLLM, err := toolCallingLLM(func(at time.Time) {
+		mu.Lock()
+		if !returned.IsZero() {
+			gaps = append(gaps, at.Sub(returned))
+			returned = time.Time{}
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return toolGapResult{}, err
+	}
+	defer stopLLM()
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		return toolGapResult{}, err
+	}
+	url, stop, err := serveGatewayWith(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory}, tb)
+	if err != nil {
+		return toolGapResult{}, err
+	}
+	defer stop()
+	turns := o
+	turns.messages = max(o.messages, 50)
+	l := driveFirstDelta(ctx, url, 1, turns)
+	mu.Lock()
+	defer mu.Unlock()
+	r := toolGapResult{Store: driver, Turns: len(gaps), Errors: l.ErrorCount}
+	if len(gaps) > 0 {
+		slices.Sort(gaps)
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		r.P50Millis, r.P99Millis = ms(gaps[len(gaps)/2]), ms(gaps[min(len(gaps)-1, len(gaps)*99/100)])
+	}
+	return r, nil
+}
+
+// toolCallingLLM is a streaming model server that answers a request
+// without a tool result with a call of demo__stamp, and one with a tool
+// result with a short text; arrived is told when each of the latter
+// arrived (before its body is read).
+func toolCallingLLM(arrived func(time.Time)) (string, func(), error) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		flush := w.(http.Flusher).Flush
+		if bytes.Contains(body, []byte(`"role":"tool"`)) {
+			arrived(at)
+			for _, part := range []string{"Stamped", " and done."} {
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", part)
+				flush()
+			}
+			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+		} else {
+			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"demo__stamp\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n")
+			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n")
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		flush()
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String() + "/v1", func() { srv.Close() }, nil
+}
