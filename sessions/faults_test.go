@@ -16,9 +16,12 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/faults"
+	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/tools"
 )
 
 // The fault-at-every-step harness. Each scenario runs once without faults,
@@ -50,6 +53,10 @@ type faultScenario struct {
 	// debounce, or after its turn started: either way it is answered
 	// once — in place, or as a new message quoting it).
 	edit bool
+	// tools: every turn first calls a side-effecting tool (an MCP test
+	// server's counter, over the SDK's in-memory transport), then
+	// answers; no call runs twice.
+	tools bool
 }
 
 var faultScenarios = []faultScenario{
@@ -58,6 +65,7 @@ var faultScenarios = []faultScenario{
 	{name: "telegram-collect-debounce", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: 30 * time.Millisecond}, users: 2, msgs: 3},
 	{name: "telegram-interrupt", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyInterrupt}, users: 2, msgs: 2},
 	{name: "telegram-edit-debounce", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: 30 * time.Millisecond}, users: 2, msgs: 2, edit: true},
+	{name: "websocket-tools", channel: "websocket", busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}, users: 2, msgs: 2, tools: true},
 }
 
 func TestFaultAtEveryStep(t *testing.T) {
@@ -122,7 +130,7 @@ func faultDB(t *testing.T, driver string) func() *store.DB {
 			t.Fatal(err)
 		}
 		if pg != "" {
-			if err := db.Gorm().Exec("TRUNCATE messages, conversations, session_leases, replicas, channel_states, leaders").Error; err != nil {
+			if err := db.Gorm().Exec("TRUNCATE messages, conversations, session_leases, replicas, channel_states, leaders, tool_calls").Error; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -162,7 +170,13 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 	if k > 0 {
 		fs.Outage(k, mode)
 	}
-	ag := &countingAgent{}
+	var ag agent.Agent = &countingAgent{}
+	var toolbox sessions.Toolbox
+	var toolSrv *mcptest.Server
+	if sc.tools {
+		ag = &toolModel{script: once(call("c", "t__counter", map[string]string{"key": "k"}))}
+		toolSrv, toolbox = faultTools(t)
+	}
 	var logs syncBuffer
 	defer func() {
 		if t.Failed() {
@@ -174,7 +188,7 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 	m := sessions.New(db, ag, sessions.Options{Events: db.Events(),
 		Policies:    map[string]sessions.Policy{sc.channel: policy},
 		Logger:      slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond,
+		RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond, Tools: toolbox,
 	})
 	var mu sync.Mutex
 	shown := map[string]int{} // client message id → replies shown covering it
@@ -435,6 +449,27 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 			break
 		}
 	}
+	// No tool call ran twice: each call's idempotency key reached the
+	// server at most once, and every call recorded has its outcome.
+	if sc.tools {
+		seen := map[string]int{}
+		for _, c := range toolSrv.Calls() {
+			key, _ := c.Meta[tools.MetaKey].(string)
+			seen[key]++
+		}
+		for key, n := range seen {
+			if n > 1 {
+				t.Errorf("%s: tool call %s ran %d times", label, key, n)
+			}
+		}
+		var open []ledger.ToolCall
+		if err := db.Gorm().Where("state NOT IN ?", []string{ledger.ToolDone, ledger.ToolUnknown}).Find(&open).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range open {
+			t.Errorf("%s: tool call %s/%d/%s left %s", label, c.ConversationID, c.MessageSeq, c.CallID, c.State)
+		}
+	}
 	// No lease outlives its replica's clean stop (a running replica keeps
 	// its leases across turns for a moment: leasekeep.go).
 	m.Shutdown(context.Background())
@@ -493,6 +528,12 @@ func finalRepliesPerTurn(t *testing.T, db *store.DB) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// faultTools is an MCP test server whose tools run without asking.
+func faultTools(t *testing.T) (*mcptest.Server, sessions.Toolbox) {
+	srv, set := toolServer(t, tools.ServerConfig{Approve: tools.ApproveAuto})
+	return srv, tools.Offer{Set: set}
 }
 
 // syncBuffer is a log sink shared by a run's goroutines.

@@ -1,0 +1,471 @@
+package sessions_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
+	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// toolModel is a model that asks for tools by a script: given the turn so
+// far, the calls to ask for next (none: it answers, quoting every result
+// it got).
+type toolModel struct {
+	script func(req agent.Request) []agent.ToolCall
+	mu     sync.Mutex
+	reqs   []agent.Request
+}
+
+func (*toolModel) Name() string  { return "tool-model" }
+func (*toolModel) Model() string { return "tool-model" }
+
+func (tm *toolModel) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	tm.mu.Lock()
+	tm.reqs = append(tm.reqs, req)
+	tm.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return agent.Reply{}, err
+	}
+	var calls []agent.ToolCall
+	if !req.NoMoreTools {
+		calls = tm.script(req)
+	}
+	if len(calls) > 0 {
+		return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, ToolCalls: calls}},
+			Usage: agent.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}}, nil
+	}
+	var results []string
+	for _, m := range req.Turn {
+		if m.Role == agent.RoleTool {
+			results = append(results, m.Content)
+		}
+	}
+	text := "answer: " + strings.Join(results, " | ")
+	if onDelta != nil {
+		onDelta(text)
+	}
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
+}
+
+func (tm *toolModel) requests() []agent.Request {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return slices.Clone(tm.reqs)
+}
+
+// once asks for the calls in its first round and answers after.
+func once(calls ...agent.ToolCall) func(agent.Request) []agent.ToolCall {
+	return func(req agent.Request) []agent.ToolCall {
+		if len(req.Turn) == 0 {
+			return calls
+		}
+		return nil
+	}
+}
+
+func call(id, name string, args any) agent.ToolCall {
+	b, _ := json.Marshal(args)
+	return agent.ToolCall{ID: id, Name: name, Arguments: string(b)}
+}
+
+// toolServer is an MCP test server (the SDK's in-memory transport) as the
+// tool server "t", with cfg's rules.
+func toolServer(t *testing.T, cfg tools.ServerConfig) (*mcptest.Server, *tools.Set) {
+	t.Helper()
+	srv, tr := mcptest.InMemory(t)
+	cfg.Name, cfg.Transport = "t", tr
+	if cfg.Approve == "" {
+		cfg.Approve = tools.ApproveAuto
+	}
+	set := tools.New([]tools.ServerConfig{cfg}, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	set.Start(context.Background())
+	t.Cleanup(set.Close)
+	if err := set.WaitListed(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	return srv, set
+}
+
+type toolRig struct {
+	db     *store.DB
+	model  *toolModel
+	srv    *mcptest.Server
+	set    *tools.Set
+	events chan sessions.ToolEvent
+	asks   chan sessions.ToolAsk
+}
+
+func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, opts sessions.Options) *sessions.Manager {
+	t.Helper()
+	opts.Events, opts.Tools, opts.ReplicaID = r.db.Events(), tools.Offer{Set: r.set}, replica
+	opts.Policies = map[string]sessions.Policy{"websocket": {MaxHistory: 50, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
+		Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if clock != nil {
+		opts.Now, opts.After = clock.Now, clock.After
+	}
+	opts.RescueEvery, opts.RetryPause = 20*time.Millisecond, 10*time.Millisecond
+	m := sessions.New(r.db, r.model, opts)
+	m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+		r.asks <- a
+		return "ask-" + fmt.Sprint(a.Call.ID), nil
+	}, nil)
+	return m
+}
+
+func newToolRig(t *testing.T, open func() *store.DB, cfg tools.ServerConfig, script func(agent.Request) []agent.ToolCall) *toolRig {
+	srv, set := toolServer(t, cfg)
+	return &toolRig{db: open(), model: &toolModel{script: script}, srv: srv, set: set,
+		events: make(chan sessions.ToolEvent, 64), asks: make(chan sessions.ToolAsk, 8)}
+}
+
+func (r *toolRig) submit(t *testing.T, m *sessions.Manager, user, id, text string) *sessions.Ticket {
+	t.Helper()
+	in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey(user), UserID: user, ClientMsgID: id, Text: text}
+	tk, err := m.Submit(context.Background(), in, sessions.Hooks{OnTool: func(ev sessions.ToolEvent) { r.events <- ev }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func wait(t *testing.T, tk *sessions.Ticket) sessions.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := tk.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// transcript is the key's active conversation as role:content lines.
+func transcript(t *testing.T, db *store.DB, key string) []string {
+	t.Helper()
+	c, err := db.ActiveConversation(context.Background(), key)
+	if err != nil || c == nil {
+		t.Fatalf("no conversation of %s: %v", key, err)
+	}
+	var out []string
+	for _, m := range storetest.Transcript(t, db, c.ID) {
+		line := m.Role + ":" + m.Content
+		if m.ToolCalls != "" {
+			line += " calls=" + m.ToolCalls
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func toolCalls(t *testing.T, db *store.DB) []ledger.ToolCall {
+	t.Helper()
+	var rows []ledger.ToolCall
+	if err := db.Gorm().Order("id").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func TestToolCallRunsOnceAndItsResultReachesTheModel(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
+		m := r.manager(t, "a", nil, sessions.Options{})
+		defer m.Shutdown(context.Background())
+		out := wait(t, r.submit(t, m, "u1", "m1", "count it"))
+		if out.Reply.Text != "answer: 1" || out.Reply.Status != ledger.MsgOK {
+			t.Fatalf("reply = %+v", out.Reply)
+		}
+		if n := r.srv.Count(); n != 1 {
+			t.Fatalf("counter ran %d times, want 1", n)
+		}
+		lines := transcript(t, r.db, sessions.WebSocketKey("u1"))
+		want := []string{"user:count it", `assistant: calls=[{"id":"c1","name":"t__counter","arguments":"{\"key\":\"k\"}"}]`, "tool:1", "assistant:answer: 1"}
+		if !slices.Equal(lines, want) {
+			t.Fatalf("transcript:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+		}
+		rows := toolCalls(t, r.db)
+		if len(rows) != 1 || rows[0].State != ledger.ToolDone || rows[0].Runs != 1 || rows[0].Result != "1" {
+			t.Fatalf("tool calls = %+v", rows)
+		}
+		calls := r.srv.Calls()
+		if len(calls) != 1 || calls[0].Meta[tools.MetaKey] != rows[0].IdempotencyKey() {
+			t.Fatalf("server saw %+v, want the idempotency key %q", calls, rows[0].IdempotencyKey())
+		}
+		var statuses []string
+		for len(statuses) < 2 {
+			statuses = append(statuses, (<-r.events).Status)
+		}
+		if !slices.Equal(statuses, []string{sessions.ToolStarted, sessions.ToolDone}) {
+			t.Fatalf("tool events = %v", statuses)
+		}
+		// The next turn's history carries the call with its result.
+		wait(t, r.submit(t, m, "u1", "m2", "again"))
+		reqs := r.model.requests()
+		hist := reqs[len(reqs)-1].History
+		var roles []string
+		for _, h := range hist {
+			roles = append(roles, h.Role)
+		}
+		if !slices.Equal(roles, []string{"user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"}[:len(roles)]) || len(roles) < 4 {
+			t.Fatalf("history roles of the next turn's last call = %v", roles)
+		}
+	})
+}
+
+func TestToolRoundsParallelCallsAndTheirLimit(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		// Two calls in one answer, then a second round, then the answer.
+		script := func(req agent.Request) []agent.ToolCall {
+			switch rounds := countRounds(req.Turn); rounds {
+			case 0:
+				return []agent.ToolCall{call("a", "t__counter", map[string]string{"key": "a"}), call("b", "t__echo", map[string]string{"text": "hi"})}
+			case 1:
+				return []agent.ToolCall{call("c", "t__counter", map[string]string{"key": "a"})}
+			}
+			return nil
+		}
+		r := newToolRig(t, open, tools.ServerConfig{}, script)
+		m := r.manager(t, "a", nil, sessions.Options{})
+		out := wait(t, r.submit(t, m, "u1", "m1", "go"))
+		if out.Reply.Text != "answer: 1 | hi | 2" {
+			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+		m.Shutdown(context.Background())
+
+		// A model that always asks: after max_rounds it is told to answer
+		// without tools.
+		r2 := newToolRig(t, open, tools.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
+			return []agent.ToolCall{call(fmt.Sprintf("x%d", countRounds(req.Turn)), "t__counter", map[string]string{"key": "loop"})}
+		})
+		m2 := r2.manager(t, "b", nil, sessions.Options{MaxToolRounds: 3})
+		defer m2.Shutdown(context.Background())
+		out = wait(t, r2.submit(t, m2, "u2", "m1", "loop"))
+		if out.Reply.Text != "answer: 1 | 2 | 3" || r2.srv.Count() != 3 {
+			t.Fatalf("reply = %q after %d runs, want 3 rounds", out.Reply.Text, r2.srv.Count())
+		}
+		reqs := r2.model.requests()
+		if len(reqs) != 4 || !reqs[3].NoMoreTools || reqs[2].NoMoreTools || len(reqs[3].Tools) == 0 {
+			t.Fatalf("%d model calls; the last should be told to answer without tools", len(reqs))
+		}
+	})
+}
+
+func countRounds(turn []agent.Message) int {
+	n := 0
+	for _, m := range turn {
+		if m.Role == agent.RoleAssistant && len(m.ToolCalls) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestToolErrorsTimeoutsAndBigResultsReachTheModel(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{Timeout: 200 * time.Millisecond, MaxResultBytes: 64},
+			once(call("f", "t__fail", map[string]string{"message": "no"}), call("s", "t__slow", map[string]any{}),
+				call("b", "t__big", map[string]any{"bytes": 1000})))
+		m := r.manager(t, "a", nil, sessions.Options{})
+		defer m.Shutdown(context.Background())
+		out := wait(t, r.submit(t, m, "u1", "m1", "try"))
+		parts := strings.Split(strings.TrimPrefix(out.Reply.Text, "answer: "), " | ")
+		if len(parts) != 3 || !strings.Contains(parts[0], "failed: no") || !strings.Contains(parts[1], "The call failed") ||
+			!strings.Contains(parts[2], "[result cut") || len(parts[2]) > 200 {
+			t.Fatalf("results = %q", parts)
+		}
+		states := map[string]string{}
+		for _, c := range toolCalls(t, r.db) {
+			states[c.CallID] = c.State
+		}
+		if states["f"] != ledger.ToolFailed || states["s"] != ledger.ToolFailed || states["b"] != ledger.ToolDone {
+			t.Fatalf("states = %v", states)
+		}
+	})
+}
+
+// A call cut by a shutdown is never run again blindly: the next run of
+// the turn (another replica, or this one's next start) tells the model
+// its effect is unknown — unless the tool is idempotent, when it runs
+// again. Either way the user gets one reply.
+func TestToolCallCutByShutdownIsNotRunAgainUnlessIdempotent(t *testing.T) {
+	for _, idem := range []bool{false, true} {
+		t.Run(fmt.Sprintf("idempotent=%v", idem), func(t *testing.T) {
+			storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+				r := newToolRig(t, open, tools.ServerConfig{Idempotent: idem}, func(req agent.Request) []agent.ToolCall {
+					if len(req.Turn) == 0 {
+						return []agent.ToolCall{call("s", "t__slow", map[string]any{"seconds": 0.3})}
+					}
+					return nil
+				})
+				a := r.manager(t, "a", nil, sessions.Options{InterruptGrace: 5 * time.Second})
+				tk := r.submit(t, a, "u1", "m1", "slowly")
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := r.srv.Started(ctx, mcptest.Slow, 1); err != nil {
+					t.Fatal(err)
+				}
+				cut, stop := context.WithCancel(context.Background())
+				stop()
+				a.Shutdown(cut) // the drain's deadline has passed: the turn is cut
+				if _, err := tk.Wait(ctx); err == nil {
+					// (its outcome may be the interruption: no reply shown)
+				}
+				rows := toolCalls(t, r.db)
+				if len(rows) != 1 || rows[0].State != ledger.ToolStarted {
+					t.Fatalf("after the cut: %+v, want the call started", rows)
+				}
+				b := r.manager(t, "b", nil, sessions.Options{})
+				defer b.Shutdown(context.Background())
+				delivered := make(chan sessions.Delivery, 4)
+				b.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+					delivered <- d
+					return "", nil
+				})
+				b.StartRescuer()
+				var d sessions.Delivery
+				select {
+				case d = <-delivered:
+				case <-ctx.Done():
+					t.Fatal("the turn was not run again")
+				}
+				want, runs := "answer: "+sessions.ToolUnknownText, 1
+				if idem {
+					want, runs = "answer: done", 2
+				}
+				if d.Reply.Text != want {
+					t.Fatalf("reply = %q, want %q", d.Reply.Text, want)
+				}
+				if err := r.srv.Await(ctx, func(calls []mcptest.Call) bool { return len(calls) >= runs }); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(r.srv.Calls()); n != runs {
+					t.Fatalf("slow started %d times, want %d", n, runs)
+				}
+				// One final reply, and the transcript keeps the call with
+				// its one result.
+				lines := transcript(t, r.db, sessions.WebSocketKey("u1"))
+				var finals, results int
+				for _, l := range lines {
+					if strings.HasPrefix(l, "assistant:answer") {
+						finals++
+					}
+					if strings.HasPrefix(l, "tool:") {
+						results++
+					}
+				}
+				if finals != 1 || results != 1 {
+					t.Fatalf("transcript:\n%s", strings.Join(lines, "\n"))
+				}
+			})
+		})
+	}
+}
+
+func TestToolApproval(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		clock := clocktest.New(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))
+		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk,
+			PerTool: map[string]tools.ToolConfig{mcptest.Echo: {Approve: tools.ApproveAuto}}},
+			once(call("c", "t__counter", map[string]string{"key": "k"}), call("e", "t__echo", map[string]string{"text": "free"})))
+		m := r.manager(t, "a", clock, sessions.Options{ApproveTimeout: time.Minute})
+		defer m.Shutdown(context.Background())
+		ctx := context.Background()
+
+		// Allowed: it runs; the read-only tool ran without asking.
+		tk := r.submit(t, m, "u1", "m1", "count")
+		a := <-r.asks
+		if a.Call.Name != "t__counter" || a.UserID != "u1" || a.Call.ExpiresAt.IsZero() {
+			t.Fatalf("ask = %+v", a)
+		}
+		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: sessions.WebSocketKey("u2"), UserID: "u2", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolNotYours {
+			t.Fatalf("another user's decision: %v, want ErrToolNotYours", err)
+		}
+		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: false}); err != sessions.ErrToolDecided {
+			t.Fatalf("a second decision: %v, want ErrToolDecided", err)
+		}
+		if out := wait(t, tk); out.Reply.Text != "answer: 1 | free" {
+			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+
+		// Denied: it never runs, and the model is told.
+		tk = r.submit(t, m, "u1", "m2", "count again")
+		a = <-r.asks
+		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if out := wait(t, tk); out.Reply.Text != "answer: "+sessions.ToolDeniedText+" | free" {
+			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+
+		// Nobody answers: at its expiry (the fake clock) it counts as denied.
+		tk = r.submit(t, m, "u1", "m3", "and again")
+		<-r.asks
+		clock.Advance(2 * time.Minute)
+		if out := wait(t, tk); out.Reply.Text != "answer: "+sessions.ToolExpiredText+" | free" {
+			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+		if n := r.srv.Count(); n != 1 {
+			t.Fatalf("counter ran %d times, want once (allowed once)", n)
+		}
+	})
+}
+
+// An ask that waits across a restart is asked again by the next run, and
+// runs once when allowed.
+func TestToolAskSurvivesARestart(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+		a := r.manager(t, "a", nil, sessions.Options{})
+		r.submit(t, a, "u1", "m1", "count")
+		first := <-r.asks
+		cut, stop := context.WithCancel(context.Background())
+		stop()
+		a.Shutdown(cut)
+		if rows := toolCalls(t, r.db); len(rows) != 1 || rows[0].State != ledger.ToolAsking || rows[0].AskRef == "" {
+			t.Fatalf("after the restart: %+v, want the call asking with its ask's reference", rows)
+		}
+		b := r.manager(t, "b", nil, sessions.Options{})
+		defer b.Shutdown(context.Background())
+		delivered := make(chan sessions.Delivery, 4)
+		b.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+			delivered <- d
+			return "", nil
+		})
+		b.StartRescuer()
+		again := <-r.asks
+		if again.Call.ID != first.Call.ID {
+			t.Fatalf("asked again about call %d, want %d", again.Call.ID, first.Call.ID)
+		}
+		if _, err := b.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: again.SessionKey, UserID: "u1", ID: again.Call.ID, Allow: true}); err != nil {
+			t.Fatal(err)
+		}
+		if d := <-delivered; d.Reply.Text != "answer: 1" {
+			t.Fatalf("reply = %q", d.Reply.Text)
+		}
+		if n := r.srv.Count(); n != 1 {
+			t.Fatalf("counter ran %d times", n)
+		}
+	})
+}
