@@ -61,6 +61,7 @@ type ToolLedger interface {
 	DecideTool(ctx context.Context, id int64, allow bool, by, deniedResult string, at time.Time) (bool, error)
 	StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, token, again string, at time.Time) error
 	EndTool(ctx context.Context, e ledger.ToolEnd) error
+	AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall, error)
 }
 
 // Store is what the session manager needs from a database: the ledger,

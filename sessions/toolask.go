@@ -198,3 +198,23 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 	m.wakeTool(c.ID)
 	return ev, nil
 }
+
+// PendingToolAsks are the calls of the key waiting for a decision, oldest
+// first: a channel asks them again when its user comes back (a WebSocket
+// client's hello) — the turn waiting for them needs no new ask.
+func (m *Manager) PendingToolAsks(ctx context.Context, key string) ([]ToolAsk, error) {
+	calls, err := m.store.AskingToolCalls(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ToolAsk, 0, len(calls))
+	for _, c := range calls {
+		a := ToolAsk{SessionKey: c.SessionKey, UserID: c.UserID, Call: ToolEvent{ConversationID: c.ConversationID, Seq: c.TurnSeq,
+			ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, Status: ToolAsking}}
+		if c.ExpiresAt != nil {
+			a.Call.ExpiresAt = *c.ExpiresAt
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

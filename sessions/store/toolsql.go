@@ -92,6 +92,18 @@ func (s *DB) ConversationToolCalls(ctx context.Context, convID string) ([]ledger
 	return out, nil
 }
 
+// AskingToolCalls returns the calls of a session key waiting for a
+// decision, oldest first.
+func (s *DB) AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall, error) {
+	return observe(ctx, s, Call{Op: "AskingToolCalls"}, func() ([]ledger.ToolCall, error) {
+		var out []ledger.ToolCall
+		if err := s.read.WithContext(ctx).Where("session_key = ? AND state = 'asking'", key).Order("id").Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load asking tool calls of %s: %w", key, err)
+		}
+		return out, nil
+	})
+}
+
 // ToolCall returns the call with that id, or nil.
 func (s *DB) ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error) {
 	return observe(ctx, s, Call{Op: "ToolCall"}, func() (*ledger.ToolCall, error) {
