@@ -8,9 +8,11 @@ package telegram
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,13 +174,38 @@ func TestToolAskAllowedRunsOnce(t *testing.T) {
 	}
 }
 
+// failDecisions fails the first n decisions, as a database that is down.
+type failDecisions struct {
+	*sessions.Manager
+	n *atomic.Int32
+}
+
+func (f failDecisions) DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error) {
+	if f.n.Add(-1) >= 0 {
+		return sessions.ToolEvent{}, errors.New("database is down")
+	}
+	return f.Manager.DecideTool(ctx, d)
+}
+
+// A denied call never runs and the model is told; a tap whose decision
+// could not be stored is answered "try again" and leaves the call open.
 func TestToolAskDeniedNeverRuns(t *testing.T) {
 	s, srv := toolSetup(t, nil, Options{}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+	var fails atomic.Int32
+	fails.Store(1)
+	s.sess = func(m *sessions.Manager) Sessions { return failDecisions{Manager: m, n: &fails} }
 	api := telegramtest.New(t)
-	start(t, api, t.TempDir(), s)
+	h := start(t, api, t.TempDir(), s)
 	api.Push(telegramtest.DM(7, "count"))
 	id, _, deny := askOf(t, api, 7, 1)
 	q := api.Tap(t, 7, 7, id, deny)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Something went wrong — try again" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if states := callStates(t, h); len(states) != 1 || states[0] != ledger.ToolAsking || len(api.Keyboard(7, id)) != 1 {
+		t.Fatalf("after a failed decision the calls are %v, keyboard %v; want it asking", states, api.Keyboard(7, id))
+	}
+	q = api.Tap(t, 7, 7, id, deny)
 	if ans := api.WaitAnswered(t, q); ans.Text != "Denied" {
 		t.Fatalf("answer = %+v", ans)
 	}
@@ -195,7 +222,7 @@ func TestToolAskDeniedNeverRuns(t *testing.T) {
 	api.CheckAnswers(t)
 }
 
-// In a group only the user whose turn it is decides: another member's
+// In a group (here a forum topic) only the user whose turn it is decides: another member's
 // tap is answered with who may and changes nothing; a tap from someone
 // outside allowed_users is answered and ignored; a button the bot does
 // not know is answered too.
@@ -204,9 +231,10 @@ func TestToolAskInAGroupOnlyTheTurnsUserDecides(t *testing.T) {
 	s, srv := toolSetup(t, nil, Options{AllowedUsers: []int64{5, 6}}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
 	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), s)
-	api.Push(telegramtest.Group(chat, 5, "@"+telegramtest.BotName+" count"))
+	// In a forum topic: the ask goes to the topic the turn came from.
+	api.Push(telegramtest.Topic(chat, 5, 42, "@"+telegramtest.BotName+" count"))
 	id, allow, _ := askOf(t, api, chat, 1)
-	if ask := api.Messages()[0]; !strings.Contains(ask.Text, "Only U can decide.") || ask.ChatID != chat {
+	if ask := api.Messages()[0]; !strings.Contains(ask.Text, "Only U can decide.") || ask.ChatID != chat || ask.Thread != 42 {
 		t.Fatalf("ask = %+v", ask)
 	}
 	for _, tc := range []struct {
@@ -234,7 +262,7 @@ func TestToolAskInAGroupOnlyTheTurnsUserDecides(t *testing.T) {
 	if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
 		t.Fatalf("answer = %+v", ans)
 	}
-	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" || got.ChatID != chat {
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" || got.ChatID != chat || got.Thread != 42 {
 		t.Fatalf("reply = %+v", got)
 	}
 	if n := srv.Count(); n != 1 {
