@@ -15,12 +15,14 @@ const (
 	EditsIgnore = "ignore"
 )
 
-// allowedUpdates are the update kinds the bot asks Telegram for.
+// allowedUpdates are the update kinds the bot asks Telegram for:
+// messages, taps on its buttons (callbacks.go), and edits when it
+// answers them.
 func (b *Bot) allowedUpdates() []string {
 	if b.opts.Edits == EditsAnswer {
-		return []string{"message", "edited_message"}
+		return []string{"message", "edited_message", "callback_query"}
 	}
-	return []string{"message"}
+	return []string{"message", "callback_query"}
 }
 
 // editClientID is an edit's client id: the edited message's, and the
@@ -49,11 +51,7 @@ func (b *Bot) edit(ctx context.Context, m *message, key string, in sessions.Inbo
 	in.ClientMsgID = editClientID(m.Chat.ID, m.MessageID, m.EditDate)
 	stopTyping := b.typing(m.to())
 	st := b.newStream(m, key)
-	var onDelta func(string)
-	if st != nil {
-		onDelta = st.delta
-	}
-	ed, err := b.sess.Edit(ctx, in, clientMsgID(m.Chat.ID, m.MessageID), b.hooks(ctx, m, key, onDelta, stored))
+	ed, err := b.sess.Edit(ctx, in, clientMsgID(m.Chat.ID, m.MessageID), b.hooks(ctx, m, key, st, stored))
 	if err == nil && ed.Ticket == nil || errors.Is(err, sessions.ErrEditNotFound) {
 		// Replaced: the original's turn answers, and its update sends the
 		// reply. Or nothing to edit.

@@ -132,7 +132,7 @@ func TestEditsIgnored(t *testing.T) {
 		t.Fatalf("sent %+v, want the unedited message answered", sent[0])
 	}
 	for _, call := range api.Calls("getUpdates") {
-		if v := call.Params.Get("allowed_updates"); v != `["message"]` {
+		if v := call.Params.Get("allowed_updates"); v != `["message","callback_query"]` {
 			t.Fatalf("getUpdates asked for %s", v)
 		}
 	}

@@ -59,9 +59,13 @@ func newRefused() *lru.Cache[int64, struct{}] {
 	return c
 }
 
-func (b *Bot) allowed(m *message) bool {
+func (b *Bot) allowed(m *message) bool { return b.allowedID(m.From.ID) }
+
+// allowedID reports whether allowed_users lets user in (everyone when it
+// is empty).
+func (b *Bot) allowedID(user int64) bool {
 	users := b.cur.Load().allowedUsers
-	return len(users) == 0 || slices.Contains(users, m.From.ID)
+	return len(users) == 0 || slices.Contains(users, user)
 }
 
 // refuse answers a user outside allowed_users once per chat; nothing of

@@ -42,23 +42,26 @@ func (b *Bot) submitMessage(ctx context.Context, m *message, key string, in sess
 	// Deltas reach the hooks of the turn's lead message only: a burst
 	// streams once, into the reply to its last message.
 	st := b.newStream(m, key)
-	var onDelta func(string)
 	if st != nil {
 		st.quote = quote
-		onDelta = st.delta
 	}
-	t, err := b.sess.Submit(ctx, in, b.hooks(ctx, m, key, onDelta, stored))
+	t, err := b.sess.Submit(ctx, in, b.hooks(ctx, m, key, st, stored))
 	return b.awaitTurn(ctx, m, key, first, t, err, stopTyping, st, quote)
 }
 
-// hooks are the session hooks of message m's turn.
-func (b *Bot) hooks(ctx context.Context, m *message, key string, onDelta func(string), stored func()) sessions.Hooks {
-	return sessions.Hooks{
-		OnDelta: onDelta,
+// hooks are the session hooks of message m's turn; st, when the chat
+// gets a preview, shows the reply as it is written and the turn's tool
+// calls as they run.
+func (b *Bot) hooks(ctx context.Context, m *message, key string, st *stream, stored func()) sessions.Hooks {
+	h := sessions.Hooks{
 		OnAck:   func(sessions.Ack) { stored() },
 		OnReset: func(ev sessions.ResetEvent) { b.tellReset(ctx, m.to(), key, ev) },
 		OnDelay: func(sessions.Delay) { b.tellDelay(ctx, key, m) },
 	}
+	if st != nil {
+		h.OnDelta, h.OnTool = st.delta, st.tool
+	}
+	return h
 }
 
 // awaitTurn queues the answer to m, stored as t (or not, err), on the

@@ -50,6 +50,17 @@ func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, se
 			b.persist(ctx, offsets, st)
 		})
 	}
+	if u.CallbackQuery != nil {
+		// A tap on a button: answered at once, beside the chat's queue
+		// (it stores no message, and must not wait behind one).
+		b.inflight.Add(1)
+		go func() {
+			defer b.inflight.Done()
+			b.callback(ctx, u)
+			done(true)
+		}()
+		return
+	}
 	m := u.message()
 	if m == nil || m.From == nil || (m.edit && b.opts.Edits != EditsAnswer) {
 		done(true) // channel posts and the like are ignored; edits unless asked for
@@ -88,6 +99,7 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		b.refuse(ctx, m, key)
 		return nil
 	}
+	b.noteName(m.From)
 	if first && b.overLimit(ctx, m, key) {
 		return nil
 	}

@@ -66,7 +66,7 @@ func (b *Bot) sendParts(ctx context.Context, to place, parts []tgformat.Part, ht
 		}
 		var sent tgbotapi.Message
 		var err error
-		sent, to, err = b.sendPart(ctx, to, part, html, answers)
+		sent, to, err = b.sendPart(ctx, to, part, html, answers, nil)
 		if err != nil {
 			b.log.ErrorContext(ctx, "telegram: sending a reply failed; it stays stored", slog.Int64("chat", to.chat), slog.String("error", b.redact(err)))
 			if !errors.Is(err, sessions.ErrUndeliverable) {
@@ -80,9 +80,10 @@ func (b *Bot) sendParts(ctx context.Context, to place, parts []tgformat.Part, ht
 }
 
 // sendPart sends one part of sendParts, answering replyTo unless it is 0,
-// with its fallbacks and retries. It returns the place the parts after it
-// go to: to, or General once to's topic is gone.
-func (b *Bot) sendPart(ctx context.Context, to place, part tgformat.Part, html bool, replyTo int) (tgbotapi.Message, place, error) {
+// with its fallbacks and retries; extra are further parameters (such as
+// a reply_markup). It returns the place the parts after it go to: to, or
+// General once to's topic is gone.
+func (b *Bot) sendPart(ctx context.Context, to place, part tgformat.Part, html bool, replyTo int, extra tgbotapi.Params) (tgbotapi.Message, place, error) {
 	text, parseMode := part.Plain, ""
 	if html {
 		text, parseMode = part.HTML, tgbotapi.ModeHTML
@@ -91,6 +92,9 @@ func (b *Bot) sendPart(ctx context.Context, to place, part tgformat.Part, html b
 	var sent tgbotapi.Message
 	for attempt := 0; attempt < 6; attempt++ {
 		params := to.params()
+		for k, v := range extra {
+			params[k] = v
+		}
 		params["text"] = text
 		params.AddNonEmpty("parse_mode", parseMode)
 		if replyTo != 0 {

@@ -100,6 +100,7 @@ type stream struct {
 
 	mu      sync.Mutex
 	soFar   strings.Builder
+	tools   []toolLine // the turn's tool calls (progress.go)
 	started bool
 	ended   bool
 
@@ -164,14 +165,6 @@ func (s *stream) delta(d string) {
 	}
 }
 
-// text is what the preview shows: the quote, if any, and the reply so
-// far.
-func (s *stream) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.quote + s.soFar.String()
-}
-
 // run shows the text so far whenever it changed and the chat's pace
 // allows, until end.
 func (s *stream) run() {
@@ -183,7 +176,7 @@ func (s *stream) run() {
 			return
 		}
 		for !s.off && s.ctx.Err() == nil {
-			preview, parseMode := s.b.previewText(s.text(), s.plain)
+			preview, parseMode := s.preview()
 			if preview == s.shown || strings.TrimSpace(preview) == "" {
 				break
 			}

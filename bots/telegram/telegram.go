@@ -183,6 +183,8 @@ type Bot struct {
 	previewMu     sync.Mutex       // a key's stored preview record: read and written one at a time
 	connected     chan struct{}    // closed once connected
 	notices       *notifier        // sweep notices (NotifyResets), or nil
+	tools         ToolApprovals    // tool asks and decisions (toolask.go), or nil
+	asks          toolAsks
 }
 
 // New returns the bot without touching the network: Start connects
@@ -205,6 +207,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		leadTTL:  15 * time.Second, leadEvery: 5 * time.Second, leadRetry: 3 * time.Second,
 	}
 	b.connected = make(chan struct{})
+	b.asks = newToolAsks()
 	b.limits = newLimits(opts)
 	b.cur.Store(&tgLive{allowedUsers: slices.Clone(opts.AllowedUsers), groupPolicy: opts.GroupPolicy})
 	// The library's constructor calls getMe; the bot is built without it.
@@ -217,6 +220,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 		// that needs them.
 		f.OnFetch(Channel, b.fetch)
 	}
+	b.registerTools(sess)
 	if opts.NotifyResets {
 		b.startNotices()
 	}

@@ -31,6 +31,9 @@ type update struct {
 	raw    json.RawMessage // as Telegram sent it
 	// editThread is the topic of the edited message (edited_message).
 	editThread int
+	// callbackThread is the topic of the message whose button was
+	// tapped (callback_query).
+	callbackThread int
 }
 
 // topicFields are a message's fields about its topic. message_thread_id
@@ -45,6 +48,9 @@ func (u *update) UnmarshalJSON(data []byte) error {
 	var topics struct {
 		Message *topicFields `json:"message"`
 		Edited  *topicFields `json:"edited_message"`
+		Tap     *struct {
+			Message *topicFields `json:"message"`
+		} `json:"callback_query"`
 	}
 	if err := json.Unmarshal(data, &u.Update); err != nil {
 		return err
@@ -52,12 +58,15 @@ func (u *update) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &topics); err != nil {
 		return err
 	}
-	u.thread, u.editThread = 0, 0
+	u.thread, u.editThread, u.callbackThread = 0, 0, 0
 	if t := topics.Message; t != nil && t.IsTopic {
 		u.thread = t.Thread
 	}
 	if t := topics.Edited; t != nil && t.IsTopic {
 		u.editThread = t.Thread
+	}
+	if t := topics.Tap; t != nil && t.Message != nil && t.Message.IsTopic {
+		u.callbackThread = t.Message.Thread
 	}
 	u.raw = append(json.RawMessage(nil), data...)
 	return nil

@@ -55,9 +55,10 @@ type Server struct {
 
 	// failParse: the next HTML messages refused as unparsable, valid or not
 	failParse int
-	sentModes []string    // parse_mode of each of sent
-	stream    streamState // sendMessageDraft and editMessageText
-	topics    topics      // topics.go
+	sentModes []string      // parse_mode of each of sent
+	stream    streamState   // sendMessageDraft and editMessageText
+	topics    topics        // topics.go
+	cb        callbackState // callbacks.go
 	// allowed are the update kinds the last getUpdates (or setWebhook)
 	// asked for with allowed_updates (nil: every kind); as Telegram does,
 	// the setting stays until changed and other updates are not delivered.
@@ -162,6 +163,11 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.mu.Unlock()
 			return
 		}
+		kb, _, refused := markupOf(w, r)
+		if refused {
+			a.mu.Unlock()
+			return
+		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)
 		replyTo, _ := strconv.Atoi(r.FormValue("reply_to_message_id"))
 		thread := threadOf(r)
@@ -170,9 +176,11 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id := a.nextMsg
 		a.nextMsg++
 		a.noteSent(chat, id)
+		a.setMarkup(msgKey{chat, id}, kb)
+		msg := a.withMarkup(botMessage(chat, id, thread, r.FormValue("text")), msgKey{chat, id})
 		a.cond.Broadcast()
 		a.mu.Unlock()
-		ok(botMessage(chat, id, thread, r.FormValue("text")))
+		ok(msg)
 	case "sendChatAction":
 		a.mu.Lock()
 		if a.refuseThread(w, r) {
@@ -202,7 +210,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "deleteMessage":
 		a.serveDelete(w, r) // botapi_stream.go
 	default:
-		if a.serveStreaming(method, w, r) {
+		if a.serveStreaming(method, w, r) || a.serveCallbacks(method, w, r) {
 			return
 		}
 		w.WriteHeader(http.StatusNotFound)

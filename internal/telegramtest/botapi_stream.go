@@ -154,15 +154,23 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 		if a.refuseEntities(w, r) || a.refuseLength(w, r, "MESSAGE_TOO_LONG") {
 			return true
 		}
+		// Without reply_markup the edit removes the message's inline
+		// keyboard, as Telegram does.
+		kb, _, refused := markupOf(w, r)
+		if refused {
+			return true
+		}
+		k := msgKey{chat, id}
 		text := r.FormValue("text")
-		if a.sent[i].Text == text {
+		if a.sent[i].Text == text && sameMarkup(a.cb.markups[k], kb) {
 			a.stream.notModified++
-			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}`)
+			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"`+errNotModified+`"}`)
 			return true
 		}
 		a.sent[i].Text = text
+		a.setMarkup(k, kb)
 		a.cond.Broadcast()
-		m := botMessage(chat, id, a.sent[i].Thread, text)
+		m := a.withMarkup(botMessage(chat, id, a.sent[i].Thread, text), k)
 		m["edit_date"] = 2
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": m})
 		return true

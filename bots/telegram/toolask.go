@@ -1,0 +1,321 @@
+package telegram
+
+// Tool approvals (approve: ask). When the model wants to run a tool that
+// needs the user's yes, the bot sends the chat (and topic) of the turn a
+// message naming the tool and its arguments, with [Allow] [Deny] buttons.
+// A tap is a callback query (callbacks.go): only the user whose turn it
+// is may decide — anyone else's tap is answered with who may, and changes
+// nothing. Once the call is decided (here, on another replica) or expired
+// (which counts as denied), the message is edited to say so, which also
+// removes its buttons.
+//
+// The tool's name and arguments come from the model and are untrusted:
+// they are escaped into the message's HTML and cut short, never taken as
+// markup.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/chatgate/chatgate/bots/telegram/tgformat"
+	"github.com/chatgate/chatgate/sessions"
+)
+
+// ToolApprovals is what the bot needs of the session manager to ask its
+// users to allow or deny tool calls. A Sessions without it asks nothing
+// (its calls wait for their expiry).
+type ToolApprovals interface {
+	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
+	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
+}
+
+// The callback data of an ask's buttons: "tool:<call id>:allow" and
+// "tool:<call id>:deny" (at most 30 bytes; Telegram allows 64).
+const (
+	toolData  = "tool"
+	toolAllow = "allow"
+	toolDeny  = "deny"
+)
+
+// How an ask ended, as its message and a stale tap tell it.
+const (
+	askAllowed = "allowed"
+	askDenied  = "denied"
+	askExpired = "expired"
+)
+
+// What a tap on an ask's button is answered with.
+const (
+	tapAllowedText  = "Allowed"
+	tapDeniedText   = "Denied"
+	tapDecidedText  = "Already decided"
+	tapExpiredText  = "This request has expired"
+	tapGoneText     = "This request is no longer open"
+	tapTryAgainText = "Something went wrong — try again"
+)
+
+// Limits on what an ask shows of the model's call.
+const (
+	askNameRunes = 64
+	askArgsRunes = 300
+)
+
+// toolAsks is what this process remembers of its asks: how each ended
+// (for a stale tap, and to tell an expiry from a denial), whom it asked,
+// and the names of the users who wrote, to say who may decide. It is a
+// courtesy: after a restart, or across replicas, the texts are plainer.
+type toolAsks struct {
+	outcomes *lru.Cache[int64, string] // call id → askAllowed, askDenied, askExpired
+	askedOf  *lru.Cache[int64, int64]  // call id → the user asked
+	names    *lru.Cache[int64, string] // user id → how to call them
+}
+
+func newToolAsks() toolAsks {
+	return toolAsks{outcomes: must(lru.New[int64, string](maxTracked)), askedOf: must(lru.New[int64, int64](maxTracked)),
+		names: must(lru.New[int64, string](maxTracked))}
+}
+
+// registerTools asks the session manager to route this channel's tool
+// asks to the bot, when it can.
+func (b *Bot) registerTools(sess Sessions) {
+	ta, ok := sess.(ToolApprovals)
+	if !ok {
+		return
+	}
+	b.tools = ta
+	ta.OnToolAsk(Channel, b.askTool, b.toolSettled)
+}
+
+// noteName remembers how to call a user who wrote, for "Only Ann can
+// decide this".
+func (b *Bot) noteName(u *tgbotapi.User) {
+	if u == nil {
+		return
+	}
+	name := strings.TrimSpace(u.FirstName)
+	if name == "" && u.UserName != "" {
+		name = "@" + u.UserName
+	}
+	if name != "" {
+		b.asks.names.Add(u.ID, cut(name, askNameRunes))
+	}
+}
+
+// askTool sends the ask for call a.Call to the chat and topic of its
+// turn, and returns "chat:message" for the ask's settling.
+func (b *Bot) askTool(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	select {
+	case <-b.connected:
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+	to, err := parsePlace(a.ChatID)
+	if err != nil {
+		return "", fmt.Errorf("telegram: ask for a tool call: %w", err)
+	}
+	user, _ := strconv.ParseInt(a.UserID, 10, 64)
+	if user != 0 {
+		b.asks.askedOf.Add(a.Call.ID, user)
+	}
+	foot := expiresIn(a.Call.ExpiresAt.Sub(b.opts.Now()))
+	if to.chat < 0 { // a group: say who decides
+		foot += "\n" + "Only " + b.askedName(a.Call.ID) + " can decide."
+	}
+	part := tgformat.Part{HTML: askText(a.Call, htmlEscaper.Replace(foot), true), Plain: askText(a.Call, foot, false)}
+	extra := tgbotapi.Params{}
+	if err := extra.AddInterface("reply_markup", askKeyboard(a.Call.ID)); err != nil {
+		return "", err
+	}
+	sent, _, err := b.sendPart(context.WithoutCancel(ctx), to, part, true, 0, extra)
+	if err != nil {
+		return "", errors.New(b.redact(err))
+	}
+	return strconv.FormatInt(to.chat, 10) + ":" + strconv.Itoa(sent.MessageID), nil
+}
+
+// toolSettled edits the ask of a call decided or expired (ref: askTool's)
+// to say how it ended; the edit removes its buttons. A tap here edited it
+// already: the edit again changes nothing.
+func (b *Bot) toolSettled(ctx context.Context, a sessions.ToolAsk, ref string) {
+	chatText, msgText, ok := strings.Cut(ref, ":")
+	chat, err1 := strconv.ParseInt(chatText, 10, 64)
+	msg, err2 := strconv.Atoi(msgText)
+	if !ok || err1 != nil || err2 != nil {
+		return
+	}
+	b.closeAsk(ctx, chat, msg, a.Call, b.outcomeOf(a.Call))
+}
+
+// outcomeOf is how an ask ended: as this process saw it end, else as the
+// call's status says — a denial at or after the expiry is the expiry.
+func (b *Bot) outcomeOf(ev sessions.ToolEvent) string {
+	if v, ok := b.asks.outcomes.Get(ev.ID); ok {
+		return v
+	}
+	out := askAllowed
+	if ev.Status == sessions.ToolDenied {
+		out = askDenied
+		if !ev.ExpiresAt.IsZero() && !b.opts.Now().Before(ev.ExpiresAt) {
+			out = askExpired
+		}
+	}
+	b.asks.outcomes.Add(ev.ID, out)
+	return out
+}
+
+// toolTap handles a tap on an ask's button (rest: the data after
+// "tool:") and returns the tap's answer, and what to do once it is
+// answered.
+func (b *Bot) toolTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int, rest string) (string, func()) {
+	idText, verb, _ := strings.Cut(rest, ":")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil || (verb != toolAllow && verb != toolDeny) || b.tools == nil {
+		return unknownButtonText, nil
+	}
+	d := sessions.ToolDecision{UserID: strconv.FormatInt(q.From.ID, 10), ID: id, Allow: verb == toolAllow}
+	if q.Message != nil && q.Message.Chat != nil {
+		d.SessionKey = b.sessionKey(&message{Message: &tgbotapi.Message{Chat: q.Message.Chat, From: q.From}, thread: thread})
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ev, err := b.tools.DecideTool(dctx, d)
+	switch {
+	case err == nil:
+		out, answer := askDenied, tapDeniedText
+		if d.Allow {
+			out, answer = askAllowed, tapAllowedText
+		}
+		b.asks.outcomes.Add(id, out)
+		if q.Message == nil || q.Message.Chat == nil {
+			return answer, nil // the turn's settling edits it
+		}
+		chat, msg := q.Message.Chat.ID, q.Message.MessageID
+		return answer, func() { b.closeAsk(ctx, chat, msg, ev, out) }
+	case errors.Is(err, sessions.ErrToolNotYours):
+		return "Only " + b.askedName(id) + " can decide this", nil
+	case errors.Is(err, sessions.ErrToolDecided):
+		if v, ok := b.asks.outcomes.Get(id); ok && v == askExpired {
+			return tapExpiredText, nil
+		}
+		return tapDecidedText, nil
+	case errors.Is(err, sessions.ErrToolNotFound):
+		return tapGoneText, nil
+	}
+	b.log.Warn("telegram: storing a tool decision failed", slog.Int64("call", id), slog.String("error", err.Error()))
+	return tapTryAgainText, nil
+}
+
+// askedName is how the user an ask is for is called, as far as this
+// process knows.
+func (b *Bot) askedName(id int64) string {
+	if user, ok := b.asks.askedOf.Get(id); ok {
+		if name, ok := b.asks.names.Get(user); ok {
+			return name
+		}
+	}
+	return "the person who asked"
+}
+
+// closeAsk edits ask message msg of chat to say how it ended: editing the
+// text without a reply_markup removes the buttons. 429s are waited out;
+// other failures are logged once (the buttons then stay, and a tap on
+// them is answered as stale).
+func (b *Bot) closeAsk(ctx context.Context, chat int64, msg int, ev sessions.ToolEvent, outcome string) {
+	ctx = context.WithoutCancel(ctx)
+	foot := map[string]string{askAllowed: "✅ Allowed", askDenied: "❌ Denied", askExpired: "⌛ Expired — not run"}[outcome]
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": askText(ev, htmlEscaper.Replace(foot), true),
+		"parse_mode": tgbotapi.ModeHTML}
+	params.AddNonZero("message_id", msg)
+	for attempt := 0; attempt < 4; attempt++ {
+		_, err := b.api.MakeRequest(methodEdit, params)
+		if err == nil || notModified(err) {
+			return
+		}
+		var apiErr *tgbotapi.Error
+		switch {
+		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
+			if b.opts.Sleep(ctx, time.Duration(apiErr.RetryAfter)*time.Second) != nil {
+				return
+			}
+		case errors.As(err, &apiErr) && refusedEntities(apiErr) && params["parse_mode"] != "":
+			params["text"] = askText(ev, foot, false)
+			delete(params, "parse_mode")
+		case isClientError(err):
+			b.warnOnce("close a tool ask", err)
+			return
+		default:
+			if b.opts.Sleep(ctx, time.Duration(1<<attempt)*500*time.Millisecond) != nil {
+				return
+			}
+		}
+	}
+}
+
+// askText is an ask's text: the tool and its arguments (escaped and
+// wrapped in HTML when asHTML is set, else plain), and foot below them
+// (already in the same form).
+func askText(ev sessions.ToolEvent, foot string, asHTML bool) string {
+	name, args := cut(ev.Name, askNameRunes), askArgs(ev.Arguments)
+	var s strings.Builder
+	if asHTML {
+		s.WriteString("🔧 The bot wants to run <b>" + htmlEscaper.Replace(name) + "</b>")
+		if args != "" {
+			s.WriteString(" with <code>" + htmlEscaper.Replace(args) + "</code>")
+		}
+	} else {
+		s.WriteString("🔧 The bot wants to run " + name)
+		if args != "" {
+			s.WriteString(" with " + args)
+		}
+	}
+	if foot != "" {
+		s.WriteString("\n\n" + foot)
+	}
+	return s.String()
+}
+
+// askArgs is what an ask shows of a call's arguments: compacted JSON
+// (or the text as written, when it is not JSON), cut short; nothing for
+// none.
+func askArgs(args string) string {
+	args = strings.TrimSpace(args)
+	var compact bytes.Buffer
+	if json.Compact(&compact, []byte(args)) == nil {
+		args = compact.String()
+	}
+	if args == "" || args == "{}" || args == "null" {
+		return ""
+	}
+	return cut(args, askArgsRunes)
+}
+
+// expiresIn says when an ask expires, d from now.
+func expiresIn(d time.Duration) string {
+	switch mins := int(math.Ceil(d.Minutes())); {
+	case mins <= 1:
+		return "Expires in a minute."
+	case mins < 120:
+		return "Expires in " + strconv.Itoa(mins) + " min."
+	default:
+		return "Expires in " + strconv.Itoa(int(math.Round(d.Hours()))) + " h."
+	}
+}
+
+// askKeyboard is an ask's buttons.
+func askKeyboard(id int64) tgbotapi.InlineKeyboardMarkup {
+	data := func(verb string) string { return toolData + ":" + strconv.FormatInt(id, 10) + ":" + verb }
+	return tgbotapi.NewInlineKeyboardMarkup(tgbotapi.NewInlineKeyboardRow(
+		tgbotapi.NewInlineKeyboardButtonData("✅ Allow", data(toolAllow)),
+		tgbotapi.NewInlineKeyboardButtonData("❌ Deny", data(toolDeny))))
+}

@@ -1,0 +1,326 @@
+package telegram
+
+// Tool approvals on Telegram, against the fake Bot API and a real MCP
+// test server: the ask with its buttons, a tap that allows or denies, who
+// may tap in a group, the expiry, stale and unknown taps — every callback
+// query answered exactly once.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
+	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/internal/pgtest"
+	"github.com/chatgate/chatgate/internal/telegramtest"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// toolAgent asks for its calls in a turn's first round, then answers
+// "answer: " and every result it got, joined by " | ".
+type toolAgent struct {
+	calls []agent.ToolCall
+	mu    sync.Mutex
+	n     int
+}
+
+func (*toolAgent) Name() string  { return "tool-agent" }
+func (*toolAgent) Model() string { return "tool-agent" }
+
+func (a *toolAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	a.mu.Lock()
+	a.n++
+	a.mu.Unlock()
+	if len(req.Turn) == 0 && !req.NoMoreTools {
+		return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, ToolCalls: a.calls}}}, nil
+	}
+	var results []string
+	for _, m := range req.Turn {
+		if m.Role == agent.RoleTool {
+			results = append(results, m.Content)
+		}
+	}
+	text := "answer: " + strings.Join(results, " | ")
+	if onDelta != nil {
+		onDelta(text)
+	}
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
+}
+
+// toolCall is a call of the test server "t"'s tool.
+func toolCall(id, tool string, args any) agent.ToolCall {
+	b, _ := json.Marshal(args)
+	return agent.ToolCall{ID: id, Name: "t" + tools.Separator + tool, Arguments: string(b)}
+}
+
+// toolSetup is a bot whose model asks for calls of the MCP test server
+// "t", every one of which needs the user's approval (10 minutes to
+// decide); clock, when set, is the manager's.
+func toolSetup(t *testing.T, clock *clocktest.Clock, opts Options, calls ...agent.ToolCall) (setup, *mcptest.Server) {
+	t.Helper()
+	srv, tr := mcptest.InMemory(t)
+	set := tools.New([]tools.ServerConfig{{Name: "t", Transport: tr, Approve: tools.ApproveAsk}}, quiet)
+	set.Start(context.Background())
+	t.Cleanup(set.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := set.WaitListed(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	return setup{agent: &toolAgent{calls: calls}, opts: opts, policies: queued, manager: func(o *sessions.Options) {
+		o.Tools, o.ApproveTimeout = tools.Offer{Set: set}, 10*time.Minute
+		if clock != nil {
+			o.Now, o.After = clock.Now, clock.After
+		}
+	}}, srv
+}
+
+// askOf waits for the n-th message sent (1-based), which must be an ask,
+// and returns its id and the data of its Allow and Deny buttons.
+func askOf(t *testing.T, api *telegramtest.Server, chat int64, n int) (id int, allow, deny string) {
+	t.Helper()
+	api.WaitSent(t, n)
+	id = api.SentIDs()[n-1]
+	kb := api.Keyboard(chat, id)
+	if len(kb) != 1 || len(kb[0]) != 2 {
+		t.Fatalf("message %d: keyboard %+v, want [Allow] [Deny]", id, kb)
+	}
+	allow, deny = kb[0][0].CallbackData, kb[0][1].CallbackData
+	if !strings.HasPrefix(allow, "tool:") || !strings.HasSuffix(allow, ":allow") || !strings.HasSuffix(deny, ":deny") || len(allow) > 64 {
+		t.Fatalf("buttons %+v", kb)
+	}
+	return id, allow, deny
+}
+
+// callStates are the states of the stored tool calls, oldest first.
+func callStates(t *testing.T, h *harness) []string {
+	t.Helper()
+	var rows []ledger.ToolCall
+	if err := h.db.Gorm().Order("id").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.State)
+	}
+	return out
+}
+
+func TestToolAskAllowedRunsOnce(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
+			s, srv := toolSetup(t, nil, Options{}, agent.ToolCall{ID: "c1", Name: "t__counter", Arguments: `{"key": "<b>k</b> & co"}`})
+			if pg {
+				s.dsn = pgtest.DSN(t)
+			}
+			api := telegramtest.New(t)
+			start(t, api, t.TempDir(), s)
+			api.Push(telegramtest.DM(7, "count"))
+			id, allow, _ := askOf(t, api, 7, 1)
+			ask := api.Messages()[0]
+			// The model's arguments are escaped, never markup.
+			if !strings.Contains(ask.Text, `<b>t__counter</b> with <code>{"key":"&lt;b&gt;k&lt;/b&gt; &amp; co"}</code>`) ||
+				!strings.Contains(ask.Text, "Expires in 10 min.") || ask.ChatID != 7 {
+				t.Fatalf("ask = %q", ask.Text)
+			}
+			if err := telegramtest.CheckHTML(ask.Text); err != nil {
+				t.Fatalf("ask's HTML: %v", err)
+			}
+			// The preview shows the call waiting.
+			if !api.WaitCalls(func(calls []telegramtest.Call) bool {
+				for _, c := range calls {
+					if c.Method == "sendMessageDraft" && strings.Contains(c.Params.Get("text"), "🔧 t__counter — waiting for approval") {
+						return true
+					}
+				}
+				return false
+			}, 20*time.Second) {
+				t.Fatal("the preview never showed the call waiting for approval")
+			}
+			q := api.Tap(t, 7, 7, id, allow)
+			if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
+				t.Fatalf("answer = %+v", ans)
+			}
+			if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" {
+				t.Fatalf("reply = %q", got.Text)
+			}
+			if n := srv.Count(); n != 1 {
+				t.Fatalf("counter ran %d times, want once", n)
+			}
+			api.WaitKeyboard(t, 7, id, true)
+			if text := api.Text(7, id); !strings.Contains(text, "✅ Allowed") || strings.Contains(text, "Expires") {
+				t.Fatalf("ask after the decision = %q", text)
+			}
+			// A tap the client still showed: answered, changes nothing.
+			stale := api.TapStale(7, 7, id, allow)
+			if ans := api.WaitAnswered(t, stale); ans.Text != "Already decided" {
+				t.Fatalf("stale tap answered %+v", ans)
+			}
+			if n := srv.Count(); n != 1 {
+				t.Fatalf("counter ran %d times after a stale tap", n)
+			}
+			api.CheckAnswers(t)
+		})
+	}
+}
+
+// failDecisions fails the first n decisions, as a database that is down.
+type failDecisions struct {
+	*sessions.Manager
+	n *atomic.Int32
+}
+
+func (f failDecisions) DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error) {
+	if f.n.Add(-1) >= 0 {
+		return sessions.ToolEvent{}, errors.New("database is down")
+	}
+	return f.Manager.DecideTool(ctx, d)
+}
+
+// A denied call never runs and the model is told; a tap whose decision
+// could not be stored is answered "try again" and leaves the call open.
+func TestToolAskDeniedNeverRuns(t *testing.T) {
+	s, srv := toolSetup(t, nil, Options{}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+	var fails atomic.Int32
+	fails.Store(1)
+	s.sess = func(m *sessions.Manager) Sessions { return failDecisions{Manager: m, n: &fails} }
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "count"))
+	id, _, deny := askOf(t, api, 7, 1)
+	q := api.Tap(t, 7, 7, id, deny)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Something went wrong — try again" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if states := callStates(t, h); len(states) != 1 || states[0] != ledger.ToolAsking || len(api.Keyboard(7, id)) != 1 {
+		t.Fatalf("after a failed decision the calls are %v, keyboard %v; want it asking", states, api.Keyboard(7, id))
+	}
+	q = api.Tap(t, 7, 7, id, deny)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Denied" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: "+sessions.ToolDeniedText {
+		t.Fatalf("reply = %q, want the model told of the denial", got.Text)
+	}
+	api.WaitKeyboard(t, 7, id, true)
+	if text := api.Text(7, id); !strings.Contains(text, "❌ Denied") {
+		t.Fatalf("ask after the decision = %q", text)
+	}
+	if n := srv.Count(); n != 0 {
+		t.Fatalf("counter ran %d times, want never", n)
+	}
+	api.CheckAnswers(t)
+}
+
+// In a group (here a forum topic) only the user whose turn it is decides: another member's
+// tap is answered with who may and changes nothing; a tap from someone
+// outside allowed_users is answered and ignored; a button the bot does
+// not know is answered too.
+func TestToolAskInAGroupOnlyTheTurnsUserDecides(t *testing.T) {
+	const chat = -100
+	s, srv := toolSetup(t, nil, Options{AllowedUsers: []int64{5, 6}}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	// In a forum topic: the ask goes to the topic the turn came from.
+	api.Push(telegramtest.Topic(chat, 5, 42, "@"+telegramtest.BotName+" count"))
+	id, allow, _ := askOf(t, api, chat, 1)
+	if ask := api.Messages()[0]; !strings.Contains(ask.Text, "Only U can decide.") || ask.ChatID != chat || ask.Thread != 42 {
+		t.Fatalf("ask = %+v", ask)
+	}
+	for _, tc := range []struct {
+		user   int64
+		data   string
+		answer string
+	}{
+		{9, allow, ""}, // not in allowed_users
+		{6, allow, "Only U can decide this"},
+		{5, "model:gpt-x", unknownButtonText},
+		{5, "tool:x:allow", unknownButtonText},
+	} {
+		q := api.TapStale(tc.user, chat, id, tc.data)
+		if ans := api.WaitAnswered(t, q); ans.Text != tc.answer {
+			t.Fatalf("user %d's tap on %q answered %q, want %q", tc.user, tc.data, ans.Text, tc.answer)
+		}
+	}
+	if states := callStates(t, h); len(states) != 1 || states[0] != ledger.ToolAsking {
+		t.Fatalf("after the refused taps the calls are %v, want one asking", states)
+	}
+	if kb := api.Keyboard(chat, id); len(kb) != 1 {
+		t.Fatalf("the buttons went: %+v", kb)
+	}
+	q := api.Tap(t, 5, chat, id, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" || got.ChatID != chat || got.Thread != 42 {
+		t.Fatalf("reply = %+v", got)
+	}
+	if n := srv.Count(); n != 1 {
+		t.Fatalf("counter ran %d times", n)
+	}
+	api.WaitKeyboard(t, chat, id, true)
+	api.CheckAnswers(t)
+}
+
+// An ask nobody answers expires (the manager's clock passes its timeout):
+// the call counts as denied, the model is told, and the ask says it
+// expired and loses its buttons; a tap after that is answered as expired.
+func TestToolAskExpires(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))
+	s, srv := toolSetup(t, clock, Options{Now: clock.Now, Streaming: StreamOff}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+	api := telegramtest.New(t)
+	start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "count"))
+	id, allow, _ := askOf(t, api, 7, 1)
+	clock.Advance(11 * time.Minute)
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: "+sessions.ToolExpiredText {
+		t.Fatalf("reply = %q", got.Text)
+	}
+	api.WaitKeyboard(t, 7, id, true)
+	if text := api.Text(7, id); !strings.Contains(text, "⌛ Expired") {
+		t.Fatalf("ask after the expiry = %q", text)
+	}
+	q := api.TapStale(7, 7, id, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "This request has expired" {
+		t.Fatalf("late tap answered %+v", ans)
+	}
+	if n := srv.Count(); n != 0 {
+		t.Fatalf("counter ran %d times", n)
+	}
+	api.CheckAnswers(t)
+}
+
+// The preview's tool lines: one per call, its status as it moves, the
+// model's name escaped.
+func TestToolLinesInThePreview(t *testing.T) {
+	s := &stream{b: &Bot{opts: Options{Format: FormatHTML}}, started: true, kick: make(chan struct{}, 1)}
+	s.tool(sessions.ToolEvent{ID: 1, Name: "a<b>__x", Status: sessions.ToolStarted})
+	s.tool(sessions.ToolEvent{ID: 2, Name: "t__fail", Status: sessions.ToolStarted})
+	s.tool(sessions.ToolEvent{ID: 1, Name: "a<b>__x", Status: sessions.ToolDone, Duration: 230 * time.Millisecond})
+	s.tool(sessions.ToolEvent{ID: 2, Name: "t__fail", Status: sessions.ToolFailed})
+	s.soFar.WriteString("**so far**")
+	text, mode := s.preview()
+	want := "🔧 a&lt;b&gt;__x ✓ 0.2 s\n🔧 t__fail ✗ failed\n\n<b>so far</b>"
+	if text != want || mode != "HTML" {
+		t.Fatalf("preview = %q (%s), want %q", text, mode, want)
+	}
+	if err := telegramtest.CheckHTML(text); err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < 12; i++ {
+		s.tool(sessions.ToolEvent{ID: int64(i), Name: "t__" + strconv.Itoa(i), Status: sessions.ToolDenied})
+	}
+	if text, _ := s.preview(); strings.Count(text, "🔧") != maxToolLines || !strings.Contains(text, "🔧 t__11 — denied") {
+		t.Fatalf("preview = %q, want the last %d calls", text, maxToolLines)
+	}
+}
