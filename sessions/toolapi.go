@@ -35,6 +35,9 @@ const (
 	ToolDenied    = "denied"    // the user (or the operator's rule, or the expiry) said no
 	ToolCancelled = "cancelled" // /stop or a newer message cut it
 	ToolUnknown   = "unknown"   // the gateway stopped while it ran; whether it took effect is unknown
+	// ToolExpired is what channels are told of an ask nobody answered in
+	// time (stored as denied, decided by ledger.ToolExpiredBy).
+	ToolExpired = "expired"
 )
 
 // ToolEvent is what a channel shows of one tool call.
@@ -80,4 +83,5 @@ var (
 	ErrToolNotFound = errors.New("no such tool call")
 	ErrToolNotYours = errors.New("only the user whose turn it is can decide this call")
 	ErrToolDecided  = errors.New("this call was decided already")
+	ErrToolExpired  = errors.New("this call's ask has expired")
 )

@@ -118,8 +118,11 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	settle := func() {
 		if ok && asker.settled != nil {
 			a.Call.Status = c.State
-			if c.State == ledger.ToolAllowed {
+			switch {
+			case c.State == ledger.ToolAllowed:
 				a.Call.Status = ToolStarted
+			case c.DecidedBy == ledger.ToolExpiredBy:
+				a.Call.Status = ToolExpired
 			}
 			asker.settled(context.WithoutCancel(ctx), a, ref)
 		}
@@ -129,7 +132,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	for {
 		left := expires.Sub(m.now())
 		if left <= 0 {
-			moved, err := m.store.DecideTool(context.WithoutCancel(ctx), c.ID, false, "expired", ToolExpiredText, m.now())
+			moved, err := m.store.DecideTool(context.WithoutCancel(ctx), c.ID, false, ledger.ToolExpiredBy, ToolExpiredText, m.now())
 			if err == nil || moved {
 				if err := tt.reread(ctx, c); err != nil {
 					return err
@@ -177,7 +180,10 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 	if (c.UserID != "" && d.UserID != c.UserID) || (c.UserID == "" && d.SessionKey != c.SessionKey) {
 		return ev, ErrToolNotYours
 	}
-	if c.State != ledger.ToolAsking {
+	switch {
+	case c.DecidedBy == ledger.ToolExpiredBy || (c.State == ledger.ToolAsking && c.ExpiresAt != nil && !m.now().Before(*c.ExpiresAt)):
+		return ev, ErrToolExpired
+	case c.State != ledger.ToolAsking:
 		return ev, ErrToolDecided
 	}
 	by := d.UserID
@@ -189,6 +195,9 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 		return ev, err
 	}
 	if !moved {
+		if got, err := m.store.ToolCall(ctx, c.ID); err == nil && got != nil && got.DecidedBy == ledger.ToolExpiredBy {
+			return ev, ErrToolExpired
+		}
 		return ev, ErrToolDecided
 	}
 	ev.Status = ToolDenied

@@ -433,10 +433,14 @@ func TestToolApproval(t *testing.T) {
 
 		// Nobody answers: at its expiry (the fake clock) it counts as denied.
 		tk = r.submit(t, m, "u1", "m3", "and again")
-		<-r.asks
+		a = <-r.asks
 		clock.Advance(2 * time.Minute)
 		if out := wait(t, tk); out.Reply.Text != "answer: "+sessions.ToolExpiredText+" | free" {
 			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+		// A tap after the expiry is told so, and changes nothing.
+		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolExpired {
+			t.Fatalf("a decision after the expiry: %v, want ErrToolExpired", err)
 		}
 		if n := r.srv.Count(); n != 1 {
 			t.Fatalf("counter ran %d times, want once (allowed once)", n)

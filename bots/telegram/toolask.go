@@ -164,7 +164,9 @@ func (b *Bot) outcomeOf(ev sessions.ToolEvent) string {
 		return v
 	}
 	out := askAllowed
-	if ev.Status == sessions.ToolDenied {
+	if ev.Status == sessions.ToolExpired {
+		out = askExpired
+	} else if ev.Status == sessions.ToolDenied {
 		out = askDenied
 		if !ev.ExpiresAt.IsZero() && !b.opts.Now().Before(ev.ExpiresAt) {
 			out = askExpired
@@ -204,6 +206,9 @@ func (b *Bot) toolTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int
 		return answer, func() { b.closeAsk(ctx, chat, msg, ev, out) }
 	case errors.Is(err, sessions.ErrToolNotYours):
 		return "Only " + b.askedName(id) + " can decide this", nil
+	case errors.Is(err, sessions.ErrToolExpired):
+		b.asks.outcomes.Add(id, askExpired)
+		return tapExpiredText, nil
 	case errors.Is(err, sessions.ErrToolDecided):
 		if v, ok := b.asks.outcomes.Get(id); ok && v == askExpired {
 			return tapExpiredText, nil

@@ -40,6 +40,9 @@ const (
 	ToolUnknown   = "unknown"
 )
 
+// ToolExpiredBy is who decided an ask nobody answered in time.
+const ToolExpiredBy = "expired"
+
 // ToolSettled reports whether a call in state is over: its result is
 // stored, and it never runs again.
 func ToolSettled(state string) bool {

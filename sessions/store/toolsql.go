@@ -142,17 +142,23 @@ func (s *DB) SetToolAskRef(ctx context.Context, id int64, ref string) error {
 
 // DecideTool moves an asking call to allowed, or to denied with the
 // result the model gets; false when it was not asking (decided already,
-// or expired).
+// or expired). A user's decision (by anyone but ledger.ToolExpiredBy)
+// lands only before the ask's expiry, also when no turn is waiting to
+// settle it; the expiry itself (by ledger.ToolExpiredBy) only after.
 func (s *DB) DecideTool(ctx context.Context, id int64, allow bool, by, deniedResult string, at time.Time) (bool, error) {
 	return observe(ctx, s, Call{Op: "DecideTool"}, func() (bool, error) {
 		var n int64
+		in := "expires_at IS NULL OR expires_at > ?"
+		if by == ledger.ToolExpiredBy {
+			in = "expires_at IS NULL OR expires_at <= ?"
+		}
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			var res *gorm.DB
 			if allow {
-				res = tx.Exec(`UPDATE tool_calls SET state = 'allowed', decided_by = ? WHERE id = ? AND state = 'asking'`, by, id)
+				res = tx.Exec(`UPDATE tool_calls SET state = 'allowed', decided_by = ? WHERE id = ? AND state = 'asking' AND (`+in+`)`, by, id, at)
 			} else {
 				res = tx.Exec(`UPDATE tool_calls SET state = 'denied', decided_by = ?, result = ?, is_error = ?, ended_at = ?
-					WHERE id = ? AND state = 'asking'`, by, deniedResult, true, at, id)
+					WHERE id = ? AND state = 'asking' AND (`+in+`)`, by, deniedResult, true, at, id, at)
 			}
 			n = res.RowsAffected
 			return res.Error
