@@ -38,6 +38,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		}
 	}
 	var tt *toolTurn
+	var results *roundStore // the last round's results, being stored (toolloop.go)
 	if m.opts.Tools != nil {
 		// A turn run before resumes its tool rounds: a round whose calls
 		// are not all answered is finished before the model is called.
@@ -47,7 +48,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		})
 		if err == nil {
 			if un := tt.unfinished(); un != nil {
-				err = tt.finish(turnCtx, un)
+				results, err = tt.finish(turnCtx, un)
 			}
 		}
 	}
@@ -70,7 +71,17 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.NoMoreTools = tt.n >= maxRounds
 			}
 			m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
-			reply, err = m.callAgent(turnCtx, live.agent, req, onDelta)
+			deltas, callCtx := onDelta, turnCtx
+			if results != nil {
+				deltas, callCtx = results.hold(onDelta), results.sent(turnCtx)
+			}
+			reply, err = m.callAgent(callCtx, live.agent, req, deltas)
+			if serr := results.wait(); serr != nil {
+				// The results were never stored: the model's answer to
+				// them is dropped, and the turn ends.
+				reply, err = agent.Reply{}, serr
+			}
+			results = nil
 		}
 		if err != nil || tt == nil || len(reply.Messages) == 0 {
 			break
@@ -89,8 +100,11 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 			reply.Messages = []agent.Message{last}
 			break
 		}
-		err = tt.round(turnCtx, last, reply.Usage, reply.Cost, reply.Model)
+		results, err = tt.round(turnCtx, last, reply.Usage, reply.Cost, reply.Model)
 		partial.Reset() // the partial reply is the last round's
+	}
+	if serr := results.wait(); serr != nil && err == nil {
+		err = serr // (the loop ended before the model was called with them)
 	}
 	now := m.now()
 	conv := hc.conv.ID

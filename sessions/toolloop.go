@@ -19,8 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,27 +145,114 @@ func (tt *toolTurn) unfinished() *ledger.Message {
 	return nil
 }
 
-// round stores an answer asking for tools, runs its calls and stores
-// their results. It returns an error when the turn cannot go on: its
-// claim is gone, storage never answered, or ctx ended (the outcome of
-// every call that ran is kept all the same).
-func (tt *toolTurn) round(ctx context.Context, am agent.Message, usage agent.Usage, cost float64, model string) error {
+// round stores an answer asking for tools, runs its calls and keeps
+// their outcomes; the results' store is under way when it returns
+// (finish). It returns an error when the turn cannot go on: its claim is
+// gone, storage never answered, or ctx ended (the outcome of every call
+// that ran is kept all the same).
+func (tt *toolTurn) round(ctx context.Context, am agent.Message, usage agent.Usage, cost float64, model string) (*roundStore, error) {
 	now := tt.m.now()
 	msg := ledger.Message{ConversationID: tt.hc.conv.ID, Role: agent.RoleAssistant, Content: am.Content,
 		ToolCalls: encodeToolCalls(am.ToolCalls), ReplyTo: tt.claim.Lead, Status: ledger.MsgOK, CreatedAt: now,
 		PromptTokens: usage.PromptTokens, CompletionTkns: usage.CompletionTokens, Cost: cost}
 	stored, err := tt.m.appendRound(ctx, tt, []ledger.Message{msg}, usage.TotalTokens, cost, model)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tt.rounds = append(tt.rounds, stored...)
 	tt.n++
 	return tt.finish(ctx, &tt.rounds[len(tt.rounds)-1])
 }
 
+// roundStore is the store of a round's results, under way while the
+// model is called with them: the outcome of the call that ended last,
+// then the results as tool messages. What the model streams meanwhile is
+// held until they are stored, as an early call's is until its message
+// is (early.go); a store that fails for good fails the turn, and the
+// model's answer is dropped. So the commit overlaps the model's time to
+// first token instead of coming before it: a crash before it lands loses
+// the results as it would have just before the model call — the call is
+// found started and unanswered, and settled as such.
+//
+// The store starts once the model request is written (an HTTP backend's
+// request, seen through httptrace), so that its work does not delay the
+// request on a busy machine; at the latest when the model answers.
+type roundStore struct {
+	done  chan struct{}
+	err   error
+	store func() error
+	once  sync.Once
+
+	mu       sync.Mutex
+	stored   bool
+	held     []string
+	onDelta  func(string)
+	released bool
+}
+
+// hold returns onDelta held until the store lands.
+func (rs *roundStore) hold(onDelta func(string)) func(string) {
+	rs.mu.Lock()
+	rs.onDelta = onDelta
+	rs.mu.Unlock()
+	return func(d string) {
+		rs.start() // (an answer before the request was seen written)
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if !rs.released {
+			rs.held = append(rs.held, d)
+			return
+		}
+		if onDelta != nil {
+			onDelta(d)
+		}
+	}
+}
+
+// land records the store's outcome and passes the held deltas on when it
+// succeeded.
+func (rs *roundStore) land(err error) {
+	rs.mu.Lock()
+	rs.err = err
+	if err == nil {
+		rs.released = true
+		if rs.onDelta != nil {
+			for _, d := range rs.held {
+				rs.onDelta(d)
+			}
+		}
+		rs.held = nil
+	}
+	rs.mu.Unlock()
+	close(rs.done)
+}
+
+// start starts the store, once.
+func (rs *roundStore) start() {
+	rs.once.Do(func() { go func() { rs.land(rs.store()) }() })
+}
+
+// sent is ctx telling rs to start once a request made under it is
+// written.
+func (rs *roundStore) sent(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { rs.start() }})
+}
+
+// wait starts the store if it has not started, waits for it and returns
+// its error.
+func (rs *roundStore) wait() error {
+	if rs == nil {
+		return nil
+	}
+	rs.start()
+	<-rs.done
+	return rs.err
+}
+
 // finish runs the calls of the stored assistant message msg that have no
-// stored result, in parallel, and stores their results in call order.
-func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) error {
+// stored result, in parallel, and starts the store of their results in
+// call order (roundStore); nil when every result was stored already.
+func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) (*roundStore, error) {
 	m := tt.m
 	answered := map[string]bool{}
 	for _, r := range tt.rounds {
@@ -179,31 +269,40 @@ func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) error {
 			SessionKey: tt.in.SessionKey, UserID: tt.in.UserID, Name: c.Name, Arguments: c.Arguments, CreatedAt: m.now()})
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
 	var rows []ledger.ToolCall
 	if err := m.untilStored(ctx, "record tool calls", func() (err error) {
 		rows, err = m.store.OpenToolCalls(ctx, want)
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	outs := make([]toolOutcome, len(rows))
+	var running atomic.Int32
+	running.Store(int32(len(rows)))
 	var wg sync.WaitGroup
 	for i := range rows {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[i] = tt.run(ctx, &rows[i])
+			outs[i] = tt.run(ctx, &rows[i], &running)
+			if !outs[i].counted {
+				running.Add(-1)
+			}
 		}()
 	}
 	wg.Wait()
 	var results []ledger.Message
 	var failed error
+	var last func() error
 	for i, o := range outs {
 		if o.err != nil {
 			failed = errors.Join(failed, o.err)
 			continue
+		}
+		if o.end != nil {
+			last = o.end
 		}
 		results = append(results, ledger.Message{ConversationID: msg.ConversationID, Role: agent.RoleTool, Content: o.result,
 			ToolCallID: rows[i].CallID, ReplyTo: tt.claim.Lead, Status: ledger.MsgOK, CreatedAt: m.now()})
@@ -212,28 +311,42 @@ func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) error {
 		// Not every call has an outcome (the turn ends: shutdown, lost
 		// claim): the next run finishes the round, and stores its results
 		// together, so that a call and its results are never apart.
-		return failed
+		if last != nil {
+			failed = errors.Join(failed, last())
+		}
+		return nil, failed
 	}
+	tt.rounds = append(tt.rounds, results...)
 	// Stored even when the turn was cut meanwhile (/stop, a newer
 	// message): every call has its outcome, and the transcript keeps the
 	// calls with their results.
-	stored, err := m.appendRound(context.WithoutCancel(ctx), tt, results, 0, 0, "")
-	if err != nil {
+	sctx := context.WithoutCancel(ctx)
+	rs := &roundStore{done: make(chan struct{}), store: func() error {
+		if last != nil {
+			if err := last(); err != nil {
+				return err
+			}
+		}
+		_, err := m.appendRound(sctx, tt, slices.Clone(results), 0, 0, "")
 		return err
-	}
-	tt.rounds = append(tt.rounds, stored...)
-	return nil
+	}}
+	return rs, nil
 }
 
 // toolOutcome is what one call left for the model, or why it has nothing.
 type toolOutcome struct {
 	result string
 	err    error
+	// end, when set, stores the outcome: the call ended last of its round,
+	// and its outcome is stored with the round's results (roundStore).
+	end func() error
+	// counted: the call counted itself out of its round's running calls.
+	counted bool
 }
 
 // run takes one recorded call to its outcome: the kept one, or by asking,
 // starting and running it.
-func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall) toolOutcome {
+func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic.Int32) toolOutcome {
 	m := tt.m
 	rule, known := m.opts.Tools.Rule(c.Name)
 	for {
@@ -243,7 +356,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall) toolOutcome {
 		case ledger.ToolStarted:
 			// Started by an earlier run, never answered.
 			if known && rule.Idempotent {
-				return tt.start(ctx, c, rule, c.Token)
+				return tt.start(ctx, c, rule, c.Token, running)
 			}
 			if err := tt.end(ctx, c, ledger.ToolStarted, c.Token, ledger.ToolUnknown, ToolUnknownText, true, 0); err != nil {
 				if errors.Is(err, ledger.ErrLostClaim) {
@@ -256,7 +369,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall) toolOutcome {
 			}
 			return toolOutcome{result: c.Result}
 		case ledger.ToolAllowed:
-			return tt.start(ctx, c, rule, "")
+			return tt.start(ctx, c, rule, "", running)
 		case ledger.ToolNew, ledger.ToolAsking:
 			var text string
 			switch {
@@ -265,7 +378,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall) toolOutcome {
 			case rule.Approve == tools.ApproveDeny:
 				text = ToolForbiddenText
 			case rule.Approve == tools.ApproveAuto && c.State == ledger.ToolNew:
-				return tt.start(ctx, c, rule, "")
+				return tt.start(ctx, c, rule, "", running)
 			default:
 				if err := tt.ask(ctx, c); err != nil {
 					return toolOutcome{err: err}
@@ -290,8 +403,9 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall) toolOutcome {
 
 // start starts call c under the turn's claim (again, over token again,
 // for an idempotent tool's call never answered), runs it and keeps its
-// outcome.
-func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Rule, again string) toolOutcome {
+// outcome: at once while other calls of its round still run (running
+// counts them), else with the round's results.
+func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Rule, again string, running *atomic.Int32) toolOutcome {
 	m := tt.m
 	token := uuid.NewString()
 	err := m.untilStored(ctx, "start tool call", func() error {
@@ -341,10 +455,16 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 		state = ledger.ToolFailed
 	}
 	tt.observe(c, state, took)
-	if err := tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took); err != nil {
-		return toolOutcome{err: err}
+	if running.Add(-1) == 0 {
+		// The last of its round: its outcome is stored with the round's
+		// results, while the model is called with them.
+		end := func() error { return tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took) }
+		return toolOutcome{result: text, end: end, counted: true}
 	}
-	return toolOutcome{result: c.Result}
+	if err := tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took); err != nil {
+		return toolOutcome{err: err, counted: true}
+	}
+	return toolOutcome{result: c.Result, counted: true}
 }
 
 // end settles call c from state from (and token) with its outcome; the

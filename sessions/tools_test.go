@@ -28,6 +28,8 @@ type toolModel struct {
 	script func(req agent.Request) []agent.ToolCall
 	mu     sync.Mutex
 	reqs   []agent.Request
+	// answered, when set, hears of each answer, by its number (1 the first).
+	answered chan int
 }
 
 func (*toolModel) Name() string  { return "tool-model" }
@@ -57,6 +59,9 @@ func (tm *toolModel) Reply(ctx context.Context, req agent.Request, onDelta func(
 	text := "answer: " + strings.Join(results, " | ")
 	if onDelta != nil {
 		onDelta(text)
+	}
+	if tm.answered != nil {
+		tm.answered <- len(tm.requests())
 	}
 	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
 }
@@ -516,6 +521,52 @@ func TestStopCancelsARunningToolCall(t *testing.T) {
 		lines := transcript(t, r.db, sessions.WebSocketKey("u1"))
 		if len(lines) < 3 || lines[2] != "tool:"+sessions.ToolStoppedText {
 			t.Fatalf("transcript:\n%s", strings.Join(lines, "\n"))
+		}
+	})
+}
+
+// The model is called with a round's results while they are being
+// stored; what it streams reaches the user only once they are.
+func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{}, once(call("s", "t__slow", map[string]any{"seconds": 0.2})))
+		r.model.answered = make(chan int, 4)
+		m := r.manager(t, "a", nil, sessions.Options{})
+		defer m.Shutdown(context.Background())
+		var mu sync.Mutex
+		var deltas []string
+		in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("u1"), UserID: "u1", ClientMsgID: "m1", Text: "go"}
+		tk, err := m.Submit(context.Background(), in, sessions.Hooks{OnDelta: func(d string) {
+			mu.Lock()
+			deltas = append(deltas, d)
+			mu.Unlock()
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.srv.Started(ctx, mcptest.Slow, 1); err != nil {
+			t.Fatal(err)
+		}
+		release := storetest.HoldWrites(t, r.db) // the round's results wait
+		select {
+		case <-r.model.answered: // the model answered the results
+		case <-ctx.Done():
+			t.Fatal("the model was not called with the results while they were being stored")
+		}
+		mu.Lock()
+		early := slices.Clone(deltas)
+		mu.Unlock()
+		release()
+		out := wait(t, tk)
+		if len(early) > 0 {
+			t.Fatalf("streamed %q before the results were stored", early)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if out.Reply.Text != "answer: done" || strings.Join(deltas, "") != "answer: done" {
+			t.Fatalf("reply %q, deltas %q", out.Reply.Text, deltas)
 		}
 	})
 }

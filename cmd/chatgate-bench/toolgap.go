@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,10 +20,10 @@ import (
 
 // toolGapResult is the gateway's own time between a tool's result and the
 // model request that carries it, over turns of one tool round each: from
-// the moment the tool's handler returns (at the MCP server, in this
+// the moment the MCP client has the result (the call returns, in this
 // process) to the moment the model server receives the next request. In
-// between: the result's way back over MCP, its outcome kept in the
-// ledger, the round's results stored, the request built and sent.
+// between: the result kept, the request built and sent; the round's
+// store overlaps the model call (sessions/toolloop.go, roundStore).
 type toolGapResult struct {
 	Store     string  `json:"store"`
 	Turns     int     `json:"turns"`
@@ -32,20 +32,15 @@ type toolGapResult struct {
 	Errors    int     `json:"errors"`
 }
 
-// benchTools is an MCP server in the process (the demo's tools, over the
-// SDK's in-memory transport) as the tool server "demo", every tool run
-// without asking; and, when onReturn is set, a tool "stamp" that calls it
-// as it returns.
-func benchTools(ctx context.Context, onReturn ...func()) (tools.Offer, func(), error) {
+// benchTools is an MCP server in the process (the demo's tools, and
+// "stamp", which answers at once, over the SDK's in-memory transport) as
+// the tool server "demo", every tool run without asking.
+func benchTools(ctx context.Context) (tools.Offer, func(), error) {
 	srv := demo.New(demo.Options{})
-	if len(onReturn) > 0 {
-		hook := onReturn[0]
-		mcp.AddTool(srv, &mcp.Tool{Name: "stamp", Description: "Answers at once."},
-			func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
-				defer hook()
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stamped"}}}, nil, nil
-			})
-	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "stamp", Description: "Answers at once."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stamped"}}}, nil, nil
+		})
 	st, ct := mcp.NewInMemoryTransports()
 	sctx, stop := context.WithCancel(context.Background())
 	ss, err := srv.Connect(sctx, st, nil)
@@ -73,15 +68,16 @@ func toolGap(ctx context.Context, driver string, o options) (toolGapResult, erro
 	var mu sync.Mutex
 	var returned time.Time
 	var gaps []time.Duration
-	tb, stopTools, err := benchTools(ctx, func() {
-		mu.Lock()
-		returned = time.Now()
-		mu.Unlock()
-	})
+	tb, stopTools, err := benchTools(ctx)
 	if err != nil {
 		return toolGapResult{}, err
 	}
 	defer stopTools()
+	timed := timedTools{Offer: tb, returned: func() {
+		mu.Lock()
+		returned = time.Now()
+		mu.Unlock()
+	}}
 	llm, stopLLM, err := toolCallingLLM(func(at time.Time) {
 		mu.Lock()
 		if !returned.IsZero() {
@@ -98,7 +94,7 @@ func toolGap(ctx context.Context, driver string, o options) (toolGapResult, erro
 	if err != nil {
 		return toolGapResult{}, err
 	}
-	url, stop, err := serveGatewayWith(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory}, tb)
+	url, stop, err := serveGatewayWith(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory}, timed)
 	if err != nil {
 		return toolGapResult{}, err
 	}
@@ -117,17 +113,35 @@ func toolGap(ctx context.Context, driver string, o options) (toolGapResult, erro
 	return r, nil
 }
 
-// toolCallingLLM is a streaming model server that answers a request
-// without a tool result with a call of demo__stamp, and one with a tool
-// result with a short text; arrived is told when each of the latter
-// arrived (before its body is read).
+// timedTools tells returned when each call's result is back.
+type timedTools struct {
+	tools.Offer
+	returned func()
+}
+
+func (t timedTools) Call(ctx context.Context, name, arguments, key string) (tools.Result, error) {
+	res, err := t.Offer.Call(ctx, name, arguments, key)
+	t.returned()
+	return res, err
+}
+
+// toolCallingLLM is a streaming model server that answers a request whose
+// last message is not a tool result with a call of demo__stamp, and one
+// whose last message is with a short text; arrived is told when each of
+// the latter arrived (before its body is parsed).
 func toolCallingLLM(arrived func(time.Time)) (string, func(), error) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := time.Now()
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		flush := w.(http.Flusher).Flush
-		if bytes.Contains(body, []byte(`"role":"tool"`)) {
+		var req struct {
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		json.Unmarshal(body, &req)
+		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
 			arrived(at)
 			for _, part := range []string{"Stamped", " and done."} {
 				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", part)
