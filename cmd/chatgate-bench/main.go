@@ -158,14 +158,14 @@ type report struct {
 	FirstDelta []ttfdResult `json:"time_to_first_delta,omitempty"`
 	// FirstChunkMillis is the streaming model server's delay to its
 	// first chunk in those rows.
-	FirstChunkMillis float64       `json:"llm_first_chunk_ms"`
+	FirstChunkMillis float64 `json:"llm_first_chunk_ms"`
 	// ToolGap is the gateway's time from a tool's result to the next
 	// model request (toolgap.go).
 	ToolGap []toolGapResult `json:"tool_result_to_next_request,omitempty"`
-	Idle             *idleResult   `json:"idle_connections,omitempty"`
-	Sweeps           []sweepResult `json:"daily_sweep"`
-	Locks            locksResult   `json:"lock_cache"`
-	Goals            []goal        `json:"goals"`
+	Idle    *idleResult     `json:"idle_connections,omitempty"`
+	Sweeps  []sweepResult   `json:"daily_sweep"`
+	Locks   locksResult     `json:"lock_cache"`
+	Goals   []goal          `json:"goals"`
 }
 
 type loadResult struct {

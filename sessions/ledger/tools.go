@@ -62,7 +62,7 @@ type ToolCall struct {
 	MessageSeq     int64  `gorm:"not null;uniqueIndex:uq_tool_calls,priority:2"`
 	CallID         string `gorm:"size:128;not null;uniqueIndex:uq_tool_calls,priority:3"`
 	// TurnSeq is the lead of the turn that asked for it.
-	TurnSeq    int64  `gorm:"not null"`
+	TurnSeq int64 `gorm:"not null"`
 	// The calls waiting for a decision are found by key (a channel asks
 	// them again when its user comes back): only those enter the index.
 	SessionKey string `gorm:"size:255;not null;default:'';index:ix_tool_calls_asking,where:state = 'asking'"`
