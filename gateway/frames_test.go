@@ -31,15 +31,15 @@ func TestDecodeFrame(t *testing.T) {
 		{`{"type":"message","id":"a","attachments":[{"kind":"voice","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`, false, "", "bad_frame"},
 		{`{"type":"tool_decision","id":7,"allow":true}`, true, "tool_decision", ""},
 		{`{"type":"tool_decision","id":7,"allow":false}`, true, "tool_decision", ""},
-		{`{"type":"tool_decision","allow":true}`, false, "", "bad_frame"},        // no id
-		{`{"type":"tool_decision","id":7}`, false, "", "bad_frame"},              // no allow
+		{`{"type":"tool_decision","allow":true}`, false, "", "bad_frame"},          // no id
+		{`{"type":"tool_decision","id":7}`, false, "", "bad_frame"},                // no allow
 		{`{"type":"tool_decision","id":"7","allow":true}`, false, "", "bad_frame"}, // id is a number
 		{`{"type":"tool_decision","id":7,"allow":"yes"}`, false, "", "bad_frame"},
 		{`{"type":"tool_decision","id":0,"allow":true}`, false, "", "bad_frame"},
 		{`{"type":"tool_decision","id":7.5,"allow":true}`, false, "", "bad_frame"},
 		{`{"type":"tool_decision","id":7,"allow":true,"x":1}`, false, "", "bad_frame"},
 		{`{"type":"tool_decision","id":7,"allow":true} {}`, false, "", "bad_frame"},
-		{`{"type":"tool\u005fdecision","id":7,"allow":true}`, false, "", "bad_frame"},                // escaped, with a numeric id: refused, never half read
+		{`{"type":"tool\u005fdecision","id":7,"allow":true}`, false, "", "bad_frame"},              // escaped, with a numeric id: refused, never half read
 		{`{"type":"message","id":"c-9","text":"what is \"tool_decision\"?"}`, true, "message", ""}, // the word in a message
 	}
 	for _, tt := range tests {
