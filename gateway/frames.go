@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/chatgate/chatgate/sessions"
@@ -29,6 +30,17 @@ type clientFrame struct {
 	Attachments []frameAttachment `json:"attachments,omitempty"`
 	// edit: the client id of the message it edits (ID is the edit's own).
 	Edits string `json:"edits,omitempty"`
+	// Decision is a tool_decision's content: its id is a number, where
+	// every other frame's is a string, so it is decoded apart
+	// (decodeToolDecision).
+	Decision *toolDecision `json:"-"`
+}
+
+// toolDecision is a tool_decision frame: allow or deny the call id.
+type toolDecision struct {
+	Type  string `json:"type"`
+	ID    *int64 `json:"id"`
+	Allow *bool  `json:"allow"`
 }
 
 // Error codes of error frames, declared once with their default text.
@@ -53,6 +65,8 @@ var (
 	errInternal     = &wsError{"internal", "the message could not be stored; resend it"}
 	errUnsupported  = &wsError{"unsupported", "this gateway does not transcribe audio; type the message instead"}
 	errTranscribe   = &wsError{"transcription_failed", "the audio could not be transcribed; send it again or type it"}
+	errNotYours     = &wsError{"not_yours", "only the user whose turn it is can decide this tool call"}
+	errDecided      = &wsError{"decided", "this tool call was decided already"}
 )
 
 const maxClientMsgID = 128
@@ -62,6 +76,11 @@ const maxClientMsgID = 128
 func decodeFrame(data []byte) (*clientFrame, *wsError) {
 	if !utf8.Valid(data) {
 		return nil, errBadFrame.with("frame is not UTF-8 text")
+	}
+	if bytes.Contains(data, []byte(`"tool_decision"`)) {
+		if f, err, ok := decodeToolDecision(data); ok {
+			return f, err
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -104,12 +123,47 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
 		}
 	case "reset", "stop", "resume_previous", "compact":
+	case "tool_decision": // its name escaped, so decodeFrame did not see it at first
+		if d, err, ok := decodeToolDecision(data); ok {
+			return d, err
+		}
+		return nil, errBadFrame.with("tool_decision needs the id of the call (a number) and allow")
 	case "":
 		return nil, errBadFrame.with("frame has no type")
 	default:
 		return nil, errBadFrame.with("unknown frame type %q", f.Type)
 	}
 	return &f, nil
+}
+
+// decodeToolDecision decodes a tool_decision frame; ok is false when data
+// is no such frame (its "tool_decision" was in some other field), for
+// decodeFrame to decode it.
+func decodeToolDecision(data []byte) (f *clientFrame, werr *wsError, ok bool) {
+	var probe struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.Type != "tool_decision" {
+		return nil, nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var d toolDecision
+	if err := dec.Decode(&d); err != nil {
+		return nil, errBadFrame.with("tool_decision is not valid: %v", err), true
+	}
+	if dec.More() {
+		return nil, errBadFrame.with("one JSON object per frame"), true
+	}
+	switch {
+	case d.ID == nil:
+		return nil, errBadFrame.with("tool_decision needs the id of the call (id, a number)"), true
+	case *d.ID <= 0:
+		return nil, errBadFrame.with("tool_decision id must be a positive number"), true
+	case d.Allow == nil:
+		return nil, errBadFrame.with("tool_decision needs allow: true or false"), true
+	}
+	return &clientFrame{Type: d.Type, Decision: &d}, nil, true
 }
 
 // Server frames.
@@ -200,12 +254,74 @@ type noticeFrame struct {
 	Message string `json:"message"`
 }
 
+// toolFrame tells how a tool call of the turn answering message ReplyTo
+// (its seq) moves: asking, started, then its outcome with DurationMS.
+type toolFrame struct {
+	Type       string `json:"type"`
+	ReplyTo    int64  `json:"reply_to"`
+	ID         int64  `json:"id"`
+	CallID     string `json:"call_id"`
+	Name       string `json:"name"`
+	Status     string `json:"status"`
+	DurationMS *int64 `json:"duration_ms,omitempty"`
+	// ExpiresAt (RFC 3339) is when an asking call counts as denied.
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+func newToolFrame(ev sessions.ToolEvent) toolFrame {
+	f := toolFrame{Type: "tool", ReplyTo: ev.Seq, ID: ev.ID, CallID: ev.CallID, Name: ev.Name, Status: ev.Status}
+	switch ev.Status {
+	case sessions.ToolAsking:
+		f.ExpiresAt = rfc3339(ev.ExpiresAt)
+	case sessions.ToolStarted:
+	default: // an outcome
+		ms := ev.Duration.Milliseconds()
+		f.DurationMS = &ms
+	}
+	return f
+}
+
+// toolRequestFrame asks the user to allow or deny a call (tool_decision
+// answers it). Arguments is the JSON text the model wrote: untrusted.
+type toolRequestFrame struct {
+	Type      string `json:"type"`
+	ID        int64  `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+	ReplyTo   int64  `json:"reply_to"`
+}
+
+func newToolRequestFrame(ev sessions.ToolEvent) toolRequestFrame {
+	return toolRequestFrame{Type: "tool_request", ID: ev.ID, CallID: ev.CallID, Name: ev.Name, Arguments: ev.Arguments,
+		ExpiresAt: rfc3339(ev.ExpiresAt), ReplyTo: ev.Seq}
+}
+
+// toolResolvedFrame tells that the ask of call ID is over: Status
+// "started" (allowed: it runs now) or "denied" (by a user, or expired).
+type toolResolvedFrame struct {
+	Type    string `json:"type"`
+	ID      int64  `json:"id"`
+	ReplyTo int64  `json:"reply_to"`
+	Status  string `json:"status"`
+}
+
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
 type errorFrame struct {
 	Type string `json:"type"`
 	wsError
 	// ID is the client id of the message the error is about, if any: a
 	// client stops resending a message refused for what it is.
 	ID string `json:"id,omitempty"`
+	// ToolID is the tool call a refused tool_decision named.
+	ToolID int64 `json:"tool_id,omitempty"`
 }
 
 // refusedID is the id of a message frame that decodeFrame refused, read

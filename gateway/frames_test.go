@@ -29,6 +29,18 @@ func TestDecodeFrame(t *testing.T) {
 		{`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/mpeg","data":"//uQxAAA"}]}`, true, "message", ""}, // MP3 without ID3: taken as declared
 		{`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"aGVsbG8="}]}`, false, "", "bad_frame"},
 		{`{"type":"message","id":"a","attachments":[{"kind":"voice","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`, false, "", "bad_frame"},
+		{`{"type":"tool_decision","id":7,"allow":true}`, true, "tool_decision", ""},
+		{`{"type":"tool_decision","id":7,"allow":false}`, true, "tool_decision", ""},
+		{`{"type":"tool_decision","allow":true}`, false, "", "bad_frame"},          // no id
+		{`{"type":"tool_decision","id":7}`, false, "", "bad_frame"},                // no allow
+		{`{"type":"tool_decision","id":"7","allow":true}`, false, "", "bad_frame"}, // id is a number
+		{`{"type":"tool_decision","id":7,"allow":"yes"}`, false, "", "bad_frame"},
+		{`{"type":"tool_decision","id":0,"allow":true}`, false, "", "bad_frame"},
+		{`{"type":"tool_decision","id":7.5,"allow":true}`, false, "", "bad_frame"},
+		{`{"type":"tool_decision","id":7,"allow":true,"x":1}`, false, "", "bad_frame"},
+		{`{"type":"tool_decision","id":7,"allow":true} {}`, false, "", "bad_frame"},
+		{`{"type":"tool\u005fdecision","id":7,"allow":true}`, false, "", "bad_frame"},              // escaped, with a numeric id: refused, never half read
+		{`{"type":"message","id":"c-9","text":"what is \"tool_decision\"?"}`, true, "message", ""}, // the word in a message
 	}
 	for _, tt := range tests {
 		f, err := decodeFrame([]byte(tt.in))
@@ -40,6 +52,9 @@ func TestDecodeFrame(t *testing.T) {
 		}
 		if err == nil && f.Type != tt.typ {
 			t.Fatalf("decodeFrame(%q) type = %s", tt.in, f.Type)
+		}
+		if err == nil && (f.Type == "tool_decision") != (f.Decision != nil) {
+			t.Fatalf("decodeFrame(%q): decision %+v", tt.in, f.Decision)
 		}
 	}
 }
@@ -53,6 +68,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"message","id":"c-1","text":"hi 👋"}`,
 		`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`,
 		`{"type":"reset"}`, `{"type":"stop"}`, `{"type":"message"}`, `not json`, `{"type":1}`, "",
+		`{"type":"tool_decision","id":3,"allow":true}`, `{"type":"tool_decision","id":"3"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -67,9 +83,16 @@ func FuzzDecodeFrame(f *testing.F) {
 			}
 			return
 		}
-		again, werr := decodeFrame(mustJSON(t, frame))
+		var wire any = frame
+		if frame.Decision != nil {
+			wire = frame.Decision // its id is a number: it is decoded apart
+		}
+		again, werr := decodeFrame(mustJSON(t, wire))
 		if werr != nil || again.Type != frame.Type || again.ID != frame.ID {
 			t.Fatalf("re-decoding %+v: %+v, %v", frame, again, werr)
+		}
+		if frame.Decision != nil && (again.Decision == nil || *again.Decision.ID != *frame.Decision.ID || *again.Decision.Allow != *frame.Decision.Allow) {
+			t.Fatalf("re-decoding decision %+v: %+v", frame.Decision, again.Decision)
 		}
 	})
 }

@@ -19,7 +19,7 @@ import (
 // it needs from the session manager, its options, its open connections by
 // session key, the pings that keep them alive, and how it stops. One
 // connection's parts: ws_conn.go (upgrade, reader, close), ws_hello.go,
-// ws_worker.go, ws_send.go, ws_deliver.go; the channel's: security.go,
+// ws_worker.go, ws_send.go, ws_deliver.go, ws_tools.go; the channel's: security.go,
 // relay.go, resume.go, compact.go, images.go, audio.go, reload.go, and the
 // wire format in frames.go.
 
@@ -53,6 +53,11 @@ type Sessions interface {
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
 	// Compact sums the conversation up now (compact.go).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+	// OnToolAsk, DecideTool and PendingToolAsks: the user's approval of
+	// tool calls (ws_tools.go).
+	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
+	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
+	PendingToolAsks(ctx context.Context, key string) ([]sessions.ToolAsk, error)
 }
 
 // WSOptions configures the WebSocket channel.
@@ -182,6 +187,7 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	sess.OnReset(ws.onReset)
 	sess.OnDeliver(Channel, false, ws.deliverStored)
 	sess.OnReply(ws.onReply)
+	sess.OnToolAsk(Channel, ws.askTool, ws.toolSettled)
 	ws.stopPings = make(chan struct{})
 	go ws.pingLoop()
 	return ws

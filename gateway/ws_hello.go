@@ -18,7 +18,8 @@ import (
 // mode, or a generated guest), registers the connection for its session
 // key and opens the conversation; ready answers with the session token,
 // the history (after last_seq on a resume, else the conversation's tail)
-// and what this server accepts.
+// and what this server accepts, then the tool calls of the key waiting
+// for a decision (ws_tools.go).
 
 var userRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
 
@@ -105,6 +106,7 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	c.moved(t.Conversation, t.LastSeq)
 	c.greet(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
 		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages(), Audio: ws.opts.Transcriber != nil, MaxAudioBytes: ws.maxAudioBytes()}))
+	c.askAgain(ctx)
 	return true
 }
 

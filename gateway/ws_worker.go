@@ -8,8 +8,8 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// A connection's worker: the message, edit, reset, resume_previous and
-// compact frames, one at a time in the order they came, so that a reset
+// A connection's worker: the message, edit, reset, resume_previous,
+// compact and tool_decision frames, one at a time in the order they came, so that a reset
 // never overtakes the message sent before it. Each message is handed to
 // the session manager and acknowledged once stored; a waiter per message
 // then waits for its turn's outcome (ws_deliver.go). stop does not queue:
@@ -88,6 +88,10 @@ func (c *wsConn) run(f *clientFrame) {
 		c.reset(ctx, in)
 		return
 	}
+	if f.Type == "tool_decision" {
+		c.decide(f)
+		return
+	}
 	c.submit(ctx, in, f)
 }
 
@@ -141,6 +145,11 @@ func (c *wsConn) submit(ctx context.Context, in sessions.Inbound, f *clientFrame
 		OnDelay: func(sessions.Delay) {
 			if pos := shown.Load(); pos != nil {
 				c.deliver(*pos, encode(noticeFrame{Type: "notice", Code: "delayed", ID: f.ID, Message: sessions.DelayText}))
+			}
+		},
+		OnTool: func(ev sessions.ToolEvent) {
+			if pos := shown.Load(); pos != nil {
+				c.deliver(*pos, encode(newToolFrame(ev)))
 			}
 		},
 	}

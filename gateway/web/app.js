@@ -265,6 +265,138 @@
     }
   }
 
+  // Tool calls (docs/protocol.md, "Tool calls"): a line per call under the
+  // message its turn answers — running, then ✓ with its duration, or how
+  // it ended — and, for a call that needs the user's approval, a card with
+  // the tool's name, its arguments and Allow / Deny, replaced by the
+  // outcome once decided. Names and arguments come from the model:
+  // untrusted text, set as textContent only.
+  function userMsgOfSeq(seq) { return log.querySelector('.msg.user[data-seq="' + CSS.escape(String(seq)) + '"]'); }
+  function toolsOf(seq) { return log.querySelector('.tools[data-turn="' + CSS.escape(String(seq)) + '"]'); }
+  // toolBox is the box of turn seq's calls: before its reply streaming, or
+  // after the message it answers, or last.
+  function toolBox(seq) {
+    let box = toolsOf(seq);
+    if (box) return box;
+    box = document.createElement("div");
+    box.className = "tools";
+    box.dataset.turn = String(seq);
+    const msg = userMsgOfSeq(seq);
+    const streaming = msg && msg.dataset.id && bubbles.get(msg.dataset.id);
+    if (streaming) streaming.before(box);
+    else if (msg) (msg.nextSibling === editBtn ? editBtn : msg).after(box);
+    else log.appendChild(box);
+    return box;
+  }
+  function toolEl(id) { return log.querySelector('.tool[data-call="' + CSS.escape(String(id)) + '"]'); }
+  function msText(ms) {
+    if (typeof ms !== "number") return "";
+    return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+  }
+  const toolLabels = {
+    asking: "waiting for your approval",
+    started: "running…",
+    done: "✓",
+    failed: "✗ failed",
+    denied: "denied",
+    cancelled: "cancelled",
+    unknown: "stopped; whether it took effect is unknown",
+  };
+  // showTool shows call f (a tool or tool_request frame) in the state
+  // status, and returns its element.
+  function showTool(f, status) {
+    let el = toolEl(f.id);
+    if (!el) {
+      el = document.createElement("div");
+      el.dataset.call = String(f.id);
+      const line = document.createElement("div");
+      line.className = "line";
+      el.appendChild(line);
+      toolBox(f.reply_to).appendChild(el);
+    }
+    if (f.name) el.dataset.name = f.name;
+    el.className = "tool " + status;
+    let label = toolLabels[status] || status;
+    const took = msText(f.duration_ms);
+    if (took && status !== "started" && status !== "asking") label += " " + took;
+    el.firstChild.textContent = "🔧 " + (el.dataset.name || "tool") + " — " + label;
+    if (status !== "asking") dropCard(el);
+    scroll();
+    return el;
+  }
+  function dropCard(el) {
+    const card = el.querySelector(".tool-card");
+    if (card) card.remove();
+  }
+  // prettyArguments is the call's arguments as indented JSON, or as sent
+  // when they do not parse.
+  function prettyArguments(s) {
+    try { return JSON.stringify(JSON.parse(s), null, 2); } catch (e) { return String(s || ""); }
+  }
+  function askTool(f) {
+    const el = showTool(f, "asking");
+    if (el.querySelector(".tool-card")) return;
+    const card = document.createElement("div");
+    card.className = "tool-card";
+    const title = document.createElement("div");
+    title.className = "title";
+    const name = document.createElement("strong");
+    name.textContent = f.name;
+    title.append("Allow ", name, "?");
+    const args = document.createElement("pre");
+    args.className = "args";
+    args.textContent = prettyArguments(f.arguments);
+    const actions = document.createElement("div");
+    actions.className = "actions";
+    const allow = document.createElement("button");
+    allow.type = "button";
+    allow.className = "allow";
+    allow.textContent = "Allow";
+    const deny = document.createElement("button");
+    deny.type = "button";
+    deny.className = "deny";
+    deny.textContent = "Deny";
+    actions.append(allow, deny);
+    card.append(title, args);
+    const expires = f.expires_at ? new Date(f.expires_at) : null;
+    if (expires && !isNaN(expires)) {
+      const when = document.createElement("div");
+      when.className = "expires";
+      when.textContent = "Denied by itself at " + expires.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) + " if nobody answers.";
+      card.appendChild(when);
+    }
+    card.appendChild(actions);
+    function decide(yes) {
+      if (!send({ type: "tool_decision", id: f.id, allow: yes })) { notice("offline: try again when connected"); return; }
+      allow.disabled = deny.disabled = true;
+      card.classList.add("deciding");
+    }
+    allow.addEventListener("click", function () { decide(true); });
+    deny.addEventListener("click", function () { decide(false); });
+    el.appendChild(card);
+    scroll();
+  }
+  // toolResolved: the ask is over. A call already further along (its
+  // tool frames came first) keeps what it shows.
+  function toolResolved(f) {
+    const el = toolEl(f.id);
+    if (!el) return;
+    if (el.classList.contains("asking")) showTool(f, f.status); else dropCard(el);
+  }
+  // toolRefused: a decision was refused (tool_id): the card goes, since
+  // deciding again would be refused too; other errors let the user retry.
+  function toolRefused(f) {
+    const el = toolEl(f.tool_id);
+    if (!el) return;
+    const card = el.querySelector(".tool-card");
+    if (f.code === "decided" || f.code === "not_found" || f.code === "not_yours") {
+      dropCard(el);
+      if (el.classList.contains("asking")) el.firstChild.textContent = "🔧 " + (el.dataset.name || "tool") + " — " + (f.code === "decided" ? "decided already" : "not yours to decide");
+      return;
+    }
+    if (card) { card.classList.remove("deciding"); for (const b of card.querySelectorAll("button")) b.disabled = false; }
+  }
+
   function connect() {
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
@@ -354,7 +486,8 @@
           if (!el) {
             el = bubble("assistant", "");
             const last = f.reply_to && pendingEl(f.reply_to);
-            if (last) last.after(el); // not streamed: placed after the message it answers
+            // Not streamed: placed after the message it answers, and its tool calls.
+            if (last) (last.dataset.seq && toolsOf(last.dataset.seq) || last).after(el);
           }
           el.className = "msg assistant " + statusClass(f.status);
           render.markdown(el, f.text);
@@ -365,6 +498,16 @@
           scroll();
           break;
         }
+        case "tool":
+          if (f.status === "asking" && toolEl(f.id) && toolEl(f.id).querySelector(".tool-card")) break;
+          showTool(f, f.status);
+          break;
+        case "tool_request":
+          askTool(f);
+          break;
+        case "tool_resolved":
+          toolResolved(f);
+          break;
         case "reset":
           switchConversation(f);
           break;
@@ -377,6 +520,7 @@
           break;
         }
         case "error":
+          if (f.tool_id) { toolRefused(f); notice(f.message); break; }
           if (f.code === "not_found" && !gotReady && store.get("session", "")) {
             // The resume token expired: start a new session without it.
             store.set("session", "");
