@@ -116,6 +116,9 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		}
 	}
 	settle := func() {
+		if c.State == ledger.ToolDenied {
+			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
+		}
 		if ok && asker.settled != nil {
 			a.Call.Status = c.State
 			switch {
