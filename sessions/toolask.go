@@ -102,9 +102,18 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	a.Call = ToolEvent{ConversationID: c.ConversationID, Seq: tt.claim.Lead, ID: c.ID, CallID: c.CallID, Name: c.Name,
 		Arguments: c.Arguments, Status: ToolAsking, ExpiresAt: expires}
 	tt.event(c, ToolAsking, 0)
-	asker, ok := m.asker(tt.in.Channel)
+	// The channel asks; a channel not registered yet (a turn resumed
+	// while the gateway starts) asks once it is.
+	var asker toolAsker
+	var ok bool
 	var ref string
-	if ok {
+	askNow := func() {
+		if ok {
+			return
+		}
+		if asker, ok = m.asker(tt.in.Channel); !ok {
+			return
+		}
 		var err error
 		if ref, err = asker.ask(ctx, a); err != nil {
 			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
@@ -115,6 +124,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 			}
 		}
 	}
+	askNow()
 	settle := func() {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
@@ -165,6 +175,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 			settle()
 			return nil
 		}
+		askNow()
 	}
 }
 

@@ -570,3 +570,31 @@ func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
 		}
 	})
 }
+
+// A turn that asks before its channel can (a turn resumed while the
+// gateway starts, before the channel registered) asks once it can.
+func TestToolAskWaitsForItsChannel(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: tools.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
+			Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}})
+		defer m.Shutdown(context.Background())
+		tk := r.submit(t, m, "u1", "m1", "count")
+		for ev := range r.events {
+			if ev.Status == sessions.ToolAsking {
+				break // stored asking, with nobody to ask yet
+			}
+		}
+		m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+			r.asks <- a
+			return "", nil
+		}, nil)
+		a := <-r.asks
+		if _, err := m.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
+			t.Fatal(err)
+		}
+		if out := wait(t, tk); out.Reply.Text != "answer: 1" {
+			t.Fatalf("reply = %q", out.Reply.Text)
+		}
+	})
+}
