@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // scrape returns m's /metrics text.
@@ -60,5 +62,27 @@ func TestMetricsTurnStarted(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", text)
+	}
+}
+
+// Tool calls are counted by server, tool and outcome, and timed; through
+// the admin's turn counter too (which wraps the metrics in serve).
+func TestMetricsToolCalled(t *testing.T) {
+	m := NewMetrics()
+	var o sessions.ToolObserver = m
+	o.ToolCalled("notes", "notes_add", "done", 20*time.Millisecond)
+	o.ToolCalled("notes", "notes_add", "failed", 2*time.Second)
+	o.ToolCalled("notes", "notes_list", "done", time.Millisecond)
+	text := scrape(t, m)
+	for _, want := range []string{
+		`chatgate_tool_calls_total{outcome="done",server="notes",tool="notes_add"} 1`,
+		`chatgate_tool_calls_total{outcome="failed",server="notes",tool="notes_add"} 1`,
+		`chatgate_tool_calls_total{outcome="done",server="notes",tool="notes_list"} 1`,
+		`chatgate_tool_call_duration_seconds_count{server="notes",tool="notes_add"} 2`,
+		`chatgate_tool_call_duration_seconds_bucket{server="notes",tool="notes_list",le="0.005"} 1`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
