@@ -598,3 +598,49 @@ func TestToolAskWaitsForItsChannel(t *testing.T) {
 		}
 	})
 }
+
+// In busy mode interrupt a newer message cancels a running call: its
+// outcome is kept (cancelled), and one turn answers both messages,
+// seeing the call with it.
+func TestANewerMessageCancelsARunningToolCall(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newToolRig(t, open, tools.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
+			if req.Input == "wait" && len(req.Turn) == 0 {
+				return []agent.ToolCall{call("s", "t__slow", map[string]any{})}
+			}
+			return nil
+		})
+		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: tools.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
+			Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyInterrupt}}}})
+		defer m.Shutdown(context.Background())
+		first := r.submit(t, m, "u1", "m1", "wait")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.srv.Started(ctx, mcptest.Slow, 1); err != nil {
+			t.Fatal(err)
+		}
+		second := r.submit(t, m, "u1", "m2", "never mind")
+		out := wait(t, second)
+		if out.Reply.Status != ledger.MsgOK {
+			t.Fatalf("reply = %+v", out.Reply)
+		}
+		wait(t, first) // merged into the newer turn, or cut: either way settled
+		if err := r.srv.Await(ctx, func(calls []mcptest.Call) bool { return len(calls) == 1 && calls[0].Cancelled }); err != nil {
+			t.Fatalf("the server never saw the call cancelled: %v", err)
+		}
+		rows := toolCalls(t, r.db)
+		if len(rows) != 1 || rows[0].State != ledger.ToolCancelled || rows[0].Result != sessions.ToolCutText {
+			t.Fatalf("tool calls = %+v", rows)
+		}
+		// The turn that answered both saw the call and its outcome.
+		reqs := r.model.requests()
+		last := reqs[len(reqs)-1]
+		var saw bool
+		for _, msg := range append(append([]agent.Message{}, last.History...), last.Turn...) {
+			saw = saw || (msg.Role == agent.RoleTool && msg.Content == sessions.ToolCutText)
+		}
+		if !saw || last.Input != "never mind" {
+			t.Fatalf("the last model call (input %q) did not see the cut call", last.Input)
+		}
+	})
+}
