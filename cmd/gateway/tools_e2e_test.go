@@ -56,6 +56,9 @@ type toolsE2E struct {
 	counts     string // its count file
 	stream     bool
 	idempotent bool
+	// lateBy delays each start of the demo server: a restarted gateway's
+	// rescuer runs before the server listed its tools.
+	lateBy time.Duration
 }
 
 func newToolsE2E(t *testing.T, driver string, stream, idempotent bool) *toolsE2E {
@@ -99,6 +102,11 @@ func lastUserText(req llmtest.Request) string {
 
 // config is a gateway's bot.yaml, listening on addr.
 func (e *toolsE2E) config(addr string) string {
+	command, args := e.demo, fmt.Sprintf("%q, %q, %q", "-count-file", e.counts, "-slow-once")
+	if e.lateBy > 0 {
+		command = "/bin/sh"
+		args = fmt.Sprintf("%q, %q, %q, %s", "-c", fmt.Sprintf(`sleep %g; exec "$0" "$@"`, e.lateBy.Seconds()), e.demo, args)
+	}
 	return fmt.Sprintf(`
 gateway:
   listen: %s
@@ -112,7 +120,7 @@ agent:
     servers:
       - name: demo
         command: %q
-        args: ["-count-file", %q, "-slow-once"]
+        args: [%s]
         tools: [slow]
         approve: auto
         idempotent: %t
@@ -120,7 +128,7 @@ shutdown:
   drain_timeout: 1s
 log:
   level: info
-`, addr, e.driver, e.dsn, e.llmURL, e.stream, e.demo, e.counts, e.idempotent)
+`, addr, e.driver, e.dsn, e.llmURL, e.stream, command, args, e.idempotent)
 }
 
 // start starts a gateway in dir on addr, and waits until it serves and
@@ -368,8 +376,7 @@ func toolDrivers(t *testing.T, fn func(t *testing.T, driver string)) {
 // kill9DuringSlow runs the SIGKILL scenario: slow is started, the gateway
 // killed and started again on the same database; its rescuer runs the
 // turn again.
-func kill9DuringSlow(t *testing.T, driver string, stream, idempotent bool, w toolsWant) {
-	e := newToolsE2E(t, driver, stream, idempotent)
+func kill9DuringSlow(t *testing.T, e *toolsE2E, w toolsWant) {
 	dir, addr := t.TempDir(), freeAddr(t)
 	procs := map[string]*process{}
 	logsOnFailure(t, procs)
@@ -389,7 +396,7 @@ func kill9DuringSlow(t *testing.T, driver string, stream, idempotent bool, w too
 // the tool is not started again, and the user gets one reply.
 func TestToolCallCutBySIGKILLIsNotRunAgain(t *testing.T) {
 	toolDrivers(t, func(t *testing.T, driver string) {
-		kill9DuringSlow(t, driver, true, false, toolsWant{starts: 1, state: ledger.ToolUnknown, result: sessions.ToolUnknownText})
+		kill9DuringSlow(t, newToolsE2E(t, driver, true, false), toolsWant{starts: 1, state: ledger.ToolUnknown, result: sessions.ToolUnknownText})
 	})
 }
 
@@ -398,8 +405,21 @@ func TestToolCallCutBySIGKILLIsNotRunAgain(t *testing.T) {
 // and the model gets its real result.
 func TestIdempotentToolCallCutBySIGKILLRunsAgain(t *testing.T) {
 	toolDrivers(t, func(t *testing.T, driver string) {
-		kill9DuringSlow(t, driver, false, true, toolsWant{starts: 2, state: ledger.ToolDone, result: slowAgain})
+		kill9DuringSlow(t, newToolsE2E(t, driver, false, true), toolsWant{starts: 2, state: ledger.ToolDone, result: slowAgain})
 	})
+}
+
+// TestIdempotentToolCallRunsAgainWhenItsServerListsLate: the same when
+// the restarted gateway's rescuer takes the turn before the MCP server
+// listed its tools (it is started in the background, and here takes 2 s
+// to start): the call's rule is the configuration's all the same, and the
+// call starts again once the server is there. SQLite only: there the
+// restart takes its file's turns at once; on PostgreSQL a restarted
+// replica waits out the dead one's lease, long after the listing.
+func TestIdempotentToolCallRunsAgainWhenItsServerListsLate(t *testing.T) {
+	e := newToolsE2E(t, store.DriverSQLite, true, true)
+	e.lateBy = 2 * time.Second
+	kill9DuringSlow(t, e, toolsWant{starts: 2, state: ledger.ToolDone, result: slowAgain})
 }
 
 // TestToolCallCutBySIGTERMIsNotRunAgain: SIGTERM while the call runs; the
