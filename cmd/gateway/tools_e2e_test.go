@@ -247,10 +247,10 @@ type toolsWant struct {
 }
 
 // check checks the end of a scenario: slow started as often as wanted;
-// the model was given the call's result once, in the request after the
-// call (and in no request before the fault a second call); storage holds
-// one call with that outcome, one tool message and one final reply to
-// message seq — which is the reply the client got, once.
+// the model asked for one call in the turn and every request after it
+// carried that call's one result, the wanted one; storage holds one call
+// with that outcome, one tool message and one final reply to message seq
+// — which is the reply the client got, once.
 func (e *toolsE2E) check(t *testing.T, seq int64, replies map[int64]string, w toolsWant) {
 	t.Helper()
 	final := llmtest.Done(w.result)
@@ -259,8 +259,8 @@ func (e *toolsE2E) check(t *testing.T, seq int64, replies map[int64]string, w to
 	}
 
 	// The model: every request of the turn after the call's round carries
-	// the one result; the turn's last request answered with final.
-	var rounds, withResult int
+	// the one result.
+	var before, withResult int
 	for _, req := range e.llm.Received() {
 		if lastUserText(req) == "ping" {
 			continue
@@ -275,7 +275,7 @@ func (e *toolsE2E) check(t *testing.T, seq int64, replies map[int64]string, w to
 			t.Errorf("a request carries %d calls of the turn, want 1: %+v", calls, req.Turn())
 		}
 		if calls == 0 {
-			rounds++
+			before++
 			continue
 		}
 		if res := req.Results(); len(res) != 1 || res[0] != w.result {
@@ -284,7 +284,7 @@ func (e *toolsE2E) check(t *testing.T, seq int64, replies map[int64]string, w to
 		withResult++
 	}
 	if withResult == 0 {
-		t.Errorf("the model never got the call's result (%d requests before it)", rounds)
+		t.Errorf("the model never got the call's result (%d requests before it)", before)
 	}
 
 	// Storage.
