@@ -17,8 +17,10 @@ type Toolbox interface {
 	// channel and user (none: the turn runs without tools).
 	Offered(channel, userID string) []agent.Tool
 	// Rule is how the tool of that name is run; false when no server
-	// offers it (any more).
-	Rule(name string) (tools.Rule, bool)
+	// offers it (any more). A server still starting (a gateway that just
+	// started) is waited for, within ctx, until it listed its tools or
+	// failed to start.
+	Rule(ctx context.Context, name string) (tools.Rule, bool)
 	// Call runs the tool. An error is a failed call (the server is down,
 	// the call timed out or was cancelled); a tool's own error is a
 	// Result with IsError. key is the call's idempotency key.

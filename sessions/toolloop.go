@@ -348,7 +348,17 @@ type toolOutcome struct {
 // starting and running it.
 func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic.Int32) toolOutcome {
 	m := tt.m
-	rule, known := m.opts.Tools.Rule(c.Name)
+	if ledger.ToolSettled(c.State) {
+		return toolOutcome{result: c.Result}
+	}
+	// A run after a restart may come before the tool's server listed its
+	// tools: the rule waits for it, so that a call started and never
+	// answered runs again when its tool is idempotent, rather than being
+	// taken for a tool nobody offers.
+	rule, known := m.opts.Tools.Rule(ctx, c.Name)
+	if ctx.Err() != nil {
+		return toolOutcome{err: context.Cause(ctx)}
+	}
 	for {
 		switch c.State {
 		case ledger.ToolDone, ledger.ToolFailed, ledger.ToolDenied, ledger.ToolCancelled, ledger.ToolUnknown:

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/chatgate/chatgate/agent"
 )
@@ -31,10 +32,16 @@ func (o Offer) Offered(channel, userID string) []agent.Tool {
 	return o.Set.Tools(servers)
 }
 
-// Rule is Set.Rule.
-func (o Offer) Rule(name string) (Rule, bool) {
+// Rule is Set.Rule, once the tool's server was tried (WaitTried): a
+// gateway just started may run a turn stored before it stopped before
+// its servers listed their tools, and a call of that turn is run by its
+// server's rule, not as a tool nobody offers.
+func (o Offer) Rule(ctx context.Context, name string) (Rule, bool) {
 	if o.Set == nil {
 		return Rule{}, false
+	}
+	if server, _, ok := strings.Cut(name, Separator); ok {
+		_ = o.Set.WaitTried(ctx, server) // on ctx's end, the caller stops
 	}
 	return o.Set.Rule(name)
 }

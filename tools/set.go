@@ -321,6 +321,20 @@ func (s *Set) WaitListed(ctx context.Context, server string) error {
 	return s.WaitFor(ctx, server, func(st ServerStatus) bool { return st.Connected })
 }
 
+// WaitTried waits until the named server's first session was tried:
+// its tools were listed, or its start failed (it is retried in the
+// background), or ctx ends. Each try is bounded by the server's timeout.
+// A server that is not configured was tried.
+func (s *Set) WaitTried(ctx context.Context, server string) error {
+	s.mu.Lock()
+	_, ok := s.servers[server]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return s.WaitFor(ctx, server, func(st ServerStatus) bool { return st.Connected || st.LastError != "" })
+}
+
 // update changes a server's state under the lock and wakes its waiters.
 func (s *Set) update(f func()) {
 	s.mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/sessions"
@@ -346,7 +348,7 @@ func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 	if got := fmt.Sprint(names(tools.Offer{Set: set}.Offered("x", "u"))); got != "[a__echo b__counter]" {
 		t.Errorf("Offer without Servers offers %s, want all", got)
 	}
-	if r, ok := box.Rule("a__echo"); !ok || r.Server != "a" {
+	if r, ok := box.Rule(t.Context(), "a__echo"); !ok || r.Server != "a" {
 		t.Errorf("Rule %+v %t", r, ok)
 	}
 	if res, err := box.Call(t.Context(), "a__echo", `{"text":"hi"}`, "k"); err != nil || res.Text != "hi" {
@@ -374,5 +376,59 @@ func TestStartNeverWaitsForAServer(t *testing.T) {
 	}
 	if _, err := set.Call(t.Context(), "dead__x", "", ""); !errors.Is(err, tools.ErrNotConnected) {
 		t.Errorf("call on a dead server: %v", err)
+	}
+}
+
+// lateTransport connects once open is closed: a server still starting.
+type lateTransport struct {
+	mcp.Transport
+	open chan struct{}
+}
+
+func (l lateTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	select {
+	case <-l.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return l.Transport.Connect(ctx)
+}
+
+// A gateway just started may run a turn stored before it stopped while
+// its servers still start: the rule of that turn's call waits for its
+// server's first try, so an idempotent tool's call is known as such. A
+// server that failed to start is not waited for beyond its try.
+func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
+	_, tr := mcptest.InMemory(t)
+	open := make(chan struct{})
+	set := tools.New([]tools.ServerConfig{
+		{Name: "t", Transport: lateTransport{Transport: tr, open: open}, Idempotent: true},
+		{Name: "dead", Command: "/nonexistent/mcp-server"},
+	}, nil)
+	set.Start(t.Context())
+	t.Cleanup(set.Close)
+	box := tools.Offer{Set: set}
+	// The delay only gives a Rule that did not wait the time to answer
+	// wrong; a Rule that waits answers right whatever it is.
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		close(open)
+	}()
+	if r, ok := box.Rule(waitCtx(t), "t__echo"); !ok || !r.Idempotent {
+		t.Errorf("Rule of a server that lists late: %+v %t, want its idempotent rule", r, ok)
+	}
+	if _, ok := box.Rule(waitCtx(t), "dead__x"); ok {
+		t.Error("Rule of a server that failed to start: known")
+	}
+	if _, ok := box.Rule(waitCtx(t), "none__x"); ok {
+		t.Error("Rule of a server not configured: known")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	stuck := tools.New([]tools.ServerConfig{{Name: "s", Transport: lateTransport{Transport: tr, open: make(chan struct{})}}}, nil)
+	stuck.Start(t.Context())
+	t.Cleanup(stuck.Close)
+	if _, ok := (tools.Offer{Set: stuck}).Rule(ctx, "s__echo"); ok {
+		t.Error("Rule with its context ended: known")
 	}
 }

@@ -9,7 +9,9 @@
 //	go run ./cmd/chatgate-mcp-demo -http 127.0.0.1:8931
 //
 // -notes FILE (or $CHATGATE_DEMO_NOTES) keeps the notes in a file,
-// -count-file FILE the counter's count and slow's starts.
+// -count-file FILE the counter's count and slow's starts; -slow-once makes
+// slow take its time on its first start only (later starts answer at
+// once), for tests that stop a gateway during a call and start it again.
 package main
 
 import (
@@ -43,6 +45,7 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 	addr := fl.String("http", "", "serve streamable HTTP at this address (host:port) instead of stdio")
 	notes := fl.String("notes", os.Getenv("CHATGATE_DEMO_NOTES"), "keep the notes in this file (default: in memory; $CHATGATE_DEMO_NOTES)")
 	countFile := fl.String("count-file", "", "keep counter's count and slow's starts in this file (JSON)")
+	slowOnce := fl.Bool("slow-once", false, "slow takes its time on its first start only; later starts answer at once")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -50,7 +53,7 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		fmt.Fprintf(stderr, "chatgate-mcp-demo: unexpected arguments %q\n", fl.Args())
 		return 2
 	}
-	server := demo.New(demo.Options{Notes: *notes, CountFile: *countFile})
+	server := demo.New(demo.Options{Notes: *notes, CountFile: *countFile, SlowOnce: *slowOnce})
 
 	if *addr == "" {
 		err := server.Run(ctx, &mcp.IOTransport{Reader: stdin, Writer: stdout})

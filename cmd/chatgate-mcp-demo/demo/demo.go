@@ -33,6 +33,11 @@ type Options struct {
 	// CountFile is the file counter's count and slow's starts are kept
 	// in (JSON, see Counts); "" keeps them in memory.
 	CountFile string
+	// SlowOnce makes slow take its time on its first start only (as
+	// counted, in the count file when there is one): a later start
+	// answers at once. A test stops a gateway during the first call and
+	// sees a call started again finish.
+	SlowOnce bool
 	// Now is the clock's time; nil is time.Now.
 	Now func() time.Time
 }
@@ -115,10 +120,14 @@ func New(opts Options) *mcp.Server {
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "Takes the given number of seconds, then answers; stops early when cancelled.", Annotations: readOnly},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
-			if _, err := st.count(func(c *Counts) { c.SlowStarted++ }); err != nil {
+			c, err := st.count(func(c *Counts) { c.SlowStarted++ })
+			if err != nil {
 				return nil, nil, err
 			}
 			d := min(time.Duration(in.Seconds*float64(time.Second)), MaxSlow)
+			if opts.SlowOnce && c.SlowStarted > 1 {
+				d = 0
+			}
 			t := time.NewTimer(d)
 			defer t.Stop()
 			select {

@@ -88,6 +88,44 @@ func TestSlowStopsWhenCancelled(t *testing.T) {
 	}
 }
 
+// With SlowOnce, a second start of slow answers at once, even on a new
+// server over the same count file (the first one was killed mid-call).
+func TestSlowOnceTakesItsTimeOnTheFirstStartOnly(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "counts")
+	opts := demo.Options{CountFile: file, SlowOnce: true}
+	ctx, cancel := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() {
+		_, err := connect(t, opts).CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"seconds": 300}})
+		first <- err
+	}()
+	for {
+		c, err := demo.ReadCounts(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SlowStarted == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the start, an event
+	}
+	if got := call(t, connect(t, opts), "slow", map[string]any{"seconds": 300}); !strings.HasPrefix(got, "done") {
+		t.Errorf("second slow: %q", got)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first slow answered (%v) before it was cancelled", err)
+	default:
+	}
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("the cancelled first slow answered")
+	}
+	if c, err := demo.ReadCounts(file); err != nil || c.SlowStarted != 2 {
+		t.Fatalf("counts %+v, %v", c, err)
+	}
+}
+
 func TestClock(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	cs := connect(t, demo.Options{Now: func() time.Time { return at }})
