@@ -156,7 +156,9 @@
     picker.accept = accept.join(",");
     const btn = document.getElementById("attach");
     btn.hidden = accept.length === 0;
-    btn.title = readsAudio ? (readsImages ? "Attach a picture or audio" : "Attach audio") : "Attach a picture (or paste one into the message)";
+    const label = readsAudio ? (readsImages ? "Attach a picture or audio" : "Attach audio") : "Attach a picture";
+    btn.setAttribute("aria-label", label);
+    btn.title = readsImages ? label + " (or paste a picture into the message)" : label;
   }
   function setupImages() {
     const picker = document.getElementById("file");
