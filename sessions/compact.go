@@ -274,7 +274,7 @@ func compactionInput(earlier string, fold []*ledger.Message) string {
 	b.WriteString("The messages to add to it, oldest first:\n\n")
 	for _, m := range fold {
 		if m.Content != "" {
-			fmt.Fprintf(&b, "%s: %s\n\n", m.Role, m.Content)
+			fmt.Fprintf(&b, "%s: %s\n\n", m.Role, withQuote(m.Quote, m.Content))
 		}
 		for _, c := range agentMessage(m).ToolCalls {
 			fmt.Fprintf(&b, "assistant called the tool %s with %s\n\n", c.Name, c.Arguments)
