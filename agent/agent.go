@@ -68,6 +68,10 @@ type Request struct {
 	// NoMoreTools: the turn ran out of tool rounds; the model is told to
 	// answer without calling tools (tool_choice none).
 	NoMoreTools bool
+	// Unstreamed asks for the answer in one piece even from a backend
+	// that streams (agent.openai.stream): a call nobody watches (a
+	// summary) has no use for the parts.
+	Unstreamed bool
 }
 
 // InputMessages are the turn's new user messages, oldest first, with

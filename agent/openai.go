@@ -85,7 +85,7 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 		model string
 		calls []ToolCall
 	)
-	if o.cfg.Stream {
+	if o.cfg.Stream && !req.Unstreamed {
 		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 		stream := o.client.Chat.Completions.NewStreaming(ctx, params)
 		defer stream.Close()

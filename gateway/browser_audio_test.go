@@ -13,8 +13,8 @@ import (
 
 // When the gateway transcribes (ready.audio), the page's file picker
 // takes audio too: the file goes as an audio attachment, and the model is
-// given its transcript with the text typed. Without transcription the
-// picker offers pictures only.
+// given its transcript with the text typed, and the + button says it
+// takes audio. Without transcription the picker offers pictures only.
 func TestWebPageSendsAudio(t *testing.T) {
 	e, llm := voiceEnv(t, WSOptions{})
 	ctx := browser(t)
@@ -28,6 +28,7 @@ func TestWebPageSendsAudio(t *testing.T) {
 		chromedp.Navigate(e.srv.URL+"/?user=ada"),
 		waitText("#status", "online as ada"),
 		waitJS(`!document.getElementById('attach').hidden && document.getElementById('file').accept.includes('audio/mpeg')`),
+		waitJS(`(() => { const b = document.getElementById('attach'); return /audio/.test(b.getAttribute('aria-label')) && /audio/.test(b.title); })()`),
 		chromedp.SetUploadFiles("#file", []string{file}),
 		waitText(".images .audio", "memo.mp3"),
 		sendText("and be brief"),
@@ -47,7 +48,8 @@ func TestWebPageSendsAudio(t *testing.T) {
 
 	e2 := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
 	if err := chromedp.Do(ctx, chromedp.Navigate(e2.srv.URL+"/?user=ada"), waitText("#status", "online as ada"),
-		waitJS(`!document.getElementById('attach').hidden && !document.getElementById('file').accept.includes('audio')`)); err != nil {
+		waitJS(`!document.getElementById('attach').hidden && !document.getElementById('file').accept.includes('audio')`),
+		waitJS(`document.getElementById('attach').getAttribute('aria-label') === 'Attach a picture'`)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -28,6 +28,10 @@ type clientFrame struct {
 	// Attachments: images (images.go) and audio (audio.go); with one,
 	// text may be empty.
 	Attachments []frameAttachment `json:"attachments,omitempty"`
+	// ReplyTo is the seq of an earlier message of the conversation (the
+	// user's or the bot's) a message answers: its text goes to the model
+	// with the message, quoted (quote.go).
+	ReplyTo *int64 `json:"reply_to,omitempty"`
 	// edit: the client id of the message it edits (ID is the edit's own).
 	Edits string `json:"edits,omitempty"`
 	// Decision is a tool_decision's content: its id is a number, where
@@ -111,6 +115,9 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		}
 		if len(f.ID) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
+		}
+		if f.ReplyTo != nil && *f.ReplyTo < 1 {
+			return nil, errBadFrame.with("reply_to must be the seq of a message (1 or more)")
 		}
 	case "edit":
 		if f.Edits == "" {

@@ -123,6 +123,16 @@ func (c *wsConn) submit(ctx context.Context, in sessions.Inbound, f *clientFrame
 		in.Text = text
 	}
 	in.Attachments = c.ws.attachments(f.Attachments)
+	if f.ReplyTo != nil && f.Type == "message" {
+		quote, werr := c.ws.quoted(ctx, in, *f.ReplyTo)
+		if werr != nil {
+			endMessage(werr)
+			c.finish()
+			c.sendMessageError(werr, f.ID)
+			return
+		}
+		in.Quote = quote
+	}
 	acked := false
 	// The conversation this connection shows once the message is stored
 	// (after a reset the message itself triggered). Set before the turn

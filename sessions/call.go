@@ -172,7 +172,7 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 	texts := make([]string, len(rows))
 	atts := make([][]agent.Attachment, len(rows))
 	for i, r := range rows {
-		texts[i] = r.Content
+		texts[i] = withQuote(r.Quote, r.Content)
 		atts[i] = decodeAttachments(r.Attachments)
 	}
 	return agent.Request{

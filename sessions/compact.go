@@ -189,7 +189,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	cctx, cancel := context.WithTimeout(ctx, compactTimeout)
 	defer cancel()
 	cctx, end := m.startSpanCtx(cctx, "compaction")
-	reply, err := ag.Reply(cctx, agent.Request{SessionKey: in.SessionKey, Instructions: prompt, Input: compactionInput(earlier, fold)}, nil)
+	reply, err := ag.Reply(cctx, agent.Request{SessionKey: in.SessionKey, Instructions: prompt, Input: compactionInput(earlier, fold), Unstreamed: true}, nil)
 	end(err)
 	if err != nil {
 		return 0, fmt.Errorf("summary call: %w", err)
@@ -274,7 +274,7 @@ func compactionInput(earlier string, fold []*ledger.Message) string {
 	b.WriteString("The messages to add to it, oldest first:\n\n")
 	for _, m := range fold {
 		if m.Content != "" {
-			fmt.Fprintf(&b, "%s: %s\n\n", m.Role, m.Content)
+			fmt.Fprintf(&b, "%s: %s\n\n", m.Role, withQuote(m.Quote, m.Content))
 		}
 		for _, c := range agentMessage(m).ToolCalls {
 			fmt.Fprintf(&b, "assistant called the tool %s with %s\n\n", c.Name, c.Arguments)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -209,6 +210,31 @@ func TestCompactNow(t *testing.T) {
 	t.Cleanup(func() { off.Shutdown(context.Background()) })
 	if _, err := off.Compact(context.Background(), msg("websocket:a", "")); !errors.Is(err, ErrCompactionOff) {
 		t.Fatalf("Compact with compaction off: %v", err)
+	}
+}
+
+// A summary is asked for in one piece even when the agent streams its
+// replies (agent.openai.stream): nobody watches it being written.
+func TestSummaryCallsDoNotStream(t *testing.T) {
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
+	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: true})
+	policies := map[string]Policy{"websocket": {MaxHistory: 20, Compaction: CompactionPolicy{Enabled: true}}}
+	m := New(db, ag, Options{Policies: policies, Logger: quiet})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	for i := 1; i <= 3; i++ {
+		handle(t, m, msg("websocket:a", fmt.Sprintf("m%d", i)))
+	}
+	if _, err := m.Compact(context.Background(), msg("websocket:a", "")); err != nil {
+		t.Fatal(err)
+	}
+	got := llm.Received()
+	if len(got) != 4 {
+		t.Fatalf("%d model requests, want 3 replies and a summary", len(got))
+	}
+	for i, r := range got {
+		if r.Stream != (i < 3) {
+			t.Fatalf("request %d streamed: %v; want the replies streamed and the summary not", i, r.Stream)
+		}
 	}
 }
 

@@ -54,6 +54,10 @@ type Inbound struct {
 	// image's bytes, which the channel's Fetcher gives when a turn needs
 	// them). A message with attachments may have an empty text.
 	Attachments []agent.Attachment
+	// Quote is the text the message replies to or quotes (a Telegram
+	// reply or quote, a WebSocket reply_to), stored with it (cut to
+	// MaxQuoteRunes) and given to the model before it, marked as quoted.
+	Quote string
 }
 
 // Policy is one channel's conversation policy.

@@ -2,6 +2,8 @@ package sessions
 
 import (
 	"encoding/json"
+	"strings"
+	"unicode"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -11,7 +13,7 @@ import (
 
 // agentMessage is a stored message as the agent reads it.
 func agentMessage(m *ledger.Message) agent.Message {
-	am := agent.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+	am := agent.Message{Role: m.Role, Content: withQuote(m.Quote, m.Content), ToolCallID: m.ToolCallID}
 	if m.ToolCalls != "" {
 		_ = json.Unmarshal([]byte(m.ToolCalls), &am.ToolCalls)
 	}
@@ -44,4 +46,38 @@ func encodeToolCalls(calls []agent.ToolCall) string {
 	}
 	b, _ := json.Marshal(calls)
 	return string(b)
+}
+
+// MaxQuoteRunes bounds the quote stored with a message: a reply to a long
+// message carries its first MaxQuoteRunes characters, cut with "…".
+const MaxQuoteRunes = 1000
+
+// boundQuote is quote as stored: trimmed, and cut to MaxQuoteRunes.
+func boundQuote(quote string) string {
+	quote = strings.TrimSpace(quote)
+	if r := []rune(quote); len(r) > MaxQuoteRunes {
+		quote = strings.TrimRightFunc(string(r[:MaxQuoteRunes-1]), unicode.IsSpace) + "…"
+	}
+	return quote
+}
+
+// withQuote is a user message as the model reads it: the text it replies
+// to, each line marked "> " as a Markdown quote, a blank line, then the
+// message. Without a quote, the message as it is.
+func withQuote(quote, text string) string {
+	if quote == "" {
+		return text
+	}
+	var b strings.Builder
+	for i, line := range strings.Split(quote, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(strings.TrimRight("> "+line, " "))
+	}
+	if text != "" {
+		b.WriteString("\n\n")
+		b.WriteString(text)
+	}
+	return b.String()
 }

@@ -229,7 +229,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	// replica's can be stored between them unseen.
 	um := ledger.Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
-		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Status: ledger.MsgOK, CreatedAt: now,
+		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Quote: boundQuote(in.Quote), Status: ledger.MsgOK, CreatedAt: now,
 		TurnState: ledger.TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc)

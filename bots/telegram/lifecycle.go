@@ -108,7 +108,11 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 			break
 		}
 	}
-	return c.client.Do(req)
+	resp, err := c.client.Do(req)
+	if err == nil && resp.StatusCode >= 400 {
+		describeFailure(req, resp)
+	}
+	return resp, err
 }
 
 func (c *ctxClient) setPoll(ctx context.Context) {

@@ -108,8 +108,10 @@ func (b *Bot) term(ctx context.Context, role string) error {
 // poll is the update loop: read the stored offset (another replica may
 // have moved it), getUpdates from it, hand each update to its chat's
 // queue, and store the offset once every update before it is processed or
-// held. Held updates from the stored state are retried first. An empty or
-// failed poll backs off; it never spins.
+// held. Held updates from the stored state are retried first. A long poll
+// that ran its full timeout empty is followed by the next one at once (a
+// message arriving then is fetched without delay); one that came back
+// empty early, or failed, backs off, so the loop never spins.
 func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 	st, err := b.loadOffset(ctx)
 	if err != nil {
@@ -127,6 +129,7 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 				break
 			}
 		}
+		asked := b.opts.Now()
 		updates, err := b.getUpdates(offsets.offset())
 		if ctx.Err() != nil {
 			break
@@ -146,7 +149,11 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 			continue
 		}
 		if len(updates) == 0 {
-			backoff = grow(backoff, 200*time.Millisecond, 2*time.Second)
+			if b.opts.Now().Sub(asked) >= b.opts.PollTimeout {
+				backoff = 0 // the long poll ran its course: nothing to wait for
+			} else {
+				backoff = grow(backoff, 200*time.Millisecond, 2*time.Second)
+			}
 			continue
 		}
 		backoff = 0

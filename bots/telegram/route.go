@@ -107,6 +107,7 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		Channel: Channel, SessionKey: key,
 		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: m.to().String(),
 		ClientMsgID: clientMsgID(m.Chat.ID, m.MessageID),
+		Quote:       m.quoted(),
 	}
 	if m.edit {
 		return b.edit(ctx, m, key, in, first, stored)

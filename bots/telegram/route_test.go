@@ -24,7 +24,8 @@ func TestGroupRules(t *testing.T) {
 	reply["reply_to_message"] = map[string]any{"message_id": 1, "date": 1, "chat": map[string]any{"id": chat, "type": "supergroup"},
 		"from": map[string]any{"id": telegramtest.BotID, "is_bot": true, "first_name": "Gate"}, "text": "earlier"}
 	api.Push(reply)
-	if got := api.WaitSent(t, 2)[1].Text; got != "echo: and tomorrow? (history: 2)" {
+	// The echo agent echoes the quoted text too (quote_test.go).
+	if got := api.WaitSent(t, 2)[1].Text; got != "echo: &gt; earlier\n\nand tomorrow? (history: 2)" {
 		t.Fatalf("reply-to-bot answer = %q", got)
 	}
 	api.Push(telegramtest.Group(chat, 7, "/help@"+telegramtest.BotName))

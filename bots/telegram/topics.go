@@ -34,6 +34,10 @@ type update struct {
 	// callbackThread is the topic of the message whose button was
 	// tapped (callback_query).
 	callbackThread int
+	// quote, editQuote are the part of the replied-to message the message
+	// (edited_message) quotes: Message.quote's text, which the library
+	// does not read.
+	quote, editQuote string
 }
 
 // topicFields are a message's fields about its topic. message_thread_id
@@ -44,10 +48,27 @@ type topicFields struct {
 	IsTopic bool `json:"is_topic_message"`
 }
 
+// messageFields are a message's fields the library does not read: its
+// topic and the quote (TextQuote) of the message it replies to.
+type messageFields struct {
+	topicFields
+	Quote *struct {
+		Text string `json:"text"`
+	} `json:"quote"`
+}
+
+// quoteText is the text of a message's quote, "" without one.
+func (f *messageFields) quoteText() string {
+	if f == nil || f.Quote == nil {
+		return ""
+	}
+	return f.Quote.Text
+}
+
 func (u *update) UnmarshalJSON(data []byte) error {
 	var topics struct {
-		Message *topicFields `json:"message"`
-		Edited  *topicFields `json:"edited_message"`
+		Message *messageFields `json:"message"`
+		Edited  *messageFields `json:"edited_message"`
 		Tap     *struct {
 			Message *topicFields `json:"message"`
 		} `json:"callback_query"`
@@ -59,6 +80,7 @@ func (u *update) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	u.thread, u.editThread, u.callbackThread = 0, 0, 0
+	u.quote, u.editQuote = topics.Message.quoteText(), topics.Edited.quoteText()
 	if t := topics.Message; t != nil && t.IsTopic {
 		u.thread = t.Thread
 	}
@@ -84,9 +106,9 @@ func (u update) MarshalJSON() ([]byte, error) {
 func (u update) message() *message {
 	switch {
 	case u.Message != nil:
-		return &message{Message: u.Message, thread: u.thread}
+		return &message{Message: u.Message, thread: u.thread, quote: u.quote}
 	case u.EditedMessage != nil:
-		return &message{Message: u.EditedMessage, thread: u.editThread, edit: true}
+		return &message{Message: u.EditedMessage, thread: u.editThread, edit: true, quote: u.editQuote}
 	}
 	return nil
 }
@@ -94,11 +116,28 @@ func (u update) message() *message {
 // message is an incoming message and the topic it was written in.
 type message struct {
 	*tgbotapi.Message
-	thread int  // 0: the General topic, or a chat without topics
-	edit   bool // an edit of the message MessageID (edited_message)
+	thread int    // 0: the General topic, or a chat without topics
+	edit   bool   // an edit of the message MessageID (edited_message)
+	quote  string // the part of ReplyToMessage it quotes, if it quotes
 	// media is what the message carries besides its text, once read
 	// (process): kept across the retries of a message not yet stored.
 	media *inbound
+}
+
+// quoted is the text m answers: the part it quotes, else the text (or
+// caption) of the message it replies to; "" when it replies to nothing
+// with text (a topic's messages reply to its creation, which has none).
+func (m *message) quoted() string {
+	if m.quote != "" {
+		return m.quote
+	}
+	if r := m.ReplyToMessage; r != nil {
+		if r.Text != "" {
+			return r.Text
+		}
+		return r.Caption
+	}
+	return ""
 }
 
 // to is where the bot's messages about m go: its chat and topic.

@@ -74,7 +74,7 @@
   }
   // clear empties the log for another conversation; a reply streaming in
   // the one left sends no more frames here, so Stop goes with its bubble.
-  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; }
+  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; cancelReply(); }
   function statusClass(status) { return status === "ok" ? "" : status; }
   function newId() { return "c-" + Date.now().toString(36) + "-" + Math.random().toString(36).slice(2, 8); }
   function send(frame) {
@@ -90,7 +90,7 @@
     retryWait.set(id, Math.min(wait * 2, 30000));
     setTimeout(function () {
       const p = pending.find(function (q) { return q.id === id; });
-      if (p) send(withImages({ type: "message", id: p.id, text: p.text }));
+      if (p) send(withImages(withReply({ type: "message", id: p.id, text: p.text }, p)));
     }, wait);
   }
   function pendingEl(id) { return log.querySelector('[data-id="' + CSS.escape(id) + '"]'); }
@@ -125,7 +125,7 @@
       shown.add(m.seq);
       if (m.role === "user" && m.id) {
         const el = pendingEl(m.id);
-        if (el) { el.classList.remove("pending"); el.classList.add("waiting"); el.dataset.seq = m.seq; seen(m.seq); continue; }
+        if (el) { el.classList.remove("pending"); el.classList.add("waiting"); el.dataset.seq = m.seq; offerReply(el); seen(m.seq); continue; }
       }
       if (m.role === "assistant" && m.reply_to) {
         // A reply streamed before the drop: replace the partial bubble.
@@ -135,6 +135,7 @@
       showAttachmentNames(el, m.attachments);
       if (m.id) el.dataset.id = m.id;
       el.dataset.seq = m.seq;
+      offerReply(el);
       if (m.role === "assistant") answeredUpTo(m.reply_to);
       seen(m.seq);
     }
@@ -156,7 +157,9 @@
     picker.accept = accept.join(",");
     const btn = document.getElementById("attach");
     btn.hidden = accept.length === 0;
-    btn.title = readsAudio ? (readsImages ? "Attach a picture or audio" : "Attach audio") : "Attach a picture (or paste one into the message)";
+    const label = readsAudio ? (readsImages ? "Attach a picture or audio" : "Attach audio") : "Attach a picture";
+    btn.setAttribute("aria-label", label);
+    btn.title = readsImages ? label + " (or paste a picture into the message)" : label;
   }
   function setupImages() {
     const picker = document.getElementById("file");
@@ -436,7 +439,7 @@
           // Resend what was never acknowledged; the ids make it safe.
           for (const p of pending.slice()) {
             if (p.edits) { send({ type: "edit", id: p.id, edits: p.edits, text: p.text }); continue; }
-            let frame = withImages({ type: "message", id: p.id, text: p.text });
+            let frame = withImages(withReply({ type: "message", id: p.id, text: p.text }, p));
             if (!fits(frame) && frame.attachments) {
               // Queued before the limit was known: the text goes alone.
               sentImages.delete(p.id);
@@ -463,7 +466,7 @@
           if (el) {
             el.classList.remove("pending");
             // Not yet shown as stored (else history said whether it was answered).
-            if (!shown.has(f.seq)) { el.classList.add("waiting"); el.dataset.seq = f.seq; }
+            if (!shown.has(f.seq)) { el.classList.add("waiting"); el.dataset.seq = f.seq; offerReply(el); }
           }
           shown.add(f.seq);
           seen(f.seq);
@@ -491,6 +494,8 @@
           }
           el.className = "msg assistant " + statusClass(f.status);
           render.markdown(el, f.text);
+          el.dataset.seq = f.seq;
+          offerReply(el);
           shown.add(f.seq);
           seen(f.seq);
           if (bubbles.size === 0) stopBtn.hidden = true;
@@ -527,7 +532,9 @@
             ws.send(JSON.stringify(user ? { type: "hello", user: user } : { type: "hello" }));
             break;
           }
-          if (f.id && (f.code === "bad_frame" || f.code === "too_large" || f.code === "unsupported" || f.code === "transcription_failed")) {
+          // not_found with a message's id: its reply_to names no message of
+          // the conversation (a reset came between).
+          if (f.id && (f.code === "bad_frame" || f.code === "too_large" || f.code === "unsupported" || f.code === "transcription_failed" || f.code === "not_found")) {
             // Refused for what it is: resending would be refused again (or,
             // for audio that could not be transcribed, is the user's to
             // decide). The message stays on screen, marked, and is no
@@ -607,6 +614,40 @@
     send({ type: "edit", id: id, edits: el.dataset.id, text: body });
   }
 
+  // Replies (docs/protocol.md): each stored message offers a Reply button;
+  // the message it names is shown above the input until the next message
+  // is sent (with reply_to, its seq) or the reply is cancelled.
+  let replying = null; // { seq, text }
+  const replyBar = document.getElementById("replying");
+  function offerReply(el) {
+    if (!el.dataset.seq || el.querySelector(":scope > button.reply")) return;
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "reply";
+    b.title = "Reply to this message";
+    b.setAttribute("aria-label", "Reply");
+    el.appendChild(b);
+  }
+  function withReply(frame, p) {
+    if (p && p.replyTo) frame.reply_to = p.replyTo;
+    return frame;
+  }
+  function cancelReply() {
+    replying = null;
+    if (replyBar) { replyBar.hidden = true; replyBar.querySelector(".quote").textContent = ""; }
+  }
+  log.addEventListener("click", function (ev) {
+    const b = ev.target.closest("button.reply");
+    if (!b) return;
+    const el = b.parentElement;
+    const quoted = (el.innerText || el.textContent).trim();
+    replying = { seq: Number(el.dataset.seq), text: quoted };
+    replyBar.querySelector(".quote").textContent = quoted.length > 200 ? quoted.slice(0, 199) + "…" : quoted;
+    replyBar.hidden = false;
+    text.focus();
+  });
+  document.getElementById("cancel-reply").addEventListener("click", cancelReply);
+
   document.getElementById("composer").addEventListener("submit", function (ev) {
     ev.preventDefault();
     const body = text.value.trim();
@@ -619,16 +660,20 @@
       return;
     }
     takeImages(id);
-    pending.push({ id: id, text: body });
+    const p = { id: id, text: body };
+    if (replying) p.replyTo = replying.seq;
+    cancelReply();
+    pending.push(p);
     store.set("pending", pending);
     const el = bubble("user", body, "pending");
     el.dataset.id = id;
     showImages(el, sentImages.get(id));
     text.value = "";
-    send(withImages({ type: "message", id: id, text: body }));
+    send(withImages(withReply({ type: "message", id: id, text: body }, p)));
   });
   text.addEventListener("keydown", function (ev) {
     if (ev.key === "Escape" && editing) { endEditing(); text.value = ""; return; }
+    if (ev.key === "Escape" && replying) { cancelReply(); return; }
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("send").click(); }
   });
   document.getElementById("reset").addEventListener("click", function () {

@@ -3,8 +3,9 @@
 // /bot<token>/<method>, {"ok":…,"result":…} answers) and keeps getUpdates'
 // rules: asking for offset N confirms — drops — every update below N (a
 // negative N keeps only the last -N), at most limit updates come back (1–100,
-// default 100), timeout seconds of long polling (default 0), and a second
-// getUpdates while one is waiting ends the first with 409 Conflict. Forum
+// default 100), timeout seconds of long polling (default 0; timed on the
+// server's clock, SetClock), and a second getUpdates while one is waiting
+// ends the first with 409 Conflict. Forum
 // topics are as in Telegram: a pushed topic message opens its topic, and a
 // send with message_thread_id answers 400 "message thread not found" for a
 // topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
@@ -43,8 +44,9 @@ type Server struct {
 	actions  int
 	commands string
 	webhook  map[string]string
-	fail429  int // sendMessage answers 429 this many times first
-	conflict int // getUpdates answers 409 this many times first
+	fail429  int                    // sendMessage answers 429 this many times first
+	conflict int                    // getUpdates answers 409 this many times first
+	bare     map[string]bareFailure // FailBare
 	polls    int
 	calls    []Call
 	files    files // files.go
@@ -75,6 +77,7 @@ type Call struct {
 type poller struct {
 	r          *http.Request
 	terminated bool
+	ended      bool // EndPoll: answer now, empty
 }
 
 // Sent is a message the bot sent.
@@ -111,6 +114,13 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	a.calls = append(a.calls, Call{Method: method, Params: r.Form, At: a.clockNow()})
 	a.cond.Broadcast()
+	if f := a.bare[method]; f.n > 0 {
+		a.bare[method] = bareFailure{status: f.status, n: f.n - 1}
+		a.mu.Unlock()
+		w.WriteHeader(f.status)
+		fmt.Fprint(w, `{"ok":false}`)
+		return
+	}
 	a.mu.Unlock()
 	ok := func(result any) {
 		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result})
@@ -222,7 +232,6 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or until the client goes away, or a newer getUpdates ends this one) for
 // an update at or above it, and return at most limit of them.
 func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration) ([]map[string]any, bool) {
-	deadline := time.Now().Add(timeout)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -237,6 +246,9 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 	}()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The timeout runs on the server's clock (SetClock): with a fake one
+	// a long poll ends when the test moves the clock past it (and Pokes).
+	deadline := a.clockNow().Add(timeout)
 	a.polls++
 	if prev := a.waiting; prev != nil {
 		prev.terminated = true
@@ -247,6 +259,7 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 	}
 	me := &poller{r: r}
 	a.waiting = me
+	a.cond.Broadcast() // WaitPolling
 	defer func() {
 		if a.waiting == me {
 			a.waiting = nil
@@ -269,7 +282,10 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 		if me.terminated {
 			return nil, true
 		}
-		if len(a.updates) > 0 || time.Now().After(deadline) || r.Context().Err() != nil {
+		if me.ended {
+			return []map[string]any{}, false
+		}
+		if len(a.updates) > 0 || !a.clockNow().Before(deadline) || r.Context().Err() != nil {
 			out := make([]map[string]any, min(len(a.updates), limit))
 			copy(out, a.updates)
 			return out, false
@@ -462,6 +478,20 @@ func (a *Server) refuseEntities(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+type bareFailure struct{ status, n int }
+
+// FailBare makes the next n calls of method answer HTTP status with a
+// bare {"ok":false}: no error_code, no description, as a Bot API server
+// (or a proxy before it) in trouble may.
+func (a *Server) FailBare(method string, status, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.bare == nil {
+		a.bare = map[string]bareFailure{}
+	}
+	a.bare[method] = bareFailure{status: status, n: n}
+}
+
 // Conflict makes the next n getUpdates calls answer 409.
 func (a *Server) Conflict(n int) { a.mu.Lock(); a.conflict = n; a.mu.Unlock() }
 
@@ -481,6 +511,27 @@ func (a *Server) Calls(method string) []Call {
 // Conflicts counts getUpdates requests that were still waiting for their
 // client when a newer one ended them: two pollers at once.
 func (a *Server) Conflicts() int { a.mu.Lock(); defer a.mu.Unlock(); return a.conflicts }
+
+// WaitPolling waits until n getUpdates requests have come and the latest
+// is waiting for updates, bounded.
+func (a *Server) WaitPolling(t testing.TB, n int) {
+	t.Helper()
+	a.waitFor(t, func() bool { return a.polls >= n && a.waiting != nil }, func() string {
+		return fmt.Sprintf("%d getUpdates requests, want %d with the latest waiting (one waiting: %v)", a.polls, n, a.waiting != nil)
+	})
+}
+
+// EndPoll ends the waiting getUpdates, if any, at once with no updates —
+// a long poll that comes back empty before its timeout, as Telegram's
+// does now and then.
+func (a *Server) EndPoll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting != nil {
+		a.waiting.ended = true
+		a.cond.Broadcast()
+	}
+}
 
 // Pending counts updates not yet confirmed.
 func (a *Server) Pending() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.updates) }

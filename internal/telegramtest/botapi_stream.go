@@ -49,7 +49,8 @@ type msgKey struct {
 
 // SetClock makes the server stamp each call (Call.At) with now instead of
 // the wall clock, so that a test driving the bot on a fake clock measures
-// the bot's pace on that clock.
+// the bot's pace on that clock, and time getUpdates' timeout on it: a long
+// poll then ends when the test moves now past it and calls Poke.
 func (a *Server) SetClock(now func() time.Time) {
 	a.mu.Lock()
 	a.stream.now = now

@@ -126,6 +126,11 @@ type Message struct {
 	// metadata (kind, file id or hash, mime type, size, file name), never
 	// an image's bytes; "" when none.
 	Attachments string `gorm:"type:text;not null;default:''"`
+	// Quote is the text a user message replies to or quotes (a Telegram
+	// reply or quote, a WebSocket reply_to), bounded; "" when none. The
+	// model reads it before the message, marked as quoted (sessions'
+	// withQuote), in this message's turn and in later turns' history.
+	Quote string `gorm:"type:text;not null;default:''"`
 }
 
 // SessionLease makes one replica at a time the runner of a session key's

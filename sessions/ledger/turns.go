@@ -173,6 +173,7 @@ type BatchRow struct {
 	ClientMsgID string
 	Content     string
 	Attachments string // stored JSON, see Message.Attachments
+	Quote       string // see Message.Quote
 	CreatedAt   time.Time
 }
 
@@ -211,7 +212,7 @@ func StoredClaim(conv *Conversation, m *Message) *Batch {
 
 // RowOf is a user message as a batch carries it.
 func RowOf(m *Message) BatchRow {
-	r := BatchRow{Seq: m.Seq, Content: m.Content, Attachments: m.Attachments, CreatedAt: m.CreatedAt}
+	r := BatchRow{Seq: m.Seq, Content: m.Content, Attachments: m.Attachments, Quote: m.Quote, CreatedAt: m.CreatedAt}
 	if m.ClientMsgID != nil {
 		r.ClientMsgID = *m.ClientMsgID
 	}

@@ -118,16 +118,16 @@ func insertMessages(rows []*ledger.Message) (string, []any) {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
 		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
-		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead) VALUES `)
-	args := make([]any, 0, 21*len(rows))
+		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead, quote) VALUES `)
+	args := make([]any, 0, 22*len(rows))
 	for i, m := range rows {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
 			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt, m.Attachments,
-			m.TurnState, m.TurnOwner, m.TurnAttempt, m.TurnDue, m.TurnTrack, m.TurnLead)
+			m.TurnState, m.TurnOwner, m.TurnAttempt, m.TurnDue, m.TurnTrack, m.TurnLead, m.Quote)
 	}
 	return q.String(), args
 }

@@ -134,6 +134,35 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 	})
 }
 
+// TestAppendStoresTheQuote: a user message's quote (the text it replies
+// to) is stored by the append — the SQL of SQLite and the pipeline of
+// PostgreSQL alike — and read back with the message and with the batch a
+// claim takes.
+func TestAppendStoresTheQuote(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		c := createConversations(t, db, 1, now, "")[0]
+		quote := "what 'you' said:\n\"the second point\" ü"
+		msgs := []ledger.Message{
+			{ConversationID: c.ID, Seq: 1, Role: "user", Content: "plain", Status: ledger.MsgOK, CreatedAt: now, TurnState: ledger.TurnPending, TurnOwner: "r1"},
+			{ConversationID: c.ID, Seq: 2, Role: "user", Content: "why?", Quote: quote, Status: ledger.MsgOK, CreatedAt: now, TurnState: ledger.TurnPending, TurnOwner: "r1"},
+		}
+		if err := db.Append(ctx, ledger.Append{Conv: c, ExpectSeq: 0, Messages: msgs, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.MessagesAfter(ctx, c.ID, 0, 10)
+		if err != nil || len(got) != 2 || got[0].Quote != "" || got[1].Quote != quote {
+			t.Fatalf("stored messages = %+v, %v; want the second with quote %q", got, err, quote)
+		}
+		b, err := db.ClaimBatch(ctx, ledger.Claim{ConversationID: c.ID, Owner: "r1", Now: now, Limit: 10})
+		if err != nil || b == nil || len(b.Rows) != 2 || b.Rows[0].Quote != "" || b.Rows[1].Quote != quote {
+			t.Fatalf("claimed batch = %+v, %v; want the second row with the quote", b, err)
+		}
+	})
+}
+
 // TestAppendsMergeIntoFewStatements: a batch of appends to distinct
 // conversations costs, on SQLite, one UPDATE and one INSERT per stmtRows of
 // them; on PostgreSQL one pipeline — a single round trip carrying one UPDATE

@@ -62,13 +62,13 @@ SELECT chatgate_expect((SELECT count(*) FROM u), cardinality($1::varchar[]), '` 
 
 var pgInsertMessages = `INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id,
 	client_msg_id, reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
-	turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead)
+	turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead, quote)
 SELECT * FROM ` + pgArrayRows("conversation_id $1::varchar[]", "seq $2::bigint[]", "role $3::varchar[]", "content $4::text[]",
 	"tool_calls $5::text[]", "tool_call_id $6::varchar[]", "client_msg_id $7::varchar[]", "reply_to $8::bigint[]",
 	"status $9::varchar[]", "error $10::text[]", "prompt_tokens $11::bigint[]", "completion_tokens $12::bigint[]",
 	"cost $13::numeric[]", "created_at $14::timestamptz[]", "attachments $15::text[]", "turn_state $16::varchar[]",
 	"turn_owner $17::varchar[]", "turn_attempt $18::bigint[]", "turn_due $19::timestamptz[]", "turn_track $20::boolean[]",
-	"turn_lead $21::bigint[]") + ` AS v`
+	"turn_lead $21::bigint[]", "quote $22::text[]") + ` AS v`
 
 // pgAnswerTurns marks answered the user messages the group's final
 // replies answer, each found by its primary key, on answerTurnsSQL's
@@ -203,7 +203,7 @@ func messageColumns(rows []*ledger.Message) []any {
 	n := len(rows)
 	var (
 		convs, roles, contents, toolCalls, toolIDs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		statuses, errs, attachments                = make([]string, n), make([]string, n), make([]string, n)
+		statuses, errs, attachments, quotes        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		states, owners                             = make([]string, n), make([]string, n)
 		clientIDs                                  = make([]*string, n)
 		seqs, replyTo, prompt, completion          = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -216,11 +216,11 @@ func messageColumns(rows []*ledger.Message) []any {
 	for i, m := range rows {
 		convs[i], seqs[i], roles[i], contents[i], toolCalls[i], toolIDs[i] = m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID
 		clientIDs[i], replyTo[i], statuses[i], errs[i], prompt[i], completion[i] = m.ClientMsgID, m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns
-		cost[i], created[i], attachments[i] = m.Cost, m.CreatedAt, m.Attachments
+		cost[i], created[i], attachments[i], quotes[i] = m.Cost, m.CreatedAt, m.Attachments, m.Quote
 		states[i], owners[i], attempts[i], due[i], track[i], leads[i] = m.TurnState, m.TurnOwner, int64(m.TurnAttempt), m.TurnDue, m.TurnTrack, m.TurnLead
 	}
 	return []any{convs, seqs, roles, contents, toolCalls, toolIDs, clientIDs, replyTo, statuses, errs,
-		prompt, completion, cost, created, attachments, states, owners, attempts, due, track, leads}
+		prompt, completion, cost, created, attachments, states, owners, attempts, due, track, leads, quotes}
 }
 
 // appendError is the error an append's own pipeline ended with, as the

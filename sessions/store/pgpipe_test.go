@@ -244,7 +244,7 @@ func TestPipelineStoresEveryColumn(t *testing.T) {
 	want := [][]ledger.Message{
 		{{ConversationID: convs[0].ID, Seq: 1, Role: "user", Content: "héllo\n'quoted' \"and\" {braces}, NULL", ClientMsgID: &client,
 			Status: ledger.MsgOK, CreatedAt: at, TurnState: ledger.TurnRunning, TurnOwner: "replica-1", TurnAttempt: 2, TurnLead: 1,
-			TurnTrack: true, Attachments: `[{"kind":"image","file_id":"f1"}]`}},
+			TurnTrack: true, Attachments: `[{"kind":"image","file_id":"f1"}]`, Quote: "the 'quoted' line\n> and {more}"}},
 		{{ConversationID: convs[1].ID, Seq: 1, Role: "user", Content: "", Status: ledger.MsgOK, CreatedAt: at,
 			TurnState: ledger.TurnPending, TurnOwner: "replica-2", TurnDue: &due}},
 		{{ConversationID: convs[2].ID, Seq: 1, Role: "user", Content: "question", Status: ledger.MsgOK, CreatedAt: at,

@@ -494,7 +494,7 @@ func (s *DB) ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, err
 
 // batchRows reads the messages of a conversation a claim took, by seq.
 func batchRows(tx *gorm.DB, convID string, seqs []int64) ([]ledger.BatchRow, error) {
-	rows, err := tx.Raw(`SELECT seq, COALESCE(client_msg_id, ''), content, attachments, created_at FROM messages
+	rows, err := tx.Raw(`SELECT seq, COALESCE(client_msg_id, ''), content, attachments, quote, created_at FROM messages
 		WHERE conversation_id = ? AND seq IN ? ORDER BY seq`, convID, seqs).Rows()
 	if err != nil {
 		return nil, err
@@ -503,7 +503,7 @@ func batchRows(tx *gorm.DB, convID string, seqs []int64) ([]ledger.BatchRow, err
 	out := make([]ledger.BatchRow, 0, len(seqs))
 	for rows.Next() {
 		var r ledger.BatchRow
-		if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.Attachments, &r.CreatedAt); err != nil {
+		if err := rows.Scan(&r.Seq, &r.ClientMsgID, &r.Content, &r.Attachments, &r.Quote, &r.CreatedAt); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
