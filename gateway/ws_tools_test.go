@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/tools"
@@ -18,57 +18,21 @@ import (
 // Tool calls over the WebSocket channel: a model that asks for a tool of
 // an MCP test server, the real server and a gorilla client on loopback.
 
-// toolAgent asks for its calls in a turn's first round; once it has
-// results it answers, quoting them.
-type toolAgent struct{ calls []agent.ToolCall }
-
-func (*toolAgent) Name() string  { return "tool-agent" }
-func (*toolAgent) Model() string { return "tool-agent" }
-
-func (a *toolAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	if err := ctx.Err(); err != nil {
-		return agent.Reply{}, err
-	}
-	if len(req.Turn) == 0 && !req.NoMoreTools {
-		return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, ToolCalls: a.calls}}}, nil
-	}
-	var results []string
-	for _, m := range req.Turn {
-		if m.Role == agent.RoleTool {
-			results = append(results, m.Content)
-		}
-	}
-	text := "answer: " + strings.Join(results, " | ")
-	if onDelta != nil {
-		onDelta(text)
-	}
-	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
-}
-
 // toolCall is a call of the test server's tool, as the model writes it.
 func toolCall(id, tool string, args any) agent.ToolCall {
-	b, _ := json.Marshal(args)
-	return agent.ToolCall{ID: id, Name: "t" + tools.Separator + tool, Arguments: string(b)}
+	return tooltest.Call(id, "t"+tools.Separator+tool, args)
 }
 
 // newToolEnv serves a gateway whose model makes calls of the MCP test
 // server "t", whose tools are run per approve.
 func newToolEnv(t *testing.T, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
 	t.Helper()
-	srv, tr := mcptest.InMemory(t)
-	set := tools.New([]tools.ServerConfig{{Name: "t", Transport: tr, Approve: approve}}, quiet)
-	set.Start(context.Background())
-	t.Cleanup(set.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := set.WaitListed(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	srv, set := tooltest.Server(t, tools.ServerConfig{Approve: approve})
 	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := sessions.New(db, &toolAgent{calls: calls}, sessions.Options{Logger: quiet, Tools: tools.Offer{Set: set},
+	mgr := sessions.New(db, tooltest.Asking(calls...), sessions.Options{Logger: quiet, Tools: tools.Offer{Set: set},
 		Policies: map[string]sessions.Policy{Channel: {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}})
 	return serveEnv(t, db, mgr, WSOptions{}, false), srv
 }

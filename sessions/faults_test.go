@@ -174,7 +174,7 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 	var toolbox sessions.Toolbox
 	var toolSrv *mcptest.Server
 	if sc.tools {
-		ag = &toolModel{script: once(call("c", "t__counter", map[string]string{"key": "k"}))}
+		ag = &toolModel{Script: once(call("c", "t__counter", map[string]string{"key": "k"}))}
 		toolSrv, toolbox = faultTools(t)
 	}
 	var logs syncBuffer

@@ -2,7 +2,6 @@ package sessions_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -21,90 +21,17 @@ import (
 	"github.com/chatgate/chatgate/tools"
 )
 
-// toolModel is a model that asks for tools by a script: given the turn so
-// far, the calls to ask for next (none: it answers, quoting every result
-// it got).
-type toolModel struct {
-	script func(req agent.Request) []agent.ToolCall
-	mu     sync.Mutex
-	reqs   []agent.Request
-	// answered, when set, hears of each answer, by its number (1 the first).
-	answered chan int
-}
+// The model, its scripts and the tool server are tooltest's.
+type toolModel = tooltest.Model
 
-func (*toolModel) Name() string  { return "tool-model" }
-func (*toolModel) Model() string { return "tool-model" }
+var (
+	once = tooltest.Once
+	call = tooltest.Call
+)
 
-func (tm *toolModel) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	tm.mu.Lock()
-	tm.reqs = append(tm.reqs, req)
-	tm.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return agent.Reply{}, err
-	}
-	var calls []agent.ToolCall
-	if !req.NoMoreTools {
-		calls = tm.script(req)
-	}
-	if len(calls) > 0 {
-		return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, ToolCalls: calls}},
-			Usage: agent.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}}, nil
-	}
-	var results []string
-	for _, m := range req.Turn {
-		if m.Role == agent.RoleTool {
-			results = append(results, m.Content)
-		}
-	}
-	text := "answer: " + strings.Join(results, " | ")
-	if onDelta != nil {
-		onDelta(text)
-	}
-	if tm.answered != nil {
-		tm.answered <- len(tm.requests())
-	}
-	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
-}
-
-func (tm *toolModel) requests() []agent.Request {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return slices.Clone(tm.reqs)
-}
-
-// once asks for the calls in its first round and answers after.
-func once(calls ...agent.ToolCall) func(agent.Request) []agent.ToolCall {
-	return func(req agent.Request) []agent.ToolCall {
-		if len(req.Turn) == 0 {
-			return calls
-		}
-		return nil
-	}
-}
-
-func call(id, name string, args any) agent.ToolCall {
-	b, _ := json.Marshal(args)
-	return agent.ToolCall{ID: id, Name: name, Arguments: string(b)}
-}
-
-// toolServer is an MCP test server (the SDK's in-memory transport) as the
-// tool server "t", with cfg's rules.
 func toolServer(t *testing.T, cfg tools.ServerConfig) (*mcptest.Server, *tools.Set) {
 	t.Helper()
-	srv, tr := mcptest.InMemory(t)
-	cfg.Name, cfg.Transport = "t", tr
-	if cfg.Approve == "" {
-		cfg.Approve = tools.ApproveAuto
-	}
-	set := tools.New([]tools.ServerConfig{cfg}, slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	set.Start(context.Background())
-	t.Cleanup(set.Close)
-	if err := set.WaitListed(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	return srv, set
+	return tooltest.Server(t, cfg)
 }
 
 type toolRig struct {
@@ -138,7 +65,7 @@ func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, 
 
 func newToolRig(t *testing.T, open func() *store.DB, cfg tools.ServerConfig, script func(agent.Request) []agent.ToolCall) *toolRig {
 	srv, set := toolServer(t, cfg)
-	return &toolRig{db: open(), model: &toolModel{script: script}, srv: srv, set: set,
+	return &toolRig{db: open(), model: &toolModel{Script: script}, srv: srv, set: set,
 		events: make(chan sessions.ToolEvent, 64), asks: make(chan sessions.ToolAsk, 8)}
 }
 
@@ -236,7 +163,7 @@ func TestToolCallRunsOnceAndItsResultReachesTheModel(t *testing.T) {
 		}
 		// The next turn's history carries the call with its result.
 		wait(t, r.submit(t, m, "u1", "m2", "again"))
-		reqs := r.model.requests()
+		reqs := r.model.Requests()
 		hist := reqs[len(reqs)-1].History
 		var roles []string
 		for _, h := range hist {
@@ -279,7 +206,7 @@ func TestToolRoundsParallelCallsAndTheirLimit(t *testing.T) {
 		if out.Reply.Text != "answer: 1 | 2 | 3" || r2.srv.Count() != 3 {
 			t.Fatalf("reply = %q after %d runs, want 3 rounds", out.Reply.Text, r2.srv.Count())
 		}
-		reqs := r2.model.requests()
+		reqs := r2.model.Requests()
 		if len(reqs) != 4 || !reqs[3].NoMoreTools || reqs[2].NoMoreTools || len(reqs[3].Tools) == 0 {
 			t.Fatalf("%d model calls; the last should be told to answer without tools", len(reqs))
 		}
@@ -530,7 +457,7 @@ func TestStopCancelsARunningToolCall(t *testing.T) {
 func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
 		r := newToolRig(t, open, tools.ServerConfig{}, once(call("s", "t__slow", map[string]any{"seconds": 0.2})))
-		r.model.answered = make(chan int, 4)
+		r.model.Answered = make(chan int, 4)
 		m := r.manager(t, "a", nil, sessions.Options{})
 		defer m.Shutdown(context.Background())
 		var mu sync.Mutex
@@ -551,7 +478,7 @@ func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
 		}
 		release := storetest.HoldWrites(t, r.db) // the round's results wait
 		select {
-		case <-r.model.answered: // the model answered the results
+		case <-r.model.Answered: // the model answered the results
 		case <-ctx.Done():
 			t.Fatal("the model was not called with the results while they were being stored")
 		}
@@ -633,7 +560,7 @@ func TestANewerMessageCancelsARunningToolCall(t *testing.T) {
 			t.Fatalf("tool calls = %+v", rows)
 		}
 		// The turn that answered both saw the call and its outcome.
-		reqs := r.model.requests()
+		reqs := r.model.Requests()
 		last := reqs[len(reqs)-1]
 		var saw bool
 		for _, msg := range append(append([]agent.Message{}, last.History...), last.Turn...) {

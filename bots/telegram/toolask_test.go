@@ -7,11 +7,9 @@ package telegram
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
@@ -26,41 +25,9 @@ import (
 	"github.com/chatgate/chatgate/tools"
 )
 
-// toolAgent asks for its calls in a turn's first round, then answers
-// "answer: " and every result it got, joined by " | ".
-type toolAgent struct {
-	calls []agent.ToolCall
-	mu    sync.Mutex
-	n     int
-}
-
-func (*toolAgent) Name() string  { return "tool-agent" }
-func (*toolAgent) Model() string { return "tool-agent" }
-
-func (a *toolAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	a.mu.Lock()
-	a.n++
-	a.mu.Unlock()
-	if len(req.Turn) == 0 && !req.NoMoreTools {
-		return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, ToolCalls: a.calls}}}, nil
-	}
-	var results []string
-	for _, m := range req.Turn {
-		if m.Role == agent.RoleTool {
-			results = append(results, m.Content)
-		}
-	}
-	text := "answer: " + strings.Join(results, " | ")
-	if onDelta != nil {
-		onDelta(text)
-	}
-	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}}}, nil
-}
-
 // toolCall is a call of the test server "t"'s tool.
 func toolCall(id, tool string, args any) agent.ToolCall {
-	b, _ := json.Marshal(args)
-	return agent.ToolCall{ID: id, Name: "t" + tools.Separator + tool, Arguments: string(b)}
+	return tooltest.Call(id, "t"+tools.Separator+tool, args)
 }
 
 // toolSetup is a bot whose model asks for calls of the MCP test server
@@ -68,16 +35,8 @@ func toolCall(id, tool string, args any) agent.ToolCall {
 // decide); clock, when set, is the manager's.
 func toolSetup(t *testing.T, clock *clocktest.Clock, opts Options, calls ...agent.ToolCall) (setup, *mcptest.Server) {
 	t.Helper()
-	srv, tr := mcptest.InMemory(t)
-	set := tools.New([]tools.ServerConfig{{Name: "t", Transport: tr, Approve: tools.ApproveAsk}}, quiet)
-	set.Start(context.Background())
-	t.Cleanup(set.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := set.WaitListed(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	return setup{agent: &toolAgent{calls: calls}, opts: opts, policies: queued, manager: func(o *sessions.Options) {
+	srv, set := tooltest.Server(t, tools.ServerConfig{Approve: tools.ApproveAsk})
+	return setup{agent: tooltest.Asking(calls...), opts: opts, policies: queued, manager: func(o *sessions.Options) {
 		o.Tools, o.ApproveTimeout = tools.Offer{Set: set}, 10*time.Minute
 		if clock != nil {
 			o.Now, o.After = clock.Now, clock.After
