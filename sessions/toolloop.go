@@ -368,16 +368,9 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 			if known && rule.Idempotent {
 				return tt.start(ctx, c, rule, c.Token, running)
 			}
-			if err := tt.end(ctx, c, ledger.ToolStarted, c.Token, ledger.ToolUnknown, ToolUnknownText, true, 0); err != nil {
-				if errors.Is(err, ledger.ErrLostClaim) {
-					if err := tt.reread(ctx, c); err != nil {
-						return toolOutcome{err: err}
-					}
-					continue
-				}
-				return toolOutcome{err: err}
+			if again, err := tt.settle(ctx, c, ledger.ToolStarted, c.Token, ledger.ToolUnknown, ToolUnknownText); err != nil || !again {
+				return toolOutcome{result: c.Result, err: err}
 			}
-			return toolOutcome{result: c.Result}
 		case ledger.ToolAllowed:
 			return tt.start(ctx, c, rule, "", running)
 		case ledger.ToolNew, ledger.ToolAsking:
@@ -395,20 +388,24 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 				}
 				continue // decided (or expired): c is reread
 			}
-			if err := tt.end(ctx, c, c.State, "", ledger.ToolDenied, text, true, 0); err != nil {
-				if errors.Is(err, ledger.ErrLostClaim) {
-					if err := tt.reread(ctx, c); err != nil {
-						return toolOutcome{err: err}
-					}
-					continue
-				}
-				return toolOutcome{err: err}
+			if again, err := tt.settle(ctx, c, c.State, "", ledger.ToolDenied, text); err != nil || !again {
+				return toolOutcome{result: c.Result, err: err}
 			}
-			return toolOutcome{result: c.Result}
 		default:
 			return toolOutcome{err: fmt.Errorf("tool call %d in unknown state %q", c.ID, c.State)}
 		}
 	}
+}
+
+// settle settles call c, which never ran here, from state from (and
+// token) with text, an error result. again: another runner moved it
+// meanwhile — c is reread, to look at again.
+func (tt *toolTurn) settle(ctx context.Context, c *ledger.ToolCall, from, token, state, text string) (again bool, err error) {
+	err = tt.end(ctx, c, from, token, state, text, true, 0)
+	if !errors.Is(err, ledger.ErrLostClaim) {
+		return false, err
+	}
+	return true, tt.reread(ctx, c)
 }
 
 // start starts call c under the turn's claim (again, over token again,
