@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
 	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	firstChunk := fs.Duration("llm-first-chunk", 0, "time the streaming model server takes to its first chunk")
+	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	if err := fs.Parse(args); err != nil {
 		return 2

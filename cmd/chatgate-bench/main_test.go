@@ -21,27 +21,39 @@ func TestSummarize(t *testing.T) {
 
 func TestGoals(t *testing.T) {
 	r := &report{
-		Echo:    []loadResult{{Clients: 1, PerSecond: 1000, P99Millis: 1}, {Clients: 50, PerSecond: 4000, P99Millis: 2}, {Clients: 500, PerSecond: 8000, P99Millis: 10}},
-		Gateway: []loadResult{{Clients: 1, PerSecond: 500, P99Millis: 2}, {Clients: 50, PerSecond: 2000, P99Millis: 9}, {Clients: 500, PerSecond: 3000, P99Millis: 40}},
-		RawRows: []rawResult{{Driver: "sqlite", PerSecond: 10000}},
-		Idle:    &idleResult{Connections: 10000, RSSPerConnKiB: 15},
-		Sweeps:  []sweepResult{{Driver: "sqlite", Conversations: 1000000, Seconds: 12}},
-		Locks:   locksResult{HeapMiB10k: 2, HeapMiB1M: 3},
-		FirstDelta: []ttfdResult{{Store: "sqlite", Clients: 1, Gateway: loadResult{Turns: 10}, AddedP50Millis: 0.7},
-			{Store: "sqlite", Clients: 50, Gateway: loadResult{Turns: 10}, AddedP50Millis: 0.1}},
+		Echo:             []loadResult{{Clients: 1, PerSecond: 1000, P99Millis: 1}, {Clients: 50, PerSecond: 4000, P99Millis: 2}, {Clients: 500, PerSecond: 8000, P99Millis: 10}},
+		Gateway:          []loadResult{{Clients: 1, PerSecond: 500, P99Millis: 2}, {Clients: 50, PerSecond: 2000, P99Millis: 9}, {Clients: 500, PerSecond: 3000, P99Millis: 40}},
+		RawRows:          []rawResult{{Driver: "sqlite", PerSecond: 10000}},
+		Idle:             &idleResult{Connections: 10000, RSSPerConnKiB: 15},
+		Sweeps:           []sweepResult{{Driver: "sqlite", Conversations: 1000000, Seconds: 12}},
+		Locks:            locksResult{HeapMiB10k: 2, HeapMiB1M: 3},
+		FirstChunkMillis: 20,
+		FirstDelta: []ttfdResult{{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.7}},
+			{Store: "sqlite", Clients: 50, Direct: loadResult{P50Millis: 30}, Gateway: loadResult{Turns: 10, P50Millis: 30.1}},
+			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.3}},
+			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.5}, Tools: 6},
+			{Store: "postgres", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.2}}},
+		ToolGap: []toolGapResult{{Store: "sqlite", Turns: 200, P50Millis: 0.8}},
 	}
 	met := map[string]bool{}
 	for _, g := range goals(r) {
 		met[g.Name] = g.Met
 	}
 	want := map[string]bool{
-		"turns/s at 500 clients ÷ (B÷2), sqlite":                true,  // 3000 / 5000
-		"turns/s at 500 clients ÷ A":                            true,  // 3000 / 8000
-		"p99 at 50 clients ÷ echo p99":                          false, // 9 / 2
-		"RSS per idle connection (KiB)":                         true,
-		"daily sweep, 1000000 conversations, sqlite (s)":        false,
-		"lock cache: 1M keys − 10k keys (MiB)":                  true,
-		"time to first delta added, 1 client, p50, sqlite (ms)": false, // 0.7
+		"turns/s at 500 clients ÷ A (aim 0.25)":          true,  // 3000 / 8000
+		"p99 at 50 clients ÷ echo p99":                   false, // 9 / 2
+		"RSS per idle connection (KiB)":                  true,
+		"daily sweep, 1000000 conversations, sqlite (s)": false,
+		"lock cache: 1M keys − 10k keys (MiB)":           true,
+		// The first 1-client row of each store: 21.7 / 21, 21.2 / 21.
+		"time to first delta p50, gateway ÷ direct, 1 client, first chunk 20 ms, sqlite":   false,
+		"time to first delta p50, gateway ÷ direct, 1 client, first chunk 20 ms, postgres": true,
+		// Beside the row just before it: 21.5 / 21.3.
+		"time to first delta p50 with tools offered ÷ without, 1 client, sqlite": true,
+		"a tool's result to the next model request, p50, sqlite (ms)":            true,
+	}
+	if len(goals(r)) != len(want) {
+		t.Errorf("%d goals, want %d: %v", len(goals(r)), len(want), met)
 	}
 	for name, w := range want {
 		if got, ok := met[name]; !ok || got != w {
