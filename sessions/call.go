@@ -38,7 +38,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		}
 	}
 	var tt *toolTurn
-	var results *roundStore // the last round's results, being stored (toolloop.go)
+	var results *roundStore // the last round's results, being stored (toolstore.go)
 	if m.opts.Tools != nil {
 		// A turn run before resumes its tool rounds: a round whose calls
 		// are not all answered is finished before the model is called.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/tools"
 )
 
@@ -30,13 +31,13 @@ type Toolbox interface {
 // Tool call statuses, as channels show them (ToolEvent.Status) and the
 // ledger stores them (ledger.ToolCall.State).
 const (
-	ToolAsking    = "asking"    // waiting for the user's decision
-	ToolStarted   = "started"   // running
-	ToolDone      = "done"      // answered
-	ToolFailed    = "failed"    // the tool reported an error, or the call failed or timed out
-	ToolDenied    = "denied"    // the user (or the operator's rule, or the expiry) said no
-	ToolCancelled = "cancelled" // /stop or a newer message cut it
-	ToolUnknown   = "unknown"   // the gateway stopped while it ran; whether it took effect is unknown
+	ToolAsking    = ledger.ToolAsking    // waiting for the user's decision
+	ToolStarted   = ledger.ToolStarted   // running
+	ToolDone      = ledger.ToolDone      // answered
+	ToolFailed    = ledger.ToolFailed    // the tool reported an error, or the call failed or timed out
+	ToolDenied    = ledger.ToolDenied    // the user (or the operator's rule, or the expiry) said no
+	ToolCancelled = ledger.ToolCancelled // /stop or a newer message cut it
+	ToolUnknown   = ledger.ToolUnknown   // the gateway stopped while it ran; whether it took effect is unknown
 	// ToolExpired is what channels are told of an ask nobody answered in
 	// time (stored as denied, decided by ledger.ToolExpiredBy).
 	ToolExpired = "expired"

@@ -63,6 +63,21 @@ func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, 
 	return m
 }
 
+// next is the next start (or another replica): a manager that runs
+// what is claimable, delivering what nobody waits for to delivered.
+func (r *toolRig) next(t *testing.T, replica string) (*sessions.Manager, chan sessions.Delivery) {
+	t.Helper()
+	m := r.manager(t, replica, nil, sessions.Options{})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	delivered := make(chan sessions.Delivery, 4)
+	m.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+		delivered <- d
+		return "", nil
+	})
+	m.StartRescuer()
+	return m, delivered
+}
+
 func newToolRig(t *testing.T, open func() *store.DB, cfg tools.ServerConfig, script func(agent.Request) []agent.ToolCall) *toolRig {
 	srv, set := toolServer(t, cfg)
 	return &toolRig{db: open(), model: &toolModel{Script: script}, srv: srv, set: set,
@@ -277,14 +292,7 @@ func TestToolCallCutByShutdownIsNotRunAgainUnlessIdempotent(t *testing.T) {
 				if len(rows) != 1 || rows[0].State != ledger.ToolStarted {
 					t.Fatalf("after the cut: %+v, want the call started", rows)
 				}
-				b := r.manager(t, "b", nil, sessions.Options{})
-				defer b.Shutdown(context.Background())
-				delivered := make(chan sessions.Delivery, 4)
-				b.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
-					delivered <- d
-					return "", nil
-				})
-				b.StartRescuer()
+				_, delivered := r.next(t, "b")
 				var d sessions.Delivery
 				select {
 				case d = <-delivered:
@@ -394,14 +402,7 @@ func TestToolAskSurvivesARestart(t *testing.T) {
 		if rows := toolCalls(t, r.db); len(rows) != 1 || rows[0].State != ledger.ToolAsking || rows[0].AskRef == "" {
 			t.Fatalf("after the restart: %+v, want the call asking with its ask's reference", rows)
 		}
-		b := r.manager(t, "b", nil, sessions.Options{})
-		defer b.Shutdown(context.Background())
-		delivered := make(chan sessions.Delivery, 4)
-		b.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
-			delivered <- d
-			return "", nil
-		})
-		b.StartRescuer()
+		b, delivered := r.next(t, "b")
 		again := <-r.asks
 		if again.Call.ID != first.Call.ID {
 			t.Fatalf("asked again about call %d, want %d", again.Call.ID, first.Call.ID)

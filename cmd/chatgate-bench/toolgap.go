@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -23,7 +22,7 @@ import (
 // the moment the MCP client has the result (the call returns, in this
 // process) to the moment the model server receives the next request. In
 // between: the result kept, the request built and sent; the round's
-// store overlaps the model call (sessions/toolloop.go, roundStore).
+// store overlaps the model call (sessions/toolstore.go, roundStore).
 type toolGapResult struct {
 	Store     string  `json:"store"`
 	Turns     int     `json:"turns"`
@@ -144,22 +143,16 @@ func toolCallingLLM(arrived func(time.Time)) (string, func(), error) {
 		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
 			arrived(at)
 			for _, part := range []string{"Stamped", " and done."} {
-				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", part)
+				sseChunk(w, contentDelta(part), "")
 				flush()
 			}
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+			sseChunk(w, "{}", "stop")
 		} else {
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"demo__stamp\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n")
-			fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n")
+			sseChunk(w, `{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"demo__stamp","arguments":"{}"}}]}`, "")
+			sseChunk(w, "{}", "tool_calls")
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 		flush()
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String() + "/v1", func() { srv.Close() }, nil
+	return serveModel(h)
 }

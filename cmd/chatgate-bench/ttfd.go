@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
@@ -46,9 +47,6 @@ const ttfdMaxHistory = 20
 // after firstChunk (at once when 0), then four more and the usage, each
 // flushed on its own, as a model server streams tokens.
 func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err error) {
-	chunk := func(w io.Writer, content string) {
-		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":null}]}\n\n", content)
-	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -64,14 +62,20 @@ func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err er
 			}
 		}
 		for _, part := range []string{"Hello", ", this", " is", " a streamed", " answer."} {
-			chunk(w, part)
+			sseChunk(w, contentDelta(part), "")
 			flush()
 		}
-		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+		sseChunk(w, "{}", "stop")
 		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
 		fmt.Fprint(w, "data: [DONE]\n\n")
 		flush()
 	})
+	return serveModel(h)
+}
+
+// serveModel serves a model server's handler on loopback and returns its
+// base URL (…/v1) and how to stop it.
+func serveModel(h http.Handler) (baseURL string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -80,6 +84,19 @@ func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err er
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String() + "/v1", func() { srv.Close() }, nil
 }
+
+// sseChunk writes one server-sent chat.completion.chunk with delta (its
+// JSON) and finish ("" while the answer goes on).
+func sseChunk(w io.Writer, delta, finish string) {
+	fin := "null"
+	if finish != "" {
+		fin = strconv.Quote(finish)
+	}
+	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", delta, fin)
+}
+
+// contentDelta is the delta of a piece of the answer's text.
+func contentDelta(text string) string { return fmt.Sprintf(`{"role":"assistant","content":%q}`, text) }
 
 // benchOpenAI is the OpenAI backend as the gateway builds it from a
 // bot.yaml with defaults (streaming, 2 retries, the library's HTTP
