@@ -68,6 +68,9 @@ type Agent struct {
 	Instructions string `yaml:"instructions"`
 	OpenAI       OpenAI `yaml:"openai"`
 	Tools        Tools  `yaml:"tools"`
+	// Models are the models a chat may choose (/model, the WebSocket
+	// model frame); none: every chat uses agent.openai.model.
+	Models []Model `yaml:"models"`
 }
 
 // Tools are the MCP servers whose tools the model may call, and the
@@ -173,6 +176,9 @@ type OpenAI struct {
 	Stream               *bool    `yaml:"stream"`
 	PricePer1KPrompt     float64  `yaml:"price_per_1k_prompt"`
 	PricePer1KCompletion float64  `yaml:"price_per_1k_completion"`
+	// ContextTokens is the context window of Model, for /status (0:
+	// unknown).
+	ContextTokens int `yaml:"context_tokens"`
 	// Vision: the model reads images; users' pictures are sent to it.
 	Vision bool `yaml:"vision"`
 	// TranscriptionModel turns voice on: Telegram voice notes and audio

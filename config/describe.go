@@ -68,6 +68,7 @@ func (c *Config) Describe(w io.Writer) {
 		}
 	}
 	c.describeAgent(tw)
+	c.describeModels(tw)
 	c.describeTools(tw)
 	c.describeSecurity(tw)
 	tw.Flush()

@@ -193,6 +193,7 @@ func (c *Config) Validate() Errors {
 	}
 	errs = append(errs, c.validateAudio()...)
 	errs = append(errs, c.validateTools()...)
+	errs = append(errs, c.validateModels()...)
 
 	errs = append(errs, c.validateSession("session", c.Session)...)
 	if c.Locks.MaxEntries < 0 {
