@@ -72,6 +72,18 @@ type Request struct {
 	// that streams (agent.openai.stream): a call nobody watches (a
 	// summary) has no use for the parts.
 	Unstreamed bool
+	// Model, when set, is the model this call asks for in place of the
+	// backend's own (a chat's choice among agent.models), with what its
+	// tokens cost.
+	Model *ModelSpec
+}
+
+// ModelSpec is a model a request asks for: its id as the API knows it,
+// and its prices per 1,000 tokens, for the reply's cost.
+type ModelSpec struct {
+	ID                   string
+	PricePer1KPrompt     float64
+	PricePer1KCompletion float64
 }
 
 // InputMessages are the turn's new user messages, oldest first, with

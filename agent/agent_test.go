@@ -237,3 +237,36 @@ func TestOpenAICancelStopsStream(t *testing.T) {
 		t.Fatalf("partial reply = %q", r.Text())
 	}
 }
+
+// A request's Model replaces the backend's model in the request and its
+// prices in the reply's cost, streamed or not.
+func TestOpenAIRequestModel(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
+			s := &chatServer{t: t, got: make(chan map[string]any, 2)}
+			o := newOpenAI(t, s, stream, 0)
+			r, err := o.Reply(context.Background(), Request{Input: "hi",
+				Model: &ModelSpec{ID: "big-1", PricePer1KPrompt: 10, PricePer1KCompletion: 30}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body := <-s.got; body["model"] != "big-1" {
+				t.Fatalf("model sent = %v, want big-1", body["model"])
+			}
+			if want := 12*10.0/1000 + 3*30.0/1000; r.Cost != want {
+				t.Fatalf("cost = %v, want %v (the chosen model's prices)", r.Cost, want)
+			}
+			// Without one: the backend's own model and prices.
+			r, err = o.Reply(context.Background(), Request{Input: "hi"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body := <-s.got; body["model"] != "m-1" {
+				t.Fatalf("model sent = %v, want m-1", body["model"])
+			}
+			if want := 12*0.5/1000 + 3*2.0/1000; r.Cost != want {
+				t.Fatalf("cost = %v, want %v", r.Cost, want)
+			}
+		})
+	}
+}

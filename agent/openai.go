@@ -70,8 +70,12 @@ func (o *OpenAI) ReadsImages() bool { return o.cfg.Vision }
 
 // Reply implements Agent.
 func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error) {
+	spec := ModelSpec{ID: o.cfg.Model, PricePer1KPrompt: o.cfg.PricePer1KPrompt, PricePer1KCompletion: o.cfg.PricePer1KCompletion}
+	if req.Model != nil {
+		spec = *req.Model
+	}
 	params := openai.ChatCompletionNewParams{
-		Model:    o.cfg.Model,
+		Model:    spec.ID,
 		Messages: toParams(req, o.cfg.Vision),
 		Tools:    toolParams(req.Tools),
 	}
@@ -102,7 +106,7 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 			}
 		}
 		if err := stream.Err(); err != nil {
-			return Reply{Messages: partialMessages(partial.String()), Model: o.cfg.Model}, o.wrap(err)
+			return Reply{Messages: partialMessages(partial.String()), Model: spec.ID}, o.wrap(err)
 		}
 		if len(acc.Choices) == 0 {
 			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
@@ -124,7 +128,7 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 		}
 	}
 	if model == "" {
-		model = o.cfg.Model
+		model = spec.ID
 	}
 	total := usage.TotalTokens
 	if total == 0 {
@@ -133,7 +137,7 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 	return Reply{
 		Messages: []Message{{Role: RoleAssistant, Content: text, ToolCalls: calls}},
 		Usage:    Usage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, TotalTokens: total},
-		Cost:     float64(usage.PromptTokens)/1000*o.cfg.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*o.cfg.PricePer1KCompletion,
+		Cost:     float64(usage.PromptTokens)/1000*spec.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*spec.PricePer1KCompletion,
 		Model:    model,
 	}, nil
 }

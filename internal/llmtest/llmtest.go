@@ -70,6 +70,8 @@ func (m Message) Images() []string {
 
 // Request is one chat-completions request as the server read it.
 type Request struct {
+	// Model is the model id the request asks for.
+	Model    string
 	Messages []Message
 	Tools    []string // the names of the function tools offered
 	// ToolChoice is "none", "auto" or "required" as sent, the raw JSON of
@@ -231,6 +233,7 @@ type wireToolCall struct {
 // message answers.
 func parseRequest(data []byte) (Request, bool, error) {
 	var body struct {
+		Model    string `json:"model"`
 		Messages []struct {
 			Role       string          `json:"role"`
 			Content    json.RawMessage `json:"content"`
@@ -252,7 +255,7 @@ func parseRequest(data []byte) (Request, bool, error) {
 	if err := json.Unmarshal(data, &body); err != nil {
 		return Request{}, false, fmt.Errorf("bad JSON: %v", err)
 	}
-	req := Request{Stream: body.Stream, Raw: string(data)}
+	req := Request{Model: body.Model, Stream: body.Stream, Raw: string(data)}
 	for _, t := range body.Tools {
 		req.Tools = append(req.Tools, t.Function.Name)
 	}
