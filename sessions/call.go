@@ -17,13 +17,13 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// callFor calls the agent for a batch — the history before its lead
-// without the batch's own messages, then each of them as a user message
-// — and returns what to store: the reply, a failure notice, or the
+// callFor calls the agent for a batch, on model — the history before its
+// lead without the batch's own messages, then each of them as a user
+// message — and returns what to store: the reply, a failure notice, or the
 // partial reply of an interrupted turn, and the turn's state after it.
 // With early, the call was made already (its deltas went to the lead's
 // hooks since its ack): its answer is taken instead.
-func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch, hist []agent.Message, in Inbound, h Hooks, early *earlyCall) ([]ledger.Message, agent.Reply, string) {
+func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch, hist []agent.Message, model *agent.ModelSpec, in Inbound, h Hooks, early *earlyCall) ([]ledger.Message, agent.Reply, string) {
 	lead := b.Lead()
 	var partial strings.Builder
 	var reply agent.Reply
@@ -62,7 +62,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 			reply, err, text = early.result()
 			partial.WriteString(text)
 		} else {
-			req := m.request(b.Rows, hist, in, live.instructions)
+			req := m.request(b.Rows, hist, in, live.instructions, model)
 			if early != nil {
 				req.History = early.history
 			}
@@ -165,10 +165,11 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 
 // request is the agent request of a turn answering rows after hist — the
 // history before its lead without its own messages (historyFor of
-// priorOf), then each of them as a user message.
+// priorOf), then each of them as a user message — on model (nil: the
+// agent's own; models.go).
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
-func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string) agent.Request {
+func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string, model *agent.ModelSpec) agent.Request {
 	texts := make([]string, len(rows))
 	atts := make([][]agent.Attachment, len(rows))
 	for i, r := range rows {
@@ -183,6 +184,7 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 		Input:            texts[len(texts)-1],
 		InputAttachments: atts,
 		Tools:            m.offered(in),
+		Model:            model,
 	}
 }
 

@@ -44,9 +44,10 @@ type earlyCall struct {
 	done     chan struct{} // the agent returned
 	reply    agent.Reply
 	err      error
-	// history is the request's history, for the turn's later tool
+	// history and model are the request's, for the turn's later tool
 	// rounds.
 	history []agent.Message
+	model   *agent.ModelSpec
 
 	mu       sync.Mutex
 	partial  strings.Builder // every delta, for an interrupted turn's partial reply
@@ -74,7 +75,7 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	tctx, endTrace := m.traceTurn(m.base, in)
 	ctx, end := m.startTurn(key)
 	ctx = withTurn(tctx, ctx)
-	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History}
+	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	go func() {
 		defer close(e.done)
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock

@@ -3,6 +3,7 @@ package sessions
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/robfig/cron/v3"
 
@@ -18,6 +19,11 @@ type liveSettings struct {
 	instructions string
 	agent        agent.Agent
 	compactor    agent.Agent // writes summaries; nil: agent does
+	// models are the models a key may choose (models.go), and
+	// contextTokens the context window of the agent's own model (0:
+	// unknown). They follow the agent.
+	models        []Model
+	contextTokens int
 }
 
 // settings returns the settings in force now.
@@ -36,6 +42,10 @@ type Settings struct {
 	// Compactor writes the summaries of compaction (a model of its own);
 	// nil: Agent does. Both stay as they are when Agent is nil.
 	Compactor agent.Agent
+	// Models and ContextTokens replace Options' with Agent (and stay
+	// as they are when Agent is nil).
+	Models        []Model
+	ContextTokens int
 }
 
 // Reconfigure applies new policies, instructions and agent to the turns
@@ -43,12 +53,14 @@ type Settings struct {
 // with. The daily and idle sweeps are rescheduled for the new policies.
 func (m *Manager) Reconfigure(s Settings) error {
 	old := m.settings()
-	next := &liveSettings{policies: maps.Clone(s.Policies), def: old.def, instructions: s.Instructions, agent: s.Agent, compactor: s.Compactor}
+	next := &liveSettings{policies: maps.Clone(s.Policies), def: old.def, instructions: s.Instructions, agent: s.Agent, compactor: s.Compactor,
+		models: slices.Clone(s.Models), contextTokens: s.ContextTokens}
 	if next.policies == nil {
 		next.policies = map[string]Policy{}
 	}
 	if next.agent == nil {
 		next.agent, next.compactor = old.agent, old.compactor
+		next.models, next.contextTokens = old.models, old.contextTokens
 	}
 	m.live.Store(next)
 	return m.reschedule()

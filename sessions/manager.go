@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,6 +255,11 @@ type Options struct {
 	// ApproveTimeout: an asked call nobody decides within it counts as
 	// denied (default DefaultApproveTimeout).
 	ApproveTimeout time.Duration
+	// Models are the models a session key may choose (agent.models;
+	// none: no choice, models.go); ContextTokens is the context window of
+	// the agent's own model, for Status (0: unknown).
+	Models        []Model
+	ContextTokens int
 }
 
 // DefaultInterruptGrace is Options.InterruptGrace's default.
@@ -319,6 +325,8 @@ type Manager struct {
 	// the turns waiting for a decision (toolask.go).
 	askers    map[string]toolAsker
 	toolWaits map[int64]chan struct{}
+	// choices caches the models keys chose (models.go).
+	choices *modelChoices
 }
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown
@@ -380,7 +388,8 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		opts.CacheBytes = DefaultCacheBytes
 	}
 	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
-	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag, compactor: opts.Compactor}
+	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag, compactor: opts.Compactor,
+		models: slices.Clone(opts.Models), contextTokens: opts.ContextTokens}
 	base, cancel := context.WithCancelCause(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	m := &Manager{
@@ -393,7 +402,8 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		compacting: map[string]bool{}, peersKnown: make(chan struct{}),
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
-		tracer: newTracer(opts.TracerProvider),
+		tracer:  newTracer(opts.TracerProvider),
+		choices: newModelChoices(),
 	}
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)

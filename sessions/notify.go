@@ -102,7 +102,9 @@ func (m *Manager) listenEvents() {
 func (m *Manager) onEvent(ev ledger.Event) {
 	if ev.Missed {
 		// A turn may have become claimable meanwhile, and replies may
-		// have been stored for clients connected here.
+		// have been stored for clients connected here; a key may have
+		// chosen another model.
+		m.choices.forget("")
 		m.Wake()
 		m.replyListeners(ReplyEvent{Missed: true})
 		return
@@ -113,6 +115,10 @@ func (m *Manager) onEvent(ev ledger.Event) {
 	m.setPeers(true)
 	if ev.Kind == ledger.EventHello || ev.Kind == ledger.EventWant {
 		return // (a want is the store's: store/leasekeep.go)
+	}
+	if ev.Kind == ledger.EventModel {
+		m.choices.forget(ev.Key) // read again at the key's next turn
+		return
 	}
 	// Another replica changed the key's conversation: the cached copy
 	// would fail its next append and be reloaded anyway.

@@ -92,6 +92,12 @@ type Store interface {
 	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
 	IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]ledger.Conversation, error)
 	DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error)
+	// The models keys chose (store/modelsql.go), and the lines of a
+	// conversation, for /status.
+	ModelChoice(ctx context.Context, key string) (string, error)
+	SetModelChoice(ctx context.Context, key, name string, at time.Time) error
+	PurgeModelChoices(ctx context.Context, cutoff time.Time) (int64, error)
+	MessageCount(ctx context.Context, convID string) (int64, error)
 	Close() error
 }
 

@@ -131,8 +131,9 @@ func (m *Manager) retention(ctx context.Context) (int64, error) {
 
 // RunRetention runs the retention purge once: archived conversations past
 // storage.retention_days, guests' conversations idle that long, then the
-// channel_states rows nobody can use any more. It returns how many
-// conversations and state rows it deleted.
+// channel_states rows nobody can use any more and the choices of model of
+// keys left with no conversation. It returns how many conversations and
+// state rows (choices among them) it deleted.
 func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err error) {
 	convs, err = m.Purge(ctx)
 	if err != nil {
@@ -144,5 +145,14 @@ func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err er
 		return convs, 0, err
 	}
 	states, err = m.PurgeStates(ctx)
-	return convs, states, err
+	if err != nil || m.opts.RetentionDays <= 0 {
+		return convs, states, err
+	}
+	// A choice stays as long as its key has a conversation; without one,
+	// for the retention period after it was made.
+	c, err := m.store.PurgeModelChoices(ctx, m.now().AddDate(0, 0, -m.opts.RetentionDays))
+	if c > 0 {
+		m.choices.forget("")
+	}
+	return convs, states + c, err
 }

@@ -244,10 +244,15 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	var early *earlyCall
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
-		// call starts now, from the history before it (early.go).
+		// call starts now, from the history before it (early.go), on the
+		// key's model.
+		model, err := m.modelSpec(ctx, in.SessionKey)
+		if err != nil {
+			return err
+		}
 		live := m.settings() // the turn's settings, as callFor takes them
 		early = m.startEarly(in, hc.conv.Channel, live.agent,
-			m.request(rows, historyFor(priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy), in, live.instructions))
+			m.request(rows, historyFor(priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy), in, live.instructions, model))
 	}
 	batch := []ledger.Message{um}
 	endStore := m.startSpan(ctx, "store")

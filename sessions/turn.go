@@ -62,9 +62,10 @@ type turnRun struct {
 	now     time.Time
 	b       *ledger.Batch
 	hc      *hotConv
-	hist    []agent.Message // the history the model sees (nil with an early call, which built its own)
-	tickets []*Ticket       // the local tickets of the batch's messages
-	lead    *Ticket         // the one that carries the reply, when here
+	hist    []agent.Message  // the history the model sees (nil with an early call, which built its own)
+	model   *agent.ModelSpec // the model the turn asks for (nil: the agent's own)
+	tickets []*Ticket        // the local tickets of the batch's messages
+	lead    *Ticket          // the one that carries the reply, when here
 }
 
 // claimTurn is the claim: under the key's state lock, the batch of
@@ -81,6 +82,12 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	}
 	hc, err := m.hotFor(ctx, in, conv)
 	if err != nil {
+		release()
+		return nil, err
+	}
+	if early != nil {
+		t.model = early.model
+	} else if t.model, err = m.modelSpec(ctx, key); err != nil {
 		release()
 		return nil, err
 	}
@@ -188,7 +195,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
 	}
 	turnCtx = withTurn(ctx, turnCtx)
-	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.in, hooks, t.early)
+	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
 	endTurn()
 	return ledger.TurnRunning, msgs, reply, state
 }

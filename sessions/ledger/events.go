@@ -8,6 +8,9 @@ const (
 	// EventWant asks the replica holding a key's session lease to give it
 	// back (the store's kept leases).
 	EventWant = "want"
+	// EventModel tells that a session key chose another model: its
+	// receivers read the choice again.
+	EventModel = "model"
 )
 
 // Event is what replicas sharing a database tell each other: that a

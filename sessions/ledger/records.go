@@ -169,3 +169,12 @@ type Leader struct {
 	Holder    string    `gorm:"size:64;not null"`
 	ExpiresAt time.Time `gorm:"not null"`
 }
+
+// ModelChoice is the model a session key chose among agent.models
+// (Telegram's /model, the WebSocket model frame), by its name. It belongs
+// to the key, not to a conversation: resets keep it.
+type ModelChoice struct {
+	SessionKey string    `gorm:"primaryKey;size:255"`
+	Name       string    `gorm:"size:64;not null"`
+	UpdatedAt  time.Time `gorm:"not null"`
+}

@@ -262,3 +262,17 @@ func (s *DB) EditPending(ctx context.Context, convID string, seq int64, text str
 		return edited, nil
 	})
 }
+
+// MessageCount counts the lines of a conversation a user sees: their
+// messages and the assistant's answers (not its tool calls, the tools'
+// results or summaries).
+func (s *DB) MessageCount(ctx context.Context, convID string) (int64, error) {
+	var n int64
+	err := s.read.WithContext(ctx).Model(&ledger.Message{}).
+		Where("conversation_id = ? AND (role = 'user' OR (role = 'assistant' AND (tool_calls IS NULL OR tool_calls = '')))", convID).
+		Count(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count the messages of %s: %w", convID, err)
+	}
+	return n, nil
+}
