@@ -216,6 +216,8 @@ type Session struct {
 	// Tools names the agent.tools.servers a channel's turns are offered
 	// (unset: every configured server; an empty list: none).
 	Tools *[]string `yaml:"tools"`
+	// Limits are the users' budgets (limits.go).
+	Limits Limits `yaml:"limits"`
 }
 
 // Compaction summarises what falls out of the history window. Enabled,

@@ -66,6 +66,7 @@ func (c *Config) Describe(w io.Writer) {
 		if len(c.Agent.Tools.Servers) > 0 || p.ToolServers.From != "all configured (default)" {
 			fmt.Fprintf(tw, "  tools\t%s\t%s\n", serverList(p.ToolServers.V), p.ToolServers.From)
 		}
+		describeBudget(tw, p)
 	}
 	c.describeAgent(tw)
 	c.describeModels(tw)

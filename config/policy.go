@@ -49,6 +49,11 @@ type Policy struct {
 	// ToolServers names the agent.tools.servers this channel's turns are
 	// offered, in order; a server's users allowlist narrows it per user.
 	ToolServers Value[[]string]
+
+	// Budget is what a user of the channel may spend with the model;
+	// UserBudgets the users with budgets of their own (limits.go).
+	Budget      Budget
+	UserBudgets map[string]Budget
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -164,6 +169,8 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	if p.ToolServers.From == "default" {
 		p.ToolServers.From = "all configured (default)"
 	}
+	p.Budget = c.budget(base, s)
+	p.UserBudgets = c.userBudgets(base, s, p.Budget)
 	return p
 }
 

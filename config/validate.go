@@ -387,6 +387,7 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	if s.MaxHistory != nil && *s.MaxHistory < 0 {
 		bad("max_history", "must be 0 or more, got %d", *s.MaxHistory)
 	}
+	errs = append(errs, c.validateLimits(path+".limits", s.Limits)...)
 	if path != "session" && s.CacheBytes != 0 {
 		bad("cache_bytes", "is a setting of the top-level session only")
 	}

@@ -21,8 +21,9 @@ type Metrics struct {
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
 	rateLimited *prometheus.CounterVec
-	ops         *opsMetrics  // metrics_ops.go
-	tools       *toolMetrics // metrics_tools.go
+	ops         *opsMetrics   // metrics_ops.go
+	tools       *toolMetrics  // metrics_tools.go
+	usage       *usageMetrics // metrics_usage.go
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -72,6 +73,7 @@ func NewMetrics() *Metrics {
 		m.turns, m.turnSeconds, m.resets, m.passes, m.recovered, m.turnMsgs, m.turnWait, m.rateLimited)
 	m.ops = newOpsMetrics(m.reg)
 	m.tools = newToolMetrics(m.reg)
+	m.usage = newUsageMetrics(m.reg)
 	return m
 }
 

@@ -203,7 +203,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	}
 	row := ledger.Message{ConversationID: conv, Role: RoleSummary, Content: text, ReplyTo: upTo, Status: ledger.MsgOK, CreatedAt: m.now(),
 		PromptTokens: reply.Usage.PromptTokens, CompletionTkns: reply.Usage.CompletionTokens, Cost: reply.Cost}
-	if err := m.storeSummary(ctx, in, conv, row, reply.Usage.TotalTokens); err != nil {
+	if err := m.storeSummary(ctx, in, conv, row, reply.Usage.TotalTokens, reply.Model); err != nil {
 		return 0, err
 	}
 	return len(fold), nil
@@ -229,7 +229,7 @@ func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]le
 // a summary covering as much is there already (another replica's). The
 // append leaves the conversation's activity time as it was: a summary is
 // no activity of the user's.
-func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row ledger.Message, tokens int64) error {
+func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row ledger.Message, tokens int64, model string) error {
 	key := in.SessionKey
 	for range 3 {
 		release, err := m.lockState(ctx, key, false)
@@ -247,7 +247,8 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 		}
 		row.Seq = hc.conv.LastSeq + 1
 		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
-			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost})
+			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
+			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0)})
 		if err == nil {
 			hc.push(row)
 			m.hot.Update(key, hc)

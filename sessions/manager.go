@@ -70,6 +70,8 @@ type Policy struct {
 	Reset            ResetPolicy
 	Busy             BusyPolicy
 	Compaction       CompactionPolicy
+	// Budget is what each user may spend with the model (usage.go).
+	Budget BudgetPolicy
 }
 
 // ResetEvent tells that a conversation was archived and why.
@@ -166,6 +168,12 @@ type Observer interface {
 	// having waited that long (debounce, and the turn before it) since
 	// the first of them was stored.
 	TurnStarted(channel string, messages int, wait time.Duration)
+	// Spent: an append that stored what model calls spent landed (its
+	// tally with it: usage.go).
+	Spent(channel, model string, promptTokens, completionTokens int64, cost float64)
+	// BudgetRefused: a turn was answered with BudgetText, its user over
+	// budget (tokens_per_day, cost_per_day or cost_per_month).
+	BudgetRefused(channel, budget string)
 }
 
 type noObserver struct{}
@@ -174,6 +182,8 @@ func (noObserver) TurnDone(string, string, time.Duration) {}
 func (noObserver) ResetDone(string, string, int)          {}
 func (noObserver) RecoveryPass(int, int)                  {}
 func (noObserver) TurnStarted(string, int, time.Duration) {}
+func (noObserver) Spent(string, string, int64, int64, float64) {}
+func (noObserver) BudgetRefused(string, string)             {}
 
 // Options configures a Manager.
 type Options struct {
@@ -276,6 +286,7 @@ type Manager struct {
 	log     *slog.Logger
 	tracer  trace.Tracer // nil: tracing off
 	hot     *hotCache
+	days    dayKeys // usage.go
 	cron    *cron.Cron
 	cronIDs map[string]cron.EntryID
 	cronMu  sync.Mutex                   // guards cron and cronIDs against a reload's reschedule

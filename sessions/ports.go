@@ -71,6 +71,9 @@ type Store interface {
 	Ledger
 	Observed
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
+	// UserUsage is a user's tallied spend on day and in its month from
+	// monthStart (days as YYYY-MM-DD; store/usagesql.go).
+	UserUsage(ctx context.Context, user, day, monthStart string) (today, month ledger.UsageTotals, err error)
 	// LastArchived and Reopen take a key back to its previous
 	// conversation (store/reopen.go).
 	LastArchived(ctx context.Context, key string) (*ledger.Conversation, error)

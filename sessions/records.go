@@ -40,6 +40,8 @@ const (
 	InterruptedByUser          = ledger.InterruptedByUser
 	InterruptedByMessage       = ledger.InterruptedByMessage
 	InterruptedByShutdownFinal = ledger.InterruptedByShutdownFinal
+	// OverBudgetPrefix starts the error of a budget reply (usage.go).
+	OverBudgetPrefix = ledger.OverBudgetPrefix
 )
 
 // RoleSummary is the role of a summary row.

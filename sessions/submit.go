@@ -232,7 +232,9 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Quote: boundQuote(in.Quote), Status: ledger.MsgOK, CreatedAt: now,
 		TurnState: ledger.TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
-	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc)
+	// A user with a budget is not called early: their tally is read
+	// first, when the turn runs (usage.go).
+	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any()
 	if solo {
 		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
 	}

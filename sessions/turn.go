@@ -183,6 +183,14 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 		return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
 			Error: ledger.InterruptedByUser, CreatedAt: t.now}}, agent.Reply{}, ledger.TurnAnswered
 	}
+	if t.early == nil {
+		// (A turn started early had no budget to check: submit.go.)
+		if s := m.overBudget(ctx, t.in, t.policy); s != nil {
+			m.opts.Observer.BudgetRefused(t.in.Channel, s.Over())
+			return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: BudgetText(*s, t.now),
+				ReplyTo: lead, Status: ledger.MsgFailed, Error: OverBudgetPrefix + s.Over(), CreatedAt: t.now}}, agent.Reply{}, ledger.TurnFailed
+		}
+	}
 	var hooks Hooks
 	if t.lead != nil {
 		hooks = t.lead.hooks
@@ -393,8 +401,12 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 			for i := range msgs {
 				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 			}
+			var turns int64
+			if release == nil && msgs[len(msgs)-1].Status == ledger.MsgOK {
+				turns = 1
+			}
 			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Answers: answers, Settle: release})
+				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.usageFor(&hc.conv, msgs, model, now, turns)})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)

@@ -45,6 +45,10 @@ func (w watcher) After(ctx context.Context, c store.Call, err error) error {
 		return err // the caller gave up; the database said nothing
 	}
 	w.m.health.observe(err, time.Now())
+	if err == nil && c.Append != nil && c.Append.Usage != nil {
+		u := c.Append.Usage
+		w.m.opts.Observer.Spent(u.Channel, u.Model, u.PromptTokens, u.CompletionTokens, u.Cost)
+	}
 	if err != nil && c.Conv != "" && !definite(err) {
 		w.m.owe(c.Conv)
 	}

@@ -48,9 +48,25 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 				KeepLast: p.CompactionKeepLast.V,
 				Prompt:   p.CompactionPrompt.V,
 			},
+			Budget: budgets(p),
 		}
 	}
 	return out
+}
+
+// budgets is a channel's budgets as the session manager takes them.
+func budgets(p config.Policy) sessions.BudgetPolicy {
+	of := func(b config.Budget) sessions.Budget {
+		return sessions.Budget{TokensPerDay: b.TokensPerDay.V, CostPerDay: b.CostPerDay.V, CostPerMonth: b.CostPerMonth.V}
+	}
+	bp := sessions.BudgetPolicy{Default: of(p.Budget)}
+	if len(p.UserBudgets) > 0 {
+		bp.Users = make(map[string]sessions.Budget, len(p.UserBudgets))
+		for u, b := range p.UserBudgets {
+			bp.Users[u] = of(b)
+		}
+	}
+	return bp
 }
 
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*store.DB, error) {

@@ -62,6 +62,10 @@ func AnsweredSQL(row string) string { return fmt.Sprintf(finalReplyOf, row) }
 // run.
 const NotRunPrefix = "not run:"
 
+// OverBudgetPrefix starts the error of the reply stored for a turn whose
+// user was over budget; the budget follows it.
+const OverBudgetPrefix = "over budget: "
+
 // AnswerRow is a user message a final reply may close: its conversation
 // and seq, and the reply's lead (reply_to) and seq.
 type AnswerRow struct {

@@ -72,7 +72,7 @@ func appendAll(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 			return ledger.ErrLostClaim
 		}
 	}
-	return nil
+	return tallyUsage(tx, st, ops)
 }
 
 // updateConversations builds the guarded UPDATE of the appends'

@@ -129,6 +129,12 @@ type pgPipe struct {
 func (p *pgPipe) run(ops []*writeOp) error {
 	b := &pgx.Batch{}
 	queueAppends(b, ops)
+	// The tallies come last, all in one statement in key order: every
+	// transaction takes their locks after its conversations', in the same
+	// order.
+	if rows := ledger.UsageRows(usageOf(ops)); len(rows) > 0 {
+		b.Queue(pgTallyUsage, pgUsageArgs(rows)...)
+	}
 	ctx := context.Background()
 	conn, err := p.db.Conn(ctx)
 	if err != nil {

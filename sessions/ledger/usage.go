@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// Usage is what the model calls of one append spent: its replies' tokens
+// and cost, tallied for its user, day and model (UsageDay) in the
+// transaction that stores them, so that the tallies are always the sum of
+// the stored messages.
+type Usage struct {
+	User    string // UsageUser of the conversation's session key
+	Day     string // UsageDayKey in the budget's time zone
+	Model   string
+	Channel string
+
+	PromptTokens, CompletionTokens int64
+	Cost                           float64
+	// Turns counts the turns the append answers: 1 for a final reply, 0
+	// for a tool round or a summary.
+	Turns int64
+}
+
+// UsageDay is one row of the tallies: a user's spend with one model on
+// one day.
+type UsageDay struct {
+	UserKey          string  `gorm:"primaryKey;size:255" json:"user"`
+	Day              string  `gorm:"primaryKey;size:10;index:ix_usage_days_day" json:"day"`
+	Model            string  `gorm:"primaryKey;size:128" json:"model"`
+	Channel          string  `gorm:"size:32;not null" json:"channel"`
+	PromptTokens     int64   `gorm:"not null;default:0" json:"prompt_tokens"`
+	CompletionTokens int64   `gorm:"not null;default:0" json:"completion_tokens"`
+	Cost             float64 `gorm:"not null;default:0" json:"cost"`
+	Turns            int64   `gorm:"not null;default:0" json:"turns"`
+}
+
+// UsageTotals is a sum of tallies.
+type UsageTotals struct {
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	Cost             float64 `json:"cost"`
+	Turns            int64   `json:"turns"`
+}
+
+// Tokens is the prompt and completion tokens together.
+func (t UsageTotals) Tokens() int64 { return t.PromptTokens + t.CompletionTokens }
+
+// Add adds u's spend to t.
+func (t *UsageTotals) Add(u UsageTotals) {
+	t.PromptTokens += u.PromptTokens
+	t.CompletionTokens += u.CompletionTokens
+	t.Cost += u.Cost
+	t.Turns += u.Turns
+}
+
+// UsageUser is the user a session key's spend is tallied for: the key
+// itself, without a Telegram topic (a user's topics share their budget).
+func UsageUser(sessionKey string) string {
+	if i := strings.Index(sessionKey, ":topic:"); i >= 0 {
+		return sessionKey[:i]
+	}
+	return sessionKey
+}
+
+// UsageDayKey is the day of t in loc as the tallies name it, YYYY-MM-DD.
+func UsageDayKey(t time.Time, loc *time.Location) string { return t.In(loc).Format(time.DateOnly) }
+
+// UsageMonthStart is the first day of the month of day (UsageDayKey).
+func UsageMonthStart(day string) string {
+	if len(day) < 7 {
+		return day
+	}
+	return day[:7] + "-01"
+}
+
+// UsageRows sums the usages of one transaction by user, day and model, in
+// key order: the order in which every writer takes the rows' locks, so
+// that two transactions tallying the same users wait for each other
+// rather than deadlock.
+func UsageRows(us []*Usage) []UsageDay {
+	type key struct{ user, day, model string }
+	idx := map[key]int{}
+	var rows []UsageDay
+	for _, u := range us {
+		k := key{u.User, u.Day, u.Model}
+		i, ok := idx[k]
+		if !ok {
+			i = len(rows)
+			idx[k] = i
+			rows = append(rows, UsageDay{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel})
+		}
+		r := &rows[i]
+		r.PromptTokens += u.PromptTokens
+		r.CompletionTokens += u.CompletionTokens
+		r.Cost += u.Cost
+		r.Turns += u.Turns
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.UserKey != b.UserKey {
+			return a.UserKey < b.UserKey
+		}
+		if a.Day != b.Day {
+			return a.Day < b.Day
+		}
+		return a.Model < b.Model
+	})
+	return rows
+}

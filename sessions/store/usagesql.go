@@ -1,0 +1,191 @@
+package store
+
+// Usage tallies: each append's spend is added to its user's row for the
+// day and model (ledger.UsageDay) by the transaction that stores the
+// reply — on SQLite one more statement of the group commit, on PostgreSQL
+// one more statement of its pipeline — so no turn pays a transaction of
+// its own, and the tallies never disagree with the stored messages.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// usageOf is the usages of ops' appends.
+func usageOf(ops []*writeOp) []*ledger.Usage {
+	var us []*ledger.Usage
+	for _, op := range ops {
+		if op.app != nil && op.app.Usage != nil {
+			us = append(us, op.app.Usage)
+		}
+	}
+	return us
+}
+
+const usageUpsertTail = ` ON CONFLICT (user_key, day, model) DO UPDATE SET
+	prompt_tokens = usage_days.prompt_tokens + excluded.prompt_tokens,
+	completion_tokens = usage_days.completion_tokens + excluded.completion_tokens,
+	cost = usage_days.cost + excluded.cost, turns = usage_days.turns + excluded.turns`
+
+// tallyUsage adds the usages of ops to their rows, on the transaction's
+// statements (SQLite's group commit).
+func tallyUsage(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
+	rows := ledger.UsageRows(usageOf(ops))
+	for start := 0; start < len(rows); start += stmtRows {
+		chunk := rows[start:min(start+stmtRows, len(rows))]
+		var q strings.Builder
+		q.WriteString(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns) VALUES `)
+		args := make([]any, 0, 8*len(chunk))
+		for i, r := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, r.UserKey, r.Day, r.Model, r.Channel, r.PromptTokens, r.CompletionTokens, r.Cost, r.Turns)
+		}
+		q.WriteString(usageUpsertTail)
+		if _, err := st.exec(tx, q.String(), args...); err != nil {
+			return fmt.Errorf("tally usage: %w", err)
+		}
+	}
+	return nil
+}
+
+// pgTallyUsage is tallyUsage on PostgreSQL's pipeline: the rows as arrays,
+// one statement text whatever their number.
+var pgTallyUsage = `INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns)
+SELECT * FROM ` + pgArrayRows("user_key $1::varchar[]", "day $2::varchar[]", "model $3::varchar[]", "channel $4::varchar[]",
+	"prompt_tokens $5::bigint[]", "completion_tokens $6::bigint[]", "cost $7::numeric[]", "turns $8::bigint[]") + ` AS v` + usageUpsertTail
+
+// pgUsageArgs is the arguments of pgTallyUsage for rows.
+func pgUsageArgs(rows []ledger.UsageDay) []any {
+	n := len(rows)
+	users, days, models, channels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prompt, completion, turns := make([]int64, n), make([]int64, n), make([]int64, n)
+	cost := make([]float64, n)
+	for i, r := range rows {
+		users[i], days[i], models[i], channels[i] = r.UserKey, r.Day, r.Model, r.Channel
+		prompt[i], completion[i], cost[i], turns[i] = r.PromptTokens, r.CompletionTokens, r.Cost, r.Turns
+	}
+	return []any{users, days, models, channels, prompt, completion, cost, turns}
+}
+
+// UserUsage is a user's spend on one day and in that day's month, both
+// days as YYYY-MM-DD: day, and the first of its month.
+func (s *DB) UserUsage(ctx context.Context, user, day, monthStart string) (today, month ledger.UsageTotals, err error) {
+	var r struct {
+		DP, DC, MP, MC, DT, MT int64
+		DCost, MCost           float64
+	}
+	err = s.read.WithContext(ctx).Raw(`SELECT
+		COALESCE(SUM(CASE WHEN day = ? THEN prompt_tokens ELSE 0 END), 0) AS dp,
+		COALESCE(SUM(CASE WHEN day = ? THEN completion_tokens ELSE 0 END), 0) AS dc,
+		COALESCE(SUM(CASE WHEN day = ? THEN cost ELSE 0 END), 0) AS d_cost,
+		COALESCE(SUM(CASE WHEN day = ? THEN turns ELSE 0 END), 0) AS dt,
+		COALESCE(SUM(prompt_tokens), 0) AS mp, COALESCE(SUM(completion_tokens), 0) AS mc,
+		COALESCE(SUM(cost), 0) AS m_cost, COALESCE(SUM(turns), 0) AS mt
+		FROM usage_days WHERE user_key = ? AND day >= ? AND day <= ?`,
+		day, day, day, day, user, monthStart, day).Scan(&r).Error
+	if err != nil {
+		return today, month, fmt.Errorf("read usage of %s: %w", user, err)
+	}
+	today = ledger.UsageTotals{PromptTokens: r.DP, CompletionTokens: r.DC, Cost: r.DCost, Turns: r.DT}
+	month = ledger.UsageTotals{PromptTokens: r.MP, CompletionTokens: r.MC, Cost: r.MCost, Turns: r.MT}
+	return today, month, nil
+}
+
+// UsageFilter selects tallies for UsageReport. Empty fields select all.
+type UsageFilter struct {
+	Since, Until string // days, YYYY-MM-DD, both included
+	User         string // exact user key
+	Channel      string
+	Model        string
+	// By is what the rows are grouped by, any of "user", "day", "model"
+	// and "channel"; none: one row of everything.
+	By []string
+}
+
+// UsageRow is one group of UsageReport: its keys (empty when not grouped
+// by) and their sums.
+type UsageRow struct {
+	User    string `json:"user,omitempty"`
+	Day     string `json:"day,omitempty"`
+	Model   string `json:"model,omitempty"`
+	Channel string `json:"channel,omitempty"`
+	ledger.UsageTotals
+}
+
+// usageGroups are the columns a report may group by.
+var usageGroups = map[string]string{"user": "user_key", "day": "day", "model": "model", "channel": "channel"}
+
+// ValidUsageGroup reports whether a report can group by g.
+func ValidUsageGroup(g string) bool { _, ok := usageGroups[g]; return ok }
+
+// UsageReport sums the tallies f selects, by its groups, ordered by them.
+func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	var cols []string
+	for _, g := range f.By {
+		c, ok := usageGroups[g]
+		if !ok {
+			return nil, fmt.Errorf("usage report: cannot group by %q (user, day, model or channel)", g)
+		}
+		cols = append(cols, c)
+	}
+	sel := "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens, " +
+		"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns"
+	if len(cols) > 0 {
+		sel = strings.Join(cols, ", ") + ", " + sel
+	}
+	q := s.read.WithContext(maintenance(ctx)).Table("usage_days").Select(sel)
+	if f.Since != "" {
+		q = q.Where("day >= ?", f.Since)
+	}
+	if f.Until != "" {
+		q = q.Where("day <= ?", f.Until)
+	}
+	if f.User != "" {
+		q = q.Where("user_key = ?", f.User)
+	}
+	if f.Channel != "" {
+		q = q.Where("channel = ?", f.Channel)
+	}
+	if f.Model != "" {
+		q = q.Where("model = ?", f.Model)
+	}
+	if len(cols) > 0 {
+		q = q.Group(strings.Join(cols, ", ")).Order(strings.Join(cols, ", "))
+	}
+	rows, err := q.Rows()
+	if err != nil {
+		return nil, fmt.Errorf("usage report: %w", err)
+	}
+	defer rows.Close()
+	var out []UsageRow
+	for rows.Next() {
+		var r UsageRow
+		dest := make([]any, 0, len(cols)+4)
+		for _, g := range f.By {
+			switch g {
+			case "user":
+				dest = append(dest, &r.User)
+			case "day":
+				dest = append(dest, &r.Day)
+			case "model":
+				dest = append(dest, &r.Model)
+			case "channel":
+				dest = append(dest, &r.Channel)
+			}
+		}
+		dest = append(dest, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("usage report: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
