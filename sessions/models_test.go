@@ -118,7 +118,8 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 		})
 		// "m" is the backend's model: an entry with that id is the default.
 		models := append([]Model{{Name: "Mini", ID: "m", PricePer1KPrompt: 1000, PricePer1KCompletion: 1000}}, testModels...)
-		m := modelManager(t, db, ag, newClock(t0), Options{Models: models})
+		m := modelManager(t, db, ag, newClock(t0), Options{Models: models, Policies: map[string]Policy{"websocket": {MaxHistory: 100,
+			Budget: BudgetPolicy{Default: Budget{CostPerDay: 500, CostPerMonth: 1000}}}}})
 		in := msg("websocket:ann", "hi")
 		st, err := m.Models(ctx, in)
 		if err != nil || st.Current.Name != "Mini" || !st.Default {
@@ -142,6 +143,16 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 		}
 		if got, want := rows[3].Cost, 100*1.0/1000+10*2.0/1000; math.Abs(got-want) > 1e-9 {
 			t.Fatalf("Fast's cost = %v, want %v", got, want)
+		}
+		// Status tells the day's and the month's spend against the budget.
+		status, err := m.Status(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := status.Usage
+		if u.Day.Turns != 2 || u.Day.Tokens() != 220 || math.Abs(u.Day.Cost-(rows[1].Cost+rows[3].Cost)) > 1e-9 || u.Month != u.Day ||
+			u.Budget != (Budget{CostPerDay: 500, CostPerMonth: 1000}) || !u.DayEnds.Equal(t0.Truncate(24*time.Hour).Add(24*time.Hour)) {
+			t.Fatalf("usage = %+v", u)
 		}
 	})
 }

@@ -3,7 +3,8 @@ package sessions
 // Status: what /status (Telegram) and the status frame (WebSocket) tell a
 // user of their session — the conversation, how much of the model's
 // context its history window takes, the summary compaction made, the
-// model, the busy mode and when the conversation resets next.
+// user's spend against their budget, the model, the busy mode and when
+// the conversation resets next.
 
 import (
 	"context"
@@ -43,6 +44,9 @@ type Status struct {
 	// conversation.
 	NextReset       time.Time
 	NextResetReason string
+	// Usage is the user's spend today and this month against their
+	// budget (usage.go).
+	Usage UsageStanding
 }
 
 // Summary is a stored summary of a conversation's earlier messages.
@@ -100,6 +104,9 @@ func (m *Manager) Status(ctx context.Context, in Inbound) (Status, error) {
 		return Status{}, err
 	}
 	st.Model = live.stateOf(chosen)
+	if st.Usage, err = m.standing(ctx, policy, in.SessionKey); err != nil {
+		return Status{}, err
+	}
 	hc, err := m.peek(ctx, in, policy)
 	if err != nil || hc == nil {
 		return st, err
