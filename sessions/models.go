@@ -54,10 +54,13 @@ type ModelState struct {
 	// Current is the model its next turn uses. Its Name is "" when it is
 	// the agent's own model, not one of Models.
 	Current Model
-	// Default is set when Current is the default: the key chose nothing,
-	// or chose a model no longer offered (Gone).
-	Default bool
-	Gone    bool
+	// Default is what a key that chose nothing runs on: the offered
+	// model whose id is the agent's own, else the agent's own model
+	// (Name ""). UsesDefault is set when Current is it: the key chose
+	// nothing, or chose a model no longer offered (Gone).
+	Default     Model
+	UsesDefault bool
+	Gone        bool
 }
 
 // choiceCacheSize bounds the cached choices (a name per key).
@@ -113,12 +116,12 @@ func (s *liveSettings) defaultModel() Model {
 
 // stateOf is the ModelState of a key that chose chosen.
 func (s *liveSettings) stateOf(chosen string) ModelState {
-	st := ModelState{Models: s.models, Chosen: chosen}
+	st := ModelState{Models: s.models, Chosen: chosen, Default: s.defaultModel()}
 	if md, ok := s.lookup(chosen); ok && chosen != "" {
 		st.Current = md
 		return st
 	}
-	st.Current, st.Default, st.Gone = s.defaultModel(), true, chosen != ""
+	st.Current, st.UsesDefault, st.Gone = st.Default, true, chosen != ""
 	return st
 }
 

@@ -49,7 +49,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The agent's own model ("echo") is none of the offered ones.
-		if !reflect.DeepEqual(st.Models, testModels) || st.Chosen != "" || !st.Default || st.Gone || st.Current != (Model{ID: "echo"}) {
+		if !reflect.DeepEqual(st.Models, testModels) || st.Chosen != "" || !st.UsesDefault || st.Gone || st.Current != (Model{ID: "echo"}) {
 			t.Fatalf("before a choice: %+v", st)
 		}
 		handle(t, m, in)
@@ -60,7 +60,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Chosen != "Smart" || st.Current != testModels[1] || st.Default {
+		if st.Chosen != "Smart" || st.Current != testModels[1] || st.UsesDefault {
 			t.Fatalf("after choosing smart: %+v", st)
 		}
 		want := &agent.ModelSpec{ID: "smart-1", PricePer1KPrompt: 10, PricePer1KCompletion: 30}
@@ -96,7 +96,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if got := rec2.last().Model; !reflect.DeepEqual(got, want) {
 			t.Fatalf("after a restart: %+v, want %+v", got, want)
 		}
-		if st, err := m2.ChooseModel(ctx, in, ""); err != nil || st.Chosen != "" || !st.Default {
+		if st, err := m2.ChooseModel(ctx, in, ""); err != nil || st.Chosen != "" || !st.UsesDefault {
 			t.Fatalf("back to the default: %+v, %v", st, err)
 		}
 		handle(t, m2, msg("websocket:ann", "four"))
@@ -122,7 +122,7 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 			Budget: BudgetPolicy{Default: Budget{CostPerDay: 500, CostPerMonth: 1000}}}}})
 		in := msg("websocket:ann", "hi")
 		st, err := m.Models(ctx, in)
-		if err != nil || st.Current.Name != "Mini" || !st.Default {
+		if err != nil || st.Current.Name != "Mini" || !st.UsesDefault {
 			t.Fatalf("default: %+v, %v", st, err)
 		}
 		out := handle(t, m, in)

@@ -1,13 +1,15 @@
 package telegram
 
 // The commands (/start, /help, /new, /reset, /resume, /history, /compact,
-// /stop): what each does and answers. /resume and /history are resume.go's.
+// /status, /model, /stop): what each does and answers. /resume and
+// /history are resume.go's, /status status.go's, /model model.go's.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
@@ -19,7 +21,10 @@ const (
 	helpText = "Send me a message and I'll answer. I remember our conversation until it is reset.\n\n" +
 		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
 		"/history — the last messages of this conversation\n/compact — sum up our conversation so far, to go on from the summary\n" +
+		"/status — this conversation, the model, your usage and the next reset\n" +
 		"/stop — stop the answer being written\n/help — this message"
+	// modelHelp is help's line for /model, when models are offered.
+	modelHelp    = "/model — choose the model that answers\n"
 	startText    = "Hello! " + helpText
 	resetText    = "Started a new conversation."
 	stoppedText  = "Stopped."
@@ -32,18 +37,36 @@ const (
 )
 
 // commandMenu is the list Telegram offers a user typing "/"; Start sets it
-// at every start, so a change here reaches the chats with the next one.
-func commandMenu() tgbotapi.SetMyCommandsConfig {
-	return tgbotapi.NewSetMyCommands(
-		tgbotapi.BotCommand{Command: "new", Description: "Start a new conversation"},
-		tgbotapi.BotCommand{Command: "reset", Description: "Start a new conversation"},
-		tgbotapi.BotCommand{Command: "resume", Description: "Go back to the previous conversation"},
-		tgbotapi.BotCommand{Command: "history", Description: "Show the last messages of this conversation"},
-		tgbotapi.BotCommand{Command: "compact", Description: "Sum up the conversation so far"},
+// at every start, so a change here reaches the chats with the next one
+// (and a reload that turns agent.models on or off sets it again). /model
+// is in it only when models are offered.
+func commandMenu(models bool) tgbotapi.SetMyCommandsConfig {
+	cmds := []tgbotapi.BotCommand{
+		{Command: "new", Description: "Start a new conversation"},
+		{Command: "reset", Description: "Start a new conversation"},
+		{Command: "resume", Description: "Go back to the previous conversation"},
+		{Command: "history", Description: "Show the last messages of this conversation"},
+		{Command: "compact", Description: "Sum up the conversation so far"},
+		{Command: "status", Description: "This conversation, the model, usage and the next reset"},
+	}
+	if models {
+		cmds = append(cmds, tgbotapi.BotCommand{Command: "model", Description: "Choose the model that answers"})
+	}
+	cmds = append(cmds,
 		tgbotapi.BotCommand{Command: "stop", Description: "Stop the answer being written"},
 		tgbotapi.BotCommand{Command: "help", Description: "How to use this bot"},
 		tgbotapi.BotCommand{Command: "start", Description: "Say hello"},
 	)
+	return tgbotapi.NewSetMyCommands(cmds...)
+}
+
+// help is the answer to /help: helpText, with /model when models are
+// offered.
+func (b *Bot) help() string {
+	if !b.sess.OffersModels() {
+		return helpText
+	}
+	return strings.Replace(helpText, "/status", modelHelp+"/status", 1)
 }
 
 // command runs a command; its answer goes out on the key's reply queue,
@@ -51,10 +74,10 @@ func commandMenu() tgbotapi.SetMyCommandsConfig {
 // the conversation at once: messages before it are answered in the old
 // conversation, those after it in the new one.
 func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, first bool) error {
-	text := helpText // help, and unknown commands
+	text := b.help() // help, and unknown commands
 	switch m.Command() {
 	case "start":
-		text = startText
+		text = "Hello! " + text
 	case "new", "reset":
 		if _, err := b.sess.Reset(ctx, in); err != nil {
 			if !errors.Is(err, sessions.ErrShuttingDown) {
@@ -79,6 +102,15 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 		b.later(in.SessionKey, func() {
 			b.sendParts(ctx, m.to(), b.history(ctx, in), b.opts.Format != FormatPlain, m.MessageID)
 		})
+		return nil
+	case "status":
+		b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), b.status(ctx, in), m.MessageID) })
+		return nil
+	case "model":
+		if !b.sess.OffersModels() {
+			break // an unknown command: help
+		}
+		b.model(ctx, m, in)
 		return nil
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })

@@ -23,9 +23,7 @@ func (b *Bot) Start(ctx context.Context) error {
 	if !b.connect(ctx) {
 		return nil
 	}
-	if _, err := b.api.Request(commandMenu()); err != nil && ctx.Err() == nil {
-		b.warnOnce("setMyCommands", err)
-	}
+	b.setMenu(ctx)
 	if b.opts.Mode == "webhook" {
 		b.setWebhook(ctx)
 		return nil

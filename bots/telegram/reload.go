@@ -26,10 +26,12 @@ type Settings struct {
 }
 
 // Reconfigure applies a new allowlist, group policy and rate limits to the
-// updates handled from now on. Polling (or the webhook) goes on as it was:
-// no update is lost or fetched twice.
+// updates handled from now on, and sets the command menu again when the
+// session manager's reload turned agent.models on or off. Polling (or the
+// webhook) goes on as it was: no update is lost or fetched twice.
 func (b *Bot) Reconfigure(s Settings) {
 	b.cur.Store(&tgLive{allowedUsers: slices.Clone(s.AllowedUsers), groupPolicy: s.GroupPolicy})
+	b.menuFollows()
 	l := b.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -54,6 +54,12 @@ type Sessions interface {
 	OnReset(fn func(sessions.ResetEvent))
 	// Compact sums the conversation up now (/compact).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+	// Status serves /status (status.go); OffersModels, Models and
+	// ChooseModel serve /model and its buttons (model.go).
+	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
+	OffersModels() bool
+	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
+	ChooseModel(ctx context.Context, in sessions.Inbound, name string) (sessions.ModelState, error)
 	// DelayNotice is how long a message waits on the database before
 	// its user is told, once, that it is kept (0: never); StorageDown
 	// tells since when the database has failed every call.
@@ -185,6 +191,9 @@ type Bot struct {
 	notices       *notifier        // sweep notices (NotifyResets), or nil
 	tools         ToolApprovals    // tool asks and decisions (toolask.go), or nil
 	asks          toolAsks
+	// menuModels is whether the command menu set holds /model (nil:
+	// not set yet; model.go).
+	menuModels atomic.Pointer[bool]
 }
 
 // New returns the bot without touching the network: Start connects
