@@ -34,6 +34,9 @@ type clientFrame struct {
 	ReplyTo *int64 `json:"reply_to,omitempty"`
 	// edit: the client id of the message it edits (ID is the edit's own).
 	Edits string `json:"edits,omitempty"`
+	// Name is a model frame's choice: absent, the frame asks for the
+	// models; "" goes back to the default one (model.go).
+	Name *string `json:"name,omitempty"`
 	// Decision is a tool_decision's content: its id is a number, where
 	// every other frame's is a string, so it is decoded apart
 	// (decodeToolDecision).
@@ -129,7 +132,11 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if len(f.ID) > maxClientMsgID || len(f.Edits) > maxClientMsgID {
 			return nil, errBadFrame.with("message id is over %d bytes", maxClientMsgID)
 		}
-	case "reset", "stop", "resume_previous", "compact":
+	case "model":
+		if f.Name != nil && len(*f.Name) > maxModelName {
+			return nil, errBadFrame.with("model name is over %d bytes", maxModelName)
+		}
+	case "reset", "stop", "resume_previous", "compact", "status":
 	case "tool_decision": // its name escaped, so decodeFrame did not see it at first
 		if d, err, ok := decodeToolDecision(data); ok {
 			return d, err
@@ -206,6 +213,9 @@ type readyFrame struct {
 	// MaxAudioBytes bounds one audio attachment, decoded (0 without
 	// Audio); the frame must still fit in MaxFrameBytes.
 	MaxAudioBytes int64 `json:"max_audio_bytes,omitempty"`
+	// Models tells whether the session may choose a model (the model
+	// frame, model.go); without it a client offers no choice.
+	Models bool `json:"models"`
 }
 
 type ackFrame struct {

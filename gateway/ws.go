@@ -53,6 +53,12 @@ type Sessions interface {
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
 	// Compact sums the conversation up now (compact.go).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+	// Status serves the status frame; OffersModels, Models and
+	// ChooseModel the model frame (model.go).
+	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
+	OffersModels() bool
+	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
+	ChooseModel(ctx context.Context, in sessions.Inbound, name string) (sessions.ModelState, error)
 	// OnToolAsk, DecideTool and PendingToolAsks: the user's approval of
 	// tool calls (ws_tools.go).
 	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))

@@ -105,7 +105,8 @@ func (c *wsConn) doHello(f *clientFrame) bool {
 	}
 	c.moved(t.Conversation, t.LastSeq)
 	c.greet(encode(readyFrame{Type: "ready", Session: token, Conversation: t.Conversation, Resumed: resumed, User: c.principal, History: historyItems(t.Entries),
-		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages(), Audio: ws.opts.Transcriber != nil, MaxAudioBytes: ws.maxAudioBytes()}))
+		MaxFrameBytes: ws.opts.MaxFrameBytes, Images: ws.readsImages(), Audio: ws.opts.Transcriber != nil, MaxAudioBytes: ws.maxAudioBytes(),
+		Models: ws.sess.OffersModels()}))
 	c.askAgain(ctx)
 	return true
 }

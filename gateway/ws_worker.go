@@ -9,8 +9,9 @@ import (
 )
 
 // A connection's worker: the message, edit, reset, resume_previous,
-// compact and tool_decision frames, one at a time in the order they came, so that a reset
-// never overtakes the message sent before it. Each message is handed to
+// compact, status, model and tool_decision frames, one at a time in the
+// order they came, so that a reset never overtakes the message sent
+// before it, and a model chosen applies to the messages after it. Each message is handed to
 // the session manager and acknowledged once stored; a waiter per message
 // then waits for its turn's outcome (ws_deliver.go). stop does not queue:
 // the reader runs it at once (readLoop).
@@ -82,6 +83,14 @@ func (c *wsConn) run(f *clientFrame) {
 	}
 	if f.Type == "compact" {
 		c.compact(ctx, in)
+		return
+	}
+	if f.Type == "status" {
+		c.status(ctx, in)
+		return
+	}
+	if f.Type == "model" {
+		c.model(ctx, in, f.Name)
 		return
 	}
 	if f.Type == "reset" {
