@@ -400,6 +400,96 @@
     if (card) { card.classList.remove("deciding"); for (const b of card.querySelectorAll("button")) b.disabled = false; }
   }
 
+  // The model picker and the status panel (docs/protocol.md, "Status and
+  // models"). The picker is shown only when the gateway offers a choice
+  // (ready.models): it asks for the models with a model frame and chooses
+  // with one; every model frame — this page's answer, or another tab's
+  // choice — sets it. Status asks with a status frame and shows the answer
+  // in a panel under the header, as text (a summary is the model's words).
+  const picker = document.getElementById("model-picker");
+  const modelSelect = document.getElementById("model");
+  const statusPanel = document.getElementById("status-panel");
+  const statusLines = document.getElementById("status-lines");
+  const statusBtn = document.getElementById("show-status");
+  function modelLabel(m) { return m.name ? m.name : "Default (" + m.id + ")"; }
+  function setupModels(offered) {
+    picker.hidden = true;
+    if (offered) send({ type: "model" });
+  }
+  function showModels(f) {
+    modelSelect.textContent = "";
+    const choices = f.models.slice();
+    if (!f.default.name) choices.push(f.default); // the agent's own model, when none of them
+    for (const m of choices) {
+      const o = document.createElement("option");
+      o.value = m.name;
+      o.textContent = modelLabel(m);
+      modelSelect.appendChild(o);
+    }
+    modelSelect.value = f.current.name;
+    modelSelect.title = f.gone ? f.chosen + ", the model chosen before, is no longer offered" : "The model that answers your next messages";
+    picker.hidden = false;
+    if (!statusPanel.hidden) askStatus();
+  }
+  modelSelect.addEventListener("change", function () {
+    if (!send({ type: "model", name: modelSelect.value })) notice("offline: try again when connected");
+  });
+  function askStatus() { if (!send({ type: "status" })) notice("offline: try again when connected"); }
+  function closeStatus() { statusPanel.hidden = true; statusBtn.setAttribute("aria-expanded", "false"); }
+  statusBtn.addEventListener("click", function () { if (statusPanel.hidden) askStatus(); else closeStatus(); });
+  document.getElementById("close-status").addEventListener("click", closeStatus);
+  function when(s, tz) {
+    const d = new Date(s);
+    const o = { weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
+    if (tz) o.timeZone = tz;
+    try { return d.toLocaleString([], o); } catch (e) { return d.toLocaleString(); }
+  }
+  function count(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+  function spent(t, tokenLimit, costLimit) {
+    let s = count(t.turns || 0, "answer") + ", " + count((t.prompt_tokens || 0) + (t.completion_tokens || 0), "token");
+    if (tokenLimit) s += " of " + tokenLimit;
+    if (t.cost || costLimit) s += ", cost " + (t.cost || 0).toFixed(4) + (costLimit ? " of " + costLimit.toFixed(2) : "");
+    return s;
+  }
+  const busyTexts = {
+    queue: "queue — each message gets its own answer, one after the other",
+    collect: "collect — messages sent while it answers are answered together, next",
+    interrupt: "interrupt — a new message stops the answer being written",
+  };
+  function showStatus(f) {
+    statusLines.textContent = "";
+    function row(name, value, cls) {
+      const dt = document.createElement("dt");
+      dt.textContent = name;
+      const dd = document.createElement("dd");
+      dd.textContent = value;
+      if (cls) dd.className = cls;
+      dd.dataset.row = name.toLowerCase();
+      statusLines.append(dt, dd);
+    }
+    const h = f.history || {};
+    row("Conversation", f.conversation ? count(f.messages, "message") + " since " + when(f.started_at) : "none yet: your next message starts one");
+    row("History", count(h.messages || 0, "message") + ", about " + count(h.tokens || 0, "token") +
+      (typeof h.percent === "number" ? " — " + h.percent + "% of the model's " + h.context_tokens + "-token context" : " — the model's context size is unknown"));
+    if (f.summary) row("Summary", "of messages 1–" + f.summary.through + ": " + f.summary.text);
+    row("Model", modelLabel(f.model) + (f.model.name && f.model.name !== f.model.id ? " (" + f.model.id + ")" : ""));
+    const u = f.usage || {}, b = u.budget || {};
+    row("Today", spent(u.day || {}, b.tokens_per_day, b.cost_per_day));
+    row("This month", spent(u.month || {}, 0, b.cost_per_month));
+    if (u.over) row("Limit", "reached (" + u.over.replace(/_/g, " ") + "): answers again from " + when(u.over === "cost_per_month" ? u.month_ends : u.day_ends), "over");
+    row("Busy mode", busyTexts[f.busy_mode] || f.busy_mode);
+    const r = f.reset || {};
+    let next = "only when you start a new conversation";
+    if (r.mode !== "none") {
+      if (!r.next) next = "by itself (" + r.mode + ")";
+      else if (r.due) next = "due: your next message starts a new conversation (" + r.reason + ")";
+      else next = when(r.next, r.timezone) + " (" + r.reason + ")";
+    }
+    row("Next reset", next);
+    statusPanel.hidden = false;
+    statusBtn.setAttribute("aria-expanded", "true");
+  }
+
   function connect() {
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
@@ -424,6 +514,7 @@
           readsAudio = f.audio === true;
           maxAudioBytes = f.max_audio_bytes || 0;
           setupAttach();
+          setupModels(f.models === true);
           wasAway = !!conversation && f.conversation !== conversation && lastSeq > 0;
           if (firstConnect || f.conversation !== conversation) {
             clear();
@@ -501,6 +592,7 @@
           if (bubbles.size === 0) stopBtn.hidden = true;
           placeEdit();
           scroll();
+          if (!statusPanel.hidden) askStatus(); // the counts moved
           break;
         }
         case "tool":
@@ -510,11 +602,18 @@
         case "tool_request":
           askTool(f);
           break;
+        case "model":
+          showModels(f);
+          break;
+        case "status":
+          showStatus(f);
+          break;
         case "tool_resolved":
           toolResolved(f);
           break;
         case "reset":
           switchConversation(f);
+          if (!statusPanel.hidden) askStatus();
           break;
         case "notice": {
           // "delayed": stored, and waiting on the gateway's database; the
