@@ -7,6 +7,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/config"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 func newAgent(cfg *config.Config) agent.Agent {
@@ -20,6 +21,17 @@ func newAgent(cfg *config.Config) agent.Agent {
 		})
 	}
 	return agent.Echo{}
+}
+
+// models are agent.models as the session manager takes them: each with
+// its prices resolved (its own, else agent.openai's).
+func models(cfg *config.Config) []sessions.Model {
+	var out []sessions.Model
+	for _, m := range cfg.Agent.ResolvedModels() {
+		out = append(out, sessions.Model{Name: m.Name, ID: m.Model, ContextTokens: m.ContextTokens,
+			PricePer1KPrompt: m.PricePer1KPrompt, PricePer1KCompletion: m.PricePer1KCompletion})
+	}
+	return out
 }
 
 // newCompactor is the agent that writes compaction's summaries when

@@ -103,6 +103,7 @@ func (r *reloader) apply(cfg *config.Config) []string {
 			// The new agent writes the turns that start from now on; a
 			// running turn finishes with the one it called.
 			s.Agent, s.Compactor = newAgent(cfg), newCompactor(cfg)
+			s.Models, s.ContextTokens = models(cfg), cfg.Agent.OpenAI.ContextTokens
 			r.transcriber.follow(s.Agent)
 			changed = append(changed, "agent")
 		}

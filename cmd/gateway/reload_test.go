@@ -158,6 +158,8 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 	// goes on talking to addr, in the old log format).
 	v2 = strings.Replace(v2, "  listen: "+addr, "  listen: 127.0.0.1:1", 1)
 	v2 = strings.Replace(v2, "  level: info", "  level: info\n  format: json", 1)
+	// agent.models turned on: the model frame and Telegram's /model follow.
+	v2 += "agent:\n  models:\n    - {name: Fast, model: fast-1}\n"
 	p := startGateway(t, dir, v1)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -173,8 +175,8 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 
 	// Before the reload.
 	alice, ready := dialToken(t, addr, "tok-alice-0123456789")
-	if ready["type"] != "ready" || ready["conversation"] != seeded.ID {
-		t.Fatalf("alice's ready = %v, want her idle conversation (reset mode none)", ready)
+	if ready["type"] != "ready" || ready["conversation"] != seeded.ID || ready["models"] != false {
+		t.Fatalf("alice's ready = %v, want her idle conversation (reset mode none), and no models", ready)
 	}
 	carol, ready := dialToken(t, addr, "tok-carol-0123456789")
 	if ready["type"] != "ready" {
@@ -206,7 +208,7 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 	if !strings.Contains(logs, "reload: these keys need a restart: gateway.listen, log.format") {
 		t.Errorf("the restart keys are not named:\n%s", logs)
 	}
-	for _, want := range []string{"policies", "auth_tokens", "rate_limits", "allowlists"} {
+	for _, want := range []string{"policies", "agent", "auth_tokens", "rate_limits", "allowlists"} {
 		if !strings.Contains(logs[strings.Index(logs, "config reloaded"):], want) {
 			t.Errorf("the reload's log line does not name %s:\n%s", want, logs)
 		}
@@ -241,9 +243,23 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 		t.Fatalf("a removed token: %v, want unauthorized", f)
 	}
 	bob, ready := dialToken(t, addr, "tok-bob-0123456789ab")
-	if ready["type"] != "ready" || ready["user"] != "bob" {
-		t.Fatalf("a new token: %v", ready)
+	if ready["type"] != "ready" || ready["user"] != "bob" || ready["models"] != true {
+		t.Fatalf("a new token: %v (models on since the reload)", ready)
 	}
+	bob.c.WriteJSON(map[string]any{"type": "model", "name": "Fast"})
+	select {
+	case f := <-bob.frames:
+		if f["type"] != "model" || f["chosen"] != "Fast" {
+			t.Fatalf("bob's choice of model: %v", f)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to bob's model frame")
+	}
+	// The Telegram menu is set again, now with /model.
+	eventually(t, "the menu with /model", func() bool {
+		calls := api.Calls("setMyCommands")
+		return len(calls) == 2 && strings.Contains(calls[1].Params.Get("commands"), `"command":"model"`)
+	})
 	// Telegram: the new allowlist for the next updates.
 	api.Push(telegramtest.DM(2, "from two"))
 	api.Push(telegramtest.DM(1, "one again"))

@@ -120,6 +120,8 @@ func (s *server) startSessions() error {
 		Policies:            policies(cfg),
 		Instructions:        cfg.Agent.Instructions,
 		Compactor:           newCompactor(cfg),
+		Models:              models(cfg),
+		ContextTokens:       cfg.Agent.OpenAI.ContextTokens,
 		Locks:               locks.New(locks.Options{MaxEntries: cfg.Locks.MaxEntries, TTL: cfg.Locks.TTL.D()}),
 		Logger:              s.log,
 		RetentionDays:       cfg.Storage.RetentionDays,
