@@ -203,7 +203,7 @@ func TestToolAskInAGroupOnlyTheTurnsUserDecides(t *testing.T) {
 	}{
 		{9, allow, ""}, // not in allowed_users
 		{6, allow, "Only U can decide this"},
-		{5, "model:gpt-x", unknownButtonText},
+		{5, "vote:yes", unknownButtonText},
 		{5, "tool:x:allow", unknownButtonText},
 	} {
 		q := api.TapStale(tc.user, chat, id, tc.data)
