@@ -147,6 +147,9 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 	default:
 		return nil, errBadFrame.with("unknown frame type %q", f.Type)
 	}
+	if f.Name != nil && f.Type != "model" {
+		return nil, errBadFrame.with("name is a field of model frames")
+	}
 	return &f, nil
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -41,6 +42,13 @@ func TestDecodeFrame(t *testing.T) {
 		{`{"type":"tool_decision","id":7,"allow":true} {}`, false, "", "bad_frame"},
 		{`{"type":"tool\u005fdecision","id":7,"allow":true}`, false, "", "bad_frame"},              // escaped, with a numeric id: refused, never half read
 		{`{"type":"message","id":"c-9","text":"what is \"tool_decision\"?"}`, true, "message", ""}, // the word in a message
+		{`{"type":"status"}`, true, "status", ""},
+		{`{"type":"model"}`, true, "model", ""},
+		{`{"type":"model","name":"Smart"}`, true, "model", ""},
+		{`{"type":"model","name":""}`, true, "model", ""}, // back to the default
+		{`{"type":"model","name":7}`, false, "", "bad_frame"},
+		{`{"type":"model","name":"` + strings.Repeat("x", 129) + `"}`, false, "", "bad_frame"},
+		{`{"type":"message","id":"c-1","text":"hi","name":"Smart"}`, false, "", "bad_frame"}, // name is the model frame's
 	}
 	for _, tt := range tests {
 		f, err := decodeFrame([]byte(tt.in))
