@@ -177,12 +177,12 @@ type Observer interface {
 
 type noObserver struct{}
 
-func (noObserver) TurnDone(string, string, time.Duration) {}
-func (noObserver) ResetDone(string, string, int)          {}
-func (noObserver) RecoveryPass(int, int)                  {}
-func (noObserver) TurnStarted(string, int, time.Duration) {}
+func (noObserver) TurnDone(string, string, time.Duration)      {}
+func (noObserver) ResetDone(string, string, int)               {}
+func (noObserver) RecoveryPass(int, int)                       {}
+func (noObserver) TurnStarted(string, int, time.Duration)      {}
 func (noObserver) Spent(string, string, int64, int64, float64) {}
-func (noObserver) BudgetRefused(string, string)             {}
+func (noObserver) BudgetRefused(string, string)                {}
 
 // Options configures a Manager.
 type Options struct {
