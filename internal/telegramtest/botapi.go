@@ -10,6 +10,7 @@
 // send with message_thread_id answers 400 "message thread not found" for a
 // topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
 // closed one; a send without it goes to the chat (a forum's General topic).
+// An album is one update per item sharing a media_group_id (albums.go).
 package telegramtest
 
 import (
@@ -40,6 +41,7 @@ type Server struct {
 	updates  []map[string]any
 	nextID   int
 	nextMsg  int
+	albums   int // media groups made (albums.go)
 	sent     []Sent
 	actions  int
 	commands string
