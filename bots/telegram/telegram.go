@@ -80,6 +80,12 @@ type Options struct {
 	// Now tells how long an update has failed to be stored, which decides
 	// when the bot gives up on it, and paces previews (default time.Now).
 	Now func() time.Time
+	// AlbumWait is how long after an album's latest part the bot waits
+	// for another before it stores the album (default DefaultAlbumWait;
+	// album.go). After waits on the bot's clock (default time.After): the
+	// album waits, which tests run on a fake clock.
+	AlbumWait time.Duration
+	After     func(d time.Duration) <-chan time.Time
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
 	TypingEvery time.Duration
@@ -172,6 +178,7 @@ type Bot struct {
 	warned        map[string]bool
 	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
+	albums        albums // albums being gathered (album.go)
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup
@@ -247,6 +254,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.AlbumWait <= 0 {
+		o.AlbumWait = DefaultAlbumWait
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.TypingEvery <= 0 {
 		o.TypingEvery = 4 * time.Second
