@@ -14,8 +14,10 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/llmtest"
+	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // threePhotos adds three pictures to api and returns them as an album's
@@ -128,38 +130,48 @@ func TestAlbumIsOneTurn(t *testing.T) {
 // taken (polling moved past them, so Telegram will not send them again)
 // and the third not yet sent. The next bot, on the same store and Bot
 // API, gathers the two from the stored state and the third from
-// Telegram, and stores the album once, answered once.
+// Telegram, and stores the album once, answered once. On SQLite and on
+// PostgreSQL.
 func TestAlbumRestartLosesNoPart(t *testing.T) {
-	api := telegramtest.New(t)
-	dir := t.TempDir()
-	llm, ag := llmtest.Agent(t, true)
-	_, opts := albumClock()
-	h1 := start(t, api, dir, setup{agent: ag, opts: opts})
-	sizes, pictures := threePhotos(api)
-	parts := telegramtest.AlbumPhotos(7, "which is the best?", sizes...)
-	group := api.NewAlbum()
-	first := api.PushAlbumPart(group, parts[0])
-	api.PushAlbumPart(group, parts[1])
-	api.WaitConfirmed(t, api.LastUpdateID())
-	h1.shutdown(time.Second)
-	if n := len(api.Messages()) + len(llm.Requests()); n != 0 {
-		t.Fatalf("the first bot sent or asked the model %d times", n)
-	}
+	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			dsn := ""
+			if driver == store.DriverPostgres {
+				dsn = pgtest.DSN(t)
+			}
+			api := telegramtest.New(t)
+			dir := t.TempDir()
+			llm, ag := llmtest.Agent(t, true)
+			_, opts := albumClock()
+			h1 := start(t, api, dir, setup{agent: ag, opts: opts, dsn: dsn})
+			sizes, pictures := threePhotos(api)
+			parts := telegramtest.AlbumPhotos(7, "which is the best?", sizes...)
+			group := api.NewAlbum()
+			first := api.PushAlbumPart(group, parts[0])
+			api.PushAlbumPart(group, parts[1])
+			api.WaitConfirmed(t, api.LastUpdateID())
+			h1.shutdown(time.Second)
+			if n := len(api.Messages()) + len(llm.Requests()); n != 0 {
+				t.Fatalf("the first bot sent or asked the model %d times", n)
+			}
 
-	clock, opts := albumClock()
-	h2 := start(t, api, dir, setup{agent: ag, opts: opts})
-	api.PushAlbumPart(group, parts[2])
-	api.WaitConfirmed(t, api.LastUpdateID())
-	clock.Advance(DefaultAlbumWait)
-	if sent := api.WaitSent(t, 1); sent[0].Text != llmtest.Reply || sent[0].ReplyTo != first {
-		t.Fatalf("sent %+v, want the reply to the album's first part %d", sent[0], first)
+			clock, opts := albumClock()
+			h2 := start(t, api, dir, setup{agent: ag, opts: opts, dsn: dsn})
+			api.PushAlbumPart(group, parts[2])
+			waitAlbumParts(t, h2.bot, 3)
+			clock.Advance(DefaultAlbumWait)
+			if sent := api.WaitSent(t, 1); sent[0].Text != llmtest.Reply || sent[0].ReplyTo != first {
+				t.Fatalf("sent %+v, want the reply to the album's first part %d", sent[0], first)
+			}
+			checkAlbumTurn(t, llm, "which is the best?", pictures)
+			api.Push(telegramtest.DM(7, "thanks"))
+			if sent := api.WaitSent(t, 2); len(sent) != 2 || len(llm.Requests()) != 2 {
+				t.Fatalf("sent %q, %d model calls; want one reply each", texts(sent), len(llm.Requests()))
+			}
+			checkAlbumRow(t, h2, 7, "which is the best?", first, "thanks")
+		})
 	}
-	checkAlbumTurn(t, llm, "which is the best?", pictures)
-	api.Push(telegramtest.DM(7, "thanks"))
-	if sent := api.WaitSent(t, 2); len(sent) != 2 || len(llm.Requests()) != 2 {
-		t.Fatalf("sent %q, %d model calls; want one reply each", texts(sent), len(llm.Requests()))
-	}
-	checkAlbumRow(t, h2, 7, "which is the best?", first, "thanks")
 }
 
 // TestAlbumGivenBackAfterItWasStoredRunsOnce: the bot stops after the
