@@ -153,7 +153,7 @@ func (b *Bot) tellReset(ctx context.Context, to place, key string, ev sessions.R
 		if ev.Earlier && b.noticeSent(ctx, key, ev.OldConversation) {
 			return
 		}
-		b.sendPlain(ctx, to, b.resetNotice(ev.Reason, false), 0)
+		b.sendResetNotice(ctx, to, b.resetNotice(ev.Reason, false), ev.OldConversation)
 	})
 }
 

@@ -49,6 +49,9 @@ type Sessions interface {
 	// ResumePrevious, Open and Policy serve /resume, /history and the
 	// reset notices (resume.go); OnReset tells of sweeps (notices.go).
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
+	// ResumeConversation is ResumePrevious for a "Go back" button, which
+	// names the conversation it goes back to (goback.go).
+	ResumeConversation(ctx context.Context, in sessions.Inbound, conv string) (sessions.Resumed, error)
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
