@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/browsertest"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 func TestAdminPageInBrowser(t *testing.T) {
@@ -66,6 +68,28 @@ func TestAdminPageInBrowser(t *testing.T) {
 	}
 	if !strings.HasPrefix(state, "turn answered") && !strings.HasPrefix(state, "turn delivered") {
 		t.Fatalf("turn shown as %q", state)
+	}
+
+	// A message that replies to another shows what it replies to, above
+	// it; then back to ann's conversation.
+	quoted, err := e.mgr.Handle(context.Background(), sessions.Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", UserID: "7", ChatID: "7",
+		Text: "which one?", Quote: "the red one or the blue one"}, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	annConv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`current.id`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf("openConversation(%q)", quoted.ConversationID)),
+		browsertest.WaitText("#transcript li.user .msg-quote", "the red one or the blue one"),
+		browsertest.WaitJS(`[...document.querySelectorAll('#transcript .msg-quote')].some(q => q.nextElementSibling.textContent === 'which one?')`),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf("openConversation(%q)", annConv)),
+		browsertest.WaitText("#conv-meta", "websocket:ann"),
+	)
+	if err != nil {
+		t.Fatalf("quote: %v", err)
 	}
 
 	// Reset with the confirm accepted: the client is told, the page shows

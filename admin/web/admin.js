@@ -191,10 +191,18 @@ async function openConversation(id) {
     const when = document.createElement('span');
     when.textContent = fmtTime(m.created_at);
     head.appendChild(when);
+    li.appendChild(head);
+    if (m.quote) {
+      // The text the message replies to or quotes, as stored with it.
+      const quote = document.createElement('blockquote');
+      quote.className = 'msg-quote';
+      quote.textContent = m.quote;
+      li.appendChild(quote);
+    }
     const text = document.createElement('div');
     text.className = 'msg-text';
     text.textContent = m.content;
-    li.append(head, text);
+    li.appendChild(text);
     for (const c of m.calls || []) {
       // A tool call and where it stands; its name, arguments and result
       // are untrusted text.
