@@ -1,7 +1,8 @@
 // Package admin is chatgate's admin API and page under /admin/: search
 // sessions, read a transcript with its turns, reset a session through the
 // running session manager, export and purge conversations, watch live
-// stats, and drain this replica. Every API call needs a bearer token of
+// stats, report usage (tokens and cost by user, day and model, as JSON or
+// CSV), and drain this replica. Every API call needs a bearer token of
 // admin.tokens; the token's name is logged with every action.
 package admin
 
@@ -93,6 +94,7 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("GET /admin/api/conversations/{id}/export", a.export)
 	api("DELETE /admin/api/conversations/{id}", a.purgeConversation)
 	api("POST /admin/api/purge", a.purge)
+	api("GET /admin/api/usage", a.usage)
 	api("GET /admin/api/stats", a.stats)
 	api("POST /admin/api/drain", a.drain)
 	api("POST /admin/api/undrain", a.undrain)

@@ -76,16 +76,38 @@ type env struct {
 
 func newEnv(t *testing.T, ag agent.Agent) *env {
 	t.Helper()
-	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
+	return newEnvWith(t, ag, envOptions{})
+}
+
+// envOptions vary the gateway of newEnvWith.
+type envOptions struct {
+	// db is the store; nil: a new SQLite file.
+	db *store.DB
+	// managerClock runs the session manager on the env's clock too (the
+	// day a turn's usage is tallied for), not on the real one.
+	managerClock bool
+}
+
+func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
+	t.Helper()
+	db := o.db
+	if db == nil {
+		var err error
+		db, err = store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	quiet := slog.New(slog.DiscardHandler)
 	clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	turns := CountTurns(gateway.NewMetrics(), clock.Now)
-	mgr := sessions.New(db, ag, sessions.Options{Logger: quiet, Observer: turns})
+	mopts := sessions.Options{Logger: quiet, Observer: turns}
+	if o.managerClock {
+		mopts.Now = clock.Now
+	}
+	mgr := sessions.New(db, ag, mopts)
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{Logger: quiet})
 	srv := gateway.New(quiet)
 	adm := New(Options{Tokens: map[string]string{"alice": aliceToken, "bob": bobToken}, Store: db, Manager: mgr,
@@ -220,7 +242,7 @@ func TestAuth(t *testing.T) {
 		{"not bearer", "Basic " + aliceToken},
 		{"bare token", aliceToken},
 	} {
-		for _, path := range []string{"/admin/api/sessions", "/admin/api/stats", "/admin/api/nothing-here"} {
+		for _, path := range []string{"/admin/api/sessions", "/admin/api/stats", "/admin/api/usage", "/admin/api/usage?format=csv", "/admin/api/nothing-here"} {
 			req, _ := http.NewRequest("GET", e.url+path, nil)
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
@@ -584,6 +606,7 @@ func TestEveryActionLogsWho(t *testing.T) {
 		{"DELETE", "/admin/api/conversations/" + id, aliceToken, "purge", id},
 		{"POST", "/admin/api/purge?older_than_days=30", bobToken, "purge", "archived before 2026-01-30T12:00:00Z"},
 		{"GET", "/admin/api/stats", aliceToken, "stats", ""},
+		{"GET", "/admin/api/usage?by=user&format=csv", bobToken, "usage", "by=user&format=csv"},
 		{"POST", "/admin/api/drain", bobToken, "drain", e.mgr.ReplicaID()},
 		{"POST", "/admin/api/undrain", aliceToken, "undrain", e.mgr.ReplicaID()},
 	}

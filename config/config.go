@@ -311,6 +311,9 @@ type Telegram struct {
 	Format string `yaml:"format"`
 	// MaxImageBytes: the largest picture fetched for the model.
 	MaxImageBytes int `yaml:"max_image_bytes"`
+	// AlbumWaitMS is how long after an album's latest part the bot waits
+	// for another before it stores the album as one message.
+	AlbumWaitMS int `yaml:"album_wait_ms"`
 	// NotifyResets tells private chats at once when a sweep archived
 	// their conversation (default false; groups are never told).
 	NotifyResets bool `yaml:"notify_resets"`

@@ -370,6 +370,27 @@ func TestNotifyResets(t *testing.T) {
 	}
 }
 
+func TestAlbumWait(t *testing.T) {
+	c := mustParse(t, "channels:\n  telegram:\n    token: \"123456:abcdefghijklmnop\"\n")
+	var out strings.Builder
+	c.Describe(&out)
+	if c.Channels.Telegram.AlbumWaitMS != DefaultAlbumWaitMS || !regexp.MustCompile(`album_wait_ms +800 +default`).MatchString(out.String()) {
+		t.Fatalf("album_wait_ms = %d; Describe:\n%s", c.Channels.Telegram.AlbumWaitMS, out.String())
+	}
+	c = mustParse(t, "channels:\n  telegram:\n    album_wait_ms: 1500\n")
+	out.Reset()
+	c.Describe(&out)
+	if c.Channels.Telegram.AlbumWaitMS != 1500 || !regexp.MustCompile(`album_wait_ms +1500 +channels\.telegram\.album_wait_ms \(bot\.yaml:3\)`).MatchString(out.String()) {
+		t.Fatalf("album_wait_ms = %d; Describe:\n%s", c.Channels.Telegram.AlbumWaitMS, out.String())
+	}
+	for _, bad := range []string{"50", "6000", "-1", "soon"} {
+		_, err := parse(t, "channels:\n  telegram:\n    album_wait_ms: "+bad+"\n")
+		if err == nil || !strings.Contains(err.Error(), "bot.yaml:3") || !strings.Contains(err.Error(), "album_wait_ms") {
+			t.Errorf("album_wait_ms: %s: %v, want an error at bot.yaml:3", bad, err)
+		}
+	}
+}
+
 func TestDelayNotice(t *testing.T) {
 	if got := mustParse(t, "session:\n  max_history: 10\n").DelayNotice(); got != DefaultDelayNotice {
 		t.Fatalf("default delay_notice = %v, want %v", got, DefaultDelayNotice)

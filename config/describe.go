@@ -63,6 +63,9 @@ func (c *Config) Describe(w io.Writer) {
 			}
 			fmt.Fprintf(tw, "  notify_resets\t%t\t%s\n", c.Channels.Telegram.NotifyResets, from)
 		}
+		if p.Channel == ChannelTelegram {
+			fmt.Fprintf(tw, "  album_wait_ms\t%d\t%s\n", c.Channels.Telegram.AlbumWaitMS, c.from("channels.telegram.album_wait_ms"))
+		}
 		if len(c.Agent.Tools.Servers) > 0 || p.ToolServers.From != "all configured (default)" {
 			fmt.Fprintf(tw, "  tools\t%s\t%s\n", serverList(p.ToolServers.V), p.ToolServers.From)
 		}

@@ -26,6 +26,9 @@ const (
 	DefaultOpenAITimeout       = 60 * time.Second
 	DefaultTelegramAPI         = "https://api.telegram.org"
 	DefaultMaxImageBytes       = 5 << 20
+	DefaultAlbumWaitMS         = 800      // channels.telegram.album_wait_ms: an album's parts come within ms of each other
+	MinAlbumWaitMS             = 100      // below it a slow client's album would come apart
+	MaxAlbumWaitMS             = 5000     // longer keeps every album's reply waiting for seconds
 	MaxTelegramDownload        = 20 << 20 // the Bot API's limit on files a bot downloads
 	DefaultMaxAudioBytes       = 20 << 20 // agent.openai.max_audio_bytes: the Bot API's download limit
 	MinMaxAudioBytes           = 1 << 10
@@ -126,6 +129,7 @@ func (c *Config) applyDefaults() {
 	setStr(&tg.GroupScope, "user")
 	setStr(&tg.Format, "html")
 	setInt(&tg.MaxImageBytes, DefaultMaxImageBytes)
+	setInt(&tg.AlbumWaitMS, DefaultAlbumWaitMS)
 	setStr(&tg.Streaming, "auto")
 	setStr(&tg.Edits, "answer")
 	if tg.RateLimit.PerSecond == 0 {
@@ -277,6 +281,9 @@ func (c *Config) Validate() Errors {
 	}
 	if tg.MaxImageBytes < 1024 || tg.MaxImageBytes > MaxTelegramDownload {
 		bad("channels.telegram.max_image_bytes", "must be between 1024 and %d (the Bot API's download limit), got %d", MaxTelegramDownload, tg.MaxImageBytes)
+	}
+	if tg.AlbumWaitMS < MinAlbumWaitMS || tg.AlbumWaitMS > MaxAlbumWaitMS {
+		bad("channels.telegram.album_wait_ms", "must be between %d and %d, got %d", MinAlbumWaitMS, MaxAlbumWaitMS, tg.AlbumWaitMS)
 	}
 	if c.TelegramEnabled() && tg.Mode == "webhook" {
 		if u, err := url.Parse(tg.Webhook.URL); err != nil || u.Scheme != "https" || u.Host == "" {

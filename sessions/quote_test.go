@@ -60,3 +60,36 @@ func TestAQuoteReachesTheModel(t *testing.T) {
 		t.Fatalf("stored = %+v", rows[0])
 	}
 }
+
+// Exports show a message's stored quote: whole in JSON, nested above the
+// message in Markdown, on one line, cut short, before it in text.
+func TestExportsShowTheQuote(t *testing.T) {
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
+	m := New(db, agent.Echo{}, Options{Logger: quiet})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	in := msg("websocket:a", "which one?")
+	in.Quote = "Two options:\nthe red one, " + strings.Repeat("or else the blue one ", 5)
+	out := handle(t, m, in)
+	ex, err := db.ExportConversation(context.Background(), out.ConversationID)
+	if err != nil || ex == nil {
+		t.Fatal(ex, err)
+	}
+	if got := ex.Messages[0].Quote; got != strings.TrimSpace(in.Quote) || ex.Messages[1].Quote != "" {
+		t.Fatalf("exported quotes %q, %q", got, ex.Messages[1].Quote)
+	}
+	for format, want := range map[string]string{
+		store.FormatJSON:     `"quote": "Two options:\nthe red one, or else`,
+		store.FormatText:     "   1 user      [replying to \"Two options: the red one, or else the blue one or else the blue one or else the…\"] which one?\n",
+		store.FormatMarkdown: "> > Two options:\n> > the red one, or else the blue one",
+	} {
+		var b strings.Builder
+		if err := ex.Write(&b, format); err != nil || !strings.Contains(b.String(), want) {
+			t.Errorf("%s export lacks %q: %v\n%s", format, want, err, b.String())
+		}
+	}
+	var b strings.Builder
+	ex.Write(&b, store.FormatMarkdown)
+	if !strings.Contains(b.String(), "blue one\n>\n> which one?\n") {
+		t.Errorf("markdown: the message does not follow its quote:\n%s", b.String())
+	}
+}

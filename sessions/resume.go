@@ -110,6 +110,9 @@ type Entry struct {
 	ReplyTo     int64  // a reply's user message seq
 	// Attachments of a user message: metadata only, no bytes.
 	Attachments []agent.Attachment
+	// Quote is the text a user message replies to or quotes, as stored
+	// with it.
+	Quote string
 }
 
 // toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
@@ -122,7 +125,8 @@ func toTranscript(conv *ledger.Conversation, msgs []ledger.Message) Transcript {
 		if m.Role != agent.RoleUser && (m.Role != agent.RoleAssistant || m.ToolCalls != "") {
 			continue
 		}
-		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo, Attachments: decodeAttachments(m.Attachments)}
+		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo, Attachments: decodeAttachments(m.Attachments),
+			Quote: m.Quote}
 		if m.ClientMsgID != nil {
 			e.ClientMsgID = *m.ClientMsgID
 		}

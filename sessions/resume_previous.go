@@ -18,6 +18,18 @@ const ReasonResume = "resume"
 // with messages to go back to.
 var ErrNothingToResume = errors.New("there is no earlier conversation to go back to")
 
+// Why ResumeConversation did not reopen the conversation it was given.
+var (
+	// ErrAlreadyActive: it is the key's active conversation already (it
+	// was resumed since).
+	ErrAlreadyActive = errors.New("that conversation is the active one already")
+	// ErrNotPrevious: it is not the one ResumePrevious would reopen now —
+	// the key moved on since (another reset or resume), or it was purged.
+	ErrNotPrevious = errors.New("that conversation is not the previous one any more")
+	// ErrNotYours: it is another session key's conversation.
+	ErrNotYours = errors.New("that conversation is another session's")
+)
+
 // Resumed is the result of ResumePrevious.
 type Resumed struct {
 	// Event is the reset it published: OldConversation the conversation
@@ -49,6 +61,25 @@ const reopenAttempts = 5
 // The published ResetEvent (reason resume) reaches every listener here
 // and, through the other replicas, their clients.
 func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, error) {
+	return m.resume(ctx, in, "")
+}
+
+// ResumeConversation is ResumePrevious for a caller that names the
+// conversation it means to go back to, such as the "Go back" button under
+// a reset notice, which may be tapped long after: it reopens conv only
+// while conv is the one ResumePrevious would reopen (the key's most
+// recently archived conversation with messages), and otherwise returns
+// ErrAlreadyActive (conv is the key's active conversation), ErrNotYours
+// (conv is another key's) or ErrNotPrevious, changing nothing.
+func (m *Manager) ResumeConversation(ctx context.Context, in Inbound, conv string) (Resumed, error) {
+	if conv == "" {
+		return Resumed{}, ErrBadInbound
+	}
+	return m.resume(ctx, in, conv)
+}
+
+// resume is ResumePrevious, and ResumeConversation when want is set.
+func (m *Manager) resume(ctx context.Context, in Inbound, want string) (Resumed, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return Resumed{}, ErrBadInbound
 	}
@@ -67,6 +98,9 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 		prev, err := m.store.LastArchived(ctx, in.SessionKey)
 		if err != nil {
 			return Resumed{}, err
+		}
+		if want != "" && (prev == nil || prev.ID != want) {
+			return Resumed{}, m.notPrevious(ctx, in.SessionKey, cur, want)
 		}
 		if prev == nil {
 			return Resumed{}, ErrNothingToResume
@@ -103,6 +137,22 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 		m.publish(ev)
 		return Resumed{Event: ev, Conversation: conv}, nil
 	}
+}
+
+// notPrevious says why conversation want is not the key's to go back to:
+// it is active already, another key's (or not stored), or passed over.
+func (m *Manager) notPrevious(ctx context.Context, key string, cur *ledger.Conversation, want string) error {
+	if cur != nil && cur.ID == want {
+		return ErrAlreadyActive
+	}
+	c, err := m.store.Conversation(ctx, want)
+	switch {
+	case err != nil:
+		return err
+	case c != nil && c.SessionKey != key:
+		return ErrNotYours
+	}
+	return ErrNotPrevious
 }
 
 // tellEarlierReset gives the first message after a sweep archived the

@@ -298,3 +298,54 @@ func TestResumePreviousReachesTheOtherReplica(t *testing.T) {
 		t.Fatalf("B after the resume: %+v", out)
 	}
 }
+
+// ResumeConversation goes back to the conversation it names only while
+// ResumePrevious would: once it is active again, once the key has moved
+// on (a newer archive), or for another key, it changes nothing and says
+// why.
+func TestResumeConversationOnlyWhileItIsThePreviousOne(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		clock := newClock(t0)
+		m := newManager(t, db, agent.Echo{}, clock, nil)
+		ctx := context.Background()
+		const key = "websocket:ann"
+		first := handle(t, m, msg(key, "one"))
+		clock.Advance(time.Minute)
+		if _, err := m.Reset(ctx, msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		second := handle(t, m, msg(key, "two"))
+		clock.Advance(time.Minute)
+		if _, err := m.ResumeConversation(ctx, msg("websocket:bob", ""), first.ConversationID); !errors.Is(err, ErrNotYours) {
+			t.Fatalf("another key's resume: %v, want ErrNotYours", err)
+		}
+		res, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID)
+		if err != nil || res.Event.NewConversation != first.ConversationID || res.Event.OldConversation != second.ConversationID {
+			t.Fatalf("resume = %+v, %v", res, err)
+		}
+		if _, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID); !errors.Is(err, ErrAlreadyActive) {
+			t.Fatalf("second resume of it: %v, want ErrAlreadyActive", err)
+		}
+		// The key moves on: a reset archives the first one again, and a
+		// notice naming the second (archived before) is out of date.
+		clock.Advance(time.Minute)
+		if _, err := m.Reset(ctx, msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		handle(t, m, msg(key, "three"))
+		if _, err := m.ResumeConversation(ctx, msg(key, ""), second.ConversationID); !errors.Is(err, ErrNotPrevious) {
+			t.Fatalf("resume of an older archive: %v, want ErrNotPrevious", err)
+		}
+		if _, err := m.ResumeConversation(ctx, msg(key, ""), "no-such-conversation"); !errors.Is(err, ErrNotPrevious) {
+			t.Fatalf("resume of an unknown conversation: %v, want ErrNotPrevious", err)
+		}
+		third := activeOf(t, db, key)
+		if third == first.ConversationID || third == second.ConversationID {
+			t.Fatalf("a refused resume changed the active conversation to %s", third)
+		}
+		if res, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID); err != nil || activeOf(t, db, key) != first.ConversationID {
+			t.Fatalf("resume of the previous one = %+v, %v", res, err)
+		}
+	})
+}

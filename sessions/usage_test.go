@@ -276,3 +276,25 @@ func TestBudgetRaisedLive(t *testing.T) {
 		t.Fatalf("after the limit was raised: %+v", out.Reply)
 	}
 }
+
+// TestBudgetHoldsAcrossReplicas: two replicas on one PostgreSQL database
+// see each other's spend — the turn that crosses the budget on one is
+// the last either answers that day.
+func TestBudgetHoldsAcrossReplicas(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	p := map[string]Policy{"websocket": {MaxHistory: 10, Budget: BudgetPolicy{Default: Budget{CostPerDay: 0.02}}}}
+	a := newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, p)
+	b := newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, p)
+	if out := handle(t, a, msg("websocket:ann", "hello")); out.Reply.Status != MsgOK {
+		t.Fatalf("first turn, on a: %+v", out.Reply)
+	}
+	if out := handle(t, b, msg("websocket:ann", "hello")); out.Reply.Status != MsgOK {
+		t.Fatalf("second turn, on b (0.012 of 0.02 spent): %+v", out.Reply)
+	}
+	for name, m := range map[string]*Manager{"a": a, "b": b} {
+		if out := handle(t, m, msg("websocket:ann", "hello")); !strings.HasPrefix(out.Reply.Error, OverBudgetPrefix) {
+			t.Fatalf("on %s after 0.024 spent: %+v, want the budget reply", name, out.Reply)
+		}
+	}
+}

@@ -7,11 +7,22 @@ const TOKEN_KEY = 'chatgate-admin-token';
 const PAGE_SIZE = 25;
 const STATS_EVERY_MS = 3000;
 
+const USAGE_PAGE_SIZE = 100;
+const USAGE_DAYS = 30; // the usage view starts with the last 30 days
+const USAGE_SUMS = ['prompt_tokens', 'completion_tokens', 'cost', 'turns'];
+const USAGE_HEADINGS = {
+  user: 'user', day: 'day', model: 'model', channel: 'channel',
+  prompt_tokens: 'prompt tokens', completion_tokens: 'completion tokens', cost: 'cost', turns: 'turns',
+};
+
 const $ = (id) => document.getElementById(id);
 let offset = 0;
 let current = null; // the conversation shown
 let statsTimer = null;
 let draining = false;
+// The usage view's order and page: sort is a column ('' is the server's
+// default, by the groups) and order 'asc' or 'desc'.
+const usage = { sort: '', order: '', offset: 0, loaded: false };
 
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
 
@@ -66,7 +77,20 @@ async function start() {
     return;
   }
   if (!statsTimer) statsTimer = setInterval(() => refreshStats().catch(report), STATS_EVERY_MS);
+  showTab(location.hash === '#usage' ? 'usage' : 'sessions');
   await loadSessions().catch(report);
+}
+
+// showTab shows the sessions or the usage view; the usage report is
+// loaded the first time its view is shown.
+function showTab(name) {
+  const isUsage = name === 'usage';
+  $('sessions-view').hidden = isUsage;
+  $('usage-view').hidden = !isUsage;
+  $('tab-sessions').setAttribute('aria-selected', String(!isUsage));
+  $('tab-usage').setAttribute('aria-selected', String(isUsage));
+  history.replaceState(null, '', isUsage ? '#usage' : location.pathname + location.search);
+  if (isUsage && !usage.loaded) loadUsage().catch(report);
 }
 
 async function refreshStats() {
@@ -167,10 +191,18 @@ async function openConversation(id) {
     const when = document.createElement('span');
     when.textContent = fmtTime(m.created_at);
     head.appendChild(when);
+    li.appendChild(head);
+    if (m.quote) {
+      // The text the message replies to or quotes, as stored with it.
+      const quote = document.createElement('blockquote');
+      quote.className = 'msg-quote';
+      quote.textContent = m.quote;
+      li.appendChild(quote);
+    }
     const text = document.createElement('div');
     text.className = 'msg-text';
     text.textContent = m.content;
-    li.append(head, text);
+    li.appendChild(text);
     for (const c of m.calls || []) {
       // A tool call and where it stands; its name, arguments and result
       // are untrusted text.
@@ -186,17 +218,148 @@ async function openConversation(id) {
   }
 }
 
-async function download(format) {
-  if (!current) return;
-  const res = await api('GET', '/admin/api/conversations/' + encodeURIComponent(current.id) + '/export?format=' + format, true);
+// isoDay is a local date as YYYY-MM-DD.
+function isoDay(d) {
+  return d.getFullYear() + '-' + String(d.getMonth() + 1).padStart(2, '0') + '-' + String(d.getDate()).padStart(2, '0');
+}
+
+function fmtCost(c) {
+  const s = c.toFixed(6).replace(/\.?0+$/, '');
+  return s === '0' && c > 0 ? '< 0.000001' : s;
+}
+
+function fmtUsage(col, v) {
+  if (col === 'cost') return fmtCost(v);
+  if (USAGE_SUMS.includes(col)) return v.toLocaleString('en-US');
+  return v || '';
+}
+
+// usageQuery is the report's parameters as the form and the order say.
+function usageQuery() {
+  const by = Array.from(document.querySelectorAll('#usage-by input:checked'), (el) => el.value);
+  const p = new URLSearchParams({ by: by.join(',') });
+  for (const [id, name] of [['u-since', 'since'], ['u-until', 'until'], ['u-user', 'user']]) {
+    const v = $(id).value.trim();
+    if (v) p.set(name, v);
+  }
+  if (usage.sort && (USAGE_SUMS.includes(usage.sort) || by.includes(usage.sort))) {
+    p.set('sort', usage.sort);
+    p.set('order', usage.order);
+  }
+  return p;
+}
+
+async function loadUsage() {
+  const p = usageQuery();
+  p.set('limit', String(USAGE_PAGE_SIZE));
+  p.set('offset', String(usage.offset));
+  const r = await api('GET', '/admin/api/usage?' + p);
+  usage.loaded = true;
+  usage.sort = r.sort || '';
+  usage.order = r.order;
+  const cols = r.by.concat(USAGE_SUMS);
+  const sorted = r.sort || r.by[0]; // without a sort the rows are in the groups' order
+
+  const head = $('usage-head');
+  head.replaceChildren();
+  for (const c of cols) {
+    const th = document.createElement('th');
+    th.dataset.col = c;
+    if (USAGE_SUMS.includes(c)) th.className = 'num';
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'sort';
+    b.textContent = USAGE_HEADINGS[c];
+    if (c === sorted) {
+      th.setAttribute('aria-sort', r.order === 'desc' ? 'descending' : 'ascending');
+      b.textContent += r.order === 'desc' ? ' ▼' : ' ▲';
+    }
+    b.title = 'Sort by ' + USAGE_HEADINGS[c];
+    b.addEventListener('click', () => sortUsage(c, sorted));
+    th.appendChild(b);
+    head.appendChild(th);
+  }
+
+  const body = $('usage-rows');
+  body.replaceChildren();
+  for (const row of r.rows) {
+    const tr = document.createElement('tr');
+    for (const c of cols) {
+      cell(tr, fmtUsage(c, row[c]));
+      if (USAGE_SUMS.includes(c)) tr.lastChild.className = 'num';
+      tr.lastChild.dataset.col = c;
+    }
+    body.appendChild(tr);
+  }
+  if (r.rows.length === 0) {
+    const tr = document.createElement('tr');
+    cell(tr, 'no usage in this period');
+    tr.lastChild.colSpan = cols.length;
+    body.appendChild(tr);
+  }
+
+  // The totals of the whole report, every page; with no groups the one
+  // row is the total.
+  const foot = $('usage-totals');
+  foot.replaceChildren();
+  if (r.by.length > 0) {
+    const tr = document.createElement('tr');
+    cell(tr, 'total · ' + r.total_rows + (r.total_rows === 1 ? ' row' : ' rows'));
+    tr.lastChild.colSpan = r.by.length;
+    for (const c of USAGE_SUMS) {
+      cell(tr, fmtUsage(c, r.totals[c]));
+      tr.lastChild.className = 'num';
+      tr.lastChild.dataset.col = c;
+    }
+    foot.appendChild(tr);
+  }
+
+  const last = r.offset + r.rows.length;
+  $('u-page').textContent = r.total_rows > r.rows.length ? (r.offset + 1) + '–' + last + ' of ' + r.total_rows : '';
+  $('u-prev').disabled = r.offset === 0;
+  $('u-next').disabled = r.next_offset === undefined;
+}
+
+// sortUsage orders the report by col: a click on the column it is sorted
+// by turns the order round; another column starts with the biggest sums
+// or the first keys.
+function sortUsage(col, sorted) {
+  if (col === sorted) {
+    usage.sort = col;
+    usage.order = usage.order === 'desc' ? 'asc' : 'desc';
+  } else {
+    usage.sort = col;
+    usage.order = USAGE_SUMS.includes(col) ? 'desc' : 'asc';
+  }
+  usage.offset = 0;
+  loadUsage().catch(report);
+}
+
+// saveBlob offers a response's body as a download named as the server
+// names it (Content-Disposition), else fallback.
+async function saveBlob(res, fallback) {
+  const m = /filename="([^"]+)"/.exec(res.headers.get('Content-Disposition') || '');
   const blob = await res.blob();
   const a = document.createElement('a');
   a.href = URL.createObjectURL(blob);
-  a.download = 'conversation-' + current.id + (format === 'markdown' ? '.md' : '.json');
+  a.download = m ? m[1] : fallback;
   document.body.appendChild(a);
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+async function downloadUsage() {
+  const p = usageQuery();
+  p.set('format', 'csv');
+  const res = await api('GET', '/admin/api/usage?' + p, true);
+  await saveBlob(res, 'usage.csv');
+}
+
+async function download(format) {
+  if (!current) return;
+  const res = await api('GET', '/admin/api/conversations/' + encodeURIComponent(current.id) + '/export?format=' + format, true);
+  await saveBlob(res, 'conversation-' + current.id + (format === 'markdown' ? '.md' : '.json'));
 }
 
 $('login').addEventListener('submit', (ev) => {
@@ -246,5 +409,22 @@ $('drain').addEventListener('click', async () => {
     await refreshStats();
   } catch (err) { report(err); }
 });
+
+$('tab-sessions').addEventListener('click', () => showTab('sessions'));
+$('tab-usage').addEventListener('click', () => showTab('usage'));
+$('usage-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  usage.offset = 0;
+  loadUsage().catch(report);
+});
+$('usage-by').addEventListener('change', () => { usage.offset = 0; loadUsage().catch(report); });
+$('usage-csv').addEventListener('click', () => downloadUsage().catch(report));
+$('u-prev').addEventListener('click', () => { usage.offset = Math.max(0, usage.offset - USAGE_PAGE_SIZE); loadUsage().catch(report); });
+$('u-next').addEventListener('click', () => { usage.offset += USAGE_PAGE_SIZE; loadUsage().catch(report); });
+{
+  const since = new Date();
+  since.setDate(since.getDate() - (USAGE_DAYS - 1));
+  $('u-since').value = isoDay(since);
+}
 
 if (token()) start(); else showLogin();

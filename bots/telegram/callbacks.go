@@ -2,8 +2,9 @@ package telegram
 
 // Callback queries: taps on the bot's inline buttons. The button's data
 // says what it is for by its prefix, up to the first ":" — "tool" for a
-// tool call's ask (toolask.go), "model" for /model's buttons (model.go);
-// other kinds add a case to callback. Every
+// tool call's ask (toolask.go), "back" for a reset notice's Go back
+// (goback.go), "model" for /model's buttons (model.go); other kinds add a
+// case to callback. Every
 // query is answered with answerCallbackQuery exactly once, whatever
 // becomes of it (refused, stale, unknown, a storage failure), so that
 // the user's client stops waiting; a tap from a user outside
@@ -34,6 +35,8 @@ func (b *Bot) callback(ctx context.Context, u update) {
 		switch kind {
 		case toolData:
 			answer, after = b.toolTap(ctx, q, u.callbackThread, rest)
+		case backData:
+			answer, after = b.backTap(ctx, q, u.callbackThread, rest)
 		case modelData:
 			answer, after = b.modelTap(ctx, q, u.callbackThread, rest)
 		default:

@@ -159,7 +159,7 @@ func (b *Bot) sendNotices() {
 			left++
 			continue
 		}
-		if _, err := b.sendPlain(ctx, nt.to, b.resetNotice(nt.reason, true), 0); err != nil {
+		if _, err := b.sendResetNotice(ctx, nt.to, b.resetNotice(nt.reason, true), nt.conv); err != nil {
 			n.failed.Add(1)
 		} else {
 			n.sent.Add(1)

@@ -174,9 +174,7 @@ func (b *Bot) poll(ctx context.Context) (*offsetTracker, error) {
 			// its message is stored (and a restart takes them up again).
 			// Then wait for progress instead of asking again at once.
 			if ids, st := offsets.holdWaiting(); len(ids) > 0 && b.persist(ctx, offsets, st) {
-				for _, id := range ids {
-					offsets.holdStored(id)
-				}
+				offsets.holdStored(ids...)
 				continue
 			}
 			offsets.waitProgress(ctx, b.opts.PollTimeout)

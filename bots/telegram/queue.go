@@ -170,33 +170,42 @@ func (o *offsetTracker) start(u update) {
 	o.maxSeen = max(o.maxSeen, id)
 }
 
-// finish marks id processed and returns the state to store.
-func (o *offsetTracker) finish(id int) offsetState {
+// finish marks ids processed and returns the state to store: one state
+// for all of them (an album's parts), so that a restart finds them all
+// confirmed or none.
+func (o *offsetTracker) finish(ids ...int) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.pending, id)
-	delete(o.updates, id)
-	delete(o.held, id)
-	o.done[id] = true
-	o.committed = max(o.committed, o.next(0))
+	for _, id := range ids {
+		delete(o.pending, id)
+		delete(o.updates, id)
+		delete(o.held, id)
+		o.done[id] = true
+	}
+	o.committed = max(o.committed, o.next())
 	o.signal()
 	return o.state(o.committed)
 }
 
-// hold records that u could not be stored (since when) and returns the
-// state to store, whose offset may pass u: the state carries u. Call
-// holdStored once that state is stored.
-func (o *offsetTracker) hold(u update, since time.Time) offsetState {
+// hold records that us (one update, or an album's parts) could not be
+// stored (since when) and returns the state to store, whose offset may
+// pass them: the state carries them. Call holdStored once that state is
+// stored.
+func (o *offsetTracker) hold(since time.Time, us ...update) offsetState {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.pending, u.UpdateID)
-	delete(o.updates, u.UpdateID)
-	if h := o.held[u.UpdateID]; h == nil {
-		o.held[u.UpdateID] = &heldUpdate{Update: u, Since: since}
-	} else if h.Since.IsZero() {
-		h.Since = since // it waited; now storing it failed
+	also := make([]int, 0, len(us))
+	for _, u := range us {
+		delete(o.pending, u.UpdateID)
+		delete(o.updates, u.UpdateID)
+		if h := o.held[u.UpdateID]; h == nil {
+			o.held[u.UpdateID] = &heldUpdate{Update: u, Since: since}
+		} else if h.Since.IsZero() {
+			h.Since = since // it waited; now storing it failed
+		}
+		also = append(also, u.UpdateID)
 	}
-	return o.state(max(o.committed, o.next(u.UpdateID)))
+	return o.state(max(o.committed, o.next(also...)))
 }
 
 // holdWaiting holds every update not yet stored (waiting in its chat's
@@ -221,35 +230,41 @@ func (o *offsetTracker) holdWaiting() ([]int, offsetState) {
 	return ids, o.state(max(o.committed, o.maxSeen+1))
 }
 
-// holdStored marks a held update durable: the offset may pass it now.
-func (o *offsetTracker) holdStored(id int) {
+// holdStored marks held updates durable: the offset may pass them now.
+func (o *offsetTracker) holdStored(ids ...int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if h := o.held[id]; h != nil {
-		h.durable = true
+	for _, id := range ids {
+		if h := o.held[id]; h != nil {
+			h.durable = true
+		}
 	}
-	o.committed = max(o.committed, o.next(0))
+	o.committed = max(o.committed, o.next())
 	o.signal()
 }
 
-// isDurable reports whether a held update is in the stored state.
-func (o *offsetTracker) isDurable(id int) bool {
+// isDurable reports whether the stored state holds every one of us.
+func (o *offsetTracker) isDurable(us ...update) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	h := o.held[id]
-	return h != nil && h.durable
+	for _, u := range us {
+		if h := o.held[u.UpdateID]; h == nil || !h.durable {
+			return false
+		}
+	}
+	return true
 }
 
 // next is the offset the updates allow: the lowest update still being
-// processed, or held but not yet stored (other than also, which is taken
-// as stored), else one past the highest seen.
-func (o *offsetTracker) next(also int) int {
+// processed, or held but not yet stored (other than those of also, which
+// are taken as stored), else one past the highest seen.
+func (o *offsetTracker) next(also ...int) int {
 	next := o.maxSeen + 1
 	for p := range o.pending {
 		next = min(next, p)
 	}
 	for id, h := range o.held {
-		if !h.durable && id != also {
+		if !h.durable && !slices.Contains(also, id) {
 			next = min(next, id)
 		}
 	}

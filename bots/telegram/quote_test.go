@@ -4,6 +4,7 @@ package telegram
 // it (topics.go, route.go).
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
@@ -49,6 +50,14 @@ func TestRepliesAndQuotesReachTheModel(t *testing.T) {
 	}
 	if len(users) != 4 || users[1] != reply || users[2] != quote || users[3] != "thanks" {
 		t.Errorf("the next turn's user messages = %q", users)
+	}
+	// /history shows what each message replied to.
+	api.Push(telegramtest.DM(7, "/history"))
+	hist := api.WaitSent(t, 5)[4].Text
+	for _, want := range []string{"You, replying to \u201c" + llmtest.Reply + "\u201d: what did you mean?", "You, replying to \u201canother\u201d: why that one?", "You: thanks"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("/history lacks %q:\n%s", want, hist)
+		}
 	}
 }
 

@@ -27,7 +27,12 @@ func (b *Bot) submitMessage(ctx context.Context, m *message, key string, in sess
 	if media == nil {
 		// Read once: a message retried because it could not be stored is
 		// not downloaded, transcribed or told about again.
-		read := b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+		var read inbound
+		if m.album != nil {
+			read = b.readAlbum(ctx, m, strings.TrimSpace(b.stripMention(m)))
+		} else {
+			read = b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+		}
 		media, m.media = &read, &read
 		for _, notice := range media.notices {
 			b.later(key, func() { b.sendPlain(ctx, m.to(), notice, m.MessageID) })

@@ -28,9 +28,10 @@ const (
 // /history shows at most historyLines lines (the last few exchanges), each
 // cut to historyLineRunes, read from at most historyRead messages.
 const (
-	historyLines     = 10
-	historyLineRunes = 300
-	historyRead      = 60
+	historyLines      = 10
+	historyLineRunes  = 300
+	historyQuoteRunes = 60
+	historyRead       = 60
 )
 
 // resume answers /resume: the key goes back to its previous conversation.
@@ -72,7 +73,7 @@ func (b *Bot) history(ctx context.Context, in sessions.Inbound) []tgformat.Part 
 		var sb strings.Builder
 		sb.WriteString(historyHeader)
 		for _, e := range entries {
-			sb.WriteString("\n\n" + historyWho(e.Role) + ": " + cut(e.Text, historyLineRunes))
+			sb.WriteString("\n\n" + historyLabel(e) + cut(e.Text, historyLineRunes))
 		}
 		return plainParts(sb.String())
 	}
@@ -82,8 +83,8 @@ func (b *Bot) history(ctx context.Context, in sessions.Inbound) []tgformat.Part 
 	var out []tgformat.Part
 	cur := tgformat.Part{HTML: htmlEscaper.Replace(historyHeader), Plain: historyHeader}
 	for _, e := range entries {
-		label := historyWho(e.Role) + ": "
-		line := tgformat.Part{HTML: label, Plain: label}
+		label := historyLabel(e)
+		line := tgformat.Part{HTML: htmlEscaper.Replace(label), Plain: label}
 		for _, p := range tgformat.Split(cut(e.Text, historyLineRunes), MaxMessageUnits) {
 			line.HTML += p.HTML
 			line.Plain += p.Plain
@@ -116,6 +117,15 @@ func textParts(text string) []tgformat.Part {
 }
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// historyLabel starts a /history line: who wrote it, and what a message
+// replied to, on one line, cut short — `You, replying to "the red…": `.
+func historyLabel(e sessions.Entry) string {
+	if quote := strings.Join(strings.Fields(e.Quote), " "); quote != "" {
+		return historyWho(e.Role) + ", replying to \u201c" + cut(quote, historyQuoteRunes) + "\u201d: "
+	}
+	return historyWho(e.Role) + ": "
+}
 
 func historyWho(role string) string {
 	if role == "user" {
@@ -153,7 +163,7 @@ func (b *Bot) tellReset(ctx context.Context, to place, key string, ev sessions.R
 		if ev.Earlier && b.noticeSent(ctx, key, ev.OldConversation) {
 			return
 		}
-		b.sendPlain(ctx, to, b.resetNotice(ev.Reason, false), 0)
+		b.sendResetNotice(ctx, to, b.resetNotice(ev.Reason, false), ev.OldConversation)
 	})
 }
 

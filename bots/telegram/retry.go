@@ -28,15 +28,25 @@ const (
 // so that they send it again rather than wait for an answer.
 const unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 
-// run processes an update on its chat's queue. In polling mode, an update
-// whose message could not be stored is retried with backoff, from memory,
-// on the same queue (so the chat's later messages stay behind it and other
-// chats go on); it is held in the stored offset state meanwhile, so that
-// polling moves past it. After giveUpAfter the user is told and the update
-// is let go. While draining, or once this replica stops polling, it is
-// left unconfirmed: Telegram, or the stored state, brings it back.
-func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTracker, since time.Time, done func(bool)) {
-	m := u.message()
+// work is what one run stores: a message, and the updates it came in
+// (one; an album's parts, album.go). since is when storing it first
+// failed, zero if it never did.
+type work struct {
+	m       *message
+	updates []update
+	since   time.Time
+}
+
+// run processes a message on its chat's queue. In polling mode, a message
+// that could not be stored is retried with backoff, from memory, on the
+// same queue (so the chat's later messages stay behind it and other chats
+// go on); its updates are held in the stored offset state meanwhile, so
+// that polling moves past them. After giveUpAfter the user is told and the
+// updates are let go. While draining, or once this replica stops polling,
+// they are left unconfirmed: Telegram, or the stored state, brings them
+// back.
+func (b *Bot) run(ctx context.Context, w work, key string, offsets *offsetTracker, done func(bool)) {
+	m, since := w.m, w.since
 	wait := time.Duration(0)
 	watching := false
 	for attempt := 0; ; attempt++ {
@@ -74,10 +84,10 @@ func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTrac
 			watching = true
 			b.watchDelay(key, m, since)
 		}
-		if !offsets.isDurable(u.UpdateID) {
-			st := offsets.hold(u, since)
+		if !offsets.isDurable(w.updates...) {
+			st := offsets.hold(since, w.updates...)
 			if b.persist(ctx, offsets, st) {
-				offsets.holdStored(u.UpdateID)
+				offsets.holdStored(updateIDs(w.updates)...)
 			}
 		}
 		if d := b.sess.DelayNotice(); d > 0 && now.Sub(since) >= d {
@@ -85,7 +95,7 @@ func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTrac
 		}
 		if now.Sub(since) >= giveUpAfter {
 			b.log.Error("telegram: giving up on a message that could not be stored", slog.String("session_key", key),
-				slog.Int("update_id", u.UpdateID), slog.Duration("failing_for", now.Sub(since)))
+				slog.Any("update_ids", updateIDs(w.updates)), slog.Duration("failing_for", now.Sub(since)))
 			b.later(key, func() { b.sendPlain(ctx, m.to(), unstoredText, m.MessageID) })
 			done(true)
 			return
@@ -96,6 +106,15 @@ func (b *Bot) run(ctx context.Context, u update, key string, offsets *offsetTrac
 			return
 		}
 	}
+}
+
+// updateIDs are the ids of us.
+func updateIDs(us []update) []int {
+	ids := make([]int, len(us))
+	for i, u := range us {
+		ids[i] = u.UpdateID
+	}
+	return ids
 }
 
 // pause waits d, or less when ctx ends or the bot stops taking updates.

@@ -7,6 +7,7 @@ package telegram
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,36 +21,24 @@ import (
 // dispatch queues an update behind the earlier ones of the same session
 // key, so one user's messages are stored in order while different chats
 // run side by side; a /stop is not queued, so it is never stuck behind a
-// message its chat is still storing. settled, if
-// given, is called once: with true as soon as the update's message is
-// stored (or needs no storing), with false if it was not taken. held is
-// set for an update that already failed to be stored (since then).
+// message its chat is still storing, and a part of an album is gathered
+// with the album's other parts first (album.go). settled, if given, is
+// called once: with true as soon as the update's message is stored (or
+// needs no storing), with false if it was not taken. held is set for an
+// update that already failed to be stored (since then).
 func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, settled func(bool), held time.Time) {
 	if offsets != nil {
 		offsets.start(u)
 	}
 	ctx, endUpdate := b.traceUpdate(ctx, u)
 	var settleOnce sync.Once
-	settle := func(ok bool) {
+	end := func(ok bool) {
+		endUpdate(ok)
 		if settled != nil {
 			settleOnce.Do(func() { settled(ok) })
 		}
 	}
-	// The update is confirmed once — as soon as its message is stored
-	// (the ledger owns the turn from there, so a slow or failed turn never
-	// holds the offset), or when it needed no storing.
-	var doneOnce sync.Once
-	done := func(processed bool) {
-		endUpdate(processed)
-		settle(processed)
-		if offsets == nil || !processed {
-			return // not processed: the offset stays, Telegram sends it again
-		}
-		doneOnce.Do(func() {
-			st := offsets.finish(u.UpdateID)
-			b.persist(ctx, offsets, st)
-		})
-	}
+	done := b.confirmer(ctx, offsets, []int{u.UpdateID}, []func(bool){end})
 	if u.CallbackQuery != nil {
 		// A tap on a button: answered at once, beside the chat's queue
 		// (it stores no message, and must not wait behind one).
@@ -72,11 +61,40 @@ func (b *Bot) dispatch(ctx context.Context, u update, offsets *offsetTracker, se
 		done(true)
 		return
 	}
+	if m.MediaGroupID != "" && !m.edit {
+		b.gather(ctx, albumPart{u: u, m: m, end: end, held: held}, key, offsets)
+		return
+	}
 	b.inflight.Add(1)
 	b.queue.submit(key, func() {
 		defer b.inflight.Done()
-		b.run(ctx, u, key, offsets, held, done)
+		b.run(ctx, work{m: m, updates: []update{u}, since: held}, key, offsets, done)
 	})
+}
+
+// confirmer returns the done func of the updates ids, which make one
+// message (one update; an album's parts): called with true once the
+// message is stored or needs no storing, with false when it was not
+// taken. Each call ends the updates (their spans, a webhook's answer);
+// the first with true confirms them all in one offset state — the
+// ledger owns the turn from there, so a slow or failed turn never holds
+// the offset, and a restart finds all of them confirmed or none. A false
+// leaves the offset where it is: Telegram, or the stored state, sends
+// them again.
+func (b *Bot) confirmer(ctx context.Context, offsets *offsetTracker, ids []int, ends []func(bool)) func(bool) {
+	var once sync.Once
+	return func(processed bool) {
+		for _, end := range ends {
+			end(processed)
+		}
+		if offsets == nil || !processed {
+			return
+		}
+		once.Do(func() {
+			st := offsets.finish(ids...)
+			b.persist(ctx, offsets, st)
+		})
+	}
 }
 
 // process handles one message. It returns nil when done with it, and an
@@ -133,6 +151,11 @@ func (b *Bot) sessionKey(m *message) string {
 func (b *Bot) addressed(m *message) bool {
 	if m.Chat.IsPrivate() || b.cur.Load().groupPolicy == "all" {
 		return true
+	}
+	if m.album != nil {
+		// An album is for the bot when one of its parts is: the caption
+		// that mentions it, or a reply to it.
+		return slices.ContainsFunc(m.album, b.addressed)
 	}
 	if m.IsCommand() {
 		at := m.CommandWithAt()

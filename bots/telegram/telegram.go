@@ -49,6 +49,9 @@ type Sessions interface {
 	// ResumePrevious, Open and Policy serve /resume, /history and the
 	// reset notices (resume.go); OnReset tells of sweeps (notices.go).
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
+	// ResumeConversation is ResumePrevious for a "Go back" button, which
+	// names the conversation it goes back to (goback.go).
+	ResumeConversation(ctx context.Context, in sessions.Inbound, conv string) (sessions.Resumed, error)
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
@@ -86,6 +89,12 @@ type Options struct {
 	// Now tells how long an update has failed to be stored, which decides
 	// when the bot gives up on it, and paces previews (default time.Now).
 	Now func() time.Time
+	// AlbumWait is how long after an album's latest part the bot waits
+	// for another before it stores the album (default DefaultAlbumWait;
+	// album.go). After waits on the bot's clock (default time.After): the
+	// album waits, which tests run on a fake clock.
+	AlbumWait time.Duration
+	After     func(d time.Duration) <-chan time.Time
 	// TypingEvery is how often the typing action is repeated while the
 	// agent works (Telegram shows it for about 5 s).
 	TypingEvery time.Duration
@@ -178,6 +187,7 @@ type Bot struct {
 	warned        map[string]bool
 	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
+	albums        albums // albums being gathered (album.go)
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup
@@ -256,6 +266,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.AlbumWait <= 0 {
+		o.AlbumWait = DefaultAlbumWait
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.TypingEvery <= 0 {
 		o.TypingEvery = 4 * time.Second

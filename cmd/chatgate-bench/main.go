@@ -51,6 +51,7 @@ type options struct {
 	// firstChunk delays the streaming model server's first chunk.
 	firstChunk     time.Duration
 	firstDeltaOnly bool
+	pgCostOnly     bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
+	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -77,7 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
-		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly}
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {

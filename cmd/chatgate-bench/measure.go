@@ -67,6 +67,18 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		}
 		return nil
 	}
+	if o.pgCostOnly {
+		if o.dsn == "" {
+			return nil, fmt.Errorf("-pg-cost-only needs CHATGATE_TEST_POSTGRES_DSN")
+		}
+		step("what a turn costs PostgreSQL: transactions, round trips, rows and WAL at 50 clients")
+		c, err := postgresCost(ctx, 50, 1, o)
+		if err != nil {
+			return nil, err
+		}
+		rep.PostgresCost = &c
+		return rep, nil
+	}
 	if o.firstDeltaOnly {
 		if err := firstDeltaRuns(); err != nil {
 			return nil, err

@@ -6,6 +6,7 @@
 //	gateway check [-c FILE]        validate and print effective policies
 //	gateway reload [-c FILE]       make the running gateway re-read bot.yaml (SIGHUP)
 //	gateway sessions list|show|export|reset|purge
+//	gateway usage [-c FILE] [-since DAY] [-by user,day,model] [-csv]
 //	gateway version
 package main
 
@@ -36,6 +37,8 @@ commands:
   sessions export [-c FILE] [-format json|text|markdown] ID
   sessions reset [-c FILE] KEY    archive the key's active conversation
   sessions purge [-c FILE]        run the retention purge now (storage.retention_days, resume_ttl)
+  usage [-c FILE] [-since DAY] [-until DAY] [-user KEY] [-by user,day,model] [-sort COL] [-csv]
+                                  tokens and cost by user, day and model (DAY: YYYY-MM-DD, or 7d for the last 7 days)
   version                         print the version
 
 Without -c, ./bot.yaml is used when it exists, else the embedded defaults
@@ -59,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return reloadCmd(args, stdout, stderr)
 	case "sessions":
 		return sessionsCmd(ctx, args, stdout, stderr)
+	case "usage":
+		return usageCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "chatgate", versionString())
 		return 0

@@ -188,6 +188,7 @@ func restartKeys(old, cfg *config.Config) []string {
 		{"channels.telegram.streaming", otg.Streaming, ntg.Streaming},
 		{"channels.telegram.edits", otg.Edits, ntg.Edits},
 		{"channels.telegram.max_image_bytes", otg.MaxImageBytes, ntg.MaxImageBytes},
+		{"channels.telegram.album_wait_ms", otg.AlbumWaitMS, ntg.AlbumWaitMS},
 		{"channels.telegram.notify_resets", otg.NotifyResets, ntg.NotifyResets},
 		{"agent.openai.vision", old.Agent.OpenAI.Vision, cfg.Agent.OpenAI.Vision},
 		{"agent.openai.transcription_model", old.Transcribes(), cfg.Transcribes()},

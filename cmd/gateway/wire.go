@@ -285,7 +285,7 @@ func (s *server) buildBot() *telegram.Bot {
 		WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 		AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 		TracerProvider: s.tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(telegram.Channel) },
-		Format: tg.Format,
+		Format: tg.Format, AlbumWait: time.Duration(tg.AlbumWaitMS) * time.Millisecond,
 		Vision: agent.ReadsImages(s.ag), MaxImageBytes: int64(tg.MaxImageBytes), MaxTextBytes: maxInputBytes,
 		Transcriber: s.transcriber.channelTranscriber(), MaxAudioBytes: int64(cfg.Agent.OpenAI.MaxAudioBytes),
 		Streaming: tg.Streaming, Edits: tg.Edits, NotifyResets: tg.NotifyResets,

@@ -10,6 +10,7 @@
 // send with message_thread_id answers 400 "message thread not found" for a
 // topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
 // closed one; a send without it goes to the chat (a forum's General topic).
+// An album is one update per item sharing a media_group_id (albums.go).
 package telegramtest
 
 import (
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +40,10 @@ type Server struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	updates  []map[string]any
+	pushed   []map[string]any // every update queued, confirmed or not (Replay)
 	nextID   int
 	nextMsg  int
+	albums   int // media groups made (albums.go)
 	sent     []Sent
 	actions  int
 	commands string
@@ -304,10 +308,37 @@ func (a *Server) Push(message map[string]any) int {
 	a.nextMsg++
 	message["message_id"] = id
 	message["date"] = 1
-	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, "message": message})
+	a.queue(map[string]any{"update_id": a.nextID, "message": message})
 	a.nextID++
 	a.cond.Broadcast()
 	return id
+}
+
+// queue adds update u, under a.mu.
+func (a *Server) queue(u map[string]any) {
+	a.updates = append(a.updates, u)
+	a.pushed = append(a.pushed, u)
+}
+
+// Replay queues again every update from update id from on that the bot
+// confirmed, as they were: as if the getUpdates calls that confirmed them
+// never reached Telegram (the bot died before they were sent).
+func (a *Server) Replay(from int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	queued := map[int]bool{}
+	for _, u := range a.updates {
+		queued[u["update_id"].(int)] = true
+	}
+	var again []map[string]any
+	for _, u := range a.pushed {
+		if id := u["update_id"].(int); id >= from && !queued[id] {
+			again = append(again, u)
+		}
+	}
+	a.updates = append(again, a.updates...)
+	slices.SortFunc(a.updates, func(x, y map[string]any) int { return x["update_id"].(int) - y["update_id"].(int) })
+	a.cond.Broadcast()
 }
 
 // PushUpdate queues an update of another kind (edited_message, …).
@@ -317,7 +348,7 @@ func (a *Server) PushUpdate(kind string, body map[string]any) {
 	body["message_id"] = a.nextMsg
 	a.nextMsg++
 	body["date"] = 1
-	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, kind: body})
+	a.queue(map[string]any{"update_id": a.nextID, kind: body})
 	a.nextID++
 	a.cond.Broadcast()
 }
@@ -334,7 +365,7 @@ func (a *Server) PushEdit(message map[string]any, editDate int, text string) {
 	delete(body, "entities")
 	body["text"] = text
 	body["edit_date"] = editDate
-	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, "edited_message": body})
+	a.queue(map[string]any{"update_id": a.nextID, "edited_message": body})
 	a.nextID++
 	a.cond.Broadcast()
 }

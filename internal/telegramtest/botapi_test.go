@@ -306,3 +306,48 @@ func TestForumTopics(t *testing.T) {
 		t.Fatalf("edited message = %+v", m[len(m)-1])
 	}
 }
+
+// TestAlbumIsOneUpdatePerPart checks the fake's albums through the real
+// client library: one update per part, each with its own message_id and
+// photo sizes, all with one media_group_id, the caption on the first
+// only; a limit splits the album between getUpdates answers, and a part
+// pushed later belongs to it.
+func TestAlbumIsOneUpdatePerPart(t *testing.T) {
+	a, api := newClient(t)
+	group, ids := a.PushAlbum(AlbumPhotos(7, "which one?",
+		PhotoSize{FileID: "p1", Width: 800, Height: 600, Size: 100},
+		PhotoSize{FileID: "p2", Width: 800, Height: 600, Size: 200},
+		PhotoSize{FileID: "p3", Width: 800, Height: 600, Size: 300})...)
+	late := a.PushAlbumPart(group, Photo(7, "", PhotoSize{FileID: "p4", Width: 10, Height: 10, Size: 4}))
+	first, err := api.GetUpdates(tgbotapi.UpdateConfig{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := api.GetUpdates(tgbotapi.UpdateConfig{Offset: first[len(first)-1].UpdateID + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := append(first, rest...)
+	if len(first) != 2 || len(us) != 4 {
+		t.Fatalf("got %d then %d updates, want 2 then 2", len(first), len(rest))
+	}
+	for i, u := range us {
+		m := u.Message
+		wantID, wantCaption := late, ""
+		if i < 3 {
+			wantID = ids[i]
+		}
+		if i == 0 {
+			wantCaption = "which one?"
+		}
+		if m == nil || m.MediaGroupID != group || m.MessageID != wantID || m.Caption != wantCaption || len(m.Photo) == 0 {
+			t.Fatalf("part %d = %+v, want message %d of album %s captioned %q", i, m, wantID, group, wantCaption)
+		}
+	}
+	if len(us[0].Message.Photo) != 2 || us[0].Message.Photo[1].FileID != "p1" || us[1].Message.Photo[1].FileID != "p2" {
+		t.Fatalf("photo sizes = %+v", us[0].Message.Photo)
+	}
+	if other, _ := a.PushAlbum(Photo(7, "", PhotoSize{FileID: "x"})); other == group {
+		t.Fatal("two albums share a media_group_id")
+	}
+}

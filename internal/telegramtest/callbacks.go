@@ -245,7 +245,7 @@ func (a *Server) TapStale(user, chat int64, id int, data string) string {
 		"chat_instance": strconv.FormatInt(chat, 10),
 		"data":          data,
 	}
-	a.updates = append(a.updates, map[string]any{"update_id": a.nextID, "callback_query": q})
+	a.queue(map[string]any{"update_id": a.nextID, "callback_query": q})
 	a.nextID++
 	a.cond.Broadcast()
 	return qid

@@ -30,6 +30,9 @@ type ExportMessage struct {
 	ToolCalls   json.RawMessage `json:"tool_calls,omitempty"`
 	ToolCallID  string          `json:"tool_call_id,omitempty"`
 	ClientMsgID string          `json:"client_msg_id,omitempty"`
+	// Quote is the text a user message replies to or quotes, as stored
+	// with it (the model reads it before the message).
+	Quote       string          `json:"quote,omitempty"`
 	Attachments json.RawMessage `json:"attachments,omitempty"` // metadata, as stored
 	ReplyTo     int64           `json:"reply_to,omitempty"`
 	// Covers is a summary's span of seqs [first, last]: the messages it
@@ -103,7 +106,7 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 	t := &Export{Conversation: *conv, Messages: make([]ExportMessage, 0, len(msgs))}
 	for i := range msgs {
 		m := &msgs[i]
-		em := ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID,
+		em := ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Quote: m.Quote,
 			ReplyTo: m.ReplyTo, Status: m.Status, Error: m.Error, CreatedAt: m.CreatedAt,
 			TurnState: m.TurnState, TurnOwner: m.TurnOwner, TurnAttempt: m.TurnAttempt, DeliveredAt: m.DeliveredAt}
 		if m.Role == "user" && m.TurnState != "" {
@@ -173,7 +176,7 @@ func (t *Export) writeText(w io.Writer) error {
 		if m.Status != ledger.MsgOK {
 			status = " [" + m.Status + "]"
 		}
-		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), m.Content, attachmentsNote(m.Attachments), status)
+		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), quoteNote(m.Quote), m.Content, attachmentsNote(m.Attachments), status)
 		for _, c := range m.Calls {
 			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
 		}
@@ -209,7 +212,14 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "\n\n_%s_\n\n", m.CreatedAt.Format(time.RFC3339))
 		// Quoted, so that whatever the message contains (headings, fences)
-		// stays inside its message.
+		// stays inside its message; the text it replies to, quoted once
+		// more, above it.
+		if m.Quote != "" {
+			for _, line := range strings.Split(m.Quote, "\n") {
+				b.WriteString(strings.TrimRight("> > "+line, " ") + "\n")
+			}
+			b.WriteString(">\n")
+		}
 		for _, line := range strings.Split(m.Content, "\n") {
 			b.WriteString(strings.TrimRight("> "+line, " ") + "\n")
 		}
@@ -276,6 +286,24 @@ func attachmentsNote(stored json.RawMessage) string {
 		b.WriteString("]")
 	}
 	return b.String()
+}
+
+// quoteRunes bounds what the text transcript shows of a quote (the JSON
+// and Markdown ones show it whole).
+const quoteRunes = 80
+
+// quoteNote is the text a message replies to, for the text transcript:
+// on one line, cut short, before the message — `[replying to "Which
+// one…"] `.
+func quoteNote(quote string) string {
+	quote = strings.Join(strings.Fields(quote), " ")
+	if quote == "" {
+		return ""
+	}
+	if r := []rune(quote); len(r) > quoteRunes {
+		quote = strings.TrimSpace(string(r[:quoteRunes-1])) + "…"
+	}
+	return fmt.Sprintf("[replying to %q] ", quote)
 }
 
 // coversNote is a summary's span, before its text: "[messages 1–40] ".

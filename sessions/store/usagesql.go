@@ -9,7 +9,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -108,6 +110,13 @@ type UsageFilter struct {
 	// By is what the rows are grouped by, any of "user", "day", "model"
 	// and "channel"; none: one row of everything.
 	By []string
+	// Sort is the column the rows are ordered by: one of By, or a sum
+	// (UsageSums); "": by By. Desc reverses it. Rows that tie are
+	// ordered by By.
+	Sort string
+	Desc bool
+	// Limit and Offset page the rows; Limit 0 is every row.
+	Limit, Offset int
 }
 
 // UsageRow is one group of UsageReport: its keys (empty when not grouped
@@ -123,21 +132,64 @@ type UsageRow struct {
 // usageGroups are the columns a report may group by.
 var usageGroups = map[string]string{"user": "user_key", "day": "day", "model": "model", "channel": "channel"}
 
+// UsageGroups are the groups of a report, in the order they are named
+// in messages.
+var UsageGroups = []string{"user", "day", "model", "channel"}
+
+// UsageSums are the summed columns of a report, in its order.
+var UsageSums = []string{"prompt_tokens", "completion_tokens", "cost", "turns"}
+
 // ValidUsageGroup reports whether a report can group by g.
 func ValidUsageGroup(g string) bool { _, ok := usageGroups[g]; return ok }
 
-// UsageReport sums the tallies f selects, by its groups, ordered by them.
-func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+// Validate says what is wrong with f, naming the field as the admin API
+// and the command line name it; nil when nothing is.
+func (f UsageFilter) Validate() error {
+	seen := map[string]bool{}
+	for _, g := range f.By {
+		if !ValidUsageGroup(g) {
+			return fmt.Errorf("by: cannot group by %q (want any of %s)", g, strings.Join(UsageGroups, ", "))
+		}
+		if seen[g] {
+			return fmt.Errorf("by: %s named twice", g)
+		}
+		seen[g] = true
+	}
+	for _, d := range []struct{ name, day string }{{"since", f.Since}, {"until", f.Until}} {
+		if d.day == "" {
+			continue
+		}
+		if _, err := time.Parse(time.DateOnly, d.day); err != nil {
+			return fmt.Errorf("%s: want a day as YYYY-MM-DD, got %q", d.name, d.day)
+		}
+	}
+	if f.Since != "" && f.Until != "" && f.Since > f.Until {
+		return fmt.Errorf("since (%s) is after until (%s)", f.Since, f.Until)
+	}
+	if f.Sort != "" && !seen[f.Sort] && !slices.Contains(UsageSums, f.Sort) {
+		cols := append(slices.Clone(f.By), UsageSums...)
+		return fmt.Errorf("sort: %q is not a column of this report (want one of %s)", f.Sort, strings.Join(cols, ", "))
+	}
+	if f.Limit < 0 || f.Offset < 0 {
+		return fmt.Errorf("limit and offset: want 0 or more, got %d and %d", f.Limit, f.Offset)
+	}
+	return nil
+}
+
+const usageSumsSelect = "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens, " +
+	"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns"
+
+// usageGrouped is the query of f's groups and their sums, unordered, and
+// its group columns.
+func (s *DB) usageGrouped(ctx context.Context, f UsageFilter) (*gorm.DB, []string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("usage report: %w", err)
+	}
 	var cols []string
 	for _, g := range f.By {
-		c, ok := usageGroups[g]
-		if !ok {
-			return nil, fmt.Errorf("usage report: cannot group by %q (user, day, model or channel)", g)
-		}
-		cols = append(cols, c)
+		cols = append(cols, usageGroups[g])
 	}
-	sel := "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens, " +
-		"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns"
+	sel := usageSumsSelect
 	if len(cols) > 0 {
 		sel = strings.Join(cols, ", ") + ", " + sel
 	}
@@ -158,7 +210,42 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 		q = q.Where("model = ?", f.Model)
 	}
 	if len(cols) > 0 {
-		q = q.Group(strings.Join(cols, ", ")).Order(strings.Join(cols, ", "))
+		q = q.Group(strings.Join(cols, ", "))
+	}
+	return q, cols, nil
+}
+
+// UsageReport sums the tallies f selects, by its groups, ordered by
+// f.Sort then by the groups, and paged by f.Limit and f.Offset.
+func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	q, cols, err := s.usageGrouped(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	var order []string
+	if f.Sort != "" {
+		expr := "SUM(" + f.Sort + ")" // a sum: the aggregate, not the output name that shadows the column
+		if c, ok := usageGroups[f.Sort]; ok {
+			expr = c
+		}
+		if f.Desc {
+			expr += " DESC"
+		}
+		order = append(order, expr)
+	}
+	for _, c := range cols {
+		if c != usageGroups[f.Sort] {
+			order = append(order, c)
+		}
+	}
+	if len(order) > 0 {
+		q = q.Order(strings.Join(order, ", "))
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	if f.Offset > 0 {
+		q = q.Offset(f.Offset)
 	}
 	rows, err := q.Rows()
 	if err != nil {
@@ -188,4 +275,29 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// UsageSummary is a report's size and sums: how many rows it has
+// unpaged, and the totals of all of them.
+type UsageSummary struct {
+	Rows int64
+	ledger.UsageTotals
+}
+
+// UsageSummary counts the rows UsageReport has for f (Sort, Limit and
+// Offset aside) and sums them.
+func (s *DB) UsageSummary(ctx context.Context, f UsageFilter) (UsageSummary, error) {
+	f.Sort, f.Limit, f.Offset = "", 0, 0
+	sub, _, err := s.usageGrouped(ctx, f)
+	if err != nil {
+		return UsageSummary{}, err
+	}
+	var r UsageSummary
+	err = s.read.WithContext(maintenance(ctx)).Table("(?) AS g", sub).
+		Select("COUNT(*) AS n_rows, "+usageSumsSelect).Row().
+		Scan(&r.Rows, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
+	if err != nil {
+		return UsageSummary{}, fmt.Errorf("usage summary: %w", err)
+	}
+	return r, nil
 }
