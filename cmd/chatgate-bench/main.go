@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
+	breakdownOnly := fs.Bool("breakdown", false, "measure only where a turn's time goes: one client's path with clocks along it, and what 50 clients' turns waited for")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -120,6 +121,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *breakdownOnly {
+		b, err := breakdown(ctx, o, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+			return 1
+		}
+		b.print(stdout)
+		data, _ := json.MarshalIndent(b, "", "  ")
+		fmt.Fprintf(stdout, "\n%s\n", data)
+		if o.jsonPath != "" {
+			if err := os.WriteFile(o.jsonPath, data, 0o644); err != nil {
+				fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+				return 1
+			}
+		}
+		return 0
 	}
 	rep, err := measure(ctx, o, stderr)
 	if err != nil {

@@ -1,0 +1,732 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/gateway"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/store"
+)
+
+// Where a turn's time goes (-breakdown). Two measurements:
+//
+//   - one client, one message at a time, against the streaming model
+//     server (first chunk after -llm-first-chunk): clocks along the path
+//     of each message — the client's send, the gateway's spans (the
+//     WebSocket worker taking the frame, the message's commit, the
+//     agent call and its first token, from the tracing the gateway has
+//     anyway, recorded in memory), the model call's HTTP request leaving
+//     the OpenAI library, the model server's receipt of it and its first
+//     chunk, and the client's receipt of the ack and the first delta —
+//     beside the same clocks for the model called directly;
+//   - 50 clients of the echo agent: each turn's time, against what it
+//     waited for — its two appends in the store (the commit queue and
+//     the batch's commit), the garbage collector's stop-the-world pauses
+//     that fell inside it — and the run's totals from runtime/metrics
+//     (GC cycles and CPU, scheduling latency, allocations per turn).
+//
+// Tracing is on in the first (it is what puts clocks along the path) and
+// off in the second; both say so in their output.
+
+// breakdownResult is -breakdown's JSON.
+type breakdownResult struct {
+	Store   string       `json:"store"`
+	Path    []stageStat  `json:"one_client_path"`
+	Request requestStats `json:"model_request"`
+	Tail    *tailResult  `json:"tail,omitempty"`
+}
+
+// stageStat is one stage of the path: its p50 and p90 over the turns,
+// for the gateway and, where the direct call has the same stage, for it.
+type stageStat struct {
+	Name      string  `json:"name"`
+	P50Micros float64 `json:"p50_us"`
+	P90Micros float64 `json:"p90_us"`
+	// Direct is the same stage of the direct call (-1: none).
+	DirectP50Micros float64 `json:"direct_p50_us"`
+}
+
+// requestStats describes the model requests of the gateway's turns.
+type requestStats struct {
+	Turns       int     `json:"turns"`
+	BodyBytes   float64 `json:"body_bytes_p50"`
+	Messages    float64 `json:"messages_p50"`
+	DirectBytes float64 `json:"direct_body_bytes_p50"`
+}
+
+// tailResult is the 50-client measurement.
+type tailResult struct {
+	Clients       int     `json:"clients"`
+	Turns         int     `json:"turns"`
+	PerSecond     float64 `json:"per_second"`
+	P50Millis     float64 `json:"p50_ms"`
+	P99Millis     float64 `json:"p99_ms"`
+	AllocsPerTurn float64 `json:"allocs_per_turn"`
+	BytesPerTurn  float64 `json:"bytes_per_turn"`
+	GCCycles      int     `json:"gc_cycles"`
+	GCCPUShare    float64 `json:"gc_cpu_share"`
+	GCPauseP99Us  float64 `json:"gc_pause_p99_us"`
+	GCPauseMaxUs  float64 `json:"gc_pause_max_us"`
+	SchedP50Us    float64 `json:"sched_latency_p50_us"`
+	SchedP99Us    float64 `json:"sched_latency_p99_us"`
+	// All and Slow are what the turns waited for, all of them and the
+	// slowest 1 %.
+	All  tailGroup `json:"all"`
+	Slow tailGroup `json:"slowest_1pct"`
+}
+
+// tailGroup is what a group of turns waited for, means (so that the
+// parts add up to the whole).
+type tailGroup struct {
+	Turns int `json:"turns"`
+	// Millis is the turn's time; MessageAppend and ReplyAppend the
+	// store's calls (each: waiting for a batch, then its commit);
+	// Rest what is neither (WebSocket, the manager, the echo agent,
+	// scheduling).
+	Millis        float64 `json:"turn_ms"`
+	MessageAppend float64 `json:"message_append_ms"`
+	ReplyAppend   float64 `json:"reply_append_ms"`
+	Rest          float64 `json:"rest_ms"`
+	// WithGCPause is the share of the turns during which the collector
+	// stopped the world at least once; GCPauseMicros the pause time
+	// inside them, mean.
+	WithGCPause   float64 `json:"with_gc_pause"`
+	GCPauseMicros float64 `json:"gc_pause_us_mean"`
+}
+
+func breakdown(ctx context.Context, o options, progress io.Writer) (*breakdownResult, error) {
+	fmt.Fprintf(progress, "… breakdown: one client on %s, the model's first chunk after %s\n", o.store, o.firstChunk)
+	r, err := breakdownPath(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "… breakdown: 50 clients on %s, echo agent\n", o.store)
+	if r.Tail, err = breakdownTail(ctx, o, 50); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// spanRecorder keeps the ended spans' names, times and events.
+type spanRecorder struct {
+	mu    sync.Mutex
+	spans map[string][]recordedSpan
+}
+
+type recordedSpan struct {
+	start, end time.Time
+	events     map[string]time.Time
+}
+
+func (r *spanRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (r *spanRecorder) OnEnd(s sdktrace.ReadOnlySpan) {
+	rs := recordedSpan{start: s.StartTime(), end: s.EndTime()}
+	for _, e := range s.Events() {
+		if rs.events == nil {
+			rs.events = map[string]time.Time{}
+		}
+		rs.events[e.Name] = e.Time
+	}
+	r.mu.Lock()
+	r.spans[s.Name()] = append(r.spans[s.Name()], rs)
+	r.mu.Unlock()
+}
+func (r *spanRecorder) Shutdown(context.Context) error   { return nil }
+func (r *spanRecorder) ForceFlush(context.Context) error { return nil }
+
+// byStart is the spans named name, in the order they started.
+func (r *spanRecorder) byStart(name string) []recordedSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := slices.Clone(r.spans[name])
+	sort.Slice(s, func(i, j int) bool { return s[i].start.Before(s[j].start) })
+	return s
+}
+
+// modelClock is what the timed model server and the timed transport
+// saw of each request, in order.
+type modelClock struct {
+	mu sync.Mutex
+	clockTimes
+}
+
+type clockTimes struct {
+	sent     []time.Time // the request left the OpenAI library (RoundTrip)
+	arrived  []time.Time // the server's handler began
+	read     []time.Time // it had read the body
+	first    []time.Time // it had flushed the first chunk
+	bytes    []int
+	messages []int
+}
+
+// take returns what the clock noted and starts it over.
+func (c *modelClock) take() clockTimes {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.clockTimes
+	c.clockTimes = clockTimes{}
+	return t
+}
+
+// timedTransport notes when each request is handed to HTTP: the OpenAI
+// library has built and encoded it by then.
+type timedTransport struct {
+	next  http.RoundTripper
+	clock *modelClock
+}
+
+func (t *timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	now := time.Now()
+	t.clock.mu.Lock()
+	t.clock.sent = append(t.clock.sent, now)
+	t.clock.mu.Unlock()
+	return t.next.RoundTrip(req)
+}
+
+// timedLLM is streamingLLM noting, for each request, when it came, when
+// its body was read, its size and messages, and when the first chunk was
+// flushed.
+func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), error) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		body, _ := io.ReadAll(r.Body)
+		read := time.Now()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		flush := w.(http.Flusher).Flush
+		if firstChunk > 0 {
+			t := time.NewTimer(firstChunk)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		sseChunk(w, contentDelta("Hello"), "")
+		flush()
+		first := time.Now()
+		clock.mu.Lock()
+		clock.arrived = append(clock.arrived, arrived)
+		clock.read = append(clock.read, read)
+		clock.first = append(clock.first, first)
+		clock.bytes = append(clock.bytes, len(body))
+		clock.messages = append(clock.messages, bytes.Count(body, []byte(`"role":`)))
+		clock.mu.Unlock()
+		for _, part := range []string{", this", " is", " a streamed", " answer."} {
+			sseChunk(w, contentDelta(part), "")
+			flush()
+		}
+		sseChunk(w, "{}", "stop")
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		flush()
+	})
+	return serveModel(h)
+}
+
+// breakdownPath times each stage of one client's messages, direct and
+// through the gateway.
+func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
+	clock := &modelClock{}
+	llm, stopLLM, err := timedLLM(o.firstChunk, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer stopLLM()
+	timedOpenAI := func() *agent.OpenAI {
+		return agent.NewOpenAI(agent.OpenAIConfig{BaseURL: llm, APIKey: "bench", Model: "mock", Timeout: time.Minute, MaxRetries: 2, Stream: true,
+			HTTPClient: &http.Client{Transport: &timedTransport{next: http.DefaultTransport.(*http.Transport).Clone(), clock: clock}}})
+	}
+
+	// Direct: the call, the request leaving the library, the server's
+	// receipt, its first chunk, the first delta.
+	type directTurn struct{ call, delta time.Time }
+	var direct []directTurn
+	{
+		ag := timedOpenAI()
+		var history []agent.Message
+		deadline := time.Now().Add(o.duration)
+		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+			var d directTurn
+			d.call = time.Now()
+			req := agent.Request{SessionKey: "bench-direct", History: history, Input: "hello gateway"}
+			reply, err := ag.Reply(ctx, req, func(string) {
+				if d.delta.IsZero() {
+					d.delta = time.Now()
+				}
+			})
+			if err != nil {
+				return nil, fmt.Errorf("direct call: %w", err)
+			}
+			direct = append(direct, d)
+			history = append(history, agent.Message{Role: agent.RoleUser, Content: req.Input}, agent.Message{Role: agent.RoleAssistant, Content: reply.Text()})
+			if len(history) > ttfdMaxHistory {
+				history = history[len(history)-ttfdMaxHistory:]
+			}
+		}
+	}
+	dc := clock.take()
+	if len(dc.sent) != len(direct) || len(dc.arrived) != len(direct) {
+		return nil, fmt.Errorf("direct: %d calls, %d requests sent, %d received", len(direct), len(dc.sent), len(dc.arrived))
+	}
+
+	// Through the gateway, traced in memory.
+	rec := &spanRecorder{spans: map[string][]recordedSpan{}}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	db, closeDB, err := openStore(ctx, o.store, o)
+	if err != nil {
+		return nil, err
+	}
+	mgr := sessions.New(db, timedOpenAI(), sessions.Options{Logger: discard, HotConversations: 4096, Events: db.Events(),
+		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: ttfdMaxHistory}}, TracerProvider: tp})
+	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard, TracerProvider: tp})
+	url, stop, err := serveWS(mgr, ws, closeDB)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	type gwTurn struct{ send, ack, delta time.Time }
+	var turns []gwTurn
+	c, err := dialClient(ctx, url, "breakdown-"+shortID())
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(o.duration)
+	for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+		id := fmt.Sprint("m", m)
+		var t gwTurn
+		t.send = time.Now()
+		if err := c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}); err != nil {
+			return nil, err
+		}
+		for {
+			f, ok := readFrame(c)
+			if !ok {
+				return nil, fmt.Errorf("gateway: read failed at message %d", m)
+			}
+			now := time.Now()
+			switch {
+			case f["type"] == "ack" && f["id"] == id:
+				t.ack = now
+			case f["type"] == "delta" && f["reply_to"] == id && t.delta.IsZero():
+				t.delta = now
+			}
+			if f["type"] == "reply" && f["reply_to"] == id {
+				break
+			}
+		}
+		turns = append(turns, t)
+	}
+	c.Close()
+	stop()
+	stop = func() {}
+
+	wsMsg, stored, calls := rec.byStart("websocket message"), rec.byStart("store"), rec.byStart("agent call")
+	gc := clock.take()
+	n := len(turns)
+	if len(wsMsg) != n || len(stored) != n || len(calls) != n || len(gc.sent) != n || len(gc.arrived) != n {
+		return nil, fmt.Errorf("gateway: %d turns, %d frames taken, %d commits, %d agent calls, %d requests sent, %d received",
+			n, len(wsMsg), len(stored), len(calls), len(gc.sent), len(gc.arrived))
+	}
+	var stages []stageStat
+	stage := func(name string, gw func(i int) time.Duration, dr func(i int) time.Duration) {
+		s := stageStat{Name: name, DirectP50Micros: -1}
+		s.P50Micros, s.P90Micros = durStats(n, gw)
+		if dr != nil {
+			s.DirectP50Micros, _ = durStats(len(direct), dr)
+		}
+		stages = append(stages, s)
+	}
+	firstToken := func(i int) time.Time { return calls[i].events["first token"] }
+	stage("frame sent → the connection's worker has it", func(i int) time.Duration { return wsMsg[i].start.Sub(turns[i].send) }, nil)
+	stage("worker → the message's commit begins", func(i int) time.Duration { return stored[i].start.Sub(wsMsg[i].start) }, nil)
+	stage("the message's commit", func(i int) time.Duration { return stored[i].end.Sub(stored[i].start) }, nil)
+	stage("frame sent → ack received", func(i int) time.Duration { return turns[i].ack.Sub(turns[i].send) }, nil)
+	stage("frame sent → agent call starts (early)", func(i int) time.Duration { return calls[i].start.Sub(turns[i].send) }, nil)
+	stage("agent call → request handed to HTTP (build, encode)", func(i int) time.Duration { return gc.sent[i].Sub(calls[i].start) },
+		func(i int) time.Duration { return dc.sent[i].Sub(direct[i].call) })
+	stage("handed to HTTP → model server has it", func(i int) time.Duration { return gc.arrived[i].Sub(gc.sent[i]) },
+		func(i int) time.Duration { return dc.arrived[i].Sub(dc.sent[i]) })
+	stage("model server: request → first chunk flushed", func(i int) time.Duration { return gc.first[i].Sub(gc.arrived[i]) },
+		func(i int) time.Duration { return dc.first[i].Sub(dc.arrived[i]) })
+	stage("first chunk flushed → first token in the gateway (stream read, parse)", func(i int) time.Duration { return firstToken(i).Sub(gc.first[i]) },
+		func(i int) time.Duration { return direct[i].delta.Sub(dc.first[i]) })
+	stage("first token → delta frame received by the client", func(i int) time.Duration { return turns[i].delta.Sub(firstToken(i)) }, nil)
+	stage("frame sent → first delta (direct: call → first delta)", func(i int) time.Duration { return turns[i].delta.Sub(turns[i].send) },
+		func(i int) time.Duration { return direct[i].delta.Sub(direct[i].call) })
+	req := requestStats{Turns: n}
+	req.BodyBytes = median(gc.bytes)
+	req.Messages = median(gc.messages)
+	req.DirectBytes = median(dc.bytes)
+	return &breakdownResult{Store: o.store, Path: stages, Request: req}, nil
+}
+
+// serveWS serves ws (over mgr) on loopback, like serveGatewayWith.
+func serveWS(mgr *sessions.Manager, ws *gateway.WebSocket, closeDB func()) (string, func(), error) {
+	srv := gateway.New(discard)
+	srv.Handle("GET /ws", ws)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeDB()
+		return "", nil, err
+	}
+	go srv.Serve(ln)
+	var once sync.Once
+	return "ws://" + ln.Addr().String() + "/ws", func() {
+		once.Do(func() {
+			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(c)
+			mgr.Shutdown(c)
+			ws.Shutdown(c)
+			closeDB()
+		})
+	}, nil
+}
+
+// durStats is the p50 and p90 of d(0..n-1), in µs.
+func durStats(n int, d func(i int) time.Duration) (p50, p90 float64) {
+	if n == 0 {
+		return 0, 0
+	}
+	v := make([]time.Duration, n)
+	for i := range v {
+		v[i] = d(i)
+	}
+	slices.Sort(v)
+	us := func(x time.Duration) float64 { return float64(x.Nanoseconds()) / 1000 }
+	return us(v[n/2]), us(v[min(n-1, n*9/10)])
+}
+
+func median(v []int) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return float64(s[len(s)/2])
+}
+
+// appendClock is a store hook noting each Append's start and end, by
+// session key.
+type appendClock struct {
+	mu      sync.Mutex
+	started map[uint64]time.Time
+	done    map[string][]appendSpan
+}
+
+type appendSpan struct {
+	start, end time.Time
+	reply      bool
+}
+
+func (h *appendClock) Before(_ context.Context, c store.Call) error {
+	if c.Op == "Append" {
+		h.mu.Lock()
+		h.started[c.ID] = time.Now()
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+func (h *appendClock) After(_ context.Context, c store.Call, err error) error {
+	if c.Op != "Append" || c.Append == nil || c.Append.Conv == nil {
+		return err
+	}
+	now := time.Now()
+	h.mu.Lock()
+	start := h.started[c.ID]
+	delete(h.started, c.ID)
+	reply := len(c.Append.Messages) > 0 && c.Append.Messages[0].Role != agent.RoleUser
+	key := c.Append.Conv.SessionKey
+	h.done[key] = append(h.done[key], appendSpan{start: start, end: now, reply: reply})
+	h.mu.Unlock()
+	return err
+}
+
+// gcPauses collects the collector's stop-the-world pauses (end time and
+// length) while it runs, polling often enough that none is lost.
+type gcPauses struct {
+	mu     sync.Mutex
+	ends   []time.Time
+	pauses []time.Duration
+	last   int64
+}
+
+func (g *gcPauses) poll() {
+	var s debug.GCStats
+	s.PauseEnd = make([]time.Time, 256)
+	debug.ReadGCStats(&s)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fresh := int(min(s.NumGC-g.last, int64(len(s.Pause))))
+	for i := 0; i < fresh; i++ {
+		g.ends = append(g.ends, s.PauseEnd[i])
+		g.pauses = append(g.pauses, s.Pause[i])
+	}
+	g.last = s.NumGC
+}
+
+// within is the pause time that ended inside [a, b], and whether any did.
+func (g *gcPauses) within(a, b time.Time) (time.Duration, bool) {
+	var sum time.Duration
+	any := false
+	for i, e := range g.ends {
+		if !e.Before(a) && !e.After(b) {
+			sum += g.pauses[i]
+			any = true
+		}
+	}
+	return sum, any
+}
+
+var tailMetrics = []string{
+	"/gc/cycles/total:gc-cycles",
+	"/gc/pauses:seconds",
+	"/sched/latencies:seconds",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/total:cpu-seconds",
+	"/gc/heap/allocs:objects",
+	"/gc/heap/allocs:bytes",
+	"/gc/heap/tiny/allocs:objects",
+}
+
+func readMetrics() []metrics.Sample {
+	s := make([]metrics.Sample, len(tailMetrics))
+	for i, name := range tailMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	return s
+}
+
+// histDelta is the p-quantile (and the max) of the histogram after minus
+// before, in µs.
+func histDelta(before, after *metrics.Float64Histogram, p float64) (q, maxUs float64) {
+	counts := make([]uint64, len(after.Counts))
+	var total uint64
+	for i := range counts {
+		counts[i] = after.Counts[i] - before.Counts[i]
+		total += counts[i]
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	want := uint64(p * float64(total))
+	var seen uint64
+	q = -1
+	for i, c := range counts {
+		seen += c
+		if q < 0 && seen > want {
+			q = after.Buckets[i+1] * 1e6 // the bucket's upper bound
+		}
+		if c > 0 {
+			maxUs = after.Buckets[i+1] * 1e6
+		}
+	}
+	return q, maxUs
+}
+
+// breakdownTail runs n clients of the echo agent and relates each turn to
+// what it waited for.
+func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
+	db, closeDB, err := openStore(ctx, o.store, o)
+	if err != nil {
+		return nil, err
+	}
+	clock := &appendClock{started: map[uint64]time.Time{}, done: map[string][]appendSpan{}}
+	remove := db.Observe(clock)
+	defer remove()
+	url, stop, err := serveGateway(db, closeDB, false, agent.Echo{}, sessions.Policy{MaxHistory: 20})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+
+	type turn struct {
+		key        string
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var turns []turn
+	pauses := &gcPauses{}
+	pauses.poll()
+	stopPoll := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopPoll:
+				pauses.poll()
+				return
+			case <-t.C:
+				pauses.poll()
+			}
+		}
+	}()
+	before := readMetrics()
+	res := runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
+		user := fmt.Sprintf("tail-%d-%s", i, shortID())
+		c, err := dialClient(ctx, url, user)
+		if err != nil {
+			fail()
+			return nil
+		}
+		defer c.Close()
+		var mine []time.Duration
+		var times []turn
+		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+			id := fmt.Sprint("m", m)
+			t0 := time.Now()
+			if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
+				fail()
+				return nil
+			}
+			for {
+				f, ok := readFrame(c)
+				if !ok {
+					fail()
+					return nil
+				}
+				if f["type"] == "reply" && f["reply_to"] == id {
+					break
+				}
+			}
+			t1 := time.Now()
+			mine = append(mine, t1.Sub(t0))
+			times = append(times, turn{key: "websocket:" + user, start: t0, end: t1})
+		}
+		mu.Lock()
+		turns = append(turns, times...)
+		mu.Unlock()
+		return mine
+	})
+	after := readMetrics()
+	close(stopPoll)
+	<-polled
+
+	t := &tailResult{Clients: n, Turns: res.Turns, PerSecond: res.PerSecond, P50Millis: res.P50Millis, P99Millis: res.P99Millis}
+	if res.Turns == 0 {
+		return t, nil
+	}
+	turnsF := float64(res.Turns)
+	t.GCCycles = int(after[0].Value.Uint64() - before[0].Value.Uint64())
+	t.GCPauseP99Us, t.GCPauseMaxUs = histDelta(before[1].Value.Float64Histogram(), after[1].Value.Float64Histogram(), 0.99)
+	t.SchedP50Us, _ = histDelta(before[2].Value.Float64Histogram(), after[2].Value.Float64Histogram(), 0.50)
+	t.SchedP99Us, _ = histDelta(before[2].Value.Float64Histogram(), after[2].Value.Float64Histogram(), 0.99)
+	if cpu := after[4].Value.Float64() - before[4].Value.Float64(); cpu > 0 {
+		t.GCCPUShare = (after[3].Value.Float64() - before[3].Value.Float64()) / cpu
+	}
+	t.AllocsPerTurn = float64(after[5].Value.Uint64()-before[5].Value.Uint64()+after[7].Value.Uint64()-before[7].Value.Uint64()) / turnsF
+	t.BytesPerTurn = float64(after[6].Value.Uint64()-before[6].Value.Uint64()) / turnsF
+
+	// Each turn's appends: those of its key inside its time.
+	type waited struct {
+		total, msg, reply, pause time.Duration
+		paused                   bool
+	}
+	clock.mu.Lock()
+	ws := make([]waited, len(turns))
+	for i, tr := range turns {
+		w := waited{total: tr.end.Sub(tr.start)}
+		for _, a := range clock.done[tr.key] {
+			if a.start.Before(tr.start) || a.end.After(tr.end) {
+				continue
+			}
+			if a.reply {
+				w.reply += a.end.Sub(a.start)
+			} else {
+				w.msg += a.end.Sub(a.start)
+			}
+		}
+		w.pause, w.paused = pauses.within(tr.start, tr.end)
+		ws[i] = w
+	}
+	clock.mu.Unlock()
+	sort.Slice(ws, func(i, j int) bool { return ws[i].total < ws[j].total })
+	group := func(g []waited) tailGroup {
+		out := tailGroup{Turns: len(g)}
+		if len(g) == 0 {
+			return out
+		}
+		ms := func(f func(w waited) time.Duration) float64 {
+			var sum time.Duration
+			for _, w := range g {
+				sum += f(w)
+			}
+			return float64(sum.Microseconds()) / 1000 / float64(len(g))
+		}
+		out.Millis = ms(func(w waited) time.Duration { return w.total })
+		out.MessageAppend = ms(func(w waited) time.Duration { return w.msg })
+		out.ReplyAppend = ms(func(w waited) time.Duration { return w.reply })
+		out.Rest = ms(func(w waited) time.Duration { return w.total - w.msg - w.reply })
+		var paused int
+		var pause time.Duration
+		for _, w := range g {
+			if w.paused {
+				paused++
+			}
+			pause += w.pause
+		}
+		out.WithGCPause = float64(paused) / float64(len(g))
+		out.GCPauseMicros = float64(pause.Microseconds()) / float64(len(g))
+		return out
+	}
+	t.All = group(ws)
+	t.Slow = group(ws[len(ws)-max(1, len(ws)/100):])
+	return t, nil
+}
+
+func (b *breakdownResult) print(w io.Writer) {
+	fmt.Fprintf(w, "\nwhere a turn's time goes, %s, 1 client, one message at a time (%d turns; tracing on, in memory):\n", b.Store, b.Request.Turns)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tp50 µs\tp90 µs\tdirect p50 µs\t")
+	for _, s := range b.Path {
+		d := "-"
+		if s.DirectP50Micros >= 0 {
+			d = fmt.Sprintf("%.0f", s.DirectP50Micros)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t\n", s.Name, s.P50Micros, s.P90Micros, d)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "model request body: %.0f bytes, %.0f messages (p50; direct %.0f bytes)\n", b.Request.BodyBytes, b.Request.Messages, b.Request.DirectBytes)
+	if t := b.Tail; t != nil {
+		fmt.Fprintf(w, "\n%d clients, echo agent, %s (tracing off): %d turns, %.0f turns/s, p50 %.2f ms, p99 %.2f ms\n",
+			t.Clients, b.Store, t.Turns, t.PerSecond, t.P50Millis, t.P99Millis)
+		fmt.Fprintf(w, "  whole process: %.0f allocations and %.0f bytes a turn (clients included), %d GC cycles (%.1f per 100 turns), GC %.0f %% of the CPU,\n"+
+			"  GC pauses p99 %.0f µs, max %.0f µs; goroutines waited to run p50 %.0f µs, p99 %.0f µs (runtime/metrics /sched/latencies)\n",
+			t.AllocsPerTurn, t.BytesPerTurn, t.GCCycles, 100*float64(t.GCCycles)/float64(max(1, t.Turns)), 100*t.GCCPUShare,
+			t.GCPauseP99Us, t.GCPauseMaxUs, t.SchedP50Us, t.SchedP99Us)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "turns (means)\tturns\tturn ms\tmessage's append ms\treply's append ms\tthe rest ms\twith a GC pause\tGC pause µs\t")
+		for _, g := range []struct {
+			name string
+			g    tailGroup
+		}{{"all", t.All}, {"slowest 1 %", t.Slow}} {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f %%\t%.0f\t\n", g.name, g.g.Turns, g.g.Millis, g.g.MessageAppend, g.g.ReplyAppend,
+				g.g.Rest, 100*g.g.WithGCPause, g.g.GCPauseMicros)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "  (an append's time is its wait for a batch and the batch's commit; the rest is WebSocket, the manager, the agent and scheduling)")
+	}
+}
