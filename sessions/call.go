@@ -194,11 +194,11 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 // later messages were stored before it (they arrived while it ran). The
 // messages are the window's own, not copies: use them under the key's
 // state lock, which alone changes the window.
-func priorOf(window []ledger.Message, members map[int64]bool, lead int64) []*ledger.Message {
+func priorOf(window []ledger.Message, members seqSet, lead int64) []*ledger.Message {
 	prior := make([]*ledger.Message, 0, len(window))
 	for i := range window {
 		msg := &window[i]
-		if members[msg.Seq] || members[msg.ReplyTo] || (msg.Role == agent.RoleUser && msg.Seq > lead) {
+		if members.has(msg.Seq) || members.has(msg.ReplyTo) || (msg.Role == agent.RoleUser && msg.Seq > lead) {
 			continue // the turn's own, or what an earlier run of it left
 		}
 		prior = append(prior, msg)
@@ -223,6 +223,12 @@ func priorOf(window []ledger.Message, members map[int64]bool, lead int64) []*led
 	}
 	return prior
 }
+
+// seqSet is the seqs of a turn's messages: a batch's few (max_batch, 20
+// by default), where a map would cost allocations on every turn.
+type seqSet []int64
+
+func (s seqSet) has(seq int64) bool { return slices.Contains(s, seq) }
 
 func boolInt(b bool) int {
 	if b {

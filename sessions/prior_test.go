@@ -34,11 +34,7 @@ func TestPriorOfPutsRepliesAfterTheirMessages(t *testing.T) {
 		{"later messages left out", []Message{u(1), a(2, 1), u(3), u(4)}, []int64{3}, 3, "u1 a1 "},
 		{"an earlier run of the turn left out", []Message{u(1), a(2, 1), u(3), a(4, 3)}, []int64{3}, 3, "u1 a1 "},
 	} {
-		members := map[int64]bool{}
-		for _, s := range c.members {
-			members[s] = true
-		}
-		if got := show(priorOf(c.window, members, c.lead)); got != c.want {
+		if got := show(priorOf(c.window, seqSet(c.members), c.lead)); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -13,12 +13,20 @@ import (
 
 // agentMessage is a stored message as the agent reads it.
 func agentMessage(m *ledger.Message) agent.Message {
-	am := agent.Message{Role: m.Role, Content: withQuote(m.Quote, m.Content), ToolCallID: m.ToolCallID}
-	if m.ToolCalls != "" {
-		_ = json.Unmarshal([]byte(m.ToolCalls), &am.ToolCalls)
+	return agent.Message{Role: m.Role, Content: withQuote(m.Quote, m.Content), ToolCallID: m.ToolCallID,
+		ToolCalls: decodeToolCalls(m.ToolCalls), Attachments: decodeAttachments(m.Attachments)}
+}
+
+// decodeToolCalls is the stored form's tool calls. (Decoding into a field
+// of the message being built would move the message to the heap, for
+// every message of every history.)
+func decodeToolCalls(s string) []agent.ToolCall {
+	if s == "" {
+		return nil
 	}
-	am.Attachments = decodeAttachments(m.Attachments)
-	return am
+	var calls []agent.ToolCall
+	_ = json.Unmarshal([]byte(s), &calls)
+	return calls
 }
 
 // encodeAttachments is the stored form of attachments: their metadata,

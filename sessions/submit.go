@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,7 +255,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		}
 		live := m.settings() // the turn's settings, as callFor takes them
 		early = m.startEarly(in, hc.conv.Channel, live.agent,
-			m.request(rows, historyFor(priorOf(hc.window, map[int64]bool{um.Seq: true}, um.Seq), policy), in, live.instructions, model))
+			m.request(rows, historyFor(priorOf(hc.window, seqSet{um.Seq}, um.Seq), policy), in, live.instructions, model))
 	}
 	batch := []ledger.Message{um}
 	endStore := m.startSpan(ctx, "store")
@@ -380,12 +381,16 @@ func settledTail(hc *hotConv) bool {
 	if len(hc.window) == 0 || hc.window[len(hc.window)-1].Seq != hc.conv.LastSeq {
 		return false
 	}
-	answered := map[int64]bool{}
+	// The turns answered, sorted: on the stack for a window of the
+	// usual size (every message checks this).
+	var buf [64]int64
+	answered := buf[:0]
 	for i := range hc.window {
 		if m := &hc.window[i]; ledger.SettlesTurn(m) {
-			answered[m.ReplyTo] = true
+			answered = append(answered, m.ReplyTo)
 		}
 	}
+	slices.Sort(answered)
 	for i := range hc.window {
 		m := &hc.window[i]
 		if m.Role != agent.RoleUser {
@@ -395,7 +400,7 @@ func settledTail(hc *hotConv) bool {
 		if lead == 0 {
 			lead = m.Seq
 		}
-		if !answered[lead] {
+		if _, ok := slices.BinarySearch(answered, lead); !ok {
 			return false
 		}
 	}

@@ -133,9 +133,10 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 			return nil, err
 		}
 	}
-	members := map[int64]bool{}
+	var buf [32]int64
+	members := seqSet(buf[:0])
 	for _, r := range b.Rows {
-		members[r.Seq] = true
+		members = append(members, r.Seq)
 	}
 	// The history the model sees, taken from the window under the lock
 	// (an early call built its own from the same window when its message
@@ -146,7 +147,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	release()
 	t.b, t.hc = b, hc
 
-	t.tickets = m.takeTickets(key, conv, func(tk *Ticket) bool { return members[tk.ref.seq] })
+	t.tickets = m.takeTickets(key, conv, func(tk *Ticket) bool { return members.has(tk.ref.seq) })
 	for _, tk := range t.tickets {
 		if tk.ref.seq == lead && !tk.resend {
 			t.lead = tk

@@ -47,6 +47,13 @@ func (m *Manager) startTurn(key string) (context.Context, func()) {
 // moments (never across an agent call); waiting ends when ctx does and,
 // with drainEnds (new work), when a shutdown starts.
 func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (func(), error) {
+	if ctx.Err() == nil && (!drainEnds || m.draining.Err() == nil) {
+		// Free, and nobody waits for it: taken at once, with no
+		// cancellable wait to set up (most locks, on every turn).
+		if release, ok := m.locks.TryAcquire(key); ok {
+			return release, nil
+		}
+	}
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if drainEnds {
