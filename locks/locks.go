@@ -37,18 +37,57 @@ type Options struct {
 type Cache struct {
 	mu      sync.Mutex
 	entries map[string]*entry
-	idle    list.List // of *entry, most recently released at the front
+	idle    idleList // most recently released at the front
 	max     int
 	ttl     time.Duration
 	now     func() time.Time
 }
 
 type entry struct {
-	key       string
-	held      bool
-	waiters   list.List // of *waiter, in arrival order
-	idleElem  *list.Element
-	idleSince time.Time
+	key     string
+	held    bool
+	waiters list.List // of *waiter, in arrival order
+	// grants counts the times the lock was given: a release func
+	// releases only the grant it was made for, so that calling it again
+	// does nothing.
+	grants uint64
+	// The idle list's links (idle is true while on it).
+	idle               bool
+	idlePrev, idleNext *entry
+	idleSince          time.Time
+}
+
+// idleList is a doubly linked list threaded through the entries, so that
+// a release, which puts its entry on it, allocates nothing.
+type idleList struct {
+	front, back *entry
+	n           int
+}
+
+func (l *idleList) pushFront(e *entry) {
+	e.idle, e.idlePrev, e.idleNext = true, nil, l.front
+	if l.front != nil {
+		l.front.idlePrev = e
+	} else {
+		l.back = e
+	}
+	l.front = e
+	l.n++
+}
+
+func (l *idleList) remove(e *entry) {
+	if e.idlePrev != nil {
+		e.idlePrev.idleNext = e.idleNext
+	} else {
+		l.front = e.idleNext
+	}
+	if e.idleNext != nil {
+		e.idleNext.idlePrev = e.idlePrev
+	} else {
+		l.back = e.idlePrev
+	}
+	e.idle, e.idlePrev, e.idleNext = false, nil, nil
+	l.n--
 }
 
 type waiter struct {
@@ -88,14 +127,14 @@ func (c *Cache) Acquire(ctx context.Context, key string) (release func(), err er
 	if e == nil {
 		e = &entry{key: key}
 		c.entries[key] = e
-	} else if e.idleElem != nil {
-		c.idle.Remove(e.idleElem)
-		e.idleElem = nil
+	} else if e.idle {
+		c.idle.remove(e)
 	}
 	if !e.held {
 		e.held = true
+		release := c.releaser(e)
 		c.mu.Unlock()
-		return c.releaser(e), nil
+		return release, nil
 	}
 	w := &waiter{ready: make(chan struct{})}
 	elem := e.waiters.PushBack(w)
@@ -103,14 +142,17 @@ func (c *Cache) Acquire(ctx context.Context, key string) (release func(), err er
 
 	select {
 	case <-w.ready:
+		// (The grant was counted before ready closed, and nobody else
+		// changes it while this caller holds the lock.)
 		return c.releaser(e), nil
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	if w.granted {
 		// Ownership arrived while ctx ended: pass it on rather than leak it.
+		grant := e.grants
 		c.mu.Unlock()
-		c.release(e)
+		c.release(e, grant)
 		return nil, ctx.Err()
 	}
 	e.waiters.Remove(elem)
@@ -128,22 +170,29 @@ func (c *Cache) TryAcquire(key string) (release func(), ok bool) {
 		c.entries[key] = e
 	} else if e.held {
 		return nil, false
-	} else if e.idleElem != nil {
-		c.idle.Remove(e.idleElem)
-		e.idleElem = nil
+	} else if e.idle {
+		c.idle.remove(e)
 	}
 	e.held = true
 	return c.releaser(e), true
 }
 
+// releaser is the release func of e's current grant: one allocation,
+// where a sync.Once and its closures were three.
 func (c *Cache) releaser(e *entry) func() {
-	var once sync.Once
-	return func() { once.Do(func() { c.release(e) }) }
+	grant := e.grants
+	return func() { c.release(e, grant) }
 }
 
-func (c *Cache) release(e *entry) {
+// release ends grant of e, unless it ended already: the lock goes to the
+// first waiter, or e becomes idle.
+func (c *Cache) release(e *entry, grant uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e.grants != grant || !e.held {
+		return // released before
+	}
+	e.grants++
 	if front := e.waiters.Front(); front != nil {
 		w := e.waiters.Remove(front).(*waiter)
 		w.granted = true
@@ -153,7 +202,7 @@ func (c *Cache) release(e *entry) {
 	e.held = false
 	now := c.now()
 	e.idleSince = now
-	e.idleElem = c.idle.PushFront(e)
+	c.idle.pushFront(e)
 	c.evictLocked(now)
 }
 
@@ -161,13 +210,11 @@ func (c *Cache) release(e *entry) {
 // TTL, oldest first. Each call removes what is due; the work is amortised O(1)
 // per release because every entry enters the idle list once per release.
 func (c *Cache) evictLocked(now time.Time) {
-	for back := c.idle.Back(); back != nil; back = c.idle.Back() {
-		e := back.Value.(*entry)
-		if c.idle.Len() <= c.max && now.Sub(e.idleSince) < c.ttl {
+	for e := c.idle.back; e != nil; e = c.idle.back {
+		if c.idle.n <= c.max && now.Sub(e.idleSince) < c.ttl {
 			return
 		}
-		c.idle.Remove(back)
-		e.idleElem = nil
+		c.idle.remove(e)
 		delete(c.entries, e.key)
 	}
 }
@@ -190,5 +237,5 @@ type Stats struct {
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Entries: len(c.entries), Idle: c.idle.Len()}
+	return Stats{Entries: len(c.entries), Idle: c.idle.n}
 }
