@@ -53,7 +53,8 @@ type committer struct {
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
 	// transaction (pgpipe.go).
 	pipe *pgPipe
-	// stmts, on SQLite, keeps the appends' statements prepared
+	// stmts, on SQLite, runs each batch's transaction on the writer's
+	// connection and keeps the appends' statements prepared on it
 	// (stmtcache.go).
 	stmts *stmtCache
 
@@ -190,19 +191,15 @@ func (c *committer) commit(batch []*writeOp) {
 	for _, op := range batch {
 		close(op.done)
 	}
-	if c.stmts != nil {
-		// The writer's connection is free until the next batch.
-		c.stmts.prepareWanted()
-	}
 }
 
 // commitTx runs batch in one transaction.
 func (c *committer) commitTx(batch []*writeOp) {
-	err := c.db.Transaction(func(tx *gorm.DB) error { return c.runAll(tx, batch) })
+	err := c.transaction(func(tx *gorm.DB) error { return c.runAll(tx, batch) })
 	switch {
 	case errors.Is(err, errOpFailed) && len(batch) > 1:
 		for _, op := range batch {
-			err := c.db.Transaction(func(tx *gorm.DB) error { return c.runOne(tx, op) })
+			err := c.transaction(func(tx *gorm.DB) error { return c.runOne(tx, op) })
 			if err != nil && !errors.Is(err, errOpFailed) {
 				op.err = fmt.Errorf("commit: %w", err)
 			}
@@ -214,6 +211,15 @@ func (c *committer) commitTx(batch []*writeOp) {
 			op.err = fmt.Errorf("commit: %w", err)
 		}
 	}
+}
+
+// transaction runs fn in one transaction: SQLite's on the writer's
+// connection held for it (stmtcache.go), PostgreSQL's through GORM.
+func (c *committer) transaction(fn func(tx *gorm.DB) error) error {
+	if c.stmts != nil {
+		return c.stmts.transaction(fn)
+	}
+	return c.db.Transaction(fn)
 }
 
 // runAll runs the batch in order, merging runs of appends and runs of

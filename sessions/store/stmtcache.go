@@ -1,10 +1,16 @@
 package store
 
 import (
+	"context"
 	"database/sql"
-	"sync"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/ncruces/go-sqlite3"
 	"gorm.io/gorm"
 )
 
@@ -15,90 +21,240 @@ import (
 // stmtRows, about a hundred texts in all.
 const stmtCacheMax = 256
 
-// stmtCache keeps the statements of SQLite's committer prepared on the
-// writer's connection: the driver compiles a statement every time it runs
-// one that is not prepared, which for a turn's appends cost as much as
-// running them.
+// stmtCache runs SQLite's committer: each batch's transaction on the
+// writer's one connection, held for the batch, and the appends'
+// statements kept prepared on it.
 //
-// A statement prepared inside a transaction ends with it (database/sql),
-// so the cache prepares on the database, outside any transaction, and a
-// transaction runs its statements through the prepared ones. A text met
-// for the first time inside a batch runs unprepared there and is prepared
-// after the batch has committed and its callers were answered, while the
-// writer's one connection is free (prepareWanted, called by the committer
-// between batches).
+// The driver compiles a statement every time it runs one that is not
+// prepared, which for a turn's appends cost as much as running them. A
+// statement prepared through database/sql inside a transaction ends with
+// it, and one prepared outside is copied into each transaction that runs
+// it (Tx.StmtContext), which with the GORM transaction around it cost
+// about eighty allocations a turn. So the committer holds the connection
+// itself for a batch (sql.Conn), begins and ends the transaction on it,
+// and runs the appends' statements on the SQLite connection under it
+// (Conn.Raw): prepared there the first time a text is met, inside the
+// transaction, and kept for as long as that connection lives. The
+// batch's other writes run through GORM on the same held connection
+// (tx), inside the same transaction.
+//
+// Everything but prepared runs on the committer's one worker (SQLite has
+// one writer); tx is its GORM handle, whose connection is the one held.
 type stmtCache struct {
 	db        *sql.DB
 	translate func(error) error
+	tx        *gorm.DB
 
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt
-	want  map[string]bool
-	// prepared counts the statements sent through a kept statement.
-	prepared atomic.Int64
+	raw   *sqlite3.Conn // the connection stmts were prepared on
+	stmts map[string]*sqlite3.Stmt
+	times []byte // a time's text, bound from here
+	// prepared counts the statements run through a kept statement, and
+	// compiled the texts prepared.
+	prepared, compiled atomic.Int64
 }
 
 func newStmtCache(db *gorm.DB) *stmtCache {
 	sqlDB, _ := db.DB()
-	return &stmtCache{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate,
-		stmts: map[string]*sql.Stmt{}, want: map[string]bool{}}
+	// A handle of its own (the Context clones its statement: setting the
+	// connection on it changes nothing else), without GORM's transaction
+	// around single writes: the batch's is open.
+	tx := db.Session(&gorm.Session{NewDB: true, Context: context.Background(), SkipDefaultTransaction: true})
+	return &stmtCache{db: sqlDB, translate: db.Dialector.(gorm.ErrorTranslator).Translate, tx: tx,
+		stmts: map[string]*sqlite3.Stmt{}}
 }
 
-// exec runs query in the transaction tx: through its kept statement when
-// there is one, else as tx.Exec would (and asks for it to be prepared).
-// It returns the rows affected. A nil cache just runs tx.Exec.
+// transaction runs fn in one immediate transaction on the writer's
+// connection, held until it ends: committed when fn returns nil, else
+// rolled back, and fn's error returned, as gorm.DB.Transaction does.
+func (c *stmtCache) transaction(fn func(tx *gorm.DB) error) (err error) {
+	conn, err := c.db.Conn(context.Background())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := c.rawExec(conn, "BEGIN IMMEDIATE"); err != nil {
+		return c.translate(err)
+	}
+	c.tx.Statement.ConnPool = conn
+	done := false
+	defer func() {
+		c.tx.Statement.ConnPool = nil
+		if !done {
+			c.rawExec(conn, "ROLLBACK") // fn panicked
+		}
+	}()
+	if err = fn(c.tx); err != nil {
+		done = true
+		c.rawExec(conn, "ROLLBACK")
+		return err
+	}
+	err = c.rawExec(conn, "COMMIT")
+	done = true
+	if err != nil {
+		// As the driver's Commit: a COMMIT that failed may have left the
+		// transaction open.
+		c.rawRun(conn, func(raw *sqlite3.Conn) error {
+			if !raw.GetAutocommit() {
+				raw.Exec("ROLLBACK")
+			}
+			return nil
+		})
+		return c.translate(err)
+	}
+	return nil
+}
+
+// errNotSQLite: the connection under the writer is not the SQLite
+// driver's, which cannot happen with the driver this store opens.
+var errNotSQLite = errors.New("store: the writer's connection is not an SQLite connection")
+
+// rawRun runs f on the SQLite connection under conn.
+func (c *stmtCache) rawRun(conn *sql.Conn, f func(raw *sqlite3.Conn) error) error {
+	return conn.Raw(func(dc any) error {
+		r, ok := dc.(interface{ Raw() *sqlite3.Conn })
+		if !ok {
+			return errNotSQLite
+		}
+		return f(r.Raw())
+	})
+}
+
+func (c *stmtCache) rawExec(conn *sql.Conn, query string) error {
+	return c.rawRun(conn, func(raw *sqlite3.Conn) error { return raw.Exec(query) })
+}
+
+// exec runs query in the transaction tx and returns the rows it
+// affected: through its kept statement in a transaction of this cache's,
+// else as tx.Exec would. A nil cache just runs tx.Exec.
 func (c *stmtCache) exec(tx *gorm.DB, query string, args ...any) (int64, error) {
 	if c != nil {
-		if stx, ok := tx.Statement.ConnPool.(*sql.Tx); ok {
-			c.mu.Lock()
-			st := c.stmts[query]
-			if st == nil && len(c.stmts)+len(c.want) < stmtCacheMax {
-				c.want[query] = true
-			}
-			c.mu.Unlock()
-			if st != nil {
-				c.prepared.Add(1)
-				ctx := tx.Statement.Context
-				res, err := stx.StmtContext(ctx, st).ExecContext(ctx, args...)
-				if err != nil {
-					return 0, c.translate(err)
-				}
-				return res.RowsAffected()
-			}
+		if conn, ok := tx.Statement.ConnPool.(*sql.Conn); ok && tx.Statement.ConnPool == c.tx.Statement.ConnPool {
+			var n int64
+			err := c.rawRun(conn, func(raw *sqlite3.Conn) (err error) {
+				n, err = c.run(raw, query, args)
+				return err
+			})
+			return n, c.translate(err)
 		}
 	}
 	res := tx.Exec(query, args...)
 	return res.RowsAffected, res.Error
 }
 
-// prepareWanted prepares the statements run unprepared since its last
-// call. Called with no transaction open on the writer.
-func (c *stmtCache) prepareWanted() {
-	c.mu.Lock()
-	if len(c.want) == 0 {
-		c.mu.Unlock()
-		return
+// run runs query with args on raw through its kept statement, prepared
+// now if it is not yet, and returns the rows it changed.
+func (c *stmtCache) run(raw *sqlite3.Conn, query string, args []any) (int64, error) {
+	if raw != c.raw {
+		// Statements belong to the connection they were prepared on; a
+		// new one (database/sql replaced the old) starts over.
+		c.forget()
+		c.raw = raw
 	}
-	want := c.want
-	c.want = map[string]bool{}
-	c.mu.Unlock()
-	for q := range want {
-		st, err := c.db.Prepare(q)
-		if err != nil {
-			continue // it keeps running unprepared; asked for again next time
+	st := c.stmts[query]
+	keep := true
+	if st == nil {
+		var tail string
+		var err error
+		if st, tail, err = raw.Prepare(query); err != nil {
+			return 0, err
 		}
-		c.mu.Lock()
-		c.stmts[q] = st
-		c.mu.Unlock()
+		if st == nil || strings.TrimSpace(tail) != "" {
+			if st != nil {
+				st.Close()
+			}
+			return 0, fmt.Errorf("store: not one statement: %.80s", query)
+		}
+		c.compiled.Add(1)
+		if keep = len(c.stmts) < stmtCacheMax; keep {
+			c.stmts[query] = st
+		}
+	} else {
+		c.prepared.Add(1)
 	}
+	if !keep {
+		defer st.Close()
+	}
+	if err := c.bind(st, args); err != nil {
+		st.ClearBindings()
+		return 0, err
+	}
+	err := st.Exec()
+	if cerr := st.ClearBindings(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return raw.Changes(), nil
 }
 
-// close closes the kept statements.
-func (c *stmtCache) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for q, st := range c.stmts {
-		st.Close()
-		delete(c.stmts, q)
+// bind binds args to st's parameters in order, each as the driver binds
+// it through database/sql (sqlitedriver.go's time format for times).
+func (c *stmtCache) bind(st *sqlite3.Stmt, args []any) error {
+	for i, a := range args {
+		if err := c.bindOne(st, i+1, a, true); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error {
+	switch v := a.(type) {
+	case nil:
+		return st.BindNull(i)
+	case string:
+		return st.BindText(i, v)
+	case int64:
+		return st.BindInt64(i, v)
+	case int:
+		return st.BindInt(i, v)
+	case float64:
+		return st.BindFloat(i, v)
+	case bool:
+		return st.BindBool(i, v)
+	case []byte:
+		return st.BindBlob(i, v)
+	case time.Time:
+		c.times = v.AppendFormat(c.times[:0], sqliteTimeFormat)
+		return st.BindRawText(i, c.times)
+	}
+	if !convert {
+		return fmt.Errorf("store: cannot bind %T", a)
+	}
+	// Pointers, driver.Valuers and other kinds, as database/sql
+	// converts what the driver does not take as it is.
+	v, err := driver.DefaultParameterConverter.ConvertValue(a)
+	if err != nil {
+		return fmt.Errorf("store: argument %d: %w", i, err)
+	}
+	return c.bindOne(st, i, v, false)
+}
+
+// forget drops the statements of a connection that is gone.
+func (c *stmtCache) forget() {
+	clear(c.stmts)
+	c.raw = nil
+}
+
+// close closes the kept statements, on their connection. Called once the
+// committer has stopped.
+func (c *stmtCache) close() {
+	if len(c.stmts) == 0 {
+		return
+	}
+	conn, err := c.db.Conn(context.Background())
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	c.rawRun(conn, func(raw *sqlite3.Conn) error {
+		if raw == c.raw {
+			for _, st := range c.stmts {
+				st.Close()
+			}
+		}
+		return nil
+	})
+	c.forget()
 }

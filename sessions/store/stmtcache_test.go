@@ -41,10 +41,11 @@ func TestAppendsRunPrepared(t *testing.T) {
 	// Four texts: the conversation's UPDATE with the active guard (user
 	// messages) and without (replies), the one-row INSERT both share, and
 	// the replies' marking of their turns answered (which finds none here:
-	// the channel confirms delivery). Each ran unprepared once, so of the
-	// 15 statements 11 ran prepared.
-	if got := db.commit.stmts.prepared.Load(); got != 11 {
-		t.Errorf("%d statements ran prepared, want 11", got)
+	// the channel confirms delivery). Each was compiled once, when first
+	// met, and ran through its kept statement from then on: of the 15
+	// statements 11 ran on a statement kept from before.
+	if got, compiled := db.commit.stmts.prepared.Load(), db.commit.stmts.compiled.Load(); got != 11 || compiled != 4 {
+		t.Errorf("%d statements ran on a kept statement and %d were compiled, want 11 and 4", got, compiled)
 	}
 	msgs, err := db.MessagesAfter(ctx, "c1", 0, 10)
 	if err != nil || len(msgs) != 6 {
@@ -59,6 +60,13 @@ func TestAppendsRunPrepared(t *testing.T) {
 		if m.Role == "assistant" && (m.ReplyTo != m.Seq-1 || m.CompletionTkns != 4 || m.Cost != 0.5 || m.ClientMsgID != nil || m.TurnDue != nil) {
 			t.Errorf("reply stored as %+v", m)
 		}
+	}
+	// Times are stored as text in the format the driver writes them with
+	// (sqliteTimeFormat), as before the committer bound them itself.
+	var text, typ string
+	if err := db.read.Raw("SELECT created_at || '', typeof(created_at) FROM messages WHERE seq = 1").Row().Scan(&text, &typ); err != nil ||
+		text != at.Format(sqliteTimeFormat) || typ != "text" {
+		t.Errorf("created_at stored as %s %q, %v; want text %q", typ, text, err, at.Format(sqliteTimeFormat))
 	}
 	got, err := db.ActiveConversation(ctx, "websocket:u1")
 	if err != nil || got.LastSeq != 6 || got.TotalTokens != 21 || got.Cost != 1.5 {
