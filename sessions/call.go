@@ -170,22 +170,25 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
 func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string, model *agent.ModelSpec) agent.Request {
-	texts := make([]string, len(rows))
-	atts := make([][]agent.Attachment, len(rows))
+	req := agent.Request{SessionKey: in.SessionKey, Instructions: instructions, History: hist, Tools: m.offered(in), Model: model}
+	last := len(rows) - 1
+	if last > 0 {
+		req.Earlier = make([]string, last)
+		for i, r := range rows[:last] {
+			req.Earlier[i] = withQuote(r.Quote, r.Content)
+		}
+	}
+	req.Input = withQuote(rows[last].Quote, rows[last].Content)
 	for i, r := range rows {
-		texts[i] = withQuote(r.Quote, r.Content)
-		atts[i] = decodeAttachments(r.Attachments)
+		if r.Attachments == "" {
+			continue // (InputAttachments stays nil when no input has any)
+		}
+		if req.InputAttachments == nil {
+			req.InputAttachments = make([][]agent.Attachment, len(rows))
+		}
+		req.InputAttachments[i] = decodeAttachments(r.Attachments)
 	}
-	return agent.Request{
-		SessionKey:       in.SessionKey,
-		Instructions:     instructions,
-		History:          hist,
-		Earlier:          texts[:len(texts)-1],
-		Input:            texts[len(texts)-1],
-		InputAttachments: atts,
-		Tools:            m.offered(in),
-		Model:            model,
-	}
+	return req
 }
 
 // priorOf is the history a turn with lead and members sees: every stored

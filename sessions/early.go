@@ -52,6 +52,7 @@ type earlyCall struct {
 	mu       sync.Mutex
 	partial  strings.Builder // every delta, for an interrupted turn's partial reply
 	held     []string        // deltas before release
+	heldBuf  [2]string       // held's first, usually all of them
 	released bool
 	onDelta  func(string)
 }
@@ -74,8 +75,9 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	}
 	tctx, endTrace := m.traceTurn(m.base, in)
 	ctx, end := m.startTurn(key)
-	ctx = withTurn(tctx, ctx)
+	ctx = m.withTurn(tctx, ctx)
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
+	e.held = e.heldBuf[:0]
 	go func() {
 		defer close(e.done)
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock

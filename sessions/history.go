@@ -16,6 +16,9 @@ func History(msgs []ledger.Message, max int) []agent.Message {
 	return history(pointers(msgs), max, 0)
 }
 
+// history and historyFor filter the slice of pointers they are given in
+// place: their callers build it for them (pointers, priorOf).
+
 // pointers is a pointer to each of msgs, in order.
 func pointers(msgs []ledger.Message) []*ledger.Message {
 	out := make([]*ledger.Message, len(msgs))
@@ -36,7 +39,7 @@ func historyFor(msgs []*ledger.Message, p Policy) []agent.Message {
 	if !p.Compaction.Enabled {
 		summary = nil
 	}
-	rest := make([]*ledger.Message, 0, len(msgs))
+	rest := msgs[:0]
 	for _, m := range msgs {
 		if m.Role == RoleSummary || (summary != nil && m.Seq <= summary.ReplyTo) {
 			continue
@@ -63,7 +66,12 @@ func newestSummary(msgs []*ledger.Message) *ledger.Message {
 
 // eligible are the messages of msgs a history may hold, oldest first.
 func eligible(msgs []*ledger.Message) []*ledger.Message {
-	out := make([]*ledger.Message, 0, len(msgs))
+	return keepEligible(make([]*ledger.Message, 0, len(msgs)), msgs)
+}
+
+// keepEligible appends the eligible messages of msgs to out, which may be
+// msgs[:0] (history's, filtering in place).
+func keepEligible(out, msgs []*ledger.Message) []*ledger.Message {
 	for _, m := range msgs {
 		switch {
 		case m.Role == RoleSummary:
@@ -105,7 +113,7 @@ func history(msgs []*ledger.Message, max, maxTokens int) []agent.Message {
 	if max <= 0 {
 		return nil
 	}
-	eligible := eligible(msgs)
+	eligible := keepEligible(msgs[:0], msgs)
 	eligible = eligible[len(eligible)-newestWithin(eligible, max, maxTokens):]
 	out := make([]agent.Message, 0, len(eligible))
 	for i := 0; i < len(eligible); i++ {

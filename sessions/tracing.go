@@ -112,28 +112,37 @@ func (m *Manager) traceMessage(ctx context.Context, in Inbound) (context.Context
 // traceTurn starts a turn's root span (when tracing) and puts what the
 // agent call needs into the context. The returned func ends the span.
 func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, func(err error)) {
-	if m.tracer == nil {
-		if _, ok := m.opts.Observer.(AgentObserver); !ok {
-			return ctx, noEnd
-		}
+	if !m.tracesTurns() {
+		return ctx, noEnd
 	}
 	ctx = context.WithValue(ctx, turnInfoKey{}, &turnInfo{channel: in.Channel})
 	if m.tracer == nil {
 		return ctx, noEnd
 	}
+	channel, key := in.Channel, in.SessionKey // (the closure takes these, not in: in stays on the stack)
 	ctx, span := m.tracer.Start(ctx, "turn", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
-			attribute.String("chatgate.channel", in.Channel),
-			attribute.String("chatgate.session_key_hash", SessionKeyHash(in.SessionKey)),
+			attribute.String("chatgate.channel", channel),
+			attribute.String("chatgate.session_key_hash", SessionKeyHash(key)),
 		))
 	start := time.Now()
 	return ctx, func(err error) {
 		// Logged before the span ends: whoever sees the turn ended finds
 		// its line.
-		m.log.DebugContext(ctx, "turn done", slog.String("channel", in.Channel), slog.String("session_key", in.SessionKey),
+		m.log.DebugContext(ctx, "turn done", slog.String("channel", channel), slog.String("session_key", key),
 			slog.Duration("took", time.Since(start)))
 		endSpan(span, err)
 	}
+}
+
+// tracesTurns tells whether a turn's context carries anything of
+// traceTurn's: its span, or the channel for the agent observer.
+func (m *Manager) tracesTurns() bool {
+	if m.tracer != nil {
+		return true
+	}
+	_, ok := m.opts.Observer.(AgentObserver)
+	return ok
 }
 
 // traceClaim names on the turn span what the turn answers: its batch and
@@ -168,8 +177,13 @@ func (m *Manager) traceStatus(ctx context.Context, status string) {
 }
 
 // withTurn carries the turn's span and info from ctx into turnCtx (the
-// cancellable context of the agent call).
-func withTurn(ctx, turnCtx context.Context) context.Context {
+// cancellable context of the agent call). Without a tracer or an agent
+// observer, traceTurn put neither there, and nothing is looked up (a
+// lookup in a context.WithoutCancel allocates).
+func (m *Manager) withTurn(ctx, turnCtx context.Context) context.Context {
+	if !m.tracesTurns() {
+		return turnCtx
+	}
 	if ti, ok := ctx.Value(turnInfoKey{}).(*turnInfo); ok {
 		turnCtx = context.WithValue(turnCtx, turnInfoKey{}, ti)
 	}

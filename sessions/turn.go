@@ -203,7 +203,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 	} else {
 		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
 	}
-	turnCtx = withTurn(ctx, turnCtx)
+	turnCtx = m.withTurn(ctx, turnCtx)
 	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
 	endTurn()
 	return ledger.TurnRunning, msgs, reply, state
@@ -257,7 +257,9 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
-	out.Trace = trace.SpanContextFromContext(ctx)
+	if m.tracer != nil {
+		out.Trace = trace.SpanContextFromContext(ctx)
+	}
 	m.traceStatus(ctx, final.Status)
 	if state != ledger.TurnInterrupted && m.tracks(t.in.Channel) {
 		out.Turn = b.Ref()
@@ -345,7 +347,8 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 	ctx := context.WithoutCancel(turnCtx)
 	var release *ledger.Settle
 	if state == ledger.TurnInterrupted {
-		release = &ledger.Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &now}
+		due := now // (a copy: taking now's address would move it to the heap on every call)
+		release = &ledger.Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &due}
 	}
 	kept := m.unstored.Add(1) <= maxUnstored
 	defer m.unstored.Add(-1)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ncruces/go-sqlite3"
 	"gorm.io/gorm"
@@ -216,8 +217,11 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	case []byte:
 		return st.BindBlob(i, v)
 	case time.Time:
+		// BindText copies the text into SQLite's memory before it
+		// returns, so the buffer is free again for the next time.
+		// (BindRawText converts to a string, which allocates.)
 		c.times = v.AppendFormat(c.times[:0], sqliteTimeFormat)
-		return st.BindRawText(i, c.times)
+		return st.BindText(i, unsafe.String(unsafe.SliceData(c.times), len(c.times)))
 	}
 	if !convert {
 		return fmt.Errorf("store: cannot bind %T", a)
