@@ -64,13 +64,26 @@ type committer struct {
 }
 
 // writeOp is one queued write: a function of its own, an append, or a
-// conversation to create.
+// conversation to create. done gets one value when the write's batch has
+// committed (or failed); the writer then puts the op back in writeOps
+// (every write of every turn would allocate one, and its channel).
 type writeOp struct {
 	fn   func(tx *gorm.DB) error
 	app  *ledger.Append
 	conv *ledger.Conversation
 	err  error
-	done chan struct{}
+	done chan struct{} // buffered: the committer never waits on it
+}
+
+var writeOps = sync.Pool{New: func() any { return &writeOp{done: make(chan struct{}, 1)} }}
+
+func newWriteOp() *writeOp { return writeOps.Get().(*writeOp) }
+
+// free puts op back once its writer is done with it; nobody else holds
+// it then (the committer let go of it when it signalled done).
+func (op *writeOp) free() {
+	op.fn, op.app, op.conv, op.err = nil, nil, nil, nil
+	writeOps.Put(op)
 }
 
 func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer {
@@ -98,25 +111,32 @@ func newCommitter(db *gorm.DB, driver string, workers, maxBatch int) *committer 
 // commit's. ctx bounds only the wait for a place in the queue: once queued,
 // the write is committed or failed, never abandoned half-way.
 func (c *committer) do(ctx context.Context, fn func(tx *gorm.DB) error) error {
-	return c.enqueue(ctx, &writeOp{fn: fn, done: make(chan struct{})})
+	op := newWriteOp()
+	op.fn = fn
+	return c.enqueue(ctx, op)
 }
 
 // append runs a in a group-committed transaction, merged with the other
 // appends of its batch.
 func (c *committer) append(ctx context.Context, a *ledger.Append) error {
-	return c.enqueue(ctx, &writeOp{app: a, done: make(chan struct{})})
+	op := newWriteOp()
+	op.app = a
+	return c.enqueue(ctx, op)
 }
 
 // create inserts conv in a group-committed transaction, merged with the
 // other conversations created in its batch.
 func (c *committer) create(ctx context.Context, conv *ledger.Conversation) error {
-	return c.enqueue(ctx, &writeOp{conv: conv, done: make(chan struct{})})
+	op := newWriteOp()
+	op.conv = conv
+	return c.enqueue(ctx, op)
 }
 
 func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
+		op.free()
 		return ledger.ErrClosed
 	}
 	queue := c.queue
@@ -127,11 +147,14 @@ func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
 	case queue <- op:
 	case <-ctx.Done():
 		c.mu.RUnlock()
+		op.free()
 		return ctx.Err()
 	}
 	c.mu.RUnlock()
 	<-op.done
-	return op.err
+	err := op.err
+	op.free()
+	return err
 }
 
 func (c *committer) run(queue chan *writeOp) {
@@ -189,7 +212,7 @@ func (c *committer) commit(batch []*writeOp) {
 		c.afterCommit()
 	}
 	for _, op := range batch {
-		close(op.done)
+		op.done <- struct{}{} // the op is its writer's again from here
 	}
 }
 

@@ -392,7 +392,7 @@ func holdWriter(db *DB) (release func()) {
 	// PostgreSQL the appends' worker too.
 	hold := func(queue chan *writeOp) {
 		busy := make(chan struct{})
-		queue <- &writeOp{fn: func(tx *gorm.DB) error { close(busy); <-done; return nil }, done: make(chan struct{})}
+		queue <- &writeOp{fn: func(tx *gorm.DB) error { close(busy); <-done; return nil }, done: make(chan struct{}, 1)}
 		<-busy
 	}
 	hold(db.commit.queue)
