@@ -31,12 +31,6 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 	// The turn runs with the settings of its start: a reload meanwhile
 	// applies to the next one.
 	live := m.settings()
-	onDelta := func(d string) {
-		partial.WriteString(d)
-		if h.OnDelta != nil {
-			h.OnDelta(d)
-		}
-	}
 	var tt *toolTurn
 	var results *roundStore // the last round's results, being stored (toolstore.go)
 	if m.opts.Tools != nil {
@@ -71,12 +65,15 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.NoMoreTools = tt.n >= maxRounds
 			}
 			m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
-			deltas, callCtx := onDelta, turnCtx
+			sink := &deltaSink{next: h.OnDelta}
+			deltas, callCtx := sink.add, turnCtx
 			if results != nil {
-				deltas, callCtx = results.hold(onDelta), results.sent(turnCtx)
+				deltas, callCtx = results.hold(sink.add), results.sent(turnCtx)
 			}
 			reply, err = m.callAgent(callCtx, live.agent, req, deltas)
-			if serr := results.wait(); serr != nil {
+			serr := results.wait()
+			partial.WriteString(sink.partial.String()) // every delta passed on (none comes after wait)
+			if serr != nil {
 				// The results were never stored: the model's answer to
 				// them is dropped, and the turn ends.
 				reply, err = agent.Reply{}, serr
@@ -160,6 +157,22 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
 			slog.Int64("seq", lead), slog.String("error", err.Error()))
 		return failed(m.opts.FailureText, err.Error())
+	}
+}
+
+// deltaSink passes a call's deltas on to next and keeps them: the
+// partial reply of a turn cut short. One per call made here (an early
+// call keeps its own), so that a turn whose early call answered builds
+// none.
+type deltaSink struct {
+	partial strings.Builder
+	next    func(string)
+}
+
+func (s *deltaSink) add(d string) {
+	s.partial.WriteString(d)
+	if s.next != nil {
+		s.next(d)
 	}
 }
 

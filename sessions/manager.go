@@ -304,7 +304,7 @@ type Manager struct {
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
 	fetchers  sync.Map                      // channel → Fetcher (fetch.go)
-	claims    map[string]map[int64]struct{} // conversation → seqs a run of this replica holds now
+	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
 	owed      map[string]*owedConv          // conversations to look at again (owed.go)
 	wake      chan struct{}
 	started   time.Time   // when this replica's heartbeat began
@@ -409,7 +409,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[string]map[int64]struct{}{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
+		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
 		compacting: map[string]bool{}, peersKnown: make(chan struct{}),
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),

@@ -157,22 +157,22 @@ type turnKey struct {
 // of this replica takes it again (heldSeqs).
 func (m *Manager) hold(k turnKey) {
 	m.mu.Lock()
-	seqs := m.claims[k.conv]
-	if seqs == nil {
-		seqs = map[int64]struct{}{}
-		m.claims[k.conv] = seqs
+	if seqs := m.claims[k.conv]; !slices.Contains(seqs, k.seq) {
+		m.claims[k.conv] = append(seqs, k.seq)
 	}
-	seqs[k.seq] = struct{}{}
 	m.mu.Unlock()
 }
 
 // unhold: the turn is settled or handed on.
 func (m *Manager) unhold(k turnKey) {
 	m.mu.Lock()
-	if seqs := m.claims[k.conv]; seqs != nil {
-		delete(seqs, k.seq)
-		if len(seqs) == 0 {
+	seqs := m.claims[k.conv]
+	if i := slices.Index(seqs, k.seq); i >= 0 {
+		seqs[i] = seqs[len(seqs)-1]
+		if seqs = seqs[:len(seqs)-1]; len(seqs) == 0 {
 			delete(m.claims, k.conv)
+		} else {
+			m.claims[k.conv] = seqs
 		}
 	}
 	m.mu.Unlock()
@@ -181,8 +181,7 @@ func (m *Manager) unhold(k turnKey) {
 func (m *Manager) holding(k turnKey) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, ok := m.claims[k.conv][k.seq]
-	return ok
+	return slices.Contains(m.claims[k.conv], k.seq)
 }
 
 // heldSeqs are the messages of conversation conv that a runner of this
@@ -208,7 +207,7 @@ func (m *Manager) heldSeqs(key, conv string) []int64 {
 		}
 	}
 	out := make([]int64, 0, len(seqs))
-	for seq := range seqs {
+	for _, seq := range seqs {
 		if !waiting[seq] {
 			out = append(out, seq)
 		}
