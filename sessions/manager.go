@@ -303,9 +303,9 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
-	fetchers  sync.Map                      // channel → Fetcher (fetch.go)
-	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
-	owed      map[string]*owedConv          // conversations to look at again (owed.go)
+	fetchers  sync.Map             // channel → Fetcher (fetch.go)
+	claims    map[string][]int64   // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
+	owed      map[string]*owedConv // conversations to look at again (owed.go)
 	wake      chan struct{}
 	started   time.Time   // when this replica's heartbeat began
 	rescanAll atomic.Bool // the next rescuer pass reads the whole horizon
