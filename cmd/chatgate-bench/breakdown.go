@@ -57,8 +57,10 @@ type stageStat struct {
 	Name      string  `json:"name"`
 	P50Micros float64 `json:"p50_us"`
 	P90Micros float64 `json:"p90_us"`
-	// Direct is the same stage of the direct call (-1: none).
+	// DirectP50Micros is the same stage of the direct call, when it has
+	// one (HasDirect).
 	DirectP50Micros float64 `json:"direct_p50_us"`
+	HasDirect       bool    `json:"has_direct"`
 }
 
 // requestStats describes the model requests of the gateway's turns.
@@ -169,7 +171,7 @@ type clockTimes struct {
 	sent     []time.Time // the request left the OpenAI library (RoundTrip)
 	arrived  []time.Time // the server's handler began
 	read     []time.Time // it had read the body
-	first    []time.Time // it had flushed the first chunk
+	first    []time.Time // it began to write the first chunk
 	bytes    []int
 	messages []int
 }
@@ -218,9 +220,11 @@ func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), erro
 				return
 			}
 		}
+		// (Timed as it is written: the client may have read it before
+		// this handler runs again.)
+		first := time.Now()
 		sseChunk(w, contentDelta("Hello"), "")
 		flush()
-		first := time.Now()
 		clock.mu.Lock()
 		clock.arrived = append(clock.arrived, arrived)
 		clock.read = append(clock.read, read)
@@ -347,7 +351,7 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 	}
 	var stages []stageStat
 	stage := func(name string, gw func(i int) time.Duration, dr func(i int) time.Duration) {
-		s := stageStat{Name: name, DirectP50Micros: -1}
+		s := stageStat{Name: name, HasDirect: dr != nil}
 		s.P50Micros, s.P90Micros = durStats(n, gw)
 		if dr != nil {
 			s.DirectP50Micros, _ = durStats(len(direct), dr)
@@ -364,9 +368,9 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 		func(i int) time.Duration { return dc.sent[i].Sub(direct[i].call) })
 	stage("handed to HTTP → model server has it", func(i int) time.Duration { return gc.arrived[i].Sub(gc.sent[i]) },
 		func(i int) time.Duration { return dc.arrived[i].Sub(dc.sent[i]) })
-	stage("model server: request → first chunk flushed", func(i int) time.Duration { return gc.first[i].Sub(gc.arrived[i]) },
+	stage("model server: request → first chunk written", func(i int) time.Duration { return gc.first[i].Sub(gc.arrived[i]) },
 		func(i int) time.Duration { return dc.first[i].Sub(dc.arrived[i]) })
-	stage("first chunk flushed → first token in the gateway (stream read, parse)", func(i int) time.Duration { return firstToken(i).Sub(gc.first[i]) },
+	stage("first chunk written → first token in the gateway (stream read, parse)", func(i int) time.Duration { return firstToken(i).Sub(gc.first[i]) },
 		func(i int) time.Duration { return direct[i].delta.Sub(dc.first[i]) })
 	stage("first token → delta frame received by the client", func(i int) time.Duration { return turns[i].delta.Sub(firstToken(i)) }, nil)
 	stage("frame sent → first delta (direct: call → first delta)", func(i int) time.Duration { return turns[i].delta.Sub(turns[i].send) },
@@ -703,7 +707,7 @@ func (b *breakdownResult) print(w io.Writer) {
 	fmt.Fprintln(tw, "stage\tp50 µs\tp90 µs\tdirect p50 µs\t")
 	for _, s := range b.Path {
 		d := "-"
-		if s.DirectP50Micros >= 0 {
+		if s.HasDirect {
 			d = fmt.Sprintf("%.0f", s.DirectP50Micros)
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t\n", s.Name, s.P50Micros, s.P90Micros, d)
