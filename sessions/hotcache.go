@@ -26,19 +26,25 @@ const (
 // estimate is what a cached conversation holds in memory, roughly: its
 // fixed parts, and each message's struct and text.
 // It is computed by the holder of the session key's lock (who alone
-// changes the window).
+// changes the window). The messages' texts are counted once: estimate
+// adds those pushed since it last ran (every turn's two pushes walked
+// the whole window before), and counts them all again after the window
+// moved to its front or was replaced.
 func (h *hotConv) estimate() int64 {
-	n := hotConvOverhead + int64(len(h.conv.ID)+len(h.conv.SessionKey)+len(h.conv.UserID)+len(h.conv.ChatID)) +
-		int64(len(h.window))*messageSize
-	for i := range h.window {
+	if len(h.window) < h.sized {
+		h.sized, h.textBytes = 0, 0
+	}
+	for i := h.sized; i < len(h.window); i++ {
 		m := &h.window[i]
-		n += int64(len(m.ConversationID) + len(m.Role) + len(m.Content) + len(m.ToolCalls) + len(m.ToolCallID) +
+		h.textBytes += int64(len(m.ConversationID) + len(m.Role) + len(m.Content) + len(m.ToolCalls) + len(m.ToolCallID) +
 			len(m.Status) + len(m.Error) + len(m.TurnState) + len(m.TurnOwner) + len(m.DeliveryRef))
 		if m.ClientMsgID != nil {
-			n += int64(len(*m.ClientMsgID)) + 16
+			h.textBytes += int64(len(*m.ClientMsgID)) + 16
 		}
 	}
-	return n
+	h.sized = len(h.window)
+	return hotConvOverhead + int64(len(h.conv.ID)+len(h.conv.SessionKey)+len(h.conv.UserID)+len(h.conv.ChatID)) +
+		int64(len(h.window))*messageSize + h.textBytes
 }
 
 // hotCache holds active conversations, least recently used dropped first
@@ -153,6 +159,16 @@ type hotConv struct {
 	conv   ledger.Conversation
 	window []ledger.Message
 	cap    int
+	// sized is how many of window's messages textBytes counts
+	// (estimate); push and reset start it over.
+	sized     int
+	textBytes int64
+}
+
+// reset replaces the conversation and its window, read from storage.
+func (h *hotConv) reset(conv ledger.Conversation, window []ledger.Message) {
+	h.conv, h.window = conv, window
+	h.sized, h.textBytes = 0, 0
 }
 
 // push adds messages to the window. The window grows to twice its cap
@@ -165,6 +181,7 @@ func (h *hotConv) push(msgs ...ledger.Message) {
 		n := copy(h.window, h.window[max(len(h.window)-keep, 0):])
 		clear(h.window[n:])
 		h.window = h.window[:n]
+		h.sized, h.textBytes = 0, 0
 	}
 	if h.window == nil {
 		h.window = make([]ledger.Message, 0, 2*h.cap)

@@ -78,3 +78,31 @@ func TestHotCacheAccounting(t *testing.T) {
 		t.Fatalf("after Remove: %d bytes, %d entries", cache.Bytes(), cache.Len())
 	}
 }
+
+// The estimate counts each message's text once, as pushed, and is the
+// estimate of the whole window counted afresh after every push — across
+// the window moving to its front, and after a reset.
+func TestHotConvEstimateFollowsTheWindow(t *testing.T) {
+	hc := &hotConv{conv: Conversation{ID: "c", SessionKey: "websocket:a"}, cap: 5}
+	fresh := func() int64 {
+		again := &hotConv{conv: hc.conv, window: hc.window, cap: hc.cap}
+		return again.estimate()
+	}
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprint("m", i)
+		msgs := []Message{{Content: strings.Repeat("x", i*7), ClientMsgID: &id}}
+		if i%3 == 0 {
+			msgs = append(msgs, Message{Role: "assistant", Content: strings.Repeat("y", i)})
+		}
+		hc.push(msgs...)
+		if got, want := hc.estimate(), fresh(); got != want {
+			t.Fatalf("after push %d (window %d): estimate %d, counted afresh %d", i, len(hc.window), got, want)
+		}
+		if i == 25 {
+			hc.reset(hc.conv, []Message{{Content: "short"}})
+			if got, want := hc.estimate(), fresh(); got != want {
+				t.Fatalf("after reset: estimate %d, counted afresh %d", got, want)
+			}
+		}
+	}
+}

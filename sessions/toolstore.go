@@ -209,7 +209,7 @@ func (m *Manager) roundLanded(ctx context.Context, tt *toolTurn, msgs []ledger.M
 	if err != nil {
 		return false, err
 	}
-	hc.conv, hc.window = *fresh, window
+	hc.reset(*fresh, window)
 	return false, nil
 }
 

@@ -462,7 +462,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 		if lerr != nil {
 			return false, lerr
 		}
-		hc.conv, hc.window = *fresh, window
+		hc.reset(*fresh, window)
 		err = nil
 	}
 }
