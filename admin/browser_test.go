@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/browsertest"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -128,7 +129,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 // sums the report, and the CSV button downloads the report in the order
 // shown.
 func TestAdminUsageInBrowser(t *testing.T) {
-	e := newEnv(t, spender{})
+	e := newEnv(t, &llmtest.Spender{})
 	e.turn("websocket", "websocket:ann", "ann", "hello")                  // 5+7, 0.012
 	e.turn("websocket", "websocket:bob", "bob", "a much longer question") // 22+7, 0.029
 	e.turn("telegram", "telegram:dm:7", "7", "medium q")                  // 8+7, 0.015

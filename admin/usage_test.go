@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"encoding/csv"
 	"fmt"
 	"net/http"
@@ -9,33 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
 )
-
-// spender answers like the echo and reports what a model server would:
-// the message's length in prompt tokens, 7 completion tokens, a cost of
-// 0.001 a token, and the model the message names ("m:<model> …"; "small"
-// otherwise).
-type spender struct{}
-
-func (spender) Name() string  { return "spender" }
-func (spender) Model() string { return "small" }
-func (spender) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	r, err := agent.Echo{}.Reply(ctx, req, onDelta)
-	if err != nil {
-		return r, err
-	}
-	r.Model = "small"
-	if rest, ok := strings.CutPrefix(req.Input, "m:"); ok {
-		r.Model, _, _ = strings.Cut(rest, " ")
-	}
-	r.Usage = agent.Usage{PromptTokens: int64(len(req.Input)), CompletionTokens: 7}
-	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
-	r.Cost = float64(r.Usage.TotalTokens) / 1000
-	return r, nil
-}
 
 // usageAnswer is the answer of GET /admin/api/usage.
 type usageAnswer struct {
@@ -77,7 +53,7 @@ func usageTurns(e *env) {
 // grouped, filtered, sorted, paged, its totals; bad parameters get 400.
 func TestUsageReport(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		e := newEnvWith(t, spender{}, envOptions{db: open(), managerClock: true})
+		e := newEnvWith(t, &llmtest.Spender{}, envOptions{db: open(), managerClock: true})
 		usageTurns(e)
 		report := func(query string) usageAnswer {
 			t.Helper()
@@ -164,7 +140,7 @@ func TestUsageReport(t *testing.T) {
 // columns, a line per row in the report's order, no totals line — and
 // the same with a page.
 func TestUsageCSV(t *testing.T) {
-	e := newEnvWith(t, spender{}, envOptions{managerClock: true})
+	e := newEnvWith(t, &llmtest.Spender{}, envOptions{managerClock: true})
 	usageTurns(e)
 	csvOf := func(query, wantName string) [][]string {
 		t.Helper()

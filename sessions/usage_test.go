@@ -6,38 +6,14 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 )
-
-// spender answers like the echo and reports usage: the prompt's length in
-// tokens, 7 completion tokens, a cost of 0.001 a token, and the model the
-// message names ("m:<model> …"; "small" otherwise).
-type spender struct{ calls atomic.Int32 }
-
-func (*spender) Name() string  { return "spender" }
-func (*spender) Model() string { return "small" }
-func (s *spender) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	s.calls.Add(1)
-	r, err := agent.Echo{}.Reply(ctx, req, onDelta)
-	if err != nil {
-		return r, err
-	}
-	last := req.Input
-	r.Model = "small"
-	if rest, ok := strings.CutPrefix(last, "m:"); ok {
-		r.Model, _, _ = strings.Cut(rest, " ")
-	}
-	r.Usage = agent.Usage{PromptTokens: int64(len(last)), CompletionTokens: 7}
-	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
-	r.Cost = float64(r.Usage.TotalTokens) / 1000
-	return r, nil
-}
 
 // storedUsage sums the stored messages' spend per user, day and model,
 // the way the tallies must: what every conversation of the database holds.
@@ -106,7 +82,7 @@ func TestUsageTalliesAreTheStoredSpend(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0)
-		ag := &spender{}
+		ag := &llmtest.Spender{}
 		m := newManager(t, db, ag, c, nil)
 		run := func() {
 			var wg sync.WaitGroup
@@ -161,8 +137,8 @@ func TestUsageTalliesAcrossTwoReplicas(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := newClock(t0)
 	replicas := []*Manager{
-		newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, queued),
-		newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, queued),
+		newManager(t, openStore(t, store.DriverPostgres, dsn), &llmtest.Spender{}, c, queued),
+		newManager(t, openStore(t, store.DriverPostgres, dsn), &llmtest.Spender{}, c, queued),
 	}
 	var wg sync.WaitGroup
 	for r, m := range replicas {
@@ -201,7 +177,7 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		c := newClock(t0) // 09:00 UTC
-		ag := &spender{}
+		ag := &llmtest.Spender{}
 		// Each turn of "hello" costs (5+7)/1000 = 0.012.
 		p := Policy{MaxHistory: 10, Budget: BudgetPolicy{Default: Budget{CostPerDay: 0.02},
 			Users: map[string]Budget{"websocket:vip": {CostPerDay: 1}}}}
@@ -212,7 +188,7 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 				t.Fatalf("turn %d: %+v, want answered (under budget)", i, out.Reply)
 			}
 		}
-		calls := ag.calls.Load()
+		calls := ag.Calls()
 		out := handle(t, m, msg("websocket:ann", "third"))
 		if out.Reply.Status != MsgFailed || !strings.HasPrefix(out.Reply.Error, OverBudgetPrefix+"cost_per_day") {
 			t.Fatalf("over budget: %+v, want the budget reply", out.Reply)
@@ -220,7 +196,7 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 		if !strings.Contains(out.Reply.Text, "today's spending limit") || !strings.Contains(out.Reply.Text, "Wed 11 Mar 00:00 UTC") || !strings.Contains(out.Reply.Text, "15 h 0 min") {
 			t.Fatalf("budget reply %q: want the limit and when it resets", out.Reply.Text)
 		}
-		if got := ag.calls.Load(); got != calls {
+		if got := ag.Calls(); got != calls {
 			t.Fatalf("the model was called %d more times for a user over budget", got-calls)
 		}
 		tr := transcript(t, db, out.ConversationID)
@@ -244,8 +220,8 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 		}
 
 		c.Advance(15 * time.Hour) // 00:00 the next day
-		if out := handle(t, m, msg("websocket:ann", "next day")); out.Reply.Status != MsgOK || ag.calls.Load() != calls+4 {
-			t.Fatalf("the next day: %+v (%d calls), want answered", out.Reply, ag.calls.Load()-calls)
+		if out := handle(t, m, msg("websocket:ann", "next day")); out.Reply.Status != MsgOK || ag.Calls() != calls+4 {
+			t.Fatalf("the next day: %+v (%d calls), want answered", out.Reply, ag.Calls()-calls)
 		}
 		st, err = m.Usage(context.Background(), "websocket", "websocket:ann")
 		if err != nil {
@@ -263,7 +239,7 @@ func TestBudgetRaisedLive(t *testing.T) {
 	db := openStore(t, store.DriverSQLite, t.TempDir()+"/b.db")
 	c := newClock(t0)
 	p := Policy{MaxHistory: 10, Budget: BudgetPolicy{Default: Budget{TokensPerDay: 10}}}
-	m := newManager(t, db, &spender{}, c, map[string]Policy{"websocket": p})
+	m := newManager(t, db, &llmtest.Spender{}, c, map[string]Policy{"websocket": p})
 	handle(t, m, msg("websocket:ann", "hello"))
 	if out := handle(t, m, msg("websocket:ann", "hello")); !strings.HasPrefix(out.Reply.Error, OverBudgetPrefix+"tokens_per_day") {
 		t.Fatalf("over tokens_per_day: %+v", out.Reply)
@@ -284,8 +260,8 @@ func TestBudgetHoldsAcrossReplicas(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := newClock(t0)
 	p := map[string]Policy{"websocket": {MaxHistory: 10, Budget: BudgetPolicy{Default: Budget{CostPerDay: 0.02}}}}
-	a := newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, p)
-	b := newManager(t, openStore(t, store.DriverPostgres, dsn), &spender{}, c, p)
+	a := newManager(t, openStore(t, store.DriverPostgres, dsn), &llmtest.Spender{}, c, p)
+	b := newManager(t, openStore(t, store.DriverPostgres, dsn), &llmtest.Spender{}, c, p)
 	if out := handle(t, a, msg("websocket:ann", "hello")); out.Reply.Status != MsgOK {
 		t.Fatalf("first turn, on a: %+v", out.Reply)
 	}

@@ -74,3 +74,37 @@ func (b *Bot) answerCallback(ctx context.Context, id, text string) {
 		}
 	}
 }
+
+// editMessage runs method (an edit of a message the bot sent) with
+// params, for what (named in the log). 429s are waited out, other
+// failures that may pass are retried a few times; "message is not
+// modified" is done. plain, when set, is called once when Telegram cannot
+// parse the text's entities, to turn params into plain text. Other client
+// errors are logged once: the message then stays as it was, and a tap on
+// its buttons is answered as stale.
+func (b *Bot) editMessage(ctx context.Context, method string, params tgbotapi.Params, what string, plain func(tgbotapi.Params)) {
+	ctx = context.WithoutCancel(ctx)
+	for attempt := 0; attempt < 4; attempt++ {
+		_, err := b.api.MakeRequest(method, params)
+		if err == nil || notModified(err) {
+			return
+		}
+		var apiErr *tgbotapi.Error
+		switch {
+		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
+			if b.opts.Sleep(ctx, time.Duration(apiErr.RetryAfter)*time.Second) != nil {
+				return
+			}
+		case plain != nil && errors.As(err, &apiErr) && refusedEntities(apiErr):
+			plain(params)
+			plain = nil
+		case isClientError(err):
+			b.warnOnce(what, err)
+			return
+		default:
+			if b.opts.Sleep(ctx, time.Duration(1<<attempt)*500*time.Millisecond) != nil {
+				return
+			}
+		}
+	}
+}

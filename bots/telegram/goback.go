@@ -109,24 +109,5 @@ func (b *Bot) removeButtons(ctx context.Context, chat int64, msg int) {
 	ctx = context.WithoutCancel(ctx)
 	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10)}
 	params.AddNonZero("message_id", msg)
-	for attempt := 0; attempt < 4; attempt++ {
-		_, err := b.api.MakeRequest("editMessageReplyMarkup", params)
-		if err == nil || notModified(err) {
-			return
-		}
-		var apiErr *tgbotapi.Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
-			if b.opts.Sleep(ctx, time.Duration(apiErr.RetryAfter)*time.Second) != nil {
-				return
-			}
-		case isClientError(err):
-			b.warnOnce("remove a button", err)
-			return
-		default:
-			if b.opts.Sleep(ctx, time.Duration(1<<attempt)*500*time.Millisecond) != nil {
-				return
-			}
-		}
-	}
+	b.editMessage(ctx, "editMessageReplyMarkup", params, "remove a button", nil)
 }

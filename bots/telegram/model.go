@@ -173,26 +173,7 @@ func (b *Bot) editModels(ctx context.Context, chat int64, msg int, st sessions.M
 	if err := params.AddInterface("reply_markup", modelKeyboard(st)); err != nil {
 		return
 	}
-	for attempt := 0; attempt < 4; attempt++ {
-		_, err := b.api.MakeRequest(methodEdit, params)
-		if err == nil || notModified(err) {
-			return
-		}
-		var apiErr *tgbotapi.Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
-			if b.opts.Sleep(ctx, time.Duration(apiErr.RetryAfter)*time.Second) != nil {
-				return
-			}
-		case isClientError(err):
-			b.warnOnce("edit the models", err)
-			return
-		default:
-			if b.opts.Sleep(ctx, time.Duration(1<<attempt)*500*time.Millisecond) != nil {
-				return
-			}
-		}
-	}
+	b.editMessage(ctx, methodEdit, params, "edit the models", nil)
 }
 
 // setMenu sets the command menu, with /model when models are offered, and

@@ -242,29 +242,10 @@ func (b *Bot) closeAsk(ctx context.Context, chat int64, msg int, ev sessions.Too
 	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": askText(ev, htmlEscaper.Replace(foot), true),
 		"parse_mode": tgbotapi.ModeHTML}
 	params.AddNonZero("message_id", msg)
-	for attempt := 0; attempt < 4; attempt++ {
-		_, err := b.api.MakeRequest(methodEdit, params)
-		if err == nil || notModified(err) {
-			return
-		}
-		var apiErr *tgbotapi.Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.RetryAfter > 0:
-			if b.opts.Sleep(ctx, time.Duration(apiErr.RetryAfter)*time.Second) != nil {
-				return
-			}
-		case errors.As(err, &apiErr) && refusedEntities(apiErr) && params["parse_mode"] != "":
-			params["text"] = askText(ev, foot, false)
-			delete(params, "parse_mode")
-		case isClientError(err):
-			b.warnOnce("close a tool ask", err)
-			return
-		default:
-			if b.opts.Sleep(ctx, time.Duration(1<<attempt)*500*time.Millisecond) != nil {
-				return
-			}
-		}
-	}
+	b.editMessage(ctx, methodEdit, params, "close a tool ask", func(p tgbotapi.Params) {
+		p["text"] = askText(ev, foot, false)
+		delete(p, "parse_mode")
+	})
 }
 
 // askText is an ask's text: the tool and its arguments (escaped and

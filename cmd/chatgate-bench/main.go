@@ -129,15 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		b.print(stdout)
-		data, _ := json.MarshalIndent(b, "", "  ")
-		fmt.Fprintf(stdout, "\n%s\n", data)
-		if o.jsonPath != "" {
-			if err := os.WriteFile(o.jsonPath, data, 0o644); err != nil {
-				fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
-				return 1
-			}
-		}
-		return 0
+		return writeJSON(b, o.jsonPath, stdout, stderr)
 	}
 	rep, err := measure(ctx, o, stderr)
 	if err != nil {
@@ -145,10 +137,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep.print(stdout)
-	data, _ := json.MarshalIndent(rep, "", "  ")
+	return writeJSON(rep, o.jsonPath, stdout, stderr)
+}
+
+// writeJSON prints v as JSON after the tables, and writes it to path when
+// one is given; it returns the exit code.
+func writeJSON(v any, path string, stdout, stderr io.Writer) int {
+	data, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Fprintf(stdout, "\n%s\n", data)
-	if o.jsonPath != "" {
-		if err := os.WriteFile(o.jsonPath, data, 0o644); err != nil {
+	if path != "" {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
 			return 1
 		}

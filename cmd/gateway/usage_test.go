@@ -9,34 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 )
-
-// spender answers like the echo and reports what a model server would:
-// the message's length in prompt tokens, 7 completion tokens, a cost of
-// 0.001 a token, and the model the message names ("m:<model> …"; "small"
-// otherwise).
-type spender struct{}
-
-func (spender) Name() string  { return "spender" }
-func (spender) Model() string { return "small" }
-func (spender) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
-	r, err := agent.Echo{}.Reply(ctx, req, onDelta)
-	if err != nil {
-		return r, err
-	}
-	r.Model = "small"
-	if rest, ok := strings.CutPrefix(req.Input, "m:"); ok {
-		r.Model, _, _ = strings.Cut(rest, " ")
-	}
-	r.Usage = agent.Usage{PromptTokens: int64(len(req.Input)), CompletionTokens: 7}
-	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
-	r.Cost = float64(r.Usage.TotalTokens) / 1000
-	return r, nil
-}
 
 // spend runs turns with the spender on the SQLite database at dbPath,
 // on a clock at now (nil: the real one).
@@ -46,7 +23,7 @@ func spend(t *testing.T, dbPath string, now func() time.Time, ins ...sessions.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := sessions.New(db, spender{}, sessions.Options{Now: now})
+	m := sessions.New(db, &llmtest.Spender{}, sessions.Options{Now: now})
 	for _, in := range ins {
 		if _, err := m.Handle(context.Background(), in, sessions.Hooks{}); err != nil {
 			t.Fatal(err)
