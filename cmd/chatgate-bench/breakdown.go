@@ -208,17 +208,9 @@ func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), erro
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
 		read := time.Now()
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		flush := w.(http.Flusher).Flush
-		if firstChunk > 0 {
-			t := time.NewTimer(firstChunk)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
+		flush, ok := startStream(w, r, firstChunk)
+		if !ok {
+			return
 		}
 		// (Timed as it is written: the client may have read it before
 		// this handler runs again.)

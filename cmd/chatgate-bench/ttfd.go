@@ -49,17 +49,9 @@ const ttfdMaxHistory = 20
 func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err error) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		flush := w.(http.Flusher).Flush
-		if firstChunk > 0 {
-			t := time.NewTimer(firstChunk)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
+		flush, ok := startStream(w, r, firstChunk)
+		if !ok {
+			return
 		}
 		for _, part := range []string{"Hello", ", this", " is", " a streamed", " answer."} {
 			sseChunk(w, contentDelta(part), "")
@@ -249,4 +241,21 @@ func driveFirstDelta(ctx context.Context, url string, n int, o options) loadResu
 		}
 		return mine
 	})
+}
+
+// startStream answers r as an event stream and waits firstChunk before
+// its first chunk; false when the client left meanwhile.
+func startStream(w http.ResponseWriter, r *http.Request, firstChunk time.Duration) (flush func(), ok bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	if firstChunk > 0 {
+		t := time.NewTimer(firstChunk)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return nil, false
+		}
+	}
+	return w.(http.Flusher).Flush, true
 }
