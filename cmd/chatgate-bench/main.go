@@ -52,6 +52,8 @@ type options struct {
 	firstChunk     time.Duration
 	firstDeltaOnly bool
 	pgCostOnly     bool
+	// turnsOnly runs the echo baseline and the gateway's turn rows alone.
+	turnsOnly bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -71,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
+	turnsOnly := fs.Bool("turns-only", false, "measure only the bare echo and the gateway's turns (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
 	breakdownOnly := fs.Bool("breakdown", false, "measure only where a turn's time goes: one client's path with clocks along it, and what 50 clients' turns waited for")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -80,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
-		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly}
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
