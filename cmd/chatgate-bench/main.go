@@ -30,12 +30,21 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/chatgate/chatgate/internal/gctune"
 	"time"
 )
 
 func main() {
+	// The gateway's collector pace (cmd/gateway does the same), so that
+	// the in-process gateway runs as it does in production.
+	gcPercent, gcFrom := gctune.Apply(os.Getenv)
+	gcPace = fmt.Sprintf("GOGC %d (%s)", gcPercent, gcFrom)
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// gcPace is the collector's pace the run had, for its header.
+var gcPace = "GOGC as the runtime set it"
 
 type options struct {
 	clients   []int
@@ -160,6 +169,7 @@ func writeJSON(v any, path string, stdout, stderr io.Writer) int {
 // report is the JSON summary.
 type report struct {
 	Machine  string       `json:"machine"`
+	GC       string       `json:"gc"`
 	Quick    bool         `json:"quick"`
 	Store    string       `json:"store"`
 	Echo     []loadResult `json:"baseline_a_echo"`
@@ -236,7 +246,7 @@ type goal struct {
 
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick])
+	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s, %s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick], r.GC)
 	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
 	row := func(name string, l loadResult) {
 		// "-" where a figure was not measured (a row without CPU, a

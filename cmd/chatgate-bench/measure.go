@@ -37,7 +37,7 @@ var discard = slog.New(slog.DiscardHandler)
 const statementRows = 64
 
 func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
-	rep := &report{Machine: machine(), Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000}
+	rep := &report{Machine: machine(), GC: gcPace, Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000}
 	// Each step labels this goroutine, and so every goroutine started from
 	// here on (servers, their connections, the stores' committers), with
 	// its name: a -cpuprofile then shows one step with
@@ -559,7 +559,11 @@ func goals(r *report) []goal {
 			out = append(out, goal{fmt.Sprintf("turns/s at %d clients ÷ A (aim 0.25), %s", gw.Clients, run.store), "≥ 0.2", ratio, ratio >= 0.2})
 		}
 		if len(run.rows) > 0 {
-			mid := run.rows[min(1, len(run.rows)-1)]
+			// The 50-client row when there is one, else the middle load.
+			mid := find(run.rows, 50)
+			if mid == nil {
+				mid = &run.rows[len(run.rows)/2]
+			}
 			if e := find(r.Echo, mid.Clients); e != nil && e.P99Millis > 0 {
 				ratio := mid.P99Millis / e.P99Millis
 				out = append(out, goal{fmt.Sprintf("p99 at %d clients ÷ echo p99, %s", mid.Clients, run.store), "≤ 4", ratio, ratio <= 4})

@@ -16,10 +16,27 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/chatgate/chatgate/internal/gctune"
 )
 
 func main() {
+	gcPercent, gcFrom = gctune.Apply(os.Getenv)
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// gcPercent is the collector's pace the process runs with, and where it
+// came from (the GOGC environment variable, or chatgate's default).
+var (
+	gcPercent = 100
+	gcFrom    = "Go default"
+)
+
+func gcString() string {
+	if gcPercent < 0 {
+		return "off (" + gcFrom + ")"
+	}
+	return fmt.Sprintf("%d (%s)", gcPercent, gcFrom)
 }
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".

@@ -337,5 +337,6 @@ func (s *server) markStarted() {
 		slog.String("url", "http://"+s.ln.Addr().String()),
 		slog.String("storage", s.cfg.Storage.Driver),
 		slog.String("agent", s.cfg.Agent.Backend),
-		slog.String("pid_file", s.cfg.Gateway.PidFile))
+		slog.String("pid_file", s.cfg.Gateway.PidFile),
+		slog.String("gogc", gcString()))
 }
