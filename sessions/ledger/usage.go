@@ -1,7 +1,8 @@
 package ledger
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -80,6 +81,11 @@ func UsageMonthStart(day string) string {
 // that two transactions tallying the same users wait for each other
 // rather than deadlock.
 func UsageRows(us []*Usage) []UsageDay {
+	if len(us) == 1 { // one reply's batch: nothing to add up or order
+		u := us[0]
+		return []UsageDay{{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel,
+			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns}}
+	}
 	type key struct{ user, day, model string }
 	idx := map[key]int{}
 	var rows []UsageDay
@@ -97,15 +103,8 @@ func UsageRows(us []*Usage) []UsageDay {
 		r.Cost += u.Cost
 		r.Turns += u.Turns
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.UserKey != b.UserKey {
-			return a.UserKey < b.UserKey
-		}
-		if a.Day != b.Day {
-			return a.Day < b.Day
-		}
-		return a.Model < b.Model
+	slices.SortFunc(rows, func(a, b UsageDay) int {
+		return cmp.Or(cmp.Compare(a.UserKey, b.UserKey), cmp.Compare(a.Day, b.Day), cmp.Compare(a.Model, b.Model))
 	})
 	return rows
 }

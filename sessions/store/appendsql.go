@@ -1,8 +1,6 @@
 package store
 
 import (
-	"strings"
-
 	"gorm.io/gorm"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -80,54 +78,51 @@ func appendAll(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 func updateConversations(ops []*writeOp) (string, []any) {
 	if len(ops) == 1 {
 		a := ops[0].app
-		query := `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
-			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ?`
+		query := updateConversationSQL
 		if a.RequireActive {
-			query += " AND status = 'active'"
+			query = updateActiveConversationSQL
 		}
-		return query, []any{int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, a.Model, a.Conv.ID, a.ExpectSeq, a.Conv.Epoch}
+		return query, []any{int64(len(a.Messages)), &a.At, &a.Tokens, &a.Cost, &a.Model, &a.Model, &a.Conv.ID, &a.ExpectSeq, &a.Conv.Epoch}
 	}
-	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
-	var q strings.Builder
-	q.WriteString("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ")
 	args := make([]any, 0, 9*len(ops))
-	for i, op := range ops {
+	for _, op := range ops {
 		a := op.app
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString(row)
 		active := 0
 		if a.RequireActive {
 			active = 1
 		}
-		args = append(args, a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At, a.Tokens, a.Cost, a.Model, active, a.Conv.Epoch)
+		args = append(args, &a.Conv.ID, &a.ExpectSeq, int64(len(a.Messages)), &a.At, &a.Tokens, &a.Cost, &a.Model, active, &a.Conv.Epoch)
 	}
+	return updateConversationsSQL.text(len(ops)), args
+}
+
+var (
+	updateConversationSQL = `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
+			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ?`
+	updateActiveConversationSQL = updateConversationSQL + " AND status = 'active'"
 	// status as a literal, like everywhere the partial indexes matter.
-	q.WriteString(`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
+	updateConversationsSQL = newRowTexts("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ",
+		"(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
 		total_tokens = conversations.total_tokens + v.v_tokens, cost = conversations.cost + v.v_cost,
 		model = CASE WHEN v.v_model = '' THEN conversations.model ELSE v.v_model END
 		FROM v WHERE conversations.id = v.v_id AND conversations.last_seq = v.v_expect AND conversations.epoch = v.v_epoch
 		AND (v.v_active = 0 OR conversations.status = 'active')`)
-	return q.String(), args
-}
+	insertMessagesSQL = newRowTexts(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
+		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
+		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead, quote) VALUES `,
+		"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "")
+)
 
 // insertMessages builds one multi-row INSERT of messages. Every value is
 // a parameter, so that the text depends only on the number of rows.
 func insertMessages(rows []*ledger.Message) (string, []any) {
-	var q strings.Builder
-	q.WriteString(`INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, client_msg_id,
-		reply_to, status, error, prompt_tokens, completion_tokens, cost, created_at, attachments,
-		turn_state, turn_owner, turn_attempt, turn_due, turn_track, turn_lead, quote) VALUES `)
 	args := make([]any, 0, 22*len(rows))
-	for i, m := range rows {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, m.ConversationID, m.Seq, m.Role, m.Content, m.ToolCalls, m.ToolCallID, m.ClientMsgID,
-			m.ReplyTo, m.Status, m.Error, m.PromptTokens, m.CompletionTkns, m.Cost, m.CreatedAt, m.Attachments,
-			m.TurnState, m.TurnOwner, m.TurnAttempt, m.TurnDue, m.TurnTrack, m.TurnLead, m.Quote)
+	for _, m := range rows {
+		// By address: the rows outlive the statement (stmtcache.go).
+		args = append(args, &m.ConversationID, &m.Seq, &m.Role, &m.Content, &m.ToolCalls, &m.ToolCallID, m.ClientMsgID,
+			&m.ReplyTo, &m.Status, &m.Error, &m.PromptTokens, &m.CompletionTkns, &m.Cost, &m.CreatedAt, &m.Attachments,
+			&m.TurnState, &m.TurnOwner, &m.TurnAttempt, m.TurnDue, &m.TurnTrack, &m.TurnLead, &m.Quote)
 	}
-	return q.String(), args
+	return insertMessagesSQL.text(len(rows)), args
 }

@@ -217,12 +217,53 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	case []byte:
 		return st.BindBlob(i, v)
 	case time.Time:
-		// BindText copies the text into SQLite's memory before it
-		// returns, so the buffer is free again for the next time.
-		// (BindRawText converts to a string, which allocates.)
-		c.times = v.AppendFormat(c.times[:0], sqliteTimeFormat)
-		return st.BindText(i, unsafe.String(unsafe.SliceData(c.times), len(c.times)))
+		return c.bindTime(st, i, v)
 	}
+	// Pointers to those, nil as NULL: the hot statements pass their rows'
+	// fields by address, which puts them in an interface without a copy
+	// on the heap.
+	switch v := a.(type) {
+	case *string:
+		if v != nil {
+			return st.BindText(i, *v)
+		}
+	case *int64:
+		if v != nil {
+			return st.BindInt64(i, *v)
+		}
+	case *int:
+		if v != nil {
+			return st.BindInt(i, *v)
+		}
+	case *float64:
+		if v != nil {
+			return st.BindFloat(i, *v)
+		}
+	case *bool:
+		if v != nil {
+			return st.BindBool(i, *v)
+		}
+	case *time.Time:
+		if v != nil {
+			return c.bindTime(st, i, *v)
+		}
+	default:
+		return c.convert(st, i, a, convert)
+	}
+	return st.BindNull(i)
+}
+
+// bindTime binds t as the driver's time text.
+func (c *stmtCache) bindTime(st *sqlite3.Stmt, i int, t time.Time) error {
+	// BindText copies the text into SQLite's memory before it returns, so
+	// the buffer is free again for the next time. (BindRawText converts
+	// to a string, which allocates.)
+	c.times = t.AppendFormat(c.times[:0], sqliteTimeFormat)
+	return st.BindText(i, unsafe.String(unsafe.SliceData(c.times), len(c.times)))
+}
+
+// convert binds what bindOne does not take as it is.
+func (c *stmtCache) convert(st *sqlite3.Stmt, i int, a any, convert bool) error {
 	if !convert {
 		return fmt.Errorf("store: cannot bind %T", a)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -47,28 +46,23 @@ func openSQL(prefix string) string { return fmt.Sprintf(openWhere, prefix) }
 // delivered. (PostgreSQL's appends run pgAnswerTurns.)
 func answerTurnsSQL(rows []ledger.AnswerRow) (string, []any) {
 	if len(rows) == 1 {
-		r := rows[0]
-		return answerTurnSQL, []any{r.Conv, r.Seq, r.Lead, r.Lead, r.Reply}
+		r := &rows[0]
+		return answerTurnSQL, []any{&r.Conv, &r.Seq, &r.Lead, &r.Lead, &r.Reply}
 	}
-	var q strings.Builder
-	q.WriteString("WITH v(v_conv, v_seq, v_lead, v_reply) AS (VALUES ")
 	args := make([]any, 0, 4*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?)")
-		args = append(args, r.Conv, r.Seq, r.Lead, r.Reply)
+	for i := range rows {
+		r := &rows[i]
+		args = append(args, &r.Conv, &r.Seq, &r.Lead, &r.Reply)
 	}
-	q.WriteString(answerTurnsFrom)
-	return q.String(), args
+	return answerTurnsSQLTexts.text(len(rows)), args
 }
 
 var (
 	answerTurnSQL = `UPDATE messages SET turn_state = 'answered' WHERE ` +
 		ledger.AnswerWhere("?", "?", "?", "?", openSQL(""))
-	answerTurnsFrom = `) UPDATE messages SET turn_state = 'answered' FROM v WHERE ` +
-		ledger.AnswerWhere("v.v_conv", "v.v_seq", "v.v_lead", "v.v_reply", openSQL(""))
+	answerTurnsSQLTexts = newRowTexts("WITH v(v_conv, v_seq, v_lead, v_reply) AS (VALUES ", "(?, ?, ?, ?)",
+		`) UPDATE messages SET turn_state = 'answered' FROM v WHERE `+
+			ledger.AnswerWhere("v.v_conv", "v.v_seq", "v.v_lead", "v.v_reply", openSQL("")))
 )
 
 // createOpenIndex adds ix_messages_open. A database of an earlier version

@@ -40,23 +40,20 @@ func tallyUsage(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	rows := ledger.UsageRows(usageOf(ops))
 	for start := 0; start < len(rows); start += stmtRows {
 		chunk := rows[start:min(start+stmtRows, len(rows))]
-		var q strings.Builder
-		q.WriteString(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns) VALUES `)
 		args := make([]any, 0, 8*len(chunk))
-		for i, r := range chunk {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, r.UserKey, r.Day, r.Model, r.Channel, r.PromptTokens, r.CompletionTokens, r.Cost, r.Turns)
+		for i := range chunk {
+			r := &chunk[i]
+			args = append(args, &r.UserKey, &r.Day, &r.Model, &r.Channel, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
 		}
-		q.WriteString(usageUpsertTail)
-		if _, err := st.exec(tx, q.String(), args...); err != nil {
+		if _, err := st.exec(tx, tallyUsageSQL.text(len(chunk)), args...); err != nil {
 			return fmt.Errorf("tally usage: %w", err)
 		}
 	}
 	return nil
 }
+
+var tallyUsageSQL = newRowTexts(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns) VALUES `,
+	"(?, ?, ?, ?, ?, ?, ?, ?)", usageUpsertTail)
 
 // pgTallyUsage is tallyUsage on PostgreSQL's pipeline: the rows as arrays,
 // one statement text whatever their number.
