@@ -304,6 +304,9 @@ func (r *report) print(w io.Writer) {
 			if f.Tools > 0 {
 				store += fmt.Sprintf(" + %d tools (not called)", f.Tools)
 			}
+			if f.InTurn {
+				store += ", asked in turn"
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
 				f.Gateway.P50Millis, f.Gateway.P99Millis, f.AddedP50Millis, f.AddedP99Millis, f.Direct.ErrorCount+f.Gateway.ErrorCount)
 		}

@@ -32,6 +32,8 @@ func TestGoals(t *testing.T) {
 		FirstChunkMillis: 20,
 		FirstDelta: []ttfdResult{{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.7}},
 			{Store: "sqlite", Clients: 50, Direct: loadResult{P50Millis: 30}, Gateway: loadResult{Turns: 10, P50Millis: 30.1}},
+			// Asked in turn: reported, no goal, and not the row the tools row is set beside.
+			{Store: "sqlite", Clients: 1, InTurn: true, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 30}},
 			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.3}},
 			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.5}, Tools: 6},
 			{Store: "postgres", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.2}}},

@@ -589,6 +589,9 @@ func goals(r *report) []goal {
 	var plain, before *ttfdResult
 	seen := map[string]bool{}
 	for i, f := range r.FirstDelta {
+		if f.InTurn {
+			continue // reported beside the goal's rows, not a goal of its own
+		}
 		first := !seen[f.Store] && f.Clients == 1 && !f.Compaction && f.Tools == 0
 		if first {
 			seen[f.Store] = true

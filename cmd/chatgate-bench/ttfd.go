@@ -33,6 +33,10 @@ type ttfdResult struct {
 	// Tools: the gateway offers the model this many tools (an MCP server
 	// in the process), which it never calls.
 	Tools int `json:"tools,omitempty"`
+	// InTurn: one client asking directly and through the gateway in
+	// turn, question by question (drivePaired), instead of one block of
+	// questions after the other.
+	InTurn bool `json:"in_turn,omitempty"`
 }
 
 // ttfdClients are the client counts of the time-to-first-delta rows.
@@ -128,6 +132,14 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	for _, n := range ttfdClients {
 		row(n, url, false, 0)
 	}
+	// One client again, asking both sides in turn: each message then
+	// reaches a gateway that sat idle through a direct call, as a user's
+	// next message usually does.
+	r := ttfdResult{Store: driver, Clients: 1, InTurn: true}
+	r.Direct, r.Gateway = drivePaired(ctx, direct, url, o)
+	r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
+	r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+	out = append(out, r)
 	// The same, 1 client, with tools offered and never called: the
 	// request carries their definitions; nothing else changes.
 	tb, stopTools, err := benchTools(ctx)
@@ -164,83 +176,151 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	return out, nil
 }
 
-// driveDirect runs n callers of the backend, each asking one question
-// at a time, timing each from the call to its first delta; a call that
-// fails or streams nothing counts as an error. Bounded like drive. Each
-// caller keeps its conversation as a client of the model would, and as
-// the gateway does: its history, trimmed to the gateway's max_history
-// (ttfdMaxHistory), goes with every question, so that both sides send the
-// model the same request.
-func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResult {
-	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
-		mine := make([]time.Duration, 0, o.messages)
-		var history []agent.Message
-		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
-			var first time.Duration
-			t0 := time.Now()
-			req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: "hello gateway"}
-			reply, err := ag.Reply(ctx, req, func(string) {
-				if first == 0 {
-					first = time.Since(t0)
-				}
-			})
-			if err != nil || first == 0 {
-				fail()
-				continue
+// An asker times one question, from its start to the first delta that
+// answers it, and reads on to its end; ok is false for a question that
+// failed or streamed nothing, fatal when the asker cannot go on.
+type asker func(ctx context.Context, m int) (first time.Duration, ok, fatal bool)
+
+// directAsker calls the backend as caller i. It keeps its conversation
+// as a client of the model would, and as the gateway does: its history,
+// trimmed to the gateway's max_history (ttfdMaxHistory), goes with every
+// question, so that both sides send the model the same request.
+func directAsker(ag agent.Agent, i int) asker {
+	var history []agent.Message
+	return func(ctx context.Context, m int) (time.Duration, bool, bool) {
+		var first time.Duration
+		t0 := time.Now()
+		req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: "hello gateway"}
+		reply, err := ag.Reply(ctx, req, func(string) {
+			if first == 0 {
+				first = time.Since(t0)
 			}
-			mine = append(mine, first)
-			history = append(history, agent.Message{Role: agent.RoleUser, Content: req.Input}, agent.Message{Role: agent.RoleAssistant, Content: reply.Text()})
-			if len(history) > ttfdMaxHistory {
-				history = history[len(history)-ttfdMaxHistory:]
+		})
+		if err != nil || first == 0 {
+			return 0, false, false
+		}
+		history = append(history, agent.Message{Role: agent.RoleUser, Content: req.Input}, agent.Message{Role: agent.RoleAssistant, Content: reply.Text()})
+		if len(history) > ttfdMaxHistory {
+			history = history[len(history)-ttfdMaxHistory:]
+		}
+		return first, true, false
+	}
+}
+
+// gatewayAsker connects WebSocket client i to the gateway at url; each
+// question is a message, timed from its send to the first delta frame
+// that answers it, and the client reads on to the reply. A reply without
+// a delta before it is an error.
+func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error) {
+	c, err := dialClient(ctx, url, fmt.Sprintf("ttfd-%d-%s", i, shortID()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, m int) (time.Duration, bool, bool) {
+		id := fmt.Sprint("m", m)
+		t0 := time.Now()
+		if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
+			return 0, false, true
+		}
+		var first time.Duration
+		for {
+			f, ok := readFrame(c)
+			if !ok {
+				return 0, false, true
+			}
+			if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
+				first = time.Since(t0)
+			}
+			if f["type"] == "reply" && f["reply_to"] == id {
+				break
 			}
 		}
-		return mine
+		return first, first != 0, false
+	}, func() { c.Close() }, nil
+}
+
+// ask runs one client's questions until o.messages or deadline; nil when
+// it gave up.
+func ask(ctx context.Context, a asker, o options, deadline time.Time, fail func()) []time.Duration {
+	mine := make([]time.Duration, 0, o.messages)
+	for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+		first, ok, fatal := a(ctx, m)
+		if fatal {
+			fail()
+			return nil
+		}
+		if !ok {
+			fail()
+			continue
+		}
+		mine = append(mine, first)
+	}
+	return mine
+}
+
+// driveDirect runs n callers of the backend, each asking one question
+// at a time (directAsker). Bounded like drive.
+func driveDirect(ctx context.Context, ag agent.Agent, n int, o options) loadResult {
+	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
+		return ask(ctx, directAsker(ag, i), o, deadline, fail)
 	})
 }
 
 // driveFirstDelta runs n WebSocket clients against the gateway at url,
-// each sending one message at a time and timing it from the send to the
-// first delta frame that answers it; the client then reads on to the
-// reply before it sends the next. A reply without a delta before it is
-// an error. Bounded like drive.
+// each sending one message at a time (gatewayAsker). Bounded like drive.
 func driveFirstDelta(ctx context.Context, url string, n int, o options) loadResult {
 	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
-		c, err := dialClient(ctx, url, fmt.Sprintf("ttfd-%d-%s", i, shortID()))
+		a, closeClient, err := gatewayAsker(ctx, url, i)
 		if err != nil {
 			fail()
 			return nil
 		}
-		defer c.Close()
-		mine := make([]time.Duration, 0, o.messages)
-		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
-			id := fmt.Sprint("m", m)
-			t0 := time.Now()
-			if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
-				fail()
-				return nil
-			}
-			var first time.Duration
-			for {
-				f, ok := readFrame(c)
-				if !ok {
-					fail()
-					return nil
-				}
-				if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
-					first = time.Since(t0)
-				}
-				if f["type"] == "reply" && f["reply_to"] == id {
-					break
-				}
-			}
-			if first == 0 {
-				fail()
-				continue
-			}
-			mine = append(mine, first)
-		}
-		return mine
+		defer closeClient()
+		return ask(ctx, a, o, deadline, fail)
 	})
+}
+
+// drivePaired is one client asking directly and through the gateway in
+// turn, question by question, so that whatever the machine does meanwhile
+// (another process waking, the database's own work) falls on both sides
+// alike rather than on whichever block of questions it came in. Bounded
+// by o.messages questions a side and twice o.duration.
+func drivePaired(ctx context.Context, ag agent.Agent, url string, o options) (direct, gw loadResult) {
+	ctx, cancel := context.WithTimeout(ctx, 2*o.duration+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(2 * o.duration)
+	start := time.Now()
+	var dLat, gLat []time.Duration
+	dErr, gErr := 0, 0
+	defer func() {
+		elapsed := time.Since(start)
+		direct, gw = summarize(1, dLat, elapsed, dErr), summarize(1, gLat, elapsed, gErr)
+	}()
+	g, closeClient, err := gatewayAsker(ctx, url, 0)
+	if err != nil {
+		gErr++
+		return
+	}
+	defer closeClient()
+	d := directAsker(ag, 0)
+	for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
+		if first, ok, _ := d(ctx, m); ok {
+			dLat = append(dLat, first)
+		} else {
+			dErr++
+		}
+		first, ok, fatal := g(ctx, m)
+		switch {
+		case fatal:
+			gErr++
+			return
+		case ok:
+			gLat = append(gLat, first)
+		default:
+			gErr++
+		}
+	}
+	return
 }
 
 // startStream answers r as an event stream and waits firstChunk before
