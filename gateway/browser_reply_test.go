@@ -37,6 +37,42 @@ func TestWebPageRepliesToAMessage(t *testing.T) {
 	if got, want := reqs[1][len(reqs[1])-1].Text(), "> "+llmtest.Reply+"\n\nwhat did you mean?"; got != want {
 		t.Fatalf("the model got %q, want %q", got, want)
 	}
+	// The message shows what it replied to, as text, now and after a
+	// reload (from ready's history); replying to it quotes its own words.
+	quoteOf := `(function () { const q = [...document.querySelectorAll('.msg.user')].find(function (m) { return m.textContent.includes('what did you mean?'); }); ` +
+		`return q && q.querySelector(':scope > .quoted') ? q.querySelector(':scope > .quoted').textContent : ''; })()`
+	for _, step := range []string{"sent", "reloaded"} {
+		if step == "reloaded" {
+			if err := chromedp.Do(ctx, chromedp.Reload(), waitText("#status", "online as ada"),
+				waitJS(`document.querySelectorAll('.msg.assistant').length === 2`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](quoteOf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != llmtest.Reply {
+			t.Fatalf("%s: the message's quote shows %q, want %q", step, got, llmtest.Reply)
+		}
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`[...document.querySelectorAll('.msg.user')].find(function (m) { return m.textContent.includes('what did you mean?'); }).querySelector('button.reply').click() === undefined`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, waitJS(`!document.getElementById('replying').hidden`)); err != nil {
+		t.Fatal(err)
+	}
+	preview, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#replying .quote').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#cancel-reply")); err != nil {
+		t.Fatal(err)
+	}
+	if preview != "what did you mean?" {
+		t.Fatalf("replying to a message that quotes previews %q, want its own words", preview)
+	}
 	// Cancelled, the next message goes without a quote.
 	err = chromedp.Do(ctx,
 		chromedp.Click(".msg.user button.reply"),

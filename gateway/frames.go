@@ -192,6 +192,8 @@ type historyItem struct {
 	Status  string `json:"status"`
 	ID      string `json:"id,omitempty"`       // the client message id of a user message
 	ReplyTo int64  `json:"reply_to,omitempty"` // the user message's seq, for replies
+	// Quote is the text a user message replied to, as stored with it.
+	Quote string `json:"quote,omitempty"`
 	// Attachments of a user message: metadata only.
 	Attachments []historyAttachment `json:"attachments,omitempty"`
 }

@@ -41,4 +41,17 @@ func TestReplyToReachesTheModel(t *testing.T) {
 	if got, want := reqs[2][len(reqs[2])-1].Text(), "> two things, please\n\nand this?"; got != want {
 		t.Errorf("a reply to the user's message reached the model as %q, want %q", got, want)
 	}
+
+	// A client that comes back sees each reply with what it quoted.
+	_, ready := e.connect(map[string]any{"user": "ann"})
+	quotes := map[string]any{}
+	for _, h := range ready["history"].([]any) {
+		m := h.(map[string]any)
+		if id, ok := m["id"].(string); ok {
+			quotes[id] = m["quote"]
+		}
+	}
+	if quotes["m1"] != nil || quotes["m2"] != llmtest.Reply || quotes["m3"] != "two things, please" {
+		t.Fatalf("ready.history quotes by message id = %v, want none for m1, the bot's reply for m2, m1's text for m3", quotes)
+	}
 }

@@ -132,7 +132,7 @@ func historyItems(entries []sessions.Entry) []historyItem {
 	out := make([]historyItem, 0, len(entries))
 	for _, e := range entries {
 		out = append(out, historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo,
-			Attachments: historyAttachments(e.Attachments)})
+			Quote: e.Quote, Attachments: historyAttachments(e.Attachments)})
 	}
 	return out
 }

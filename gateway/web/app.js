@@ -109,7 +109,7 @@
   // new one (their acks come after the switch).
   function showPending() {
     for (const p of pending) {
-      if (!p.edits && !pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showImages(el, sentImages.get(p.id)); }
+      if (!p.edits && !pendingEl(p.id)) { const el = bubble("user", p.text, "pending"); el.dataset.id = p.id; showQuote(el, p.quote); showImages(el, sentImages.get(p.id)); }
     }
   }
   function dropPending(id) {
@@ -132,6 +132,7 @@
         for (const [id, el] of bubbles) { if (el.dataset.replyTo === String(m.reply_to)) { el.remove(); bubbles.delete(id); } }
       }
       const el = bubble(m.role, m.text, m.role === "user" ? "waiting" : statusClass(m.status));
+      showQuote(el, m.quote);
       showAttachmentNames(el, m.attachments);
       if (m.id) el.dataset.id = m.id;
       el.dataset.seq = m.seq;
@@ -259,6 +260,15 @@
     }
   }
   // History carries what a message had attached, not the pictures.
+  // showQuote puts what a user's message replied to above its text, as
+  // text: the message's own words stay its first text node (bodyText).
+  function showQuote(el, quote) {
+    if (!quote || el.querySelector(":scope > .quoted")) return;
+    const q = document.createElement("span");
+    q.className = "quoted";
+    q.textContent = quote;
+    el.insertBefore(q, el.firstChild);
+  }
   function showAttachmentNames(el, atts) {
     for (const a of atts || []) {
       const s = document.createElement("span");
@@ -679,7 +689,8 @@
   editBtn.textContent = "Edit";
   editBtn.title = "Edit your last message";
   let editing = null; // the message bubble being edited
-  function bodyText(el) { return el.firstChild && el.firstChild.nodeType === Node.TEXT_NODE ? el.firstChild.nodeValue : ""; }
+  function bodyNode(el) { for (const n of el.childNodes) { if (n.nodeType === Node.TEXT_NODE) return n; } return null; }
+  function bodyText(el) { const n = bodyNode(el); return n ? n.nodeValue : ""; }
   function placeEdit() {
     const users = log.querySelectorAll(".msg.user[data-id]:not(.pending):not(.failed)");
     const last = users[users.length - 1];
@@ -707,7 +718,7 @@
     const id = newId();
     pending.push({ id: id, edits: el.dataset.id, text: body });
     store.set("pending", pending);
-    el.firstChild.nodeValue = body;
+    bodyNode(el).nodeValue = body;
     el.classList.add("edited");
     text.value = "";
     send({ type: "edit", id: id, edits: el.dataset.id, text: body });
@@ -739,7 +750,8 @@
     const b = ev.target.closest("button.reply");
     if (!b) return;
     const el = b.parentElement;
-    const quoted = (el.innerText || el.textContent).trim();
+    // A message that quotes another is quoted by its own words.
+    const quoted = (el.querySelector(":scope > .quoted") ? bodyText(el) : (el.innerText || el.textContent)).trim();
     replying = { seq: Number(el.dataset.seq), text: quoted };
     replyBar.querySelector(".quote").textContent = quoted.length > 200 ? quoted.slice(0, 199) + "…" : quoted;
     replyBar.hidden = false;
@@ -760,12 +772,13 @@
     }
     takeImages(id);
     const p = { id: id, text: body };
-    if (replying) p.replyTo = replying.seq;
+    if (replying) { p.replyTo = replying.seq; p.quote = replying.text; }
     cancelReply();
     pending.push(p);
     store.set("pending", pending);
     const el = bubble("user", body, "pending");
     el.dataset.id = id;
+    showQuote(el, p.quote);
     showImages(el, sentImages.get(id));
     text.value = "";
     send(withImages(withReply({ type: "message", id: id, text: body }, p)));
