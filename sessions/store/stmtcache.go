@@ -224,33 +224,27 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	// on the heap.
 	switch v := a.(type) {
 	case *string:
-		if v != nil {
-			return st.BindText(i, *v)
-		}
+		return bindPtr(st, i, v, (*sqlite3.Stmt).BindText)
 	case *int64:
-		if v != nil {
-			return st.BindInt64(i, *v)
-		}
+		return bindPtr(st, i, v, (*sqlite3.Stmt).BindInt64)
 	case *int:
-		if v != nil {
-			return st.BindInt(i, *v)
-		}
+		return bindPtr(st, i, v, (*sqlite3.Stmt).BindInt)
 	case *float64:
-		if v != nil {
-			return st.BindFloat(i, *v)
-		}
+		return bindPtr(st, i, v, (*sqlite3.Stmt).BindFloat)
 	case *bool:
-		if v != nil {
-			return st.BindBool(i, *v)
-		}
+		return bindPtr(st, i, v, (*sqlite3.Stmt).BindBool)
 	case *time.Time:
-		if v != nil {
-			return c.bindTime(st, i, *v)
-		}
-	default:
-		return c.convert(st, i, a, convert)
+		return bindPtr(st, i, v, c.bindTime)
 	}
-	return st.BindNull(i)
+	return c.convert(st, i, a, convert)
+}
+
+// bindPtr binds *p with bind, or NULL for a nil p.
+func bindPtr[T any](st *sqlite3.Stmt, i int, p *T, bind func(*sqlite3.Stmt, int, T) error) error {
+	if p == nil {
+		return st.BindNull(i)
+	}
+	return bind(st, i, *p)
 }
 
 // bindTime binds t as the driver's time text.
