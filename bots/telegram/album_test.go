@@ -159,7 +159,7 @@ func TestAlbumRestartLosesNoPart(t *testing.T) {
 			clock, opts := albumClock()
 			h2 := start(t, api, dir, setup{agent: ag, opts: opts, dsn: dsn})
 			api.PushAlbumPart(group, parts[2])
-			waitAlbumParts(t, h2.bot, 3)
+			waitAlbumParts(t, h2.bot, clock, 3)
 			clock.Advance(DefaultAlbumWait)
 			if sent := api.WaitSent(t, 1); sent[0].Text != llmtest.Reply || sent[0].ReplyTo != first {
 				t.Fatalf("sent %+v, want the reply to the album's first part %d", sent[0], first)
@@ -184,14 +184,16 @@ func TestAlbumGivenBackAfterItWasStoredRunsOnce(t *testing.T) {
 	dir := t.TempDir()
 	llm, ag := llmtest.Agent(t, true)
 	clock, opts := albumClock()
-	h1 := start(t, api, dir, setup{agent: ag, opts: opts})
+	deliveries := make(chan string, 4)
+	h1 := start(t, api, dir, setup{agent: ag, opts: opts,
+		sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
 	sizes, pictures := threePhotos(api)
 	_, ids := api.PushAlbum(telegramtest.AlbumPhotos(7, "which is the best?", sizes...)...)
 	firstUpdate := api.LastUpdateID() - 2
 	api.WaitConfirmed(t, api.LastUpdateID())
 	clock.Advance(DefaultAlbumWait)
 	api.WaitSent(t, 1)
-	waitDelivered(t, h1, sessions.TelegramDMKey(7))
+	waitDelivered(t, h1, sessions.TelegramDMKey(7), deliveries)
 	h1.shutdown(time.Second)
 
 	api.Replay(firstUpdate)
@@ -201,7 +203,7 @@ func TestAlbumGivenBackAfterItWasStoredRunsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}})
-	waitAlbumParts(t, h2.bot, 3)
+	waitAlbumParts(t, h2.bot, clock, 3)
 	clock.Advance(DefaultAlbumWait)
 	api.Push(telegramtest.DM(7, "thanks"))
 	sent := api.WaitSent(t, 2)
@@ -214,22 +216,17 @@ func TestAlbumGivenBackAfterItWasStoredRunsOnce(t *testing.T) {
 	checkAlbumRow(t, h2, 7, "which is the best?", ids[0], "thanks")
 }
 
-// waitDelivered waits until the newest turn of key is marked delivered.
-func waitDelivered(t *testing.T, h *harness, key string) {
+// waitDelivered waits until the bot has recorded a delivery (noted on
+// deliveries, see deliveryNotes), then checks that the newest turn of key
+// is marked delivered.
+func waitDelivered(t *testing.T, h *harness, key string, deliveries <-chan string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rows := transcript(t, h, key)
-		last := rows[len(rows)-1]
-		turn, err := h.db.TurnAt(context.Background(), last.ConversationID, last.ReplyTo)
-		if err == nil && turn != nil && turn.State == sessions.TurnDelivered {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn of %s was never marked delivered: %+v %v", key, turn, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-deliveries:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the bot recorded no delivery for %s within 20s", key)
 	}
+	stored(t, h, key)
 }
 
 // TestAlbumInAGroup: in a group, an album whose caption (on one part)
@@ -298,7 +295,7 @@ func TestWebhookAlbum(t *testing.T) {
 			codes[i] = resp.StatusCode
 		}()
 	}
-	waitAlbumParts(t, h.bot, 3)
+	waitAlbumParts(t, h.bot, clock, 3)
 	clock.Advance(DefaultAlbumWait)
 	wg.Wait()
 	if codes[0] != 200 || codes[1] != 200 || codes[2] != 200 {
@@ -310,11 +307,15 @@ func TestWebhookAlbum(t *testing.T) {
 	checkAlbumTurn(t, llm, "which is the best?", pictures)
 }
 
-// waitAlbumParts waits until the bot gathers one album of n parts.
-func waitAlbumParts(t *testing.T, b *Bot, n int) {
+// waitAlbumParts waits until the bot's album collector, which waits on
+// clock, has seen an album of n parts: the collector sets a timer on clock
+// after each part it takes in, so each new timer is a moment to look.
+func waitAlbumParts(t *testing.T, b *Bot, clock *clocktest.Clock, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	for timers := 1; ; timers++ {
+		if !clock.WaitTimers(timers, 20*time.Second) {
+			t.Fatalf("the bot's album collector set no timer %d within 20s", timers)
+		}
 		b.albums.mu.Lock()
 		got := 0
 		for _, al := range b.albums.open {
@@ -324,9 +325,5 @@ func waitAlbumParts(t *testing.T, b *Bot, n int) {
 		if got >= n {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bot gathered %d parts, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
