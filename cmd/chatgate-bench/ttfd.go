@@ -57,14 +57,7 @@ func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err er
 		if !ok {
 			return
 		}
-		for _, part := range []string{"Hello", ", this", " is", " a streamed", " answer."} {
-			sseChunk(w, contentDelta(part), "")
-			flush()
-		}
-		sseChunk(w, "{}", "stop")
-		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
-		fmt.Fprint(w, "data: [DONE]\n\n")
-		flush()
+		streamAnswer(w, flush, "Hello", ", this", " is", " a streamed", " answer.")
 	})
 	return serveModel(h)
 }
@@ -89,6 +82,19 @@ func sseChunk(w io.Writer, delta, finish string) {
 		fin = strconv.Quote(finish)
 	}
 	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", delta, fin)
+}
+
+// streamAnswer streams parts of the answer, a chunk each, then its end:
+// the stop, the usage and [DONE].
+func streamAnswer(w io.Writer, flush func(), parts ...string) {
+	for _, part := range parts {
+		sseChunk(w, contentDelta(part), "")
+		flush()
+	}
+	sseChunk(w, "{}", "stop")
+	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	flush()
 }
 
 // contentDelta is the delta of a piece of the answer's text.
