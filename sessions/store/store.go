@@ -193,6 +193,11 @@ func sqliteDSN(path string, readOnly bool) string {
 	}
 	q, _ := url.ParseQuery(query)
 	q.Set("_timefmt", sqliteTimeFormat)
+	if !q.Has("vfs") {
+		// The operating system's files, a commit's log frames written
+		// together (sqlitevfs.go).
+		q.Set("vfs", sqliteVFSName)
+	}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
