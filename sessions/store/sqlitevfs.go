@@ -2,6 +2,7 @@ package store
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3/vfs"
 )
@@ -41,15 +42,27 @@ type gatherVFS struct{}
 
 func (gatherVFS) osVFS() vfs.VFSFilename { return vfs.Find("os").(vfs.VFSFilename) }
 
+// Open is what the library calls only when OpenFilename is missing; it
+// answers as the operating system's VFS does.
 func (v gatherVFS) Open(name string, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
-	return v.OpenFilename(nil, flags)
+	f, out, err := vfs.Find("os").Open(name, flags)
+	return gather(f, flags, out, err)
 }
 
 func (v gatherVFS) OpenFilename(name *vfs.Filename, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
 	f, out, err := v.osVFS().OpenFilename(name, flags)
+	return gather(f, flags, out, err)
+}
+
+// logsGathered counts the write-ahead logs opened through gatherVFS.
+var logsGathered atomic.Int64
+
+// gather wraps an opened write-ahead log.
+func gather(f vfs.File, flags, out vfs.OpenFlag, err error) (vfs.File, vfs.OpenFlag, error) {
 	if err != nil || flags&vfs.OPEN_WAL == 0 {
 		return f, out, err
 	}
+	logsGathered.Add(1)
 	return &gatherFile{File: f}, out, nil
 }
 

@@ -2,11 +2,14 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/ncruces/go-sqlite3/vfs"
 )
 
@@ -177,5 +180,17 @@ func TestTheStoreOpensItsFilesThroughTheGatheringVFS(t *testing.T) {
 	}
 	if vfs.Find(sqliteVFSName) == nil {
 		t.Fatalf("the %s VFS is not registered", sqliteVFSName)
+	}
+	// A store writes its log through it.
+	before := logsGathered.Load()
+	db := openStore(t, DriverSQLite, filepath.Join(t.TempDir(), "gathered.db"))
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	conv := &ledger.Conversation{ID: "c1", SessionKey: "websocket:u1", Channel: "websocket", Status: ledger.StatusActive,
+		StartedAt: at, LastActivityAt: at, AgentName: "echo"}
+	if err := db.CreateConversation(context.Background(), conv); err != nil {
+		t.Fatal(err)
+	}
+	if logsGathered.Load() == before {
+		t.Fatal("the store opened no write-ahead log through the gathering VFS")
 	}
 }
