@@ -229,21 +229,10 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 		var mine []time.Duration
 		var times []turn
 		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
-			id := fmt.Sprint("m", m)
 			t0 := time.Now()
-			if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
+			if !sendRound(c, m, 1, true) {
 				fail()
 				return nil
-			}
-			for {
-				f, ok := readFrame(c)
-				if !ok {
-					fail()
-					return nil
-				}
-				if f["type"] == "reply" && f["reply_to"] == id {
-					break
-				}
 			}
 			t1 := time.Now()
 			mine = append(mine, t1.Sub(t0))

@@ -221,28 +221,37 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 		mine := make([]time.Duration, 0, o.messages/burst+1)
 		for m := 0; m < o.messages && time.Now().Before(deadline); m += burst {
 			t0 := time.Now()
-			last := ""
-			for k := 0; k < burst; k++ {
-				last = fmt.Sprint("m", m+k)
-				if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
-					fail()
-					return nil
-				}
-			}
-			for {
-				f, ok := readFrame(c)
-				if !ok {
-					fail()
-					return nil
-				}
-				if !gatewayProtocol || (f["type"] == "reply" && f["reply_to"] == last) {
-					break
-				}
+			if !sendRound(c, m, burst, gatewayProtocol) {
+				fail()
+				return nil
 			}
 			mine = append(mine, time.Since(t0))
 		}
 		return mine
 	})
+}
+
+// sendRound sends messages m to m+burst-1 (ids "m<n>") and reads until
+// their answer: the reply to the last of them (replies to earlier ones
+// are read past) or, without the gateway's protocol, the first frame
+// back. False when a write or read failed.
+func sendRound(c *websocket.Conn, m, burst int, gatewayProtocol bool) bool {
+	last := ""
+	for k := 0; k < burst; k++ {
+		last = fmt.Sprint("m", m+k)
+		if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
+			return false
+		}
+	}
+	for {
+		f, ok := readFrame(c)
+		if !ok {
+			return false
+		}
+		if !gatewayProtocol || (f["type"] == "reply" && f["reply_to"] == last) {
+			return true
+		}
+	}
 }
 
 // runClients runs n clients at once and summarizes the latencies they
