@@ -27,6 +27,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -79,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
 	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	execTrace := fs.String("trace", "", "write an execution trace of the whole run to this file (go tool trace)")
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
@@ -134,6 +136,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	if *execTrace != "" {
+		f, err := os.Create(*execTrace)
+		if err != nil {
+			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		trace.Start(f)
+		defer trace.Stop()
+	}
 	if *breakdownOnly {
 		b, err := breakdown(ctx, o, stderr)
 		if err != nil {
@@ -168,7 +180,10 @@ func writeJSON(v any, path string, stdout, stderr io.Writer) int {
 
 // report is the JSON summary.
 type report struct {
-	Machine  string       `json:"machine"`
+	Machine string `json:"machine"`
+	// Wake is how soon this machine starts a readied goroutine beside a
+	// busy one (wake.go).
+	Wake     *wakeResult  `json:"machine_wake,omitempty"`
 	GC       string       `json:"gc"`
 	Quick    bool         `json:"quick"`
 	Store    string       `json:"store"`
@@ -247,6 +262,9 @@ type goal struct {
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s, %s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick], r.GC)
+	if r.Wake != nil {
+		r.Wake.print(w)
+	}
 	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
 	row := func(name string, l loadResult) {
 		// "-" where a figure was not measured (a row without CPU, a

@@ -46,6 +46,13 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		fmt.Fprintf(progress, "… %s\n", s)
 		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("step", s)))
 	}
+	rounds := 100
+	if o.quick {
+		rounds = 20
+	}
+	step("the machine's wake-up of a readied goroutine")
+	w := wakeProbe(rounds, 5*time.Millisecond, 3*time.Millisecond)
+	rep.Wake = &w
 	firstDeltaRuns := func() error {
 		stores := []string{o.store}
 		if o.dsn != "" && o.store != store.DriverPostgres {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	rtrace "runtime/trace"
 	"strconv"
 	"time"
 
@@ -196,10 +197,12 @@ func directAsker(ag agent.Agent, i int) asker {
 	return func(ctx context.Context, m int) (time.Duration, bool, bool) {
 		var first time.Duration
 		t0 := time.Now()
+		mark(ctx, "direct asked", m)
 		req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: "hello gateway"}
 		reply, err := ag.Reply(ctx, req, func(string) {
 			if first == 0 {
 				first = time.Since(t0)
+				mark(ctx, "direct first delta", m)
 			}
 		})
 		if err != nil || first == 0 {
@@ -225,6 +228,7 @@ func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error)
 	return func(ctx context.Context, m int) (time.Duration, bool, bool) {
 		id := fmt.Sprint("m", m)
 		t0 := time.Now()
+		mark(ctx, "gateway asked", m)
 		if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
 			return 0, false, true
 		}
@@ -236,6 +240,7 @@ func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error)
 			}
 			if f["type"] == "delta" && f["reply_to"] == id && first == 0 {
 				first = time.Since(t0)
+				mark(ctx, "gateway first delta", m)
 			}
 			if f["type"] == "reply" && f["reply_to"] == id {
 				break
@@ -243,6 +248,17 @@ func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error)
 		}
 		return first, first != 0, false
 	}, func() { c.Close() }, nil
+}
+
+// mark logs a question's moment (what, for question m) to the execution
+// trace of a run with -trace, where `go tool trace` shows it among the
+// goroutines' events: the span between "gateway asked" and "gateway first
+// delta" of one question is its time to first delta. Nothing is built
+// when no trace is being taken.
+func mark(ctx context.Context, what string, m int) {
+	if rtrace.IsEnabled() {
+		rtrace.Log(ctx, "ttfd", what+" "+strconv.Itoa(m))
+	}
 }
 
 // ask runs one client's questions until o.messages or deadline; nil when
