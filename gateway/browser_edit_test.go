@@ -21,6 +21,9 @@ func TestWebPageEditsTheLastMessage(t *testing.T) {
 		waitText("#status", "online as ann"),
 		sendText("helo"),
 		waitText(".msg.assistant", "echo: helo (history: 0)"),
+		// The reply, not only its delta: the page settles its bubbles and
+		// the Edit button when the reply frame comes.
+		waitJS(`document.querySelector('#log .msg.assistant.streaming') === null && document.getElementById('stop').hidden`),
 		chromedp.Click("#log .edit-last"),
 		waitJS(`document.getElementById('text').value === 'helo' && document.getElementById('send').textContent === 'Save edit'`),
 	)

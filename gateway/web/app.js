@@ -695,7 +695,7 @@
     const users = log.querySelectorAll(".msg.user[data-id]:not(.pending):not(.failed)");
     const last = users[users.length - 1];
     if (!last || !bodyText(last)) { editBtn.remove(); return; }
-    last.after(editBtn);
+    if (last.nextSibling !== editBtn) last.after(editBtn); // left in place when it is: no node churn under a click
   }
   function endEditing() {
     editing = null;
