@@ -126,25 +126,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
 		return 2
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	for _, r := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{
+		{*cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{*execTrace, trace.Start, trace.Stop},
+	} {
+		if r.path == "" {
+			continue
+		}
+		f, err := os.Create(r.path)
+		if err == nil {
+			err = r.start(f)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
 			return 1
 		}
-		defer f.Close()
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
-	}
-	if *execTrace != "" {
-		f, err := os.Create(*execTrace)
-		if err != nil {
-			fmt.Fprintf(stderr, "chatgate-bench: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		trace.Start(f)
-		defer trace.Stop()
+		defer f.Close() // after the stop below: deferred calls run last first
+		defer r.stop()
 	}
 	if *breakdownOnly {
 		b, err := breakdown(ctx, o, stderr)
