@@ -10,12 +10,13 @@ import (
 // wakeResult is how soon this machine starts a goroutine made runnable
 // while the goroutine that readied it keeps its thread busy, after the
 // process sat idle: another core should take it within microseconds. On
-// some virtual machines it does not, and the goroutine waits until the
-// busy thread blocks. Every hand-off on a turn's path (the connection's
-// reader to its worker, the worker to the early call, a delta to the
-// connection's writer) pays this after the process idled, as it does
-// while a model takes its time to the first token, so the time-to-first-
-// delta rows move with it from machine to machine and day to day.
+// some virtual machines it often does not, and the goroutine waits until
+// the busy thread blocks or its time slice ends. A hand-off on a turn's
+// path (the connection's reader to its worker, the worker to the early
+// call, a delta to the connection's writer) can pay this after the
+// process idled, as it does while a model takes its time to the first
+// token, so the time-to-first-delta rows move with it from machine to
+// machine and day to day (docs/performance.md, "One core at a time").
 type wakeResult struct {
 	Rounds int `json:"rounds"`
 	// SpinMillis is how long the readying goroutine stays busy; a round
