@@ -113,7 +113,7 @@ func benchOpenAI(baseURL string) *agent.OpenAI {
 // ttfdClients: direct, then through a gateway whose WebSocket channel
 // runs turns on the same kind of server.
 func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, error) {
-	llm, stopLLM, err := streamingLLM(o.firstChunk)
+	llm, stopLLM, err := childLLM(ctx, o.firstChunk)
 	if err != nil {
 		return nil, err
 	}
