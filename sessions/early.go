@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,12 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
 		e.reply, e.err = m.callAgent(ctx, ag, req, e.delta)
 	}()
+	// The call runs before the message's commit is prepared: the caller
+	// hands the append to the committer next, which would take this
+	// core's next slot and hold it until the log's sync, while an idle
+	// core is often slow to take the call (docs/performance.md, "One core
+	// at a time"). Yielding here lets the call send its request first.
+	runtime.Gosched()
 	return e
 }
 
