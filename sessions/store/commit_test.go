@@ -134,6 +134,48 @@ func TestMergedAppendsFailAlone(t *testing.T) {
 	})
 }
 
+// TestAFailedStatementKeepsNoRowOfIt: the last row of a batch's merged
+// INSERT repeats a stored client id, after rows of two other appends and
+// a first row of its own. The append with the duplicate fails alone and
+// keeps none of its rows; the others land once.
+func TestAFailedStatementKeepsNoRowOfIt(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		convs := createConversations(t, db, 3, now, "")
+		msg := func(c *ledger.Conversation, seq int64, client string) ledger.Message {
+			return ledger.Message{ConversationID: c.ID, Seq: seq, Role: "user", Content: fmt.Sprint(c.ID, "/", seq),
+				Status: ledger.MsgOK, CreatedAt: now, ClientMsgID: &client}
+		}
+		if err := db.Append(ctx, ledger.Append{Conv: convs[2], Messages: []ledger.Message{msg(convs[2], 1, "taken")}, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		release := holdWriter(db)
+		appends := []ledger.Append{
+			{Conv: convs[0], Messages: []ledger.Message{msg(convs[0], 1, "a1"), msg(convs[0], 2, "a2")}, At: now},
+			{Conv: convs[1], Messages: []ledger.Message{msg(convs[1], 1, "b1")}, At: now},
+			{Conv: convs[2], ExpectSeq: 1, Messages: []ledger.Message{msg(convs[2], 2, "fresh"), msg(convs[2], 3, "taken")}, At: now},
+		}
+		writes := make([]func() error, len(appends))
+		for i, a := range appends {
+			writes[i] = func() error { return db.Append(ctx, a) }
+		}
+		errs := queueInOrder(db, release, writes)
+		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ledger.ErrDuplicate) {
+			t.Fatalf("errors %v, want nil, nil, a duplicate", errs)
+		}
+		var got []string
+		db.Gorm().Model(&ledger.Message{}).Order("conversation_id, seq").Pluck("content", &got)
+		if fmt.Sprint(got) != "[conv-0/1 conv-0/2 conv-1/1 conv-2/1]" {
+			t.Fatalf("stored %v", got)
+		}
+		if c2, _ := db.Conversation(ctx, "conv-2"); c2.LastSeq != 1 {
+			t.Fatalf("conv-2 last seq %d, want 1", c2.LastSeq)
+		}
+	})
+}
+
 // TestAppendStoresTheQuote: a user message's quote (the text it replies
 // to) is stored by the append — the SQL of SQLite and the pipeline of
 // PostgreSQL alike — and read back with the message and with the batch a
