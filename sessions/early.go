@@ -2,7 +2,7 @@ package sessions
 
 import (
 	"context"
-	"runtime"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +50,11 @@ type earlyCall struct {
 	history []agent.Message
 	model   *agent.ModelSpec
 
+	// sent is closed once the call's request is written, or it streamed
+	// or returned (wrote).
+	sent     chan struct{}
+	sentOnce sync.Once
+
 	mu       sync.Mutex
 	partial  strings.Builder // every delta, for an interrupted turn's partial reply
 	held     []string        // deltas before release
@@ -79,23 +84,41 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	ctx = m.withTurn(tctx, ctx)
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	e.held = e.heldBuf[:0]
+	e.sent = make(chan struct{})
 	go func() {
 		defer close(e.done)
+		defer e.wrote()
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
-		e.reply, e.err = m.callAgent(ctx, ag, req, e.delta)
+		e.reply, e.err = m.callAgent(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { e.wrote() }}), ag, req, e.delta)
 	}()
-	// The call runs before the message's commit is prepared: the caller
-	// hands the append to the committer next, which would take this
-	// core's next slot and hold it until the log's sync, while an idle
-	// core is often slow to take the call (docs/performance.md, "One core
-	// at a time"). Yielding here lets the call send its request first.
-	runtime.Gosched()
+	// The model's request goes out before the message's commit starts:
+	// the caller hands the append to the committer next, whose work
+	// would otherwise hold the core the call needs (docs/performance.md,
+	// "The early call's request before the commit"). The request is seen
+	// written through httptrace; an agent that makes no HTTP request
+	// frees the caller with its first delta or its return, and
+	// earlySendWait bounds the wait.
+	t := time.NewTimer(m.earlySendWait)
+	select {
+	case <-e.sent:
+	case <-t.C:
+	}
+	t.Stop()
 	return e
 }
+
+// earlySendWait bounds how long a message's commit waits for its early
+// call's request to be written.
+const earlySendWait = 2 * time.Millisecond
+
+// wrote tells startEarly that the call's request is out.
+func (e *earlyCall) wrote() { e.sentOnce.Do(func() { close(e.sent) }) }
 
 // delta keeps a streamed piece for the partial reply and passes it on
 // once released; until then it is held.
 func (e *earlyCall) delta(d string) {
+	e.wrote()
 	e.mu.Lock()
 	defer e.mu.Unlock() // held across onDelta: deltas reach the hook in order
 	e.partial.WriteString(d)

@@ -266,3 +266,66 @@ func TestStopReachesAnEarlyCall(t *testing.T) {
 	default:
 	}
 }
+
+// teller is an agent that, asked, notes the question as out and then
+// streams its first delta: an agent without HTTP tells the gateway its
+// request is out that way (an HTTP one when the request is written).
+type teller struct{ out sync.Map }
+
+func (a *teller) Name() string  { return "teller" }
+func (a *teller) Model() string { return "m" }
+func (a *teller) Reply(_ context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	a.out.Store(req.Input, true)
+	onDelta("answer")
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: "answer"}}, Model: "m"}, nil
+}
+
+// appendWatch notes, for each user message appended, whether the teller
+// had its question out when the append reached the store.
+type appendWatch struct {
+	ag    *teller
+	mu    sync.Mutex
+	after map[string]bool
+}
+
+func (w *appendWatch) Before(_ context.Context, c store.Call) error {
+	if c.Op != "Append" || c.Append == nil {
+		return nil
+	}
+	for _, msg := range c.Append.Messages {
+		if msg.Role == agent.RoleUser {
+			_, out := w.ag.out.Load(msg.Content)
+			w.mu.Lock()
+			w.after[msg.Content] = out
+			w.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (w *appendWatch) After(_ context.Context, _ store.Call, err error) error { return err }
+
+// TestEarlyRequestGoesOutBeforeTheCommit: the message's append reaches
+// the store only once its early call's request is out, so that the
+// commit's work does not hold the core the request needs.
+func TestEarlyRequestGoesOutBeforeTheCommit(t *testing.T) {
+	db := openStore(t, store.DriverSQLite, filepath.Join(t.TempDir(), "gateway.db"))
+	ag := &teller{}
+	m := newManager(t, db, ag, newClock(t0), nil)
+	m.earlySendWait = time.Minute // only the request's going out ends the wait here
+	warmUp(t, m)
+	w := &appendWatch{ag: ag, after: map[string]bool{}}
+	defer db.Observe(w)()
+	for i := range 5 {
+		text := fmt.Sprint("question ", i)
+		if out := handle(t, m, msg("websocket:ann", text)); out.Reply.Text != "answer" {
+			t.Fatalf("%s: outcome %+v", text, out)
+		}
+		w.mu.Lock()
+		after, seen := w.after[text]
+		w.mu.Unlock()
+		if !seen || !after {
+			t.Fatalf("%s: appended (%v) before its request was out", text, seen)
+		}
+	}
+}

@@ -294,6 +294,10 @@ type Manager struct {
 	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
 
+	// earlySendWait bounds a message's commit's wait for its early call's
+	// request (early.go); tests lengthen it.
+	earlySendWait time.Duration
+
 	mu        sync.Mutex
 	closing   bool
 	draining  context.Context // done when Shutdown starts: lock waits end
@@ -405,7 +409,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 	draining, drain := context.WithCancel(context.Background())
 	m := &Manager{
 		store: st, events: opts.Events, opts: opts, locks: opts.Locks,
-		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot,
+		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot, earlySendWait: earlySendWait,
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
