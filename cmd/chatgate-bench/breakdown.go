@@ -160,7 +160,7 @@ func (t *timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // timedLLM is streamingLLM noting, for each request, when it came, when
 // its body was read, its size and messages, and when the first chunk was
 // flushed.
-func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), error) {
+func timedLLM(firstChunk, gap time.Duration, clock *modelClock) (string, func(), error) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
@@ -181,7 +181,7 @@ func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), erro
 		clock.bytes = append(clock.bytes, len(body))
 		clock.messages = append(clock.messages, bytes.Count(body, []byte(`"role":`)))
 		clock.mu.Unlock()
-		streamAnswer(w, flush, ", this", " is", " a streamed", " answer.")
+		streamAnswer(r.Context(), w, flush, gap, ", this", " is", " a streamed", " answer.")
 	})
 	return serveModel(h)
 }
@@ -190,7 +190,7 @@ func timedLLM(firstChunk time.Duration, clock *modelClock) (string, func(), erro
 // through the gateway.
 func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 	clock := &modelClock{}
-	llm, stopLLM, err := timedLLM(o.firstChunk, clock)
+	llm, stopLLM, err := timedLLM(o.firstChunk, o.chunkGap, clock)
 	if err != nil {
 		return nil, err
 	}

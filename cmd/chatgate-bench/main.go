@@ -58,8 +58,10 @@ type options struct {
 	rawRows   int
 	quick     bool
 	jsonPath  string
-	// firstChunk delays the streaming model server's first chunk.
+	// firstChunk delays the streaming model server's first chunk, chunkGap
+	// each one after it.
 	firstChunk     time.Duration
+	chunkGap       time.Duration
 	firstDeltaOnly bool
 	pgCostOnly     bool
 	// turnsOnly runs the echo baseline and the gateway's turn rows alone.
@@ -83,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	execTrace := fs.String("trace", "", "write an execution trace of the whole run to this file (go tool trace)")
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
+	chunkGap := fs.Duration("llm-chunk-gap", 2*time.Millisecond, "time between the streaming model server's chunks after the first (0: the rest of the answer at once)")
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
 	turnsOnly := fs.Bool("turns-only", false, "measure only the bare echo and the gateway's turns (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
@@ -94,11 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serveIdleChild(ctx, stdout, stderr)
 	}
 	if *serveModel {
-		return serveModelChild(*firstChunk, os.Stdin, stdout, stderr)
+		return serveModelChild(*firstChunk, *chunkGap, os.Stdin, stdout, stderr)
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
-		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly}
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, chunkGap: *chunkGap, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -211,6 +214,8 @@ type report struct {
 	// FirstChunkMillis is the streaming model server's delay to its
 	// first chunk in those rows.
 	FirstChunkMillis float64 `json:"llm_first_chunk_ms"`
+	// ChunkGapMillis is its time between the chunks after the first.
+	ChunkGapMillis float64 `json:"llm_chunk_gap_ms"`
 	// ToolGap is the gateway's time from a tool's result to the next
 	// model request (toolgap.go).
 	ToolGap []toolGapResult `json:"tool_result_to_next_request,omitempty"`
@@ -317,7 +322,7 @@ func (r *report) print(w io.Writer) {
 			c.Clients, c.Replicas, c.Turns, c.TurnsPerSecond, c.P99Millis, c.StatXactsPerTurn, c.XactsPerTurn, c.RoundTripsPerTurn, c.RowsPerTurn, c.WALBytesPerTurn, 100*c.ConversationUpdatesHOT)
 	}
 	if len(r.FirstDelta) > 0 {
-		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms):\n", r.FirstChunkMillis)
+		fmt.Fprintf(w, "\ntime to first delta (streaming model server, first chunk after %.0f ms, the others %g ms apart):\n", r.FirstChunkMillis, r.ChunkGapMillis)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "store\tclients\tdirect p50 ms\tdirect p99 ms\tgateway p50 ms\tgateway p99 ms\tadded p50 ms\tadded p99 ms\terrors\t")
 		for _, f := range r.FirstDelta {
@@ -330,6 +335,9 @@ func (r *report) print(w io.Writer) {
 			}
 			if f.InTurn {
 				store += ", asked in turn"
+			}
+			if f.Burst {
+				store += ", the answer's rest at once"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t\n", store, f.Clients, f.Direct.P50Millis, f.Direct.P99Millis,
 				f.Gateway.P50Millis, f.Gateway.P99Millis, f.AddedP50Millis, f.AddedP99Millis, f.Direct.ErrorCount+f.Gateway.ErrorCount)

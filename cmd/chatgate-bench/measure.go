@@ -31,7 +31,8 @@ var discard = slog.New(slog.DiscardHandler)
 const statementRows = 64
 
 func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
-	rep := &report{Machine: machine(), GC: gcPace, Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000}
+	rep := &report{Machine: machine(), GC: gcPace, Quick: o.quick, Store: o.store, FirstChunkMillis: float64(o.firstChunk.Microseconds()) / 1000,
+		ChunkGapMillis: float64(o.chunkGap.Microseconds()) / 1000}
 	// Each step labels this goroutine, and so every goroutine started from
 	// here on (servers, their connections, the stores' committers), with
 	// its name: a -cpuprofile then shows one step with
@@ -437,7 +438,7 @@ func goals(r *report) []goal {
 	var plain, before *ttfdResult
 	seen := map[string]bool{}
 	for i, f := range r.FirstDelta {
-		if f.InTurn {
+		if f.InTurn || f.Burst {
 			continue // reported beside the goal's rows, not a goal of its own
 		}
 		first := !seen[f.Store] && f.Clients == 1 && !f.Compaction && f.Tools == 0

@@ -19,9 +19,10 @@ import (
 // calls go to the same child, so both sides pay the same hop.
 
 // serveModelChild serves the streaming model server (first chunk after
-// firstChunk), prints its base URL, and serves until its stdin closes.
-func serveModelChild(firstChunk time.Duration, stdin io.Reader, stdout, stderr io.Writer) int {
-	base, stop, err := streamingLLM(firstChunk)
+// firstChunk, the others gap apart), prints its base URL, and serves
+// until its stdin closes.
+func serveModelChild(firstChunk, gap time.Duration, stdin io.Reader, stdout, stderr io.Writer) int {
+	base, stop, err := streamingLLM(firstChunk, gap)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -34,12 +35,12 @@ func serveModelChild(firstChunk time.Duration, stdin io.Reader, stdout, stderr i
 
 // childLLM starts the model server child and returns its base URL and
 // how to stop it.
-func childLLM(ctx context.Context, firstChunk time.Duration) (baseURL string, stop func(), err error) {
+func childLLM(ctx context.Context, firstChunk, gap time.Duration) (baseURL string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-serve-model", "-llm-first-chunk", firstChunk.String())
+	cmd := exec.CommandContext(ctx, exe, "-serve-model", "-llm-first-chunk", firstChunk.String(), "-llm-chunk-gap", gap.String())
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return "", nil, err

@@ -38,6 +38,10 @@ type ttfdResult struct {
 	// turn, question by question (drivePaired), instead of one block of
 	// questions after the other.
 	InTurn bool `json:"in_turn,omitempty"`
+	// Burst: the model server sends the rest of each answer at once after
+	// its first chunk, where the other rows' server spaces its chunks
+	// (-llm-chunk-gap).
+	Burst bool `json:"burst,omitempty"`
 }
 
 // ttfdClients are the client counts of the time-to-first-delta rows.
@@ -50,15 +54,18 @@ const ttfdMaxHistory = 20
 // streamingLLM is an OpenAI-compatible chat-completions server on
 // loopback that streams every answer as server-sent chunks: the first
 // after firstChunk (at once when 0), then four more and the usage, each
-// flushed on its own, as a model server streams tokens.
-func streamingLLM(firstChunk time.Duration) (baseURL string, stop func(), err error) {
+// flushed on its own gap after the one before (all at once when 0), as a
+// model server streams tokens while it makes them.
+func streamingLLM(firstChunk, gap time.Duration) (baseURL string, stop func(), err error) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		flush, ok := startStream(w, r, firstChunk)
 		if !ok {
 			return
 		}
-		streamAnswer(w, flush, "Hello", ", this", " is", " a streamed", " answer.")
+		sseChunk(w, contentDelta("Hello"), "")
+		flush()
+		streamAnswer(r.Context(), w, flush, gap, ", this", " is", " a streamed", " answer.")
 	})
 	return serveModel(h)
 }
@@ -86,16 +93,38 @@ func sseChunk(w io.Writer, delta, finish string) {
 }
 
 // streamAnswer streams parts of the answer, a chunk each, then its end:
-// the stop, the usage and [DONE].
-func streamAnswer(w io.Writer, flush func(), parts ...string) {
+// the stop, the usage and [DONE]; each gap after the chunk before it. It
+// stops early when ctx ends (the client left).
+func streamAnswer(ctx context.Context, w io.Writer, flush func(), gap time.Duration, parts ...string) {
 	for _, part := range parts {
+		if !pause(ctx, gap) {
+			return
+		}
 		sseChunk(w, contentDelta(part), "")
 		flush()
+	}
+	if !pause(ctx, gap) {
+		return
 	}
 	sseChunk(w, "{}", "stop")
 	fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5,\"total_tokens\":17}}\n\n")
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	flush()
+}
+
+// pause waits d (not at all when 0); false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // contentDelta is the delta of a piece of the answer's text.
@@ -113,7 +142,7 @@ func benchOpenAI(baseURL string) *agent.OpenAI {
 // ttfdClients: direct, then through a gateway whose WebSocket channel
 // runs turns on the same kind of server.
 func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, error) {
-	llm, stopLLM, err := childLLM(ctx, o.firstChunk)
+	llm, stopLLM, err := childLLM(ctx, o.firstChunk, o.chunkGap)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +208,30 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 		}
 		defer stopC()
 		row(1, curl, true, 0)
+	}
+	if o.chunkGap > 0 {
+		// 1 client on a model server that sends the rest of each answer
+		// at once after its first chunk: the gateway then parses the whole
+		// answer and stores the reply right behind the first delta, on
+		// the same cores as the delta's way out.
+		bllm, stopB, err := childLLM(ctx, o.firstChunk, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer stopB()
+		bdb, closeB, err := openStore(ctx, driver, o)
+		if err != nil {
+			return nil, err
+		}
+		burl, stopBG, err := serveGateway(bdb, closeB, false, benchOpenAI(bllm), sessions.Policy{MaxHistory: ttfdMaxHistory})
+		if err != nil {
+			return nil, err
+		}
+		defer stopBG()
+		r := ttfdResult{Store: driver, Clients: 1, Burst: true, Direct: driveDirect(ctx, benchOpenAI(bllm), 1, o), Gateway: driveFirstDelta(ctx, burl, 1, o)}
+		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
+		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -350,14 +403,8 @@ func drivePaired(ctx context.Context, ag agent.Agent, url string, o options) (di
 func startStream(w http.ResponseWriter, r *http.Request, firstChunk time.Duration) (flush func(), ok bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
-	if firstChunk > 0 {
-		t := time.NewTimer(firstChunk)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return nil, false
-		}
+	if !pause(r.Context(), firstChunk) {
+		return nil, false
 	}
 	return w.(http.Flusher).Flush, true
 }
