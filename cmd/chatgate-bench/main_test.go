@@ -36,6 +36,8 @@ func TestGoals(t *testing.T) {
 			{Store: "sqlite", Clients: 1, InTurn: true, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 30}},
 			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.3}},
 			{Store: "sqlite", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.5}, Tools: 6},
+			// The answer's rest at once: reported, no goal, and not the store's first row.
+			{Store: "postgres", Clients: 1, Burst: true, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 30}},
 			{Store: "postgres", Clients: 1, Direct: loadResult{P50Millis: 21}, Gateway: loadResult{Turns: 10, P50Millis: 21.2}}},
 		ToolGap: []toolGapResult{{Store: "sqlite", Turns: 200, P50Millis: 0.8}},
 	}
