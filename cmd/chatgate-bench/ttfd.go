@@ -142,16 +142,7 @@ func benchOpenAI(baseURL string) *agent.OpenAI {
 // ttfdClients: direct, then through a gateway whose WebSocket channel
 // runs turns on the same kind of server.
 func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, error) {
-	llm, stopLLM, err := childLLM(ctx, o.firstChunk, o.chunkGap)
-	if err != nil {
-		return nil, err
-	}
-	defer stopLLM()
-	db, closeDB, err := openStore(ctx, driver, o)
-	if err != nil {
-		return nil, err
-	}
-	url, stop, err := serveGateway(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory})
+	llm, url, stop, err := ttfdGateway(ctx, driver, o, o.chunkGap)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +152,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	row := func(n int, url string, compaction bool, tools int) {
 		r := ttfdResult{Store: driver, Clients: n, Direct: driveDirect(ctx, direct, n, o), Gateway: driveFirstDelta(ctx, url, n, o),
 			Compaction: compaction, Tools: tools}
-		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
-		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+		r.setAdded()
 		out = append(out, r)
 	}
 	for _, n := range ttfdClients {
@@ -173,8 +163,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 	// next message usually does.
 	r := ttfdResult{Store: driver, Clients: 1, InTurn: true}
 	r.Direct, r.Gateway = drivePaired(ctx, direct, url, o)
-	r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
-	r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+	r.setAdded()
 	out = append(out, r)
 	// The same, 1 client, with tools offered and never called: the
 	// request carries their definitions; nothing else changes.
@@ -214,26 +203,44 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 		// at once after its first chunk: the gateway then parses the whole
 		// answer and stores the reply right behind the first delta, on
 		// the same cores as the delta's way out.
-		bllm, stopB, err := childLLM(ctx, o.firstChunk, 0)
+		bllm, burl, stopB, err := ttfdGateway(ctx, driver, o, 0)
 		if err != nil {
 			return nil, err
 		}
 		defer stopB()
-		bdb, closeB, err := openStore(ctx, driver, o)
-		if err != nil {
-			return nil, err
-		}
-		burl, stopBG, err := serveGateway(bdb, closeB, false, benchOpenAI(bllm), sessions.Policy{MaxHistory: ttfdMaxHistory})
-		if err != nil {
-			return nil, err
-		}
-		defer stopBG()
 		r := ttfdResult{Store: driver, Clients: 1, Burst: true, Direct: driveDirect(ctx, benchOpenAI(bllm), 1, o), Gateway: driveFirstDelta(ctx, burl, 1, o)}
-		r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
-		r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
+		r.setAdded()
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// ttfdGateway starts a model server child whose chunks after the first
+// come gap apart, and a gateway on a store of its own that calls it; it
+// returns the model server's base URL, the gateway's WebSocket URL, and
+// how to stop both.
+func ttfdGateway(ctx context.Context, driver string, o options, gap time.Duration) (llm, url string, stop func(), err error) {
+	llm, stopLLM, err := childLLM(ctx, o.firstChunk, gap)
+	if err != nil {
+		return "", "", nil, err
+	}
+	db, closeDB, err := openStore(ctx, driver, o)
+	if err != nil {
+		stopLLM()
+		return "", "", nil, err
+	}
+	url, stopGW, err := serveGateway(db, closeDB, false, benchOpenAI(llm), sessions.Policy{MaxHistory: ttfdMaxHistory})
+	if err != nil {
+		stopLLM()
+		return "", "", nil, err
+	}
+	return llm, url, func() { stopGW(); stopLLM() }, nil
+}
+
+// setAdded sets what the gateway added: its times minus the direct ones.
+func (r *ttfdResult) setAdded() {
+	r.AddedP50Millis = r.Gateway.P50Millis - r.Direct.P50Millis
+	r.AddedP99Millis = r.Gateway.P99Millis - r.Direct.P99Millis
 }
 
 // An asker times one question, from its start to the first delta that
