@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -89,14 +88,13 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 		defer close(e.done)
 		defer e.wrote()
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
-		e.reply, e.err = m.callAgent(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteRequest: func(httptrace.WroteRequestInfo) { e.wrote() }}), ag, req, e.delta)
+		e.reply, e.err = m.callAgent(whenWritten(ctx, e.wrote), ag, req, e.delta)
 	}()
 	// The model's request goes out before the message's commit starts:
 	// the caller hands the append to the committer next, whose work
 	// would otherwise hold the core the call needs (docs/performance.md,
 	// "The early call's request before the commit"). The request is seen
-	// written through httptrace; an agent that makes no HTTP request
+	// written through whenWritten; an agent that makes no HTTP request
 	// frees the caller with its first delta or its return, and
 	// earlySendWait bounds the wait.
 	t := time.NewTimer(m.earlySendWait)

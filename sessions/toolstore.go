@@ -88,8 +88,15 @@ func (rs *roundStore) start() {
 
 // sent is ctx telling rs to start once a request made under it is
 // written.
-func (rs *roundStore) sent(ctx context.Context) context.Context {
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { rs.start() }})
+func (rs *roundStore) sent(ctx context.Context) context.Context { return whenWritten(ctx, rs.start) }
+
+// whenWritten is ctx calling fn each time an HTTP request made under it
+// is written (httptrace), the sign an agent's model request is out: a
+// store that overlaps the model call starts then rather than before, so
+// that its work does not delay the request (here, and a message's commit
+// behind its early call, early.go).
+func whenWritten(ctx context.Context, fn func()) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { fn() }})
 }
 
 // wait starts the store if it has not started, waits for it and returns
