@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -117,8 +119,8 @@ func (r *spanRecorder) byStart(name string) []recordedSpan {
 	return s
 }
 
-// modelClock is what the timed model server and the timed transport
-// saw of each request, in order.
+// modelClock is what the timed transport and the timed model server saw
+// of each request, in order.
 type modelClock struct {
 	mu sync.Mutex
 	clockTimes
@@ -159,9 +161,17 @@ func (t *timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // timedLLM is streamingLLM noting, for each request, when it came, when
 // its body was read, its size and messages, and when the first chunk was
-// flushed.
-func timedLLM(firstChunk, gap time.Duration, clock *modelClock) (string, func(), error) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// flushed. It serves what it noted at /clocks (serverClocks), for the
+// breakdown to read from the child process it runs in (modelchild.go).
+func timedLLM(firstChunk, gap time.Duration) (string, func(), error) {
+	clock := &modelClock{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/clocks", func(w http.ResponseWriter, r *http.Request) {
+		t := clock.take()
+		json.NewEncoder(w).Encode(serverClocks{Arrived: unixNanos(t.arrived), Read: unixNanos(t.read), First: unixNanos(t.first),
+			Bytes: t.bytes, Messages: t.messages})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
 		read := time.Now()
@@ -183,14 +193,65 @@ func timedLLM(firstChunk, gap time.Duration, clock *modelClock) (string, func(),
 		clock.mu.Unlock()
 		streamAnswer(r.Context(), w, flush, gap, ", this", " is", " a streamed", " answer.")
 	})
-	return serveModel(h)
+	return serveModel(mux)
+}
+
+// serverClocks is the timed model server's clocks on the wire: wall-clock
+// times, which two processes on one machine read alike.
+type serverClocks struct {
+	Arrived, Read, First []int64 // Unix nanoseconds
+	Bytes, Messages      []int
+}
+
+func unixNanos(ts []time.Time) []int64 {
+	out := make([]int64, len(ts))
+	for i, t := range ts {
+		out[i] = t.UnixNano()
+	}
+	return out
+}
+
+func fromUnixNanos(ns []int64) []time.Time {
+	out := make([]time.Time, len(ns))
+	for i, n := range ns {
+		out[i] = time.Unix(0, n)
+	}
+	return out
+}
+
+// takeClocks returns what the transport and the model server at base
+// (…/v1) noted since the last take, and starts both over.
+func takeClocks(ctx context.Context, base string, clock *modelClock) (clockTimes, error) {
+	t := clock.take()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/v1")+"/clocks", nil)
+	if err != nil {
+		return t, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return t, fmt.Errorf("model server clocks: %w", err)
+	}
+	defer resp.Body.Close()
+	var sc serverClocks
+	if err := json.NewDecoder(resp.Body).Decode(&sc); err != nil {
+		return t, fmt.Errorf("model server clocks: %w", err)
+	}
+	t.arrived, t.read, t.first = fromUnixNanos(sc.Arrived), fromUnixNanos(sc.Read), fromUnixNanos(sc.First)
+	t.bytes, t.messages = sc.Bytes, sc.Messages
+	return t, nil
 }
 
 // breakdownPath times each stage of one client's messages, direct and
 // through the gateway.
 func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
+	// The model server runs in a child process, as the time-to-first-delta
+	// rows' does: in this one, its 20 ms wait would end on the gateway's
+	// scheduler, whose sleep is rounded to whole milliseconds from the
+	// moment it goes idle, so its timer would fire late by however the
+	// gateway's work after the request fell in that millisecond, and the
+	// gateway would seem to slow the model down.
 	clock := &modelClock{}
-	llm, stopLLM, err := timedLLM(o.firstChunk, o.chunkGap, clock)
+	llm, stopLLM, err := childLLM(ctx, o.firstChunk, o.chunkGap, true)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +288,10 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 			}
 		}
 	}
-	dc := clock.take()
+	dc, err := takeClocks(ctx, llm, clock)
+	if err != nil {
+		return nil, err
+	}
 	if len(dc.sent) != len(direct) || len(dc.arrived) != len(direct) {
 		return nil, fmt.Errorf("direct: %d calls, %d requests sent, %d received", len(direct), len(dc.sent), len(dc.arrived))
 	}
@@ -285,7 +349,10 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 	stop = func() {}
 
 	wsMsg, stored, calls := rec.byStart("websocket message"), rec.byStart("store"), rec.byStart("agent call")
-	gc := clock.take()
+	gc, err := takeClocks(ctx, llm, clock)
+	if err != nil {
+		return nil, err
+	}
 	n := len(turns)
 	if len(wsMsg) != n || len(stored) != n || len(calls) != n || len(gc.sent) != n || len(gc.arrived) != n {
 		return nil, fmt.Errorf("gateway: %d turns, %d frames taken, %d commits, %d agent calls, %d requests sent, %d received",

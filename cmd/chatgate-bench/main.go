@@ -82,6 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonPath := fs.String("json", "", "also write the JSON summary to this file")
 	serveIdle := fs.Bool("serve-idle", false, "internal: run the idle-connection server (child process)")
 	serveModel := fs.Bool("serve-model", false, "internal: run the streaming model server (child process)")
+	modelClocks := fs.Bool("serve-model-clocks", false, "internal: with -serve-model, time each request and serve the times at /clocks")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	execTrace := fs.String("trace", "", "write an execution trace of the whole run to this file (go tool trace)")
 	firstChunk := fs.Duration("llm-first-chunk", 20*time.Millisecond, "time the streaming model server takes to its first chunk")
@@ -97,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serveIdleChild(ctx, stdout, stderr)
 	}
 	if *serveModel {
-		return serveModelChild(*firstChunk, *chunkGap, os.Stdin, stdout, stderr)
+		return serveModelChild(*firstChunk, *chunkGap, *modelClocks, os.Stdin, stdout, stderr)
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,

@@ -16,13 +16,19 @@ import (
 // goroutines do not share the gateway's scheduler, so what the gateway
 // runs beside a call (the message's commit) does not hold up the model
 // server's receipt of the request, nor the other way round. The direct
-// calls go to the same child, so both sides pay the same hop.
+// calls go to the same child, so both sides pay the same hop. The
+// breakdown's timed model server (-breakdown, timedLLM) runs in a child
+// too, and hands its clocks to the parent at /clocks.
 
 // serveModelChild serves the streaming model server (first chunk after
-// firstChunk, the others gap apart), prints its base URL, and serves
-// until its stdin closes.
-func serveModelChild(firstChunk, gap time.Duration, stdin io.Reader, stdout, stderr io.Writer) int {
-	base, stop, err := streamingLLM(firstChunk, gap)
+// firstChunk, the others gap apart), timed when clocks is set (timedLLM),
+// prints its base URL, and serves until its stdin closes.
+func serveModelChild(firstChunk, gap time.Duration, clocks bool, stdin io.Reader, stdout, stderr io.Writer) int {
+	serve := streamingLLM
+	if clocks {
+		serve = timedLLM
+	}
+	base, stop, err := serve(firstChunk, gap)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -33,14 +39,18 @@ func serveModelChild(firstChunk, gap time.Duration, stdin io.Reader, stdout, std
 	return 0
 }
 
-// childLLM starts the model server child and returns its base URL and
-// how to stop it.
-func childLLM(ctx context.Context, firstChunk, gap time.Duration) (baseURL string, stop func(), err error) {
+// childLLM starts the model server child, timed when clocks is set, and
+// returns its base URL and how to stop it.
+func childLLM(ctx context.Context, firstChunk, gap time.Duration, clocks bool) (baseURL string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-serve-model", "-llm-first-chunk", firstChunk.String(), "-llm-chunk-gap", gap.String())
+	args := []string{"-serve-model", "-llm-first-chunk", firstChunk.String(), "-llm-chunk-gap", gap.String()}
+	if clocks {
+		args = append(args, "-serve-model-clocks")
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return "", nil, err

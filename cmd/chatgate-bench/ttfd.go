@@ -220,7 +220,7 @@ func firstDelta(ctx context.Context, driver string, o options) ([]ttfdResult, er
 // returns the model server's base URL, the gateway's WebSocket URL, and
 // how to stop both.
 func ttfdGateway(ctx context.Context, driver string, o options, gap time.Duration) (llm, url string, stop func(), err error) {
-	llm, stopLLM, err := childLLM(ctx, o.firstChunk, gap)
+	llm, stopLLM, err := childLLM(ctx, o.firstChunk, gap, false)
 	if err != nil {
 		return "", "", nil, err
 	}
