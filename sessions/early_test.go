@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -305,6 +306,25 @@ func (w *appendWatch) Before(_ context.Context, c store.Call) error {
 
 func (w *appendWatch) After(_ context.Context, _ store.Call, err error) error { return err }
 
+// waitTurnEnded waits until nothing of key waits or runs and its turn
+// lock is free.
+func waitTurnEnded(t *testing.T, m *Manager, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m.idle(key) {
+			if release, ok := m.turnLocks.TryAcquire(key); ok {
+				release()
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last turn of %s did not end", key)
+		}
+		runtime.Gosched()
+	}
+}
+
 // TestEarlyRequestGoesOutBeforeTheCommit: the message's append reaches
 // the store only once its early call's request is out, so that the
 // commit's work does not hold the core the request needs.
@@ -318,6 +338,10 @@ func TestEarlyRequestGoesOutBeforeTheCommit(t *testing.T) {
 	defer db.Observe(w)()
 	for i := range 5 {
 		text := fmt.Sprint("question ", i)
+		// A message that comes while the key's last turn still holds its
+		// lock (its reply resolved, its runner not yet done) is stored
+		// before its call, as any turn's: wait for the last turn to end.
+		waitTurnEnded(t, m, "websocket:ann")
 		if out := handle(t, m, msg("websocket:ann", text)); out.Reply.Text != "answer" {
 			t.Fatalf("%s: outcome %+v", text, out)
 		}
