@@ -20,6 +20,9 @@ import (
 // reader; a writer goroutine exists only while frames wait to be written,
 // a worker only while messages and resets wait to be submitted (arrival
 // order), and a waiter per message only until its turn has answered it.
+// Writers, workers and waiters run on goroutines of a pool shared by all
+// connections (internal/gopool), which keep their grown stacks from one
+// message to the next and exit once idle for a few seconds.
 // Pings come from one goroutine for the whole channel. done is closed
 // once, by close; queue is never closed.
 type wsConn struct {

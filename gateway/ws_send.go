@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/chatgate/chatgate/internal/gopool"
 )
 
 // A connection's way out. Frames are queued, not written by whoever
@@ -84,7 +86,7 @@ func (c *wsConn) startWriterLocked() {
 	}
 	c.writing = true
 	c.ws.wg.Add(1)
-	go c.writeLoop()
+	gopool.Go(c.writeLoop)
 }
 
 // writeLoop writes the queued frames and exits when none are left; after a

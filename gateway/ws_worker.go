@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/chatgate/chatgate/internal/gopool"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -44,7 +45,7 @@ func (c *wsConn) kick() {
 	}
 	c.working = true
 	c.ws.wg.Add(1)
-	go c.workLoop()
+	gopool.Go(c.workLoop)
 }
 
 // workLoop submits the connection's messages and runs its resets in
@@ -202,7 +203,8 @@ func (c *wsConn) submit(ctx context.Context, in sessions.Inbound, f *clientFrame
 	}
 	prev, sent := c.queueWaiter()
 	c.ws.wg.Add(1)
-	go c.await(t, f.ID, *shown.Load(), prev, sent)
+	pos := *shown.Load()
+	gopool.Go(func() { c.await(t, f.ID, pos, prev, sent) })
 }
 
 // queueWaiter puts a new waiter after the newest one: prev is closed once

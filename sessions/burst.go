@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/chatgate/chatgate/internal/gopool"
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
@@ -80,8 +81,8 @@ func (m *Manager) enqueue(t *Ticket) {
 	if started {
 		b = &burst{key: key, kick: make(chan struct{}, 1)}
 		m.bursts[key] = b
-		m.turns.Add(1) // the runner
-		go m.runBurst(b)
+		m.turns.Add(1) // the runner, on a goroutine of the pool (internal/gopool)
+		gopool.Go(func() { m.runBurst(b) })
 	}
 	b.policy = m.Policy(t.in.Channel).Busy.withDefaults()
 	if len(b.waiting) == 0 {

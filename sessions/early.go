@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/gopool"
 )
 
 // An early call is the agent call of a message stored already claimed
@@ -84,12 +85,14 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	e.held = e.heldBuf[:0]
 	e.sent = make(chan struct{})
-	go func() {
+	// On a goroutine whose stack earlier calls grew (internal/gopool):
+	// the model library's request encoding runs deep.
+	gopool.Go(func() {
 		defer close(e.done)
 		defer e.wrote()
 		m.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
 		e.reply, e.err = m.callAgent(whenWritten(ctx, e.wrote), ag, req, e.delta)
-	}()
+	})
 	// The model's request goes out before the message's commit starts:
 	// the caller hands the append to the committer next, whose work
 	// would otherwise hold the core the call needs (docs/performance.md,
