@@ -7,16 +7,17 @@
 // message (a connection's worker and writer, a turn's runner and early
 // agent call, the waiter that delivers its reply) that is done again for
 // every message, with the caches cold after the wait for the user: on two
-// cores it was 20–40 µs of a message's way to the model, and as much on
-// the way back (docs/performance.md, "Goroutines that keep their
-// stacks"). A goroutine of the pool keeps its stack between uses and
+// cores, about 0.1 ms of a message's way to the model
+// (docs/performance.md, "Goroutines that keep their stacks"). A
+// goroutine of the pool keeps its stack between uses and
 // waits for the next; one that waited through a whole trim interval
 // exits, so that an idle gateway keeps none.
 //
 // General-purpose pools recover a panic in the work and log it, which
 // would leave a turn's locks held and its message unanswered with the
 // process still up; here a panic ends the process, as it does on a
-// goroutine of its own, and the ledger runs the message again on restart.
+// goroutine of its own, and on restart the ledger finds the message
+// unanswered.
 package gopool
 
 import (

@@ -22,6 +22,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// runAtOnce runs n works on p that all run at the same time, so that p
+// starts n goroutines, and returns once all of them are done.
+func runAtOnce(p *Pool, n int) {
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for range n {
+		p.Go(func() { <-release; wg.Done() })
+	}
+	close(release)
+	wg.Wait()
+}
+
+// trimSet reports whether p has a trim to come.
+func trimSet(p *Pool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.timer != nil
+}
+
 func TestAWaitingGoroutineRunsTheNextWork(t *testing.T) {
 	p := New(time.Hour)
 	done := make(chan struct{})
@@ -35,29 +55,21 @@ func TestAWaitingGoroutineRunsTheNextWork(t *testing.T) {
 		t.Fatalf("after Go, %d goroutines wait; want the one waiting to have taken the work", n)
 	}
 	<-done
+	// The same goroutine waits again: a second one would make it 2.
 	waitFor(t, "the goroutine to wait again", func() bool { return p.Waiting() == 1 })
-	if n := p.Waiting(); n != 1 {
-		t.Fatalf("%d goroutines wait after two works one after the other; want 1", n)
-	}
 }
 
 func TestGoNeverBlocks(t *testing.T) {
 	p := New(time.Hour)
 	const n = 1000
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(n)
-	for range n {
-		p.Go(func() { <-release; wg.Done() }) // all of them run at once
-	}
-	close(release)
-	wg.Wait()
+	runAtOnce(p, n)
 	waitFor(t, "every goroutine to wait", func() bool { return p.Waiting() == n })
 
 	// Each waiting goroutine takes one work; none runs two at once.
 	var mu sync.Mutex
 	running, most := 0, 0
-	release = make(chan struct{})
+	release := make(chan struct{})
+	var wg sync.WaitGroup
 	wg.Add(n)
 	for range n {
 		p.Go(func() {
@@ -85,14 +97,7 @@ func TestGoNeverBlocks(t *testing.T) {
 
 func TestTrimLetsGoOfWhatWaitedThroughTheInterval(t *testing.T) {
 	p := New(time.Hour) // trims by hand below
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(3)
-	for range 3 {
-		p.Go(func() { <-release; wg.Done() })
-	}
-	close(release)
-	wg.Wait()
+	runAtOnce(p, 3)
 	waitFor(t, "three goroutines to wait", func() bool { return p.Waiting() == 3 })
 	// The interval began when the first of them waited: the other two
 	// came during it.
@@ -115,10 +120,7 @@ func TestTrimLetsGoOfWhatWaitedThroughTheInterval(t *testing.T) {
 	if n := p.Waiting(); n != 0 {
 		t.Fatalf("after a trim with no work, %d wait; want none", n)
 	}
-	p.mu.Lock()
-	timer := p.timer
-	p.mu.Unlock()
-	if timer != nil {
+	if trimSet(p) {
 		t.Fatal("the trim timer is still set with none waiting")
 	}
 
@@ -131,19 +133,9 @@ func TestTrimLetsGoOfWhatWaitedThroughTheInterval(t *testing.T) {
 
 func TestIdleGoroutinesExitOnTheirOwn(t *testing.T) {
 	p := New(5 * time.Millisecond)
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(20)
-	for range 20 {
-		p.Go(func() { <-release; wg.Done() })
-	}
-	close(release)
-	wg.Wait()
+	runAtOnce(p, 20)
 	waitFor(t, "the idle goroutines to be let go", func() bool { return p.Waiting() == 0 })
-	p.mu.Lock()
-	timer := p.timer
-	p.mu.Unlock()
-	if timer != nil {
+	if trimSet(p) {
 		t.Fatal("the trim timer is still set with none waiting")
 	}
 }
