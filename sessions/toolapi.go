@@ -17,11 +17,13 @@ type Toolbox interface {
 	// Offered are the tools the model is offered for a turn of this
 	// channel and user (none: the turn runs without tools).
 	Offered(channel, userID string) []agent.Tool
-	// Rule is how the tool of that name is run; false when no server
-	// offers it (any more). A server still starting (a gateway that just
+	// Rule is how the tool of that name is run in a turn of this channel
+	// and user; false when it is not one Offered gives them, or no server
+	// offers it (any more): a model may name any tool, and only what the
+	// policy offers runs. A server still starting (a gateway that just
 	// started) is waited for, within ctx, until it listed its tools or
 	// failed to start.
-	Rule(ctx context.Context, name string) (tools.Rule, bool)
+	Rule(ctx context.Context, channel, userID, name string) (tools.Rule, bool)
 	// Call runs the tool. An error is a failed call (the server is down,
 	// the call timed out or was cancelled); a tool's own error is a
 	// Result with IsError. key is the call's idempotency key.

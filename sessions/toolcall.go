@@ -41,7 +41,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 	// tools: the rule waits for it, so that a call started and never
 	// answered runs again when its tool is idempotent, rather than being
 	// taken for a tool nobody offers.
-	rule, known := m.opts.Tools.Rule(ctx, c.Name)
+	rule, known := m.opts.Tools.Rule(ctx, tt.in.Channel, tt.in.UserID, c.Name)
 	if ctx.Err() != nil {
 		return toolOutcome{err: context.Cause(ctx)}
 	}

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/chatgate/chatgate/agent"
@@ -32,17 +33,26 @@ func (o Offer) Offered(channel, userID string) []agent.Tool {
 	return o.Set.Tools(servers)
 }
 
-// Rule is Set.Rule, once the tool's server was tried (WaitTried): a
-// gateway just started may run a turn stored before it stopped before
-// its servers listed their tools, and a call of that turn is run by its
-// server's rule, not as a tool nobody offers.
-func (o Offer) Rule(ctx context.Context, name string) (Rule, bool) {
+// Rule is how the tool of that name is run for a turn of the channel's
+// user: false when the policy does not offer its server to them (the
+// same policy as Offered: a model may name any tool, and a tool it was
+// never offered never runs), or when its server did not list it. Once
+// the server is one they get, it is waited for until it was tried
+// (WaitTried): a gateway just started may run a turn stored before it
+// stopped before its servers listed their tools, and a call of that turn
+// is run by its server's rule, not as a tool nobody offers.
+func (o Offer) Rule(ctx context.Context, channel, userID, name string) (Rule, bool) {
 	if o.Set == nil {
 		return Rule{}, false
 	}
-	if server, _, ok := strings.Cut(name, Separator); ok {
-		_ = o.Set.WaitTried(ctx, server) // on ctx's end, the caller stops
+	server, tool, ok := strings.Cut(name, Separator)
+	if !ok || tool == "" {
+		return Rule{}, false
 	}
+	if o.Servers != nil && !slices.Contains(o.Servers(channel, userID), server) {
+		return Rule{}, false
+	}
+	_ = o.Set.WaitTried(ctx, server) // on ctx's end, the caller stops
 	return o.Set.Rule(name)
 }
 

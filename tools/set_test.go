@@ -348,8 +348,15 @@ func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 	if got := fmt.Sprint(names(tools.Offer{Set: set}.Offered("x", "u"))); got != "[a__echo b__counter]" {
 		t.Errorf("Offer without Servers offers %s, want all", got)
 	}
-	if r, ok := box.Rule(t.Context(), "a__echo"); !ok || r.Server != "a" {
+	if r, ok := box.Rule(t.Context(), "web", "u", "a__echo"); !ok || r.Server != "a" {
 		t.Errorf("Rule %+v %t", r, ok)
+	}
+	// The rule follows the offer: a tool of a server the channel's user
+	// does not get has none, whatever the model names.
+	for _, c := range []struct{ channel, tool string }{{"tg", "b__counter"}, {"none", "a__echo"}, {"web", "b__nosuch"}, {"web", "b"}, {"web", "b__"}} {
+		if r, ok := box.Rule(t.Context(), c.channel, "u", c.tool); ok {
+			t.Errorf("Rule(%s, %s) = %+v: a tool not offered has a rule", c.channel, c.tool, r)
+		}
 	}
 	if res, err := box.Call(t.Context(), "a__echo", `{"text":"hi"}`, "k"); err != nil || res.Text != "hi" {
 		t.Errorf("Call %+v %v", res, err)
@@ -414,13 +421,13 @@ func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		close(open)
 	}()
-	if r, ok := box.Rule(waitCtx(t), "t__echo"); !ok || !r.Idempotent {
+	if r, ok := box.Rule(waitCtx(t), "web", "u", "t__echo"); !ok || !r.Idempotent {
 		t.Errorf("Rule of a server that lists late: %+v %t, want its idempotent rule", r, ok)
 	}
-	if _, ok := box.Rule(waitCtx(t), "dead__x"); ok {
+	if _, ok := box.Rule(waitCtx(t), "web", "u", "dead__x"); ok {
 		t.Error("Rule of a server that failed to start: known")
 	}
-	if _, ok := box.Rule(waitCtx(t), "none__x"); ok {
+	if _, ok := box.Rule(waitCtx(t), "web", "u", "none__x"); ok {
 		t.Error("Rule of a server not configured: known")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -428,7 +435,7 @@ func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
 	stuck := tools.New([]tools.ServerConfig{{Name: "s", Transport: lateTransport{Transport: tr, open: make(chan struct{})}}}, nil)
 	stuck.Start(t.Context())
 	t.Cleanup(stuck.Close)
-	if _, ok := (tools.Offer{Set: stuck}).Rule(ctx, "s__echo"); ok {
+	if _, ok := (tools.Offer{Set: stuck}).Rule(ctx, "web", "u", "s__echo"); ok {
 		t.Error("Rule with its context ended: known")
 	}
 }
