@@ -78,8 +78,14 @@ func (m *Manager) wakeTool(id int64) {
 }
 
 // ask puts call c up for a decision and waits for it: on return c is
-// reread (allowed, or denied — also by expiry), or the turn's context
-// ended (the call stays asking, for the next run to ask again).
+// reread (allowed, or denied — also by expiry — or cancelled by the
+// turn's cut), or the turn's context ended for a shutdown (the call
+// stays asking, for the next run to ask again).
+//
+// An ask has one deadline for its whole life: the first ask sets it, and
+// a run of the turn after a restart or a takeover keeps it (AskTool never
+// moves it). An ask whose deadline passed while no gateway ran is not
+// asked again: it expires at once.
 func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	m := tt.m
 	timeout := m.opts.ApproveTimeout
@@ -87,6 +93,9 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		timeout = DefaultApproveTimeout
 	}
 	expires := m.now().Add(timeout)
+	if c.ExpiresAt != nil {
+		expires = *c.ExpiresAt
+	}
 	if err := m.untilStored(ctx, "ask for a tool call", func() error {
 		return m.store.AskTool(ctx, c.ID, tt.claim, expires)
 	}); err != nil {
@@ -101,44 +110,53 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	a := ToolAsk{Channel: tt.in.Channel, SessionKey: tt.in.SessionKey, UserID: tt.in.UserID, ChatID: tt.in.ChatID}
 	a.Call = ToolEvent{ConversationID: c.ConversationID, Seq: tt.claim.Lead, ID: c.ID, CallID: c.CallID, Name: c.Name,
 		Arguments: c.Arguments, Status: ToolAsking, ExpiresAt: expires}
-	tt.event(c, ToolAsking, 0)
 	// The channel asks; a channel not registered yet (a turn resumed
-	// while the gateway starts) asks once it is.
-	var asker toolAsker
-	var ok bool
-	var ref string
+	// while the gateway starts) asks once it is. ref is the channel's
+	// reference to the ask it sent: this run's, or an earlier run's.
+	var asked bool
+	ref := c.AskRef
 	askNow := func() {
-		if ok {
+		if asked || !m.now().Before(expires) {
 			return
 		}
-		if asker, ok = m.asker(tt.in.Channel); !ok {
+		asker, ok := m.asker(tt.in.Channel)
+		if !ok {
 			return
 		}
-		var err error
-		if ref, err = asker.ask(ctx, a); err != nil {
+		asked = true
+		got, err := asker.ask(ctx, a)
+		if err != nil {
 			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
 				slog.String("tool", c.Name), slog.String("error", err.Error()))
-		} else if ref != "" {
+		} else if got != "" {
+			ref = got
 			if err := m.store.SetToolAskRef(context.WithoutCancel(ctx), c.ID, ref); err != nil {
 				m.log.WarnContext(ctx, "keeping a tool ask's reference failed", slog.String("error", err.Error()))
 			}
 		}
 	}
+	if m.now().Before(expires) {
+		tt.event(c, ToolAsking, 0)
+	}
 	askNow()
+	// settle tells the user's channel the ask is over (how: c.State), so
+	// that it takes its ask back, this run's or an earlier run's.
 	settle := func() {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
 		}
-		if ok && asker.settled != nil {
-			a.Call.Status = c.State
-			switch {
-			case c.State == ledger.ToolAllowed:
-				a.Call.Status = ToolStarted
-			case c.DecidedBy == ledger.ToolExpiredBy:
-				a.Call.Status = ToolExpired
-			}
-			asker.settled(context.WithoutCancel(ctx), a, ref)
+		asker, ok := m.asker(tt.in.Channel)
+		if !ok || asker.settled == nil || (!asked && ref == "") {
+			return
 		}
+		a.Call.Status = c.State
+		switch {
+		case c.State == ledger.ToolAllowed:
+			a.Call.Status = ToolStarted
+		case c.DecidedBy == ledger.ToolExpiredBy:
+			a.Call.Status = ToolExpired
+		}
+		asker.settled(context.WithoutCancel(ctx), a, ref)
 	}
 	poll := time.NewTicker(toolPoll)
 	defer poll.Stop()
@@ -160,16 +178,26 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		timer := m.opts.After(min(left, toolPoll))
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			text, cut := cutBefore(ctx)
+			if !cut {
+				return context.Cause(ctx)
+			}
+			// /stop or a newer message: the ask is over, and the call
+			// never runs (also when it was allowed meanwhile).
+			sctx := context.WithoutCancel(ctx)
+			for c.State == ledger.ToolAsking || c.State == ledger.ToolAllowed {
+				if _, err := tt.settle(sctx, c, c.State, "", ledger.ToolCancelled, text); err != nil {
+					return err
+				}
+			}
+			settle()
+			return nil
 		case <-wake:
 		case <-poll.C:
 		case <-timer:
 		}
 		if err := tt.reread(ctx, c); err != nil {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			continue // storage: the next tick asks again
+			continue // storage, or the turn's end: the next pass sees
 		}
 		if c.State != ledger.ToolAsking {
 			settle()
@@ -224,14 +252,20 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 
 // PendingToolAsks are the calls of the key waiting for a decision, oldest
 // first: a channel asks them again when its user comes back (a WebSocket
-// client's hello) — the turn waiting for them needs no new ask.
+// client's hello) — the turn waiting for them needs no new ask. An ask
+// past its deadline is not among them: it counts as denied, whether or
+// not a turn is there to store that yet.
 func (m *Manager) PendingToolAsks(ctx context.Context, key string) ([]ToolAsk, error) {
 	calls, err := m.store.AskingToolCalls(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ToolAsk, 0, len(calls))
+	now := m.now()
 	for _, c := range calls {
+		if c.ExpiresAt != nil && !now.Before(*c.ExpiresAt) {
+			continue
+		}
 		a := ToolAsk{SessionKey: c.SessionKey, UserID: c.UserID, Call: ToolEvent{ConversationID: c.ConversationID, Seq: c.TurnSeq,
 			ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, Status: ToolAsking}}
 		if c.ExpiresAt != nil {

@@ -46,6 +46,14 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 		return toolOutcome{err: context.Cause(ctx)}
 	}
 	for {
+		if text, cut := cutBefore(ctx); cut && !ledger.ToolSettled(c.State) && c.State != ledger.ToolStarted {
+			// /stop or a newer message cut the turn before the call
+			// started: it never runs, and nothing is left to decide.
+			if again, err := tt.settle(context.WithoutCancel(ctx), c, c.State, "", ledger.ToolCancelled, text); err != nil || !again {
+				return toolOutcome{result: c.Result, err: err}
+			}
+			continue
+		}
 		switch {
 		case ledger.ToolSettled(c.State):
 			return toolOutcome{result: c.Result}
@@ -81,6 +89,23 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 			return toolOutcome{err: fmt.Errorf("tool call %d in unknown state %q", c.ID, c.State)}
 		}
 	}
+}
+
+// cutBefore is what the model is told of a call that had not started
+// when the user cut its turn (/stop, or a newer message in busy mode
+// interrupt); false while the turn runs, and when it ends for a shutdown
+// (the call waits for the turn's next run).
+func cutBefore(ctx context.Context) (string, bool) {
+	if ctx.Err() == nil {
+		return "", false
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errStoppedByUser):
+		return ToolStoppedBeforeText, true
+	case errors.Is(cause, errNewMessage):
+		return ToolCutBeforeText, true
+	}
+	return "", false
 }
 
 // settle settles call c, which never ran here, from state from (and

@@ -35,6 +35,11 @@ const (
 	ToolGoneText      = "No server offers this tool now; it was not run."
 	ToolStoppedText   = "The user stopped the turn while this call ran; whether it took effect is unknown."
 	ToolCutText       = "A newer message cut the turn while this call ran; whether it took effect is unknown."
+	// ToolStoppedBeforeText and ToolCutBeforeText are what the model is
+	// told of a call the turn's cut found not started (asking, or
+	// allowed and not yet run): it never runs.
+	ToolStoppedBeforeText = "The user stopped the turn before this call ran; it was not run."
+	ToolCutBeforeText     = "A newer message cut the turn before this call ran; it was not run."
 	// ToolRoundsText is the reply of a model that still asked for tools
 	// when told to answer without them, and wrote nothing.
 	ToolRoundsText = "Sorry — I could not finish this within the tools I may use. Please try again, or ask differently."

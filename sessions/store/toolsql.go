@@ -121,11 +121,12 @@ func (s *DB) ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error) {
 
 // AskTool puts a new call (or one asked before: a run of the turn asks
 // again) up for the user's decision until expires, under the turn's
-// claim. It fails with ErrLostClaim when the claim is gone or the call
-// moved on.
+// claim. A call asked before keeps the deadline of its first ask: an ask
+// has one for its whole life. It fails with ErrLostClaim when the claim
+// is gone or the call moved on.
 func (s *DB) AskTool(ctx context.Context, id int64, claim ledger.TurnClaim, expires time.Time) error {
 	return observe0(ctx, s, Call{Op: "AskTool", Conv: claim.ConversationID}, func() error {
-		return s.toolMove(ctx, "ask", id, `UPDATE tool_calls SET state = 'asking', expires_at = ?, owner = ?, attempt = ?
+		return s.toolMove(ctx, "ask", id, `UPDATE tool_calls SET state = 'asking', expires_at = COALESCE(expires_at, ?), owner = ?, attempt = ?
 			WHERE id = ? AND state IN ('new', 'asking') AND `+claimHeld,
 			expires, claim.Owner, claim.Attempt, id, claim.Lead, claim.Owner, claim.Attempt)
 	})
