@@ -175,7 +175,7 @@ func (tt *toolTurn) end(ctx context.Context, c *ledger.ToolCall, from, token, st
 		if rerr != nil {
 			return rerr
 		}
-		if got != nil && got.State == state && got.Token == token && got.Result == text {
+		if got != nil && got.State == state && got.Token == token && got.Result == ledger.StorableText(text) {
 			return nil // an earlier try landed unseen
 		}
 		return err

@@ -184,8 +184,12 @@ func (m *Manager) roundLanded(ctx context.Context, tt *toolTurn, msgs []ledger.M
 	if err != nil {
 		return false, err
 	}
+	// Stored text is storable text (ledger.StorableText): msgs are
+	// compared as the store keeps them.
+	text := ledger.StorableText
 	same := func(a, b *ledger.Message) bool {
-		return a.Role == b.Role && a.ReplyTo == b.ReplyTo && a.ToolCallID == b.ToolCallID && a.ToolCalls == b.ToolCalls && a.Content == b.Content
+		return a.Role == b.Role && a.ReplyTo == b.ReplyTo && a.ToolCallID == text(b.ToolCallID) && a.ToolCalls == text(b.ToolCalls) &&
+			a.Content == text(b.Content)
 	}
 	for i := range after {
 		if i+len(msgs) > len(after) {
