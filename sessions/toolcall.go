@@ -180,6 +180,11 @@ func (tt *toolTurn) end(ctx context.Context, c *ledger.ToolCall, from, token, st
 		}
 		return err
 	})
+	if errors.Is(err, ledger.ErrRejected) && text != ToolUnstoredText {
+		// The outcome cannot be kept: the call is settled failed with a
+		// note, not left started; the turn fails all the same.
+		return errors.Join(err, tt.end(ctx, c, from, token, ledger.ToolFailed, ToolUnstoredText, true, took))
+	}
 	if err != nil {
 		return err
 	}

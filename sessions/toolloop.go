@@ -35,6 +35,9 @@ const (
 	ToolGoneText      = "No server offers this tool now; it was not run."
 	ToolStoppedText   = "The user stopped the turn while this call ran; whether it took effect is unknown."
 	ToolCutText       = "A newer message cut the turn while this call ran; whether it took effect is unknown."
+	// ToolUnstoredText is the kept outcome of a call whose own outcome
+	// the database rejected for good (ledger.ErrRejected).
+	ToolUnstoredText = "The gateway could not store this call's outcome; the turn failed."
 	// ToolRoundsText is the reply of a model that still asked for tools
 	// when told to answer without them, and wrote nothing.
 	ToolRoundsText = "Sorry — I could not finish this within the tools I may use. Please try again, or ask differently."
