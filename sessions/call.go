@@ -156,6 +156,9 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		}
 		m.log.WarnContext(turnCtx, "agent call failed", slog.String("session_key", in.SessionKey), slog.String("conversation", conv),
 			slog.Int64("seq", lead), slog.String("error", err.Error()))
+		if errors.Is(err, ledger.ErrRejected) {
+			return failed(RejectedText, RejectedPrefix+err.Error()) // a tool round's storage (untilStored, appendRound)
+		}
 		return failed(m.opts.FailureText, err.Error())
 	}
 }

@@ -200,11 +200,16 @@ func (tt *toolTurn) end(ctx context.Context, c *ledger.ToolCall, from, token, st
 		if rerr != nil {
 			return rerr
 		}
-		if got != nil && got.State == state && got.Token == token && got.Result == text {
+		if got != nil && got.State == state && got.Token == token && got.Result == ledger.StorableText(text) {
 			return nil // an earlier try landed unseen
 		}
 		return err
 	})
+	if errors.Is(err, ledger.ErrRejected) && text != ToolUnstoredText {
+		// The outcome cannot be kept: the call is settled failed with a
+		// note, not left started; the turn fails all the same.
+		return errors.Join(err, tt.end(ctx, c, from, token, ledger.ToolFailed, ToolUnstoredText, true, took))
+	}
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,9 @@ const (
 	// allowed and not yet run): it never runs.
 	ToolStoppedBeforeText = "The user stopped the turn before this call ran; it was not run."
 	ToolCutBeforeText     = "A newer message cut the turn before this call ran; it was not run."
+	// ToolUnstoredText is the kept outcome of a call whose own outcome
+	// the database rejected for good (ledger.ErrRejected).
+	ToolUnstoredText = "The gateway could not store this call's outcome; the turn failed."
 	// ToolRoundsText is the reply of a model that still asked for tools
 	// when told to answer without them, and wrote nothing.
 	ToolRoundsText = "Sorry — I could not finish this within the tools I may use. Please try again, or ask differently."

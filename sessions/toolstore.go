@@ -114,7 +114,8 @@ func (rs *roundStore) wait() error {
 // round's assistant message, or its results) after the conversation's
 // last message, under the turn's claim, and returns them with their seqs.
 // A storage failure is retried until storage answers; an append that
-// landed unseen is found, not made twice.
+// landed unseen is found, not made twice; one the database rejects
+// (ErrRejected) fails the turn.
 func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.Message, tokens int64, cost float64, model string) ([]ledger.Message, error) {
 	hc, key := tt.hc, tt.in.SessionKey
 	wait := min(50*time.Millisecond, m.opts.RetryPause)
@@ -135,6 +136,13 @@ func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.M
 				m.hot.Update(key, hc)
 				unlock()
 				return msgs, nil
+			}
+			if errors.Is(failed, ledger.ErrRejected) {
+				// Refused, not lost: it did not land, and never will.
+				unlock()
+				m.log.ErrorContext(ctx, "a tool round was rejected by the database; the turn fails", slog.String("conversation", hc.conv.ID),
+					slog.String("error", failed.Error()))
+				return nil, failed
 			}
 		}
 		// Did it land after all, is the turn still this runner's, and
@@ -184,8 +192,12 @@ func (m *Manager) roundLanded(ctx context.Context, tt *toolTurn, msgs []ledger.M
 	if err != nil {
 		return false, err
 	}
+	// Stored text is storable text (ledger.StorableText): msgs are
+	// compared as the store keeps them.
+	text := ledger.StorableText
 	same := func(a, b *ledger.Message) bool {
-		return a.Role == b.Role && a.ReplyTo == b.ReplyTo && a.ToolCallID == b.ToolCallID && a.ToolCalls == b.ToolCalls && a.Content == b.Content
+		return a.Role == b.Role && a.ReplyTo == b.ReplyTo && a.ToolCallID == text(b.ToolCallID) && a.ToolCalls == text(b.ToolCalls) &&
+			a.Content == text(b.Content)
 	}
 	for i := range after {
 		if i+len(msgs) > len(after) {
@@ -221,14 +233,19 @@ func (m *Manager) roundLanded(ctx context.Context, tt *toolTurn, msgs []ledger.M
 }
 
 // untilStored runs a storage step until it succeeds, retrying a storage
-// failure with backoff; it gives up on ErrLostClaim, ErrClosed, or when
-// ctx ends.
+// failure with backoff; it gives up on ErrLostClaim, ErrClosed,
+// ErrRejected (the database refuses what the step carries, and would
+// every time: the turn fails instead), or when ctx ends.
 func (m *Manager) untilStored(ctx context.Context, what string, step func() error) error {
 	wait := min(50*time.Millisecond, m.opts.RetryPause)
 	warned := false
 	for {
 		err := step()
 		if err == nil || errors.Is(err, ledger.ErrLostClaim) || errors.Is(err, ledger.ErrClosed) {
+			return err
+		}
+		if errors.Is(err, ledger.ErrRejected) {
+			m.log.ErrorContext(ctx, what+" was rejected by the database; the turn fails", slog.String("error", err.Error()))
 			return err
 		}
 		if ctx.Err() != nil {

@@ -46,7 +46,8 @@ func (m *Manager) runBatch(ctx context.Context, in Inbound, conv string, alive [
 		return "", nil, err
 	}
 	kind, msgs, reply, state := m.callTurn(ctx, t, maxAge)
-	if err := m.storeTurn(ctx, t, msgs, reply, state); err != nil {
+	msgs, state, err = m.storeTurn(ctx, t, msgs, reply, state)
+	if err != nil {
 		return "", t.b, err
 	}
 	m.deliverOutcome(ctx, t, msgs, state)
@@ -209,24 +210,42 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 	return ledger.TurnRunning, msgs, reply, state
 }
 
+// RejectedText is the reply of a turn whose reply the database rejected
+// for good (ledger.ErrRejected): what the turn produced cannot be kept.
+const RejectedText = "Sorry — I couldn't save this answer, so it was dropped. Please try again, or ask differently."
+
+// RejectedPrefix starts the stored error of a turn settled failed because
+// the database rejected what it was to store.
+const RejectedPrefix = "storage rejected the turn's data: "
+
 // storeTurn is the store: the reply's append is the transition — it lands
 // only while no claim moved the conversation's epoch. An interrupted turn
 // is handed back with its partial reply, due at once; a tracked channel's
-// delivery stays claimed: the channel sends, then marks it. A reply that
+// delivery stays claimed: the channel sends, then marks it. A reply the
+// database rejects for good (ledger.ErrRejected) is replaced by a failure
+// notice, RejectedText, and the turn settles failed with it (an
+// interrupted one is handed back without its partial text). A reply that
 // could not be stored fails the batch's tickets, and the turn is handed
-// back (or left to the runner that took it over).
-func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Message, reply agent.Reply, state string) error {
+// back (or left to the runner that took it over). It returns what was
+// stored and the state the turn settled in.
+func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Message, reply agent.Reply, state string) ([]ledger.Message, string, error) {
 	key, b := t.in.SessionKey, t.b
 	endStore := m.startSpan(ctx, "store reply")
-	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state,
-		func(since time.Time) { m.noticeDelay(t.tickets, since) })
+	waiting := func(since time.Time) { m.noticeDelay(t.tickets, since) }
+	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
+	if errors.Is(err, ledger.ErrRejected) {
+		m.log.ErrorContext(ctx, "the reply was rejected by the database; the turn fails", slog.String("session_key", key),
+			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()), slog.String("error", err.Error()))
+		msgs, state = rejectedReply(msgs, state, err)
+		err = m.appendReply(ctx, t.hc, msgs, t.now, 0, 0, "", b.Seqs(), b.Attempt, state, waiting)
+	}
 	endStore(err)
 	if err == nil {
 		m.delayOver(key)
 		if state != ledger.TurnInterrupted {
 			m.compactLater(t.in, t.conv)
 		}
-		return nil
+		return msgs, state, nil
 	}
 	m.hot.Remove(key)
 	lost := errors.Is(err, ledger.ErrLostClaim)
@@ -246,7 +265,22 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 	} else {
 		m.handBack(b) // under the turn lock still: no claim of this replica comes between
 	}
-	return err
+	return msgs, state, err
+}
+
+// rejectedReply is what a turn stores in place of msgs, which the
+// database rejected (err): a failure notice that settles it failed; or,
+// for a turn handed back (interrupted), its hand-back without the
+// partial text.
+func rejectedReply(msgs []ledger.Message, state string, err error) ([]ledger.Message, string) {
+	last := msgs[len(msgs)-1]
+	notice := ledger.Message{ConversationID: last.ConversationID, Role: agent.RoleAssistant, ReplyTo: last.ReplyTo, CreatedAt: last.CreatedAt}
+	if state == ledger.TurnInterrupted {
+		notice.Status, notice.Error = ledger.MsgInterrupted, last.Error
+		return []ledger.Message{notice}, state
+	}
+	notice.Content, notice.Status, notice.Error = RejectedText, ledger.MsgFailed, RejectedPrefix+err.Error()
+	return []ledger.Message{notice}, ledger.TurnFailed
 }
 
 // deliverOutcome is the delivery: the stored reply goes to the lead's
@@ -335,7 +369,8 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 // is retried, with backoff, until storage answers: the reply the model
 // wrote is kept in memory (up to maxUnstored replies at once; past that,
 // for as long as the turn's lease would last, and the turn is handed
-// back), so the model is not paid twice for it. The claim is this
+// back), so the model is not paid twice for it; one the database rejects
+// for good (ledger.ErrRejected) is not retried. The claim is this
 // replica's unless somebody took it over — another replica that saw this
 // one's heartbeat stop — which moves the conversation's epoch: the append
 // then fails, and nothing is stored twice (ErrLostClaim). It gives up
@@ -416,6 +451,9 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 				m.hot.Update(hc.conv.SessionKey, hc)
 				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 				return true, nil
+			}
+			if errors.Is(err, ledger.ErrRejected) {
+				return true, err // refused, not lost: it did not land, and never will
 			}
 			if !errors.Is(err, ledger.ErrStale) && !errors.Is(err, ledger.ErrLostClaim) {
 				return false, err

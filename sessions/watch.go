@@ -26,9 +26,11 @@ import (
 
 // definite reports whether err is the database's answer to a write it
 // judged — the conversation moved on, the id is stored, the claim is
-// another's — rather than a failure to reach it.
+// another's, what it carries is refused for good — rather than a failure
+// to reach it.
 func definite(err error) bool {
-	return errors.Is(err, ledger.ErrStale) || errors.Is(err, ledger.ErrDuplicate) || errors.Is(err, ledger.ErrLostClaim)
+	return errors.Is(err, ledger.ErrStale) || errors.Is(err, ledger.ErrDuplicate) || errors.Is(err, ledger.ErrLostClaim) ||
+		errors.Is(err, ledger.ErrRejected)
 }
 
 // watcher is the manager's hook on its store (store.Hook): every ledger
@@ -44,7 +46,11 @@ func (w watcher) After(ctx context.Context, c store.Call, err error) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // the caller gave up; the database said nothing
 	}
-	w.m.health.observe(err, time.Now())
+	herr := err
+	if errors.Is(err, ledger.ErrRejected) {
+		herr = nil // the database answered: storage is up
+	}
+	w.m.health.observe(herr, time.Now())
 	if err == nil && c.Append != nil && c.Append.Usage != nil {
 		u := c.Append.Usage
 		w.m.opts.Observer.Spent(u.Channel, u.Model, u.PromptTokens, u.CompletionTokens, u.Cost)

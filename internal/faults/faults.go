@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -55,6 +57,7 @@ type Injector struct {
 	healed   bool
 	byName   map[string]int  // every call made, periodic ones too, by name
 	losing   map[uint64]bool // calls made whose answer After loses
+	rejects  map[string]int  // calls to refuse for good, by name, and how many more
 }
 
 // Observed is a store whose ledger calls pass hooks (store.DB).
@@ -76,6 +79,24 @@ func (f *Injector) Outage(from int, mode Mode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.from, f.mode, f.healed = from, mode, false
+}
+
+// Refusal is the error Reject fails a call with: PostgreSQL's refusal
+// of text it cannot store, which will be refused on every try. The store
+// reports it as ledger.ErrRejected, as it does the database's own.
+var Refusal = &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22021",
+	Message: `invalid byte sequence for encoding "UTF8": 0x00 (injected)`}
+
+// Reject makes the next n calls named name (as Steps names them: an
+// append by what it stores) fail before they reach the database with
+// Refusal, a refusal for good rather than an outage.
+func (f *Injector) Reject(name string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rejects == nil {
+		f.rejects = map[string]int{}
+	}
+	f.rejects[name] = n
 }
 
 // Down starts an outage now: every call fails, in mode, until Heal.
@@ -192,6 +213,9 @@ func (f *Injector) Before(ctx context.Context, c store.Call) error {
 		return nil
 	}
 	mode, ok := f.enter(name(c), !periodic[c.Op])
+	if f.reject(name(c)) {
+		return fmt.Errorf("%s: %w", name(c), Refusal)
+	}
 	switch {
 	case ok:
 		return nil
@@ -221,6 +245,17 @@ func (f *Injector) After(ctx context.Context, c store.Call, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", name(c), ErrInjected)
+}
+
+// reject reports whether a call named name is to be refused, counting it.
+func (f *Injector) reject(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rejects[name] <= 0 {
+		return false
+	}
+	f.rejects[name]--
+	return true
 }
 
 // enter decides the fate of one call: counted says whether it is a step

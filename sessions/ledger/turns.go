@@ -264,6 +264,11 @@ var (
 	ErrDuplicate = errors.New("client message id already stored")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrRejected means the database refused what a write carries and
+	// will refuse it every time (PostgreSQL's data exceptions, a value
+	// past a limit): the write did not land, and trying it again cannot
+	// help. The turn that made it fails instead of waiting on it.
+	ErrRejected = errors.New("storage rejected the data for good")
 )
 
 // Append is one conditional append of messages to a conversation.

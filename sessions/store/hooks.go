@@ -17,7 +17,9 @@ import (
 // tests are hooks, so both see every call through the same path, and a
 // ledger method added to DB is seen by both as long as it starts with
 // observe — which TestEveryLedgerCallIsObserved checks of every method of
-// the sessions.Ledger port.
+// the sessions.Ledger port. Its error is classified there too: one the
+// database will give for every try is marked ledger.ErrRejected
+// (rejected).
 
 // Call is one ledger call, as hooks see it.
 type Call struct {
@@ -91,7 +93,7 @@ func observe[T any](ctx context.Context, s *DB, c Call, fn func() (T, error)) (T
 	if list == nil || len(*list) == 0 {
 		v, err := fn()
 		if err != nil {
-			return zero, err
+			return zero, rejected(err)
 		}
 		return v, nil
 	}
@@ -106,11 +108,15 @@ func observe[T any](ctx context.Context, s *DB, c Call, fn func() (T, error)) (T
 	if err == nil {
 		v, err = fn()
 	}
+	// A refusal for good is told apart here, where every ledger call's
+	// error passes, so that the hooks see it as the caller does; and again
+	// after them, for a failure a hook made (the fault injector's).
+	err = rejected(err)
 	for _, h := range *list {
 		err = h.After(ctx, c, err)
 	}
 	if err != nil {
-		return zero, err
+		return zero, rejected(err)
 	}
 	return v, nil
 }

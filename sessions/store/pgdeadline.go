@@ -135,7 +135,7 @@ func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(ctx context.Context, p stdlib.ShouldPingParams) bool {
+	ping := stdlib.OptionShouldPing(func(ctx context.Context, p stdlib.ShouldPingParams) bool {
 		if p.IdleDuration <= time.Second {
 			return false
 		}
@@ -148,7 +148,10 @@ func openPGPool(cfg *pgx.ConnConfig, timeout time.Duration) *sql.DB {
 			p.Conn.Close(ctx)
 		}
 		return true // pgx's ping finds the connection closed: database/sql takes another
-	}))
+	})
+	// Every argument of every statement is made storable
+	// (storablePGConn).
+	return sql.OpenDB(storablePGConnector{stdlib.GetConnector(*cfg, ping)})
 }
 
 // pgConfig is the pgx configuration of every connection the store opens

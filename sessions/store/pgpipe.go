@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
@@ -135,6 +134,11 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	if rows := ledger.UsageRows(usageOf(ops)); len(rows) > 0 {
 		b.Queue(pgTallyUsage, pgUsageArgs(rows)...)
 	}
+	// The pipeline binds its arguments itself, past database/sql: made
+	// storable here, every statement's (storableValue).
+	for _, q := range b.QueuedQueries {
+		storableArgs(q.Arguments)
+	}
 	ctx := context.Background()
 	conn, err := p.db.Conn(ctx)
 	if err != nil {
@@ -142,7 +146,7 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
-		return dc.(*stdlib.Conn).Conn().SendBatch(ctx, b).Close()
+		return dc.(*storablePGConn).Conn.Conn().SendBatch(ctx, b).Close()
 	})
 }
 

@@ -27,7 +27,12 @@ const sqliteDriverName = "sqlite3"
 // chatgate keeps one format and its times compare as text in order.
 const sqliteTimeFormat = "2006-01-02 15:04:05.999999999-07:00"
 
-// openSQLite is GORM's SQLite dialect over the driver.
-func openSQLite(dsn string) gorm.Dialector {
-	return gormlite.Open(dsn)
+// openSQLite is GORM's SQLite dialect over the driver, its text
+// arguments made storable (openStorableSQLite).
+func openSQLite(dsn string) (gorm.Dialector, error) {
+	db, err := openStorableSQLite(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return gormlite.OpenDB(db), nil
 }

@@ -190,7 +190,8 @@ func (c *stmtCache) run(raw *sqlite3.Conn, query string, args []any) (int64, err
 }
 
 // bind binds args to st's parameters in order, each as the driver binds
-// it through database/sql (sqlitedriver.go's time format for times).
+// it through database/sql (sqliteTimeFormat for times), text made
+// storable as storableConn makes it.
 func (c *stmtCache) bind(st *sqlite3.Stmt, args []any) error {
 	for i, a := range args {
 		if err := c.bindOne(st, i+1, a, true); err != nil {
@@ -205,7 +206,7 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	case nil:
 		return st.BindNull(i)
 	case string:
-		return st.BindText(i, v)
+		return bindStorable(st, i, v)
 	case int64:
 		return st.BindInt64(i, v)
 	case int:
@@ -224,7 +225,7 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	// on the heap.
 	switch v := a.(type) {
 	case *string:
-		return bindPtr(st, i, v, (*sqlite3.Stmt).BindText)
+		return bindPtr(st, i, v, bindStorable)
 	case *int64:
 		return bindPtr(st, i, v, (*sqlite3.Stmt).BindInt64)
 	case *int:
@@ -238,6 +239,10 @@ func (c *stmtCache) bindOne(st *sqlite3.Stmt, i int, a any, convert bool) error 
 	}
 	return c.convert(st, i, a, convert)
 }
+
+// bindStorable binds s as text, made storable as every text the store
+// binds is (storableValue).
+func bindStorable(st *sqlite3.Stmt, i int, s string) error { return st.BindText(i, storableText(s)) }
 
 // bindPtr binds *p with bind, or NULL for a nil p.
 func bindPtr[T any](st *sqlite3.Stmt, i int, p *T, bind func(*sqlite3.Stmt, int, T) error) error {

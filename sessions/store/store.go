@@ -88,7 +88,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 	var leasePool *sql.DB
 	switch driver {
 	case DriverSQLite:
-		w, err := gorm.Open(openSQLite(sqliteDSN(dsn, false)), gcfg)
+		d, err := openSQLite(sqliteDSN(dsn, false))
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
+		}
+		w, err := gorm.Open(d, gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite %s: %w", dsn, err)
 		}
@@ -154,7 +158,11 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 }
 
 func (s *DB) openSQLiteReaders(dsn string, gcfg *gorm.Config, log *slog.Logger) error {
-	r, err := gorm.Open(openSQLite(sqliteDSN(dsn, true)), gcfg)
+	d, err := openSQLite(sqliteDSN(dsn, true))
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", dsn, err)
+	}
+	r, err := gorm.Open(d, gcfg)
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", dsn, err)
 	}

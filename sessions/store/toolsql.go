@@ -57,7 +57,7 @@ func (s *DB) OpenToolCalls(ctx context.Context, calls []ledger.ToolCall) ([]ledg
 		}
 		out := make([]ledger.ToolCall, 0, len(calls))
 		for _, c := range calls {
-			got, ok := byID[c.CallID]
+			got, ok := byID[storableText(c.CallID)] // (stored as storable, like all text)
 			if !ok {
 				return nil, fmt.Errorf("record tool calls of %s/%d: call %s not found after insert", conv, msgSeq, c.CallID)
 			}
