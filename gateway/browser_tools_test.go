@@ -1,13 +1,17 @@
 package gateway
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/tools"
 )
 
@@ -100,5 +104,44 @@ func TestWebPageToolTextIsNotMarkup(t *testing.T) {
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[document.querySelectorAll('#log img').length, window.pwned === undefined]`))
 	if err != nil || got[0] != float64(0) || got[1] != true {
 		t.Fatalf("markup of a tool call ran: images %v, not pwned %v (%v)", got[0], got[1], err)
+	}
+}
+
+// A card for a call whose ask has expired — asked again on a hello by a
+// replica whose clock is past the expiry, while the turn that waits for
+// the decision runs elsewhere and has not ended the ask yet — ends as
+// expired when Allow is tapped: its buttons go and never come back, and
+// nothing runs.
+func TestWebPageToolDecisionAfterTheExpiry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	call := toolCall("call-1", mcptest.Counter, map[string]string{"key": "k"})
+	runs, srv := newToolEnvAt(t, nil, path, tools.ApproveAsk, call)
+	ctx := browser(t)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(runs.srv.URL+"/?user=tia"),
+		waitText("#status", "online as tia"),
+		sendText("count it"),
+		waitText(".tool-card .title", "Allow t__counter?"),
+	); err != nil {
+		t.Fatalf("asking: %v", err)
+	}
+	late, _ := newToolEnvAt(t, clocktest.New(time.Now().Add(sessions.DefaultApproveTimeout+time.Minute)), path, tools.ApproveAsk, call)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(late.srv.URL+"/?user=tia"),
+		waitText("#status", "online as tia"),
+		waitText(".tool-card .title", "Allow t__counter?"),
+		chromedp.Click(".tool-card button.allow"),
+		waitText(".tool.expired .line", "🔧 t__counter — expired, not run"),
+		waitText(".notice", "has expired"),
+	); err != nil {
+		t.Fatalf("deciding after the expiry: %v", err)
+	}
+	saveScreenshot(t, ctx, "tool-expired.png")
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('.tool-card, .tool button').length`))
+	if err != nil || buttons != 0 {
+		t.Fatalf("after the refusal: %d cards or buttons (%v)", buttons, err)
+	}
+	if n := srv.Count(); n != 0 {
+		t.Fatalf("an expired call ran %d times", n)
 	}
 }

@@ -321,7 +321,8 @@ func newToolRequestFrame(ev sessions.ToolEvent) toolRequestFrame {
 }
 
 // toolResolvedFrame tells that the ask of call ID is over: Status
-// "started" (allowed: it runs now) or "denied" (by a user, or expired).
+// "started" (allowed: it runs now), "denied" (by the user) or "expired"
+// (sessions.ToolExpired: nobody decided in time; denied).
 type toolResolvedFrame struct {
 	Type    string `json:"type"`
 	ID      int64  `json:"id"`

@@ -69,7 +69,11 @@ func (c *wsConn) askAgain(ctx context.Context) {
 
 // decide runs a tool_decision frame on the worker. A refusal is an error
 // frame naming the call (tool_id); a decision taken is told to every
-// connection of the key at once, and the turn goes on.
+// connection of the key at once, and the turn goes on. A refusal that
+// says the ask is over (it expired) is told to them too, as the
+// tool_resolved the turn sends when it ends the ask: a client whose ask
+// was never settled here (the turn runs on no replica now) still sees
+// the end of it.
 func (c *wsConn) decide(f *clientFrame) {
 	defer c.finish()
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
@@ -77,24 +81,48 @@ func (c *wsConn) decide(f *clientFrame) {
 	id := *f.Decision.ID
 	ev, err := c.ws.sess.DecideTool(ctx, sessions.ToolDecision{SessionKey: c.key, UserID: c.principal, ID: id, Allow: *f.Decision.Allow})
 	if err != nil {
-		c.enqueueOwn(encode(errorFrame{Type: "error", wsError: *decisionError(err, id), ToolID: id}))
+		r := refusalOf(err)
+		if r.ends != "" {
+			ev.Status = r.ends
+			c.ws.resolved(c.key, ev)
+		}
+		c.enqueueOwn(encode(errorFrame{Type: "error", wsError: *r.frame(id), ToolID: id}))
 		return
 	}
 	c.ws.resolved(c.key, ev)
 }
 
-// decisionError is the error frame for a decision not taken.
-func decisionError(err error, id int64) *wsError {
-	switch {
-	case errors.Is(err, sessions.ErrToolNotFound):
-		return errNotFound.with("there is no tool call %d", id)
-	case errors.Is(err, sessions.ErrToolNotYours):
+// decisionRefusal is how a tool_decision that DecideTool refused with err
+// is answered: the error frame, and, when the refusal means the ask is
+// over, the status its tool_resolved says it ended with ("": it goes on).
+type decisionRefusal struct {
+	err   error
+	frame func(id int64) *wsError
+	ends  string
+}
+
+// decisionRefusals answer every error DecideTool names (a test walks
+// them all); any other error is a decision that could not be stored.
+var decisionRefusals = []decisionRefusal{
+	{err: sessions.ErrToolNotFound, frame: func(id int64) *wsError { return errNotFound.with("there is no tool call %d", id) }},
+	{err: sessions.ErrToolNotYours, frame: func(id int64) *wsError {
 		return errNotYours.with("tool call %d is not yours to decide: only the user whose turn it is can", id)
-	case errors.Is(err, sessions.ErrToolDecided):
-		return errDecided.with("tool call %d was decided already (or its time ran out)", id)
-	case errors.Is(err, sessions.ErrShuttingDown):
-		return errUnavailable
-	default:
-		return errInternal.with("the decision on tool call %d could not be stored; send it again", id)
+	}},
+	{err: sessions.ErrToolExpired, ends: sessions.ToolExpired, frame: func(id int64) *wsError {
+		return errDecided.with("tool call %d has expired: nobody decided it in time, so it counts as denied and does not run", id)
+	}},
+	{err: sessions.ErrToolDecided, frame: func(id int64) *wsError { return errDecided.with("tool call %d was decided already", id) }},
+	{err: sessions.ErrShuttingDown, frame: func(int64) *wsError { return errUnavailable }},
+}
+
+// refusalOf is the answer to a decision DecideTool refused with err.
+func refusalOf(err error) decisionRefusal {
+	for _, r := range decisionRefusals {
+		if errors.Is(err, r.err) {
+			return r
+		}
 	}
+	return decisionRefusal{err: err, frame: func(id int64) *wsError {
+		return errInternal.with("the decision on tool call %d could not be stored; send it again", id)
+	}}
 }

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/sessions"
@@ -27,14 +29,28 @@ func toolCall(id, tool string, args any) agent.ToolCall {
 // server "t", whose tools are run per approve.
 func newToolEnv(t *testing.T, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
 	t.Helper()
+	return newToolEnvAt(t, nil, "", approve, calls...)
+}
+
+// newToolEnvAt is newToolEnv whose session manager runs on clock (nil:
+// the real one) and stores in the SQLite file path ("": a new one). Two
+// of them on one file are two replicas.
+func newToolEnvAt(t *testing.T, clock *clocktest.Clock, path string, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
+	t.Helper()
 	srv, set := tooltest.Server(t, tools.ServerConfig{Approve: approve})
-	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "g.db")
+	}
+	db, err := store.Open(context.Background(), store.DriverSQLite, path, store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := sessions.New(db, tooltest.Asking(calls...), sessions.Options{Logger: quiet, Tools: tools.Offer{Set: set},
-		Policies: map[string]sessions.Policy{Channel: {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}})
-	return serveEnv(t, db, mgr, WSOptions{}, false), srv
+	opts := sessions.Options{Logger: quiet, Tools: tools.Offer{Set: set},
+		Policies: map[string]sessions.Policy{Channel: {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}}
+	if clock != nil {
+		opts.Now, opts.After = clock.Now, clock.After
+	}
+	return serveEnv(t, db, sessions.New(db, tooltest.Asking(calls...), opts), WSOptions{}, false), srv
 }
 
 // until returns the frames up to and including the first of type typ,
@@ -314,4 +330,60 @@ func TestToolRequestAskedAgainAfterReconnect(t *testing.T) {
 	}
 	c3.send(map[string]any{"type": "tool_decision", "id": num(f["id"]), "allow": false})
 	c3.until("reply")
+}
+
+// A decision on a call whose ask has expired is refused as decided, saying
+// it expired, and the ask ends as expired for the client (the web page
+// then shows the card as over instead of offering its buttons again);
+// nothing runs.
+func TestToolDecisionAfterTheExpiryIsRefusedAsExpired(t *testing.T) {
+	clock := clocktest.New(time.Now())
+	e, srv := newToolEnvAt(t, clock, "", tools.ApproveAsk, toolCall("call-1", mcptest.Counter, map[string]string{"key": "k"}))
+	c, _ := e.connect(map[string]any{"user": "ann"})
+	id := num(asked(t, c, "c-1")["id"])
+	clock.Advance(sessions.DefaultApproveTimeout + time.Second)
+	frames := c.until("reply")
+	if got := strings.Join(kinds(frames), " "); got != "tool_resolved:expired tool:denied reply" && got != "tool:denied tool_resolved:expired reply" {
+		t.Fatalf("frames after the expiry = %s (%v)", got, frames)
+	}
+	if r := frames[2]; r["text"] != "answer: "+sessions.ToolExpiredText {
+		t.Fatalf("reply = %v", r)
+	}
+
+	for _, allow := range []bool{true, false} {
+		c.send(map[string]any{"type": "tool_decision", "id": id, "allow": allow})
+		if f := c.expect("tool_resolved"); num(f["id"]) != id || num(f["reply_to"]) != 1 || f["status"] != sessions.ToolExpired {
+			t.Fatalf("the ask's end after a late decision: %v", f)
+		}
+		f := c.expect("error")
+		if f["code"] != "decided" || num(f["tool_id"]) != id || !strings.Contains(f["message"].(string), "expired") {
+			t.Fatalf("a decision after the expiry: %v", f)
+		}
+	}
+	if n := srv.Count(); n != 0 {
+		t.Fatalf("an expired call ran %d times", n)
+	}
+}
+
+// Every error DecideTool names has its answer in decisionRefusals: none
+// falls through to "internal, send it again", which would have a client
+// offer the decision again for ever.
+func TestEveryDecisionErrorHasItsAnswer(t *testing.T) {
+	for name, msg := range tooltest.DecisionErrors(t) {
+		found := false
+		for _, r := range decisionRefusals {
+			if r.err.Error() == msg {
+				found = true
+				if f := r.frame(7); f.Code == errInternal.Code || !strings.Contains(f.Message, "7") {
+					t.Errorf("sessions.%s is answered %+v", name, f)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("sessions.%s (%q) has no entry in decisionRefusals", name, msg)
+		}
+	}
+	if r := refusalOf(errors.New("database is down")); r.frame(7).Code != errInternal.Code || r.ends != "" {
+		t.Errorf("a storage error is answered %+v", r.frame(7))
+	}
 }

@@ -59,7 +59,8 @@ type server struct {
 	invalid error // the configuration's problems: never started
 	client  *mcp.Client
 	relist  chan struct{} // the server said its tool list changed
-	log     *slog.Logger
+	log     *slog.Logger  // scrubbed of the URL's secrets
+	scrub   *scrubber     // hides the URL's secrets in errors (nil: none)
 
 	session  *mcp.ClientSession
 	listed   bool                // the open session's tools were listed
@@ -88,10 +89,12 @@ func New(cfgs []ServerConfig, logger *slog.Logger) *Set {
 			logger.Error("tool server configured twice; the first is used", slog.String("mcp_server", c.Name))
 			continue
 		}
+		sc := newScrubber(c.URL)
 		sv := &server{
 			cfg:    c.withDefaults(),
 			relist: make(chan struct{}, 1),
-			log:    logger.With(slog.String("mcp_server", c.Name)),
+			log:    sc.logger(logger).With(slog.String("mcp_server", c.Name)),
+			scrub:  sc,
 		}
 		if errs := c.problems(); len(errs) > 0 {
 			sv.invalid = errors.Join(errs...)
@@ -241,7 +244,7 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (Result, er
 		text, cut := cut(fmt.Sprintf("The server %s answered with an error: %s", sv.cfg.Name, rpcErr.Message), sv.cfg.MaxResultBytes)
 		return Result{IsError: true, Text: text, Cut: cut}, nil
 	default:
-		return Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, err)
+		return Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, sv.scrub.err(err))
 	}
 }
 

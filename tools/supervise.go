@@ -29,7 +29,7 @@ func (s *Set) supervise(ctx context.Context, sv *server) {
 	var wait time.Duration
 	for {
 		began := time.Now()
-		err := s.serve(ctx, sv)
+		err := sv.scrub.err(s.serve(ctx, sv)) // it leaves the session here: for the status and the logs
 		if ctx.Err() != nil {
 			return
 		}
@@ -87,7 +87,7 @@ func (s *Set) serve(ctx context.Context, sv *server) error {
 			return err
 		case <-sv.relist:
 			if err := s.list(ctx, sv, cs); err != nil && ctx.Err() == nil {
-				sv.log.Warn("tool list changed but listing it failed; keeping the last one", slog.Any("error", err))
+				sv.log.Warn("tool list changed but listing it failed; keeping the last one", slog.Any("error", sv.scrub.err(err)))
 			}
 		}
 	}

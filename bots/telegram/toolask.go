@@ -7,7 +7,7 @@ package telegram
 // is may decide — anyone else's tap is answered with who may, and changes
 // nothing. Once the call is decided (here, on another replica) or expired
 // (which counts as denied), the message is edited to say so, which also
-// removes its buttons.
+// removes its buttons; a tap after the expiry edits it too (tapRefusals).
 //
 // The tool's name and arguments come from the model and are untrusted:
 // they are escaped into the message's HTML and cut short, never taken as
@@ -192,8 +192,7 @@ func (b *Bot) toolTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	ev, err := b.tools.DecideTool(dctx, d)
-	switch {
-	case err == nil:
+	if err == nil {
 		out, answer := askDenied, tapDeniedText
 		if d.Allow {
 			out, answer = askAllowed, tapAllowedText
@@ -204,21 +203,50 @@ func (b *Bot) toolTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int
 		}
 		chat, msg := q.Message.Chat.ID, q.Message.MessageID
 		return answer, func() { b.closeAsk(ctx, chat, msg, ev, out) }
-	case errors.Is(err, sessions.ErrToolNotYours):
-		return "Only " + b.askedName(id) + " can decide this", nil
-	case errors.Is(err, sessions.ErrToolExpired):
-		b.asks.outcomes.Add(id, askExpired)
-		return tapExpiredText, nil
-	case errors.Is(err, sessions.ErrToolDecided):
-		if v, ok := b.asks.outcomes.Get(id); ok && v == askExpired {
-			return tapExpiredText, nil
+	}
+	for _, r := range tapRefusals {
+		if !errors.Is(err, r.err) {
+			continue
 		}
-		return tapDecidedText, nil
-	case errors.Is(err, sessions.ErrToolNotFound):
-		return tapGoneText, nil
+		answer := r.answer(b, id)
+		if r.ends == "" {
+			return answer, nil
+		}
+		b.asks.outcomes.Add(id, r.ends)
+		if q.Message == nil || q.Message.Chat == nil {
+			return answer, nil
+		}
+		chat, msg := q.Message.Chat.ID, q.Message.MessageID
+		return answer, func() { b.closeAsk(ctx, chat, msg, ev, r.ends) }
 	}
 	b.log.Warn("telegram: storing a tool decision failed", slog.Int64("call", id), slog.String("error", err.Error()))
 	return tapTryAgainText, nil
+}
+
+// tapRefusal is how a tap that DecideTool refused with err is answered,
+// and, when the refusal means the ask is over, how its message then says
+// it ended (the edit removes its buttons; "": the ask is left as it is).
+type tapRefusal struct {
+	err    error
+	answer func(b *Bot, id int64) string
+	ends   string
+}
+
+// tapRefusals answer every error DecideTool names (a test walks them
+// all); any other error is a decision that could not be stored ("try
+// again").
+var tapRefusals = []tapRefusal{
+	{err: sessions.ErrToolNotYours, answer: func(b *Bot, id int64) string { return "Only " + b.askedName(id) + " can decide this" }},
+	// The turn that waited for the decision ends the ask too, when it
+	// runs here and its edit goes through; the tap does not count on it.
+	{err: sessions.ErrToolExpired, ends: askExpired, answer: func(*Bot, int64) string { return tapExpiredText }},
+	{err: sessions.ErrToolDecided, answer: func(b *Bot, id int64) string {
+		if v, ok := b.asks.outcomes.Get(id); ok && v == askExpired {
+			return tapExpiredText
+		}
+		return tapDecidedText
+	}},
+	{err: sessions.ErrToolNotFound, answer: func(*Bot, int64) string { return tapGoneText }},
 }
 
 // askedName is how the user an ask is for is called, as far as this

@@ -8,6 +8,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -257,6 +258,71 @@ func TestToolAskExpires(t *testing.T) {
 		t.Fatalf("counter ran %d times", n)
 	}
 	api.CheckAnswers(t)
+}
+
+// A tap on an ask that has expired while its message still shows the
+// buttons (the turn's own edit of it failed; or the turn runs on no
+// replica now) is answered as expired, and the ask is edited to say so,
+// which removes its buttons.
+func TestToolAskTappedAfterTheExpiryLosesItsButtons(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
+			clock := clocktest.New(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))
+			noWait := func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+			s, srv := toolSetup(t, clock, Options{Now: clock.Now, Sleep: noWait, Streaming: StreamOff},
+				toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+			if pg {
+				s.dsn = pgtest.DSN(t)
+			}
+			api := telegramtest.New(t)
+			start(t, api, t.TempDir(), s)
+			api.Push(telegramtest.DM(7, "count"))
+			id, allow, _ := askOf(t, api, 7, 1)
+			api.FailBare("editMessageText", http.StatusInternalServerError, 4) // every try of the turn's edit
+			clock.Advance(11 * time.Minute)
+			// The reply comes after the turn tried to end the ask.
+			if got := api.WaitSent(t, 2)[1]; got.Text != "answer: "+sessions.ToolExpiredText {
+				t.Fatalf("reply = %q", got.Text)
+			}
+			if n := len(api.Calls("editMessageText")); n != 4 {
+				t.Fatalf("%d edits before the tap, want the turn's 4 failed ones", n)
+			}
+			api.WaitKeyboard(t, 7, id, false)
+
+			q := api.Tap(t, 7, 7, id, allow)
+			if ans := api.WaitAnswered(t, q); ans.Text != "This request has expired" {
+				t.Fatalf("tap after the expiry answered %+v", ans)
+			}
+			api.WaitKeyboard(t, 7, id, true)
+			if text := api.Text(7, id); !strings.Contains(text, "⌛ Expired — not run") || !strings.Contains(text, "t__counter") {
+				t.Fatalf("ask after the tap = %q", text)
+			}
+			if n := srv.Count(); n != 0 {
+				t.Fatalf("counter ran %d times", n)
+			}
+			api.CheckAnswers(t)
+		})
+	}
+}
+
+// Every error DecideTool names has its answer in tapRefusals: none falls
+// through to "try again", which would leave the ask's buttons for ever.
+func TestEveryDecisionErrorHasATapAnswer(t *testing.T) {
+	b := &Bot{asks: newToolAsks()}
+	for name, msg := range tooltest.DecisionErrors(t) {
+		found := false
+		for _, r := range tapRefusals {
+			if r.err.Error() == msg {
+				found = true
+				if a := r.answer(b, 7); a == "" || a == tapTryAgainText {
+					t.Errorf("sessions.%s is answered %q", name, a)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("sessions.%s (%q) has no entry in tapRefusals", name, msg)
+		}
+	}
 }
 
 // The preview's tool lines: one per call, its status as it moves, the

@@ -312,6 +312,7 @@
     done: "✓",
     failed: "✗ failed",
     denied: "denied",
+    expired: "expired, not run",
     cancelled: "cancelled",
     unknown: "stopped; whether it took effect is unknown",
   };
@@ -396,18 +397,22 @@
     if (!el) return;
     if (el.classList.contains("asking")) showTool(f, f.status); else dropCard(el);
   }
-  // toolRefused: a decision was refused (tool_id): the card goes, since
-  // deciding again would be refused too; other errors let the user retry.
+  // toolRefused: a decision was refused (tool_id). Only a refusal that
+  // asks to send it again (it could not be stored, the gateway is going
+  // away, too many frames) gives the buttons back; any other means
+  // deciding again would be refused too, so the card goes. An expired
+  // ask's tool_resolved came before its refusal and showed how it ended.
+  const retryDecision = { internal: true, unavailable: true, rate_limited: true };
   function toolRefused(f) {
     const el = toolEl(f.tool_id);
     if (!el) return;
     const card = el.querySelector(".tool-card");
-    if (f.code === "decided" || f.code === "not_found" || f.code === "not_yours") {
-      dropCard(el);
-      if (el.classList.contains("asking")) el.firstChild.textContent = "🔧 " + (el.dataset.name || "tool") + " — " + (f.code === "decided" ? "decided already" : "not yours to decide");
+    if (retryDecision[f.code]) {
+      if (card) { card.classList.remove("deciding"); for (const b of card.querySelectorAll("button")) b.disabled = false; }
       return;
     }
-    if (card) { card.classList.remove("deciding"); for (const b of card.querySelectorAll("button")) b.disabled = false; }
+    dropCard(el);
+    if (el.classList.contains("asking")) el.firstChild.textContent = "🔧 " + (el.dataset.name || "tool") + " — " + (f.code === "not_yours" ? "not yours to decide" : f.code === "not_found" ? "no longer open" : "decided already");
   }
 
   // The model picker and the status panel (docs/protocol.md, "Status and
