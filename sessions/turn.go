@@ -66,6 +66,7 @@ type turnRun struct {
 	model   *agent.ModelSpec // the model the turn asks for (nil: the agent's own)
 	tickets []*Ticket        // the local tickets of the batch's messages
 	lead    *Ticket          // the one that carries the reply, when here
+	called  bool             // the agent was called (callTurn): not refused, expired or stopped first
 }
 
 // claimTurn is the claim: under the key's state lock, the batch of
@@ -204,6 +205,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
 	}
 	turnCtx = m.withTurn(ctx, turnCtx)
+	t.called = true
 	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
 	endTurn()
 	return ledger.TurnRunning, msgs, reply, state
@@ -223,7 +225,10 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 	endStore(err)
 	if err == nil {
 		m.delayOver(key)
-		if state != ledger.TurnInterrupted {
+		if state != ledger.TurnInterrupted && t.called {
+			// Only a turn that called the model grows what a summary
+			// folds; one refused (budget), expired or stopped before it
+			// ran causes no model call, a summary's included.
 			m.compactLater(t.in, t.conv)
 		}
 		return nil
