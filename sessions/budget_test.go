@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/llmtest"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -109,4 +110,125 @@ func summaryCallsIn(reqs []llmtest.Request) int {
 		}
 	}
 	return n
+}
+
+// TestStoppedRepliesCountAgainstTheBudget: with the openai backend
+// streaming from the scripted model server, a user who stops every
+// answer after its first words — before the server sends its usage —
+// still spends: each stopped turn's prompt (estimated from the request)
+// and what streamed (estimated from its text) are tallied, marked
+// estimated, on the stored partial reply too; enough stops put the user
+// over budget, and their next message is refused without a model call.
+func TestStoppedRepliesCountAgainstTheBudget(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: true, PricePer1KPrompt: 1, PricePer1KCompletion: 2})
+		const streamed = "one two three "
+		llm.Script(func(llmtest.Request) llmtest.Answer {
+			return llmtest.Answer{Text: streamed + "four five six seven eight", StallAfter: 3,
+				Usage: &llmtest.Usage{PromptTokens: 1000, CompletionTokens: 1000}}
+		})
+		c := newClock(t0)
+		p := Policy{MaxHistory: 20, Budget: BudgetPolicy{Default: Budget{TokensPerDay: 100}}}
+		m := newManager(t, db, ag, c, map[string]Policy{"websocket": p})
+		key := "websocket:ann"
+
+		// stopMidStream sends text and stops its answer once three pieces
+		// of it have streamed.
+		stopMidStream := func(text string) Outcome {
+			deltas := make(chan struct{}, 16)
+			type result struct {
+				out Outcome
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				out, err := m.Handle(context.Background(), msg(key, text), Hooks{OnDelta: func(string) {
+					deltas <- struct{}{}
+				}})
+				done <- result{out, err}
+			}()
+			for range 3 {
+				select {
+				case <-deltas:
+				case r := <-done:
+					t.Fatalf("%q ended before three pieces streamed: %+v, %v", text, r.out.Reply, r.err)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%q: no answer streaming", text)
+				}
+			}
+			if !m.Stop(key) {
+				t.Fatalf("%q: no turn running to stop", text)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			return r.out
+		}
+
+		var stops int
+		var before ledger.UsageTotals
+		for stops = 1; stops <= 10; stops++ {
+			calls := len(llm.Received())
+			out := handle0(t, m, key, fmt.Sprintf("question %d", stops), stopMidStream)
+			if strings.HasPrefix(out.Reply.Error, OverBudgetPrefix) {
+				if len(llm.Received()) != calls {
+					t.Fatal("the refused message called the model")
+				}
+				break
+			}
+			if out.Reply.Status != ledger.MsgInterrupted || out.Reply.Text != streamed {
+				t.Fatalf("stop %d: %+v, want the interrupted partial reply %q", stops, out.Reply, streamed)
+			}
+			day, _, err := db.UserUsage(context.Background(), key, "2026-03-10", "2026-03-01")
+			if err != nil {
+				t.Fatal(err)
+			}
+			added := day.Tokens() - before.Tokens()
+			wantCompletion := int64(agent.EstimateTokens(len(streamed)))
+			if added <= wantCompletion || day.CompletionTokens-before.CompletionTokens != wantCompletion {
+				t.Fatalf("stop %d added %d tokens (%d completion), want the estimated prompt and %d completion tokens",
+					stops, added, day.CompletionTokens-before.CompletionTokens, wantCompletion)
+			}
+			if day.EstimatedTokens != day.Tokens() || day.Turns != 0 {
+				t.Fatalf("stop %d: today's tally %+v, want every token marked estimated and no turn answered", stops, day)
+			}
+			tr := transcript(t, db, out.ConversationID)
+			row := tr[len(tr)-1]
+			if row.Seq != out.Reply.Seq || row.PromptTokens+row.CompletionTkns != added || row.Cost <= 0 {
+				t.Fatalf("stop %d: the stored partial reply %+v carries no spend (tallied %d tokens)", stops, row, added)
+			}
+			before = day
+		}
+		if stops > 10 {
+			t.Fatalf("ten stopped answers and still under a budget of 100 tokens a day: %+v", before)
+		}
+		if stops < 3 {
+			t.Fatalf("over budget after %d stops: the estimate is too big (%+v)", stops-1, before)
+		}
+		t.Logf("over budget after %d stopped answers: %+v", stops-1, before)
+		st, err := m.Usage(context.Background(), "websocket", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Over() != "tokens_per_day" || st.Day.EstimatedTokens != st.Day.Tokens() {
+			t.Fatalf("standing %+v, want over tokens_per_day on estimated tokens", st)
+		}
+	})
+}
+
+// handle0 runs the first messages through stop (which stops their
+// answers mid-stream) and, once the user is over budget, answers like
+// handle: a refused message streams nothing to stop.
+func handle0(t *testing.T, m *Manager, key, text string, stop func(string) Outcome) Outcome {
+	t.Helper()
+	st, err := m.Usage(context.Background(), "websocket", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Over() != "" {
+		return handle(t, m, msg(key, text))
+	}
+	return stop(text)
 }

@@ -258,7 +258,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 		row.Seq = hc.conv.LastSeq + 1
 		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
 			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
-			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0)})
+			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0, false)})
 		if err == nil {
 			hc.push(row)
 			m.hot.Update(key, hc)

@@ -148,12 +148,17 @@ func budgetLocation(p Policy) *time.Location {
 
 // usageFor is what msgs spent, for the append that stores them on
 // conversation conv at at: nil when it spent nothing and answers no turn.
-func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64) *ledger.Usage {
+// estimated says their tokens are the gateway's estimate (agent.Usage's
+// Estimated): the tally keeps them as such.
+func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage {
 	u := ledger.Usage{Turns: turns}
 	for i := range msgs {
 		u.PromptTokens += msgs[i].PromptTokens
 		u.CompletionTokens += msgs[i].CompletionTkns
 		u.Cost += msgs[i].Cost
+	}
+	if estimated {
+		u.EstimatedTokens = u.PromptTokens + u.CompletionTokens
 	}
 	if u.Turns == 0 && u.PromptTokens == 0 && u.CompletionTokens == 0 && u.Cost == 0 {
 		return nil
