@@ -216,10 +216,10 @@ func TestAdminUsageInBrowser(t *testing.T) {
 	if !strings.HasPrefix(name, "usage-from-") || !strings.HasSuffix(name, ".csv") {
 		t.Fatalf("the CSV is named %q, want usage-from-DAY.csv", name)
 	}
-	want := "user,prompt_tokens,completion_tokens,cost,turns\n" +
-		"websocket:ann,5,7,0.012,1\n" +
-		"telegram:dm:7,8,7,0.015,1\n" +
-		"websocket:bob,22,7,0.029,1\n"
+	want := "user,prompt_tokens,completion_tokens,cost,turns,estimated_tokens\n" +
+		"websocket:ann,5,7,0.012,1,0\n" +
+		"telegram:dm:7,8,7,0.015,1,0\n" +
+		"websocket:bob,22,7,0.029,1,0\n"
 	if string(data) != want {
 		t.Fatalf("CSV downloaded:\n%s\nwant:\n%s", data, want)
 	}
@@ -227,7 +227,7 @@ func TestAdminUsageInBrowser(t *testing.T) {
 	// Grouped by day too: a column more, and a bad filter is shown.
 	err = chromedp.Do(ctx,
 		chromedp.Click(`#usage-by input[value=day]`),
-		browsertest.WaitJS(`document.querySelectorAll('#usage-head th').length === 6 && document.querySelectorAll('#usage-rows td[data-col=day]').length === 3`),
+		browsertest.WaitJS(`document.querySelectorAll('#usage-head th').length === 7 && document.querySelectorAll('#usage-rows td[data-col=day]').length === 3`),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('u-until').value = '2000-01-01'`),
 		chromedp.Click(`#usage-form button[type=submit]`),
 		browsertest.WaitText("#error", "is after until (2000-01-01)"),

@@ -194,7 +194,7 @@ func UsageCells(by []string, r store.UsageRow) []string {
 		cells = append(cells, map[string]string{"user": r.User, "day": r.Day, "model": r.Model, "channel": r.Channel}[g])
 	}
 	return append(cells, strconv.FormatInt(r.PromptTokens, 10), strconv.FormatInt(r.CompletionTokens, 10),
-		FormatCost(r.Cost), strconv.FormatInt(r.Turns, 10))
+		FormatCost(r.Cost), strconv.FormatInt(r.Turns, 10), strconv.FormatInt(r.EstimatedTokens, 10))
 }
 
 // WriteUsageCSV writes a report as CSV (RFC 4180): a header row of its

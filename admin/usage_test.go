@@ -79,7 +79,7 @@ func TestUsageReport(t *testing.T) {
 		if got := lines(all); got != want {
 			t.Fatalf("default report:\n got %s\nwant %s", got, want)
 		}
-		if fmt.Sprint(all.Totals) != "map[completion_tokens:35 cost:0.093 prompt_tokens:58 turns:5]" {
+		if fmt.Sprint(all.Totals) != "map[completion_tokens:35 cost:0.093 estimated_tokens:0 prompt_tokens:58 turns:5]" {
 			t.Fatalf("totals %v", all.Totals)
 		}
 
@@ -156,34 +156,34 @@ func TestUsageCSV(t *testing.T) {
 	}
 	recs := csvOf("format=csv", "usage.csv")
 	want := [][]string{
-		{"user", "day", "model", "prompt_tokens", "completion_tokens", "cost", "turns"},
-		{"telegram:dm:9", "2026-03-01", "small", "2", "7", "0.009", "1"},
-		{"telegram:dm:9", "2026-03-02", "small", "3", "7", "0.01", "1"},
-		{"websocket:ann", "2026-03-01", "large", "20", "7", "0.027", "1"},
-		{"websocket:ann", "2026-03-01", "small", "5", "7", "0.012", "1"},
-		{"websocket:bob", "2026-03-02", "large", "28", "7", "0.035", "1"},
+		{"user", "day", "model", "prompt_tokens", "completion_tokens", "cost", "turns", "estimated_tokens"},
+		{"telegram:dm:9", "2026-03-01", "small", "2", "7", "0.009", "1", "0"},
+		{"telegram:dm:9", "2026-03-02", "small", "3", "7", "0.01", "1", "0"},
+		{"websocket:ann", "2026-03-01", "large", "20", "7", "0.027", "1", "0"},
+		{"websocket:ann", "2026-03-01", "small", "5", "7", "0.012", "1", "0"},
+		{"websocket:bob", "2026-03-02", "large", "28", "7", "0.035", "1", "0"},
 	}
 	if fmt.Sprint(recs) != fmt.Sprint(want) {
 		t.Fatalf("CSV:\n got %q\nwant %q", recs, want)
 	}
 	recs = csvOf("format=csv&by=user,channel&sort=cost&since=2026-03-01&until=2026-03-02", "usage-from-2026-03-01-to-2026-03-02.csv")
 	want = [][]string{
-		{"user", "channel", "prompt_tokens", "completion_tokens", "cost", "turns"},
-		{"websocket:ann", "websocket", "25", "14", "0.039", "2"},
-		{"websocket:bob", "websocket", "28", "7", "0.035", "1"},
-		{"telegram:dm:9", "telegram", "5", "14", "0.019", "2"},
+		{"user", "channel", "prompt_tokens", "completion_tokens", "cost", "turns", "estimated_tokens"},
+		{"websocket:ann", "websocket", "25", "14", "0.039", "2", "0"},
+		{"websocket:bob", "websocket", "28", "7", "0.035", "1", "0"},
+		{"telegram:dm:9", "telegram", "5", "14", "0.019", "2", "0"},
 	}
 	if fmt.Sprint(recs) != fmt.Sprint(want) {
 		t.Fatalf("CSV by user and channel, by cost:\n got %q\nwant %q", recs, want)
 	}
 	// A page of it, as asked.
 	recs = csvOf("format=csv&by=user&sort=cost&limit=1&offset=1", "usage.csv")
-	if fmt.Sprint(recs) != fmt.Sprint([][]string{{"user", "prompt_tokens", "completion_tokens", "cost", "turns"}, {"websocket:bob", "28", "7", "0.035", "1"}}) {
+	if fmt.Sprint(recs) != fmt.Sprint([][]string{{"user", "prompt_tokens", "completion_tokens", "cost", "turns", "estimated_tokens"}, {"websocket:bob", "28", "7", "0.035", "1", "0"}}) {
 		t.Fatalf("CSV page: %q", recs)
 	}
 	// Nothing to report: the header alone.
 	recs = csvOf("format=csv&by=day&user=nobody", "usage.csv")
-	if fmt.Sprint(recs) != "[[day prompt_tokens completion_tokens cost turns]]" {
+	if fmt.Sprint(recs) != "[[day prompt_tokens completion_tokens cost turns estimated_tokens]]" {
 		t.Fatalf("empty CSV: %q", recs)
 	}
 }

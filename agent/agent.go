@@ -110,6 +110,48 @@ type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	TotalTokens      int64
+	// Estimated: the server reported no usage (a stream stopped or cut
+	// before its usage chunk), so the counts are the gateway's estimate —
+	// EstimatePrompt of the request, EstimateTokens of what streamed.
+	Estimated bool
+}
+
+// EstimateTokens estimates the tokens of one message of n bytes of text
+// (its content and tool calls): a token per 4 bytes, and 4 for the
+// message. It is the rule session.max_history_tokens counts by.
+func EstimateTokens(n int) int { return n/4 + 4 }
+
+// EstimatePrompt estimates the prompt tokens of req as EstimateTokens
+// counts a message: the instructions, the history, the inputs and the
+// turn's rounds so far. Images are not counted.
+func EstimatePrompt(req Request) int64 {
+	return int64(EstimateMessages(req.Instructions, req.History, req.InputMessages(), req.Turn))
+}
+
+// EstimateMessages estimates the tokens of instructions (a system
+// prompt; "" is none) and of every message of msgs, as EstimateTokens
+// counts each.
+func EstimateMessages(instructions string, msgs ...[]Message) int {
+	n := 0
+	if instructions != "" {
+		n += EstimateTokens(len(instructions))
+	}
+	for _, ms := range msgs {
+		for _, m := range ms {
+			n += EstimateTokens(messageBytes(m))
+		}
+	}
+	return n
+}
+
+// messageBytes is the text of m EstimateTokens counts: its content and
+// its tool calls.
+func messageBytes(m Message) int {
+	size := len(m.Content)
+	for _, tc := range m.ToolCalls {
+		size += len(tc.ID) + len(tc.Name) + len(tc.Arguments)
+	}
+	return size
 }
 
 // Reply is what a turn produced: every message in order (assistant tool

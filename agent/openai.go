@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -91,7 +92,17 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 	)
 	if o.cfg.Stream && !req.Unstreamed {
 		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-		stream := o.client.Chat.Completions.NewStreaming(ctx, params)
+		// accepted: the server answered the request with a stream, so it
+		// read the prompt (and bills it) even when no chunk comes.
+		var accepted atomic.Bool
+		stream := o.client.Chat.Completions.NewStreaming(ctx, params, option.WithMiddleware(
+			func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+				resp, err := next(r)
+				if err == nil && resp.StatusCode/100 == 2 {
+					accepted.Store(true)
+				}
+				return resp, err
+			}))
 		defer stream.Close()
 		var acc openai.ChatCompletionAccumulator
 		var partial strings.Builder
@@ -106,7 +117,13 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 			}
 		}
 		if err := stream.Err(); err != nil {
-			return Reply{Messages: partialMessages(partial.String()), Model: spec.ID}, o.wrap(err)
+			// Stopped or cut before the usage chunk: what the call spent
+			// is estimated, so that a stopped answer is not free.
+			r := Reply{Messages: partialMessages(partial.String()), Model: spec.ID}
+			if accepted.Load() {
+				r.Usage, r.Cost = estimateSpend(req, &acc, partial.Len(), spec)
+			}
+			return r, o.wrap(err)
 		}
 		if len(acc.Choices) == 0 {
 			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
@@ -140,6 +157,25 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 		Cost:     float64(usage.PromptTokens)/1000*spec.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*spec.PricePer1KCompletion,
 		Model:    model,
 	}, nil
+}
+
+// estimateSpend is the estimated spend of a streamed call cut short
+// after the server accepted it: the request's prompt (EstimatePrompt)
+// and, as completion, the text and tool calls streamed so far
+// (textBytes of text; acc holds the calls), at spec's prices.
+func estimateSpend(req Request, acc *openai.ChatCompletionAccumulator, textBytes int, spec ModelSpec) (Usage, float64) {
+	u := Usage{PromptTokens: EstimatePrompt(req), Estimated: true}
+	n := textBytes
+	if len(acc.Choices) > 0 {
+		for _, tc := range acc.Choices[0].Message.ToolCalls {
+			n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	if n > 0 {
+		u.CompletionTokens = int64(EstimateTokens(n))
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u, float64(u.PromptTokens)/1000*spec.PricePer1KPrompt + float64(u.CompletionTokens)/1000*spec.PricePer1KCompletion
 }
 
 func partialMessages(text string) []Message {

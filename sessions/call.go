@@ -97,7 +97,13 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 			reply.Messages = []agent.Message{last}
 			break
 		}
+		stored := tt.n
 		results, err = tt.round(turnCtx, last, reply.Usage, reply.Cost, reply.Model)
+		if tt.n > stored {
+			// The round's stored message carries the call's spend: a
+			// turn that ends here does not count it again (spentBy).
+			reply.Usage, reply.Cost = agent.Usage{}, 0
+		}
 		partial.Reset() // the partial reply is the last round's
 	}
 	if serr := results.wait(); serr != nil && err == nil {
@@ -148,8 +154,9 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 			// any live replica now.
 			state = ledger.TurnInterrupted
 		}
-		return []ledger.Message{{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
-			ReplyTo: lead, Status: ledger.MsgInterrupted, Error: why, CreatedAt: now}}, agent.Reply{}, state
+		msg := ledger.Message{ConversationID: conv, Role: agent.RoleAssistant, Content: partial.String(),
+			ReplyTo: lead, Status: ledger.MsgInterrupted, Error: why, CreatedAt: now}
+		return []ledger.Message{msg}, spentBy(&msg, reply), state
 	default:
 		if err == nil {
 			err = errors.New("agent returned no message")
@@ -159,8 +166,22 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 		if errors.Is(err, ledger.ErrRejected) {
 			return failed(RejectedText, RejectedPrefix+err.Error()) // a tool round's storage (untilStored, appendRound)
 		}
-		return failed(m.opts.FailureText, err.Error())
+		msgs, _, state := failed(m.opts.FailureText, err.Error())
+		return msgs, spentBy(&msgs[0], reply), state
 	}
+}
+
+// spentBy puts what a call that ended in an error spent — reply's usage
+// and cost, the backend's estimate when it streamed before it was
+// stopped or cut (agent.Usage's Estimated) — on msg, the interrupted or
+// failed reply stored for it, and returns the reply that carries it to
+// the append (and so to the user's tally and budget).
+func spentBy(msg *ledger.Message, reply agent.Reply) agent.Reply {
+	if reply.Usage.PromptTokens == 0 && reply.Usage.CompletionTokens == 0 && reply.Cost == 0 {
+		return agent.Reply{}
+	}
+	msg.PromptTokens, msg.CompletionTkns, msg.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
+	return agent.Reply{Usage: reply.Usage, Cost: reply.Cost, Model: reply.Model}
 }
 
 // deltaSink passes a call's deltas on to next and keeps them: the

@@ -87,7 +87,10 @@ func (m *Manager) compactLater(in Inbound, conv string) {
 	go func() {
 		defer m.sweeps.Done()
 		for {
-			if _, err := m.compact(m.base, in, conv, false); err != nil {
+			if _, err := m.compact(m.base, in, conv, false); errors.Is(err, ErrOverBudget) {
+				m.log.Debug("compaction waits: the user is over their budget", slog.String("session_key", in.SessionKey),
+					slog.String("conversation", conv))
+			} else if err != nil {
 				m.log.Warn("compaction failed; the history is trimmed and the next turn tries again",
 					slog.String("session_key", in.SessionKey), slog.String("conversation", conv), slog.String("error", err.Error()))
 			}
@@ -109,7 +112,8 @@ func (m *Manager) compactLater(in Inbound, conv string) {
 // Compact summarises the key's active conversation now — everything but
 // its last exchange that no summary covers yet — and reports how many
 // messages the new summary took in (0: nothing to summarise). The
-// channel's policy must have compaction on (else ErrCompactionOff).
+// channel's policy must have compaction on (else ErrCompactionOff), and
+// the user must be within their budget (else an OverBudgetError).
 func (m *Manager) Compact(ctx context.Context, in Inbound) (int, error) {
 	if !m.Policy(in.Channel).Compaction.Enabled {
 		return 0, ErrCompactionOff
@@ -176,6 +180,12 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 		return 0, nil
 	}
 	upTo := fold[len(fold)-1].Seq
+	// A summary is a model call the user causes: tallied as theirs, and
+	// not made while they are over their budget. The turn that crossed
+	// it is their last model call until the budget frees up.
+	if s := m.overBudget(ctx, in, p); s != nil {
+		return 0, &OverBudgetError{Standing: *s}
+	}
 
 	live := m.settings()
 	ag := live.compactor
@@ -248,7 +258,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 		row.Seq = hc.conv.LastSeq + 1
 		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
 			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
-			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0)})
+			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0, false)})
 		if err == nil {
 			hc.push(row)
 			m.hot.Update(key, hc)

@@ -89,10 +89,10 @@ func keepEligible(out, msgs []*ledger.Message) []*ledger.Message {
 	return out
 }
 
-// estimateTokens estimates what a message costs in a model's context: a
-// token per 4 bytes of its text and tool calls, and 4 for the message.
+// estimateTokens estimates what a message costs in a model's context, as
+// agent.EstimateTokens counts its text and tool calls.
 func estimateTokens(m *ledger.Message) int {
-	return (len(m.Content)+len(m.ToolCalls))/4 + 4
+	return agent.EstimateTokens(len(m.Content) + len(m.ToolCalls))
 }
 
 // newestWithin is how many of the newest of msgs fit in max messages and,

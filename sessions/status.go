@@ -148,16 +148,5 @@ func (m *Manager) peek(ctx context.Context, in Inbound, policy Policy) (*hotConv
 // estimateRequest estimates the tokens of a request's system prompt and
 // history, as estimateTokens counts a stored message.
 func estimateRequest(instructions string, hist []agent.Message) int {
-	n := 0
-	if instructions != "" {
-		n += len(instructions)/4 + 4
-	}
-	for _, msg := range hist {
-		size := len(msg.Content)
-		for _, tc := range msg.ToolCalls {
-			size += len(tc.ID) + len(tc.Name) + len(tc.Arguments)
-		}
-		n += size/4 + 4
-	}
-	return n
+	return agent.EstimateMessages(instructions, hist)
 }

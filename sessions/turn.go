@@ -67,6 +67,7 @@ type turnRun struct {
 	model   *agent.ModelSpec // the model the turn asks for (nil: the agent's own)
 	tickets []*Ticket        // the local tickets of the batch's messages
 	lead    *Ticket          // the one that carries the reply, when here
+	called  bool             // the agent was called (callTurn): not refused, expired or stopped first
 }
 
 // claimTurn is the claim: under the key's state lock, the batch of
@@ -205,6 +206,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
 	}
 	turnCtx = m.withTurn(ctx, turnCtx)
+	t.called = true
 	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
 	endTurn()
 	return ledger.TurnRunning, msgs, reply, state
@@ -232,17 +234,20 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 	key, b := t.in.SessionKey, t.b
 	endStore := m.startSpan(ctx, "store reply")
 	waiting := func(since time.Time) { m.noticeDelay(t.tickets, since) }
-	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage.TotalTokens, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
+	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
 	if errors.Is(err, ledger.ErrRejected) {
 		m.log.ErrorContext(ctx, "the reply was rejected by the database; the turn fails", slog.String("session_key", key),
 			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()), slog.String("error", err.Error()))
 		msgs, state = rejectedReply(msgs, state, err)
-		err = m.appendReply(ctx, t.hc, msgs, t.now, 0, 0, "", b.Seqs(), b.Attempt, state, waiting)
+		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, "", b.Seqs(), b.Attempt, state, waiting)
 	}
 	endStore(err)
 	if err == nil {
 		m.delayOver(key)
-		if state != ledger.TurnInterrupted {
+		if state != ledger.TurnInterrupted && t.called {
+			// Only a turn that called the model grows what a summary
+			// folds; one refused (budget), expired or stopped before it
+			// ran causes no model call, a summary's included.
 			m.compactLater(t.in, t.conv)
 		}
 		return msgs, state, nil
@@ -377,7 +382,7 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 // when the drain's deadline has passed (the process ends; the others, or
 // its next start, run the turn). waiting is told, after each failure,
 // since when the reply has waited.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
 	userSeq := answers[len(answers)-1]
 	ctx := context.WithoutCancel(turnCtx)
 	var release *ledger.Settle
@@ -397,7 +402,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 		// while waiting, so that the user's next messages are stored
 		// meanwhile whenever storage takes them.
 		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
-		done, err := m.tryAppendReply(ctx, hc, msgs, now, tokens, cost, model, answers, attempt, state, release, expired, failed)
+		done, err := m.tryAppendReply(ctx, hc, msgs, now, usage, cost, model, answers, attempt, state, release, expired, failed)
 		unlock()
 		if done {
 			return err
@@ -432,7 +437,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 // done with the outcome, or not done with the storage error to wait on.
 // After a try that failed (failed: its error), the turn is read first:
 // that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, tokens int64, cost float64, model string, answers []int64, attempt int, state string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
 	userSeq := answers[len(answers)-1]
 	err := failed
 	for {
@@ -444,8 +449,8 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 			if release == nil && msgs[len(msgs)-1].Status == ledger.MsgOK {
 				turns = 1
 			}
-			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: tokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.usageFor(&hc.conv, msgs, model, now, turns)})
+			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: usage.TotalTokens, Cost: cost, Model: model,
+				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)

@@ -11,10 +11,13 @@ package sessions
 // The check reads the tallies as stored: replicas sharing a database see
 // each other's spend, and a user can overshoot a budget by at most the
 // turns already running when they reached it — one, since a user's
-// turns run one at a time (their topics' aside).
+// turns run one at a time (their topics' aside). Every other model call
+// a user causes checks it too (a summary: Manager.compact), and a turn
+// refused for the budget starts none.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -22,6 +25,22 @@ import (
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
+
+// ErrOverBudget is what a model call the user would cause answers while
+// they are over their budget (an OverBudgetError says which and until
+// when).
+var ErrOverBudget = errors.New("over budget")
+
+// OverBudgetError is the refusal of a model call for a user over their
+// budget: where they stand.
+type OverBudgetError struct{ Standing UsageStanding }
+
+func (e *OverBudgetError) Error() string {
+	return fmt.Sprintf("over budget (%s) until %s", e.Standing.Over(), e.Standing.ResetsAt().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrOverBudget) true.
+func (e *OverBudgetError) Is(target error) bool { return target == ErrOverBudget }
 
 // Budget is what one user may spend with the model; 0 is no limit.
 type Budget struct {
@@ -129,12 +148,17 @@ func budgetLocation(p Policy) *time.Location {
 
 // usageFor is what msgs spent, for the append that stores them on
 // conversation conv at at: nil when it spent nothing and answers no turn.
-func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64) *ledger.Usage {
+// estimated says their tokens are the gateway's estimate (agent.Usage's
+// Estimated): the tally keeps them as such.
+func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage {
 	u := ledger.Usage{Turns: turns}
 	for i := range msgs {
 		u.PromptTokens += msgs[i].PromptTokens
 		u.CompletionTokens += msgs[i].CompletionTkns
 		u.Cost += msgs[i].Cost
+	}
+	if estimated {
+		u.EstimatedTokens = u.PromptTokens + u.CompletionTokens
 	}
 	if u.Turns == 0 && u.PromptTokens == 0 && u.CompletionTokens == 0 && u.Cost == 0 {
 		return nil

@@ -9,10 +9,11 @@ const STATS_EVERY_MS = 3000;
 
 const USAGE_PAGE_SIZE = 100;
 const USAGE_DAYS = 30; // the usage view starts with the last 30 days
-const USAGE_SUMS = ['prompt_tokens', 'completion_tokens', 'cost', 'turns'];
+const USAGE_SUMS = ['prompt_tokens', 'completion_tokens', 'cost', 'turns', 'estimated_tokens'];
 const USAGE_HEADINGS = {
   user: 'user', day: 'day', model: 'model', channel: 'channel',
   prompt_tokens: 'prompt tokens', completion_tokens: 'completion tokens', cost: 'cost', turns: 'turns',
+  estimated_tokens: 'estimated tokens',
 };
 
 const $ = (id) => document.getElementById(id);

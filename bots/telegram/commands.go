@@ -34,6 +34,7 @@ const (
 	compactNothing    = "There is nothing to sum up yet."
 	compactOffText    = "Summaries are off here: I go on from the last messages of our conversation."
 	compactFailedText = "I couldn't sum up our conversation just now; please try again later."
+	compactBudgetText = "You have reached your usage limit, so I can't sum up our conversation now. /status shows when it resets."
 )
 
 // commandMenu is the list Telegram offers a user typing "/"; Start sets it
@@ -124,6 +125,8 @@ func (b *Bot) compact(ctx context.Context, in sessions.Inbound) string {
 	switch {
 	case errors.Is(err, sessions.ErrCompactionOff):
 		return compactOffText
+	case errors.Is(err, sessions.ErrOverBudget):
+		return compactBudgetText
 	case err != nil:
 		b.log.Warn("telegram: /compact failed", slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
 		return compactFailedText

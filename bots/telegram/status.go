@@ -109,6 +109,9 @@ func spend(t sessions.UsageTotals, tokenLimit int64, costLimit float64) string {
 	if tokenLimit > 0 {
 		out += fmt.Sprintf(" of %d", tokenLimit)
 	}
+	if t.EstimatedTokens > 0 {
+		out += fmt.Sprintf(" (%d estimated: answers stopped before the model counted them)", t.EstimatedTokens)
+	}
 	if t.Cost > 0 || costLimit > 0 {
 		out += fmt.Sprintf(", cost %.4f", t.Cost)
 		if costLimit > 0 {

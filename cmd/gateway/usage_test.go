@@ -73,13 +73,13 @@ func TestUsageCommand(t *testing.T) {
 		rows = append(rows, strings.Join(strings.Fields(l), " "))
 	}
 	want := []string{
-		"USER DAY MODEL PROMPT TOKENS COMPLETION TOKENS COST TURNS",
-		"telegram:dm:9 2026-03-01 small 2 7 0.009 1",
-		"websocket:ann 2026-03-01 large 20 7 0.027 1",
-		"websocket:ann 2026-03-01 small 5 7 0.012 1",
-		"websocket:bob 2026-03-02 large 28 7 0.035 1",
-		"websocket:cid " + today + " small 5 7 0.012 1",
-		"TOTAL 60 35 0.095 5",
+		"USER DAY MODEL PROMPT TOKENS COMPLETION TOKENS COST TURNS ESTIMATED TOKENS",
+		"telegram:dm:9 2026-03-01 small 2 7 0.009 1 0",
+		"websocket:ann 2026-03-01 large 20 7 0.027 1 0",
+		"websocket:ann 2026-03-01 small 5 7 0.012 1 0",
+		"websocket:bob 2026-03-02 large 28 7 0.035 1 0",
+		"websocket:cid " + today + " small 5 7 0.012 1 0",
+		"TOTAL 60 35 0.095 5 0",
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("gateway usage:\n%s\nwant (spacing aside):\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
@@ -88,20 +88,20 @@ func TestUsageCommand(t *testing.T) {
 	// Aligned: keys to the left, sums to the right.
 	got := gateway("usage", "-c", cfg, "-by", "user", "-sort", "cost", "-until", "2026-03-02")
 	wantTable := "" +
-		"USER           PROMPT TOKENS  COMPLETION TOKENS   COST  TURNS\n" +
-		"websocket:ann             25                 14  0.039      2\n" +
-		"websocket:bob             28                  7  0.035      1\n" +
-		"telegram:dm:9              2                  7  0.009      1\n" +
-		"TOTAL                     55                 28  0.083      4\n"
+		"USER           PROMPT TOKENS  COMPLETION TOKENS   COST  TURNS  ESTIMATED TOKENS\n" +
+		"websocket:ann             25                 14  0.039      2                 0\n" +
+		"websocket:bob             28                  7  0.035      1                 0\n" +
+		"telegram:dm:9              2                  7  0.009      1                 0\n" +
+		"TOTAL                     55                 28  0.083      4                 0\n"
 	if got != wantTable {
 		t.Fatalf("gateway usage -by user -sort cost -until 2026-03-02:\n%s\nwant:\n%s", got, wantTable)
 	}
 
 	// CSV, the admin API's: the same columns, no totals line.
 	got = gateway("usage", "-c", cfg, "-by", "model,channel", "-since", "2026-03-02", "-csv")
-	wantCSV := "model,channel,prompt_tokens,completion_tokens,cost,turns\n" +
-		"large,websocket,28,7,0.035,1\n" +
-		"small,websocket,5,7,0.012,1\n"
+	wantCSV := "model,channel,prompt_tokens,completion_tokens,cost,turns,estimated_tokens\n" +
+		"large,websocket,28,7,0.035,1,0\n" +
+		"small,websocket,5,7,0.012,1,0\n"
 	if got != wantCSV {
 		t.Fatalf("gateway usage -csv:\n%s\nwant:\n%s", got, wantCSV)
 	}
@@ -118,7 +118,7 @@ func TestUsageCommand(t *testing.T) {
 	if got := gateway("usage", "-c", cfg, "-user", "websocket:nobody"); got != "no usage recorded for this selection\n" {
 		t.Fatalf("gateway usage for nobody: %q", got)
 	}
-	if got := gateway("usage", "-c", cfg, "-by", "", "-channel", "telegram"); strings.Join(strings.Fields(got), " ") != "PROMPT TOKENS COMPLETION TOKENS COST TURNS 2 7 0.009 1" {
+	if got := gateway("usage", "-c", cfg, "-by", "", "-channel", "telegram"); strings.Join(strings.Fields(got), " ") != "PROMPT TOKENS COMPLETION TOKENS COST TURNS ESTIMATED TOKENS 2 7 0.009 1 0" {
 		t.Fatalf("gateway usage -by '' -channel telegram:\n%s", got)
 	}
 }

@@ -27,7 +27,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	channel := fs.String("channel", "", "only this `CHANNEL` (websocket, telegram)")
 	model := fs.String("model", "", "only this `MODEL`")
 	by := fs.String("by", strings.Join(admin.DefaultUsageBy, ","), "group by `GROUPS`: any of user, day, model and channel, comma-separated; \"\" for one row of everything")
-	sortCol := fs.String("sort", "", "order by `COLUMN`: a group, prompt_tokens, completion_tokens, cost or turns (default: the groups)")
+	sortCol := fs.String("sort", "", "order by `COLUMN`: a group, prompt_tokens, completion_tokens, cost, turns or estimated_tokens (default: the groups)")
 	order := fs.String("order", "", "asc or desc (default: asc for a group, desc for a sum)")
 	limit := fs.Int("limit", 0, "print the first `N` rows only (0: all); the totals stay the whole report's")
 	asCSV := fs.Bool("csv", false, "print CSV, as the admin API's format=csv, instead of a table")

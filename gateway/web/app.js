@@ -463,6 +463,7 @@
   function spent(t, tokenLimit, costLimit) {
     let s = count(t.turns || 0, "answer") + ", " + count((t.prompt_tokens || 0) + (t.completion_tokens || 0), "token");
     if (tokenLimit) s += " of " + tokenLimit;
+    if (t.estimated_tokens) s += " (" + t.estimated_tokens + " estimated: answers stopped before the model counted them)";
     if (t.cost || costLimit) s += ", cost " + (t.cost || 0).toFixed(4) + (costLimit ? " of " + costLimit.toFixed(2) : "");
     return s;
   }

@@ -14,6 +14,10 @@ type Answer struct {
 	Text      string
 	ToolCalls []ToolCall
 	Usage     *Usage // nil: 1 prompt token, 1 completion token
+	// StallAfter, when streaming, sends the role chunk and this many
+	// pieces of Text, then nothing more until the client ends the
+	// request: a reply stopped or cut mid-stream, with no usage chunk.
+	StallAfter int
 }
 
 // Usage is an answer's token counts.
@@ -179,7 +183,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, a Answer, includ
 	if !wait(r, delay) {
 		return
 	}
-	for _, c := range a.chunks(includeUsage) {
+	for i, c := range a.chunks(includeUsage) {
+		if a.StallAfter > 0 && i == 1+a.StallAfter {
+			<-r.Context().Done()
+			return
+		}
 		if _, err := w.Write([]byte("data: " + string(c) + "\n\n")); err != nil {
 			return
 		}

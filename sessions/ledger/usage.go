@@ -19,6 +19,10 @@ type Usage struct {
 
 	PromptTokens, CompletionTokens int64
 	Cost                           float64
+	// EstimatedTokens are the tokens of PromptTokens and CompletionTokens
+	// that are the gateway's estimate, not the model server's count (a
+	// reply stopped or cut before the server reported its usage).
+	EstimatedTokens int64
 	// Turns counts the turns the append answers: 1 for a final reply, 0
 	// for a tool round or a summary.
 	Turns int64
@@ -35,6 +39,7 @@ type UsageDay struct {
 	CompletionTokens int64   `gorm:"not null;default:0" json:"completion_tokens"`
 	Cost             float64 `gorm:"not null;default:0" json:"cost"`
 	Turns            int64   `gorm:"not null;default:0" json:"turns"`
+	EstimatedTokens  int64   `gorm:"not null;default:0" json:"estimated_tokens"`
 }
 
 // UsageTotals is a sum of tallies.
@@ -43,6 +48,10 @@ type UsageTotals struct {
 	CompletionTokens int64   `json:"completion_tokens"`
 	Cost             float64 `json:"cost"`
 	Turns            int64   `json:"turns"`
+	// EstimatedTokens are the tokens of the two above that are the
+	// gateway's estimate (Usage.EstimatedTokens); the cost of those
+	// tokens is estimated with them.
+	EstimatedTokens int64 `json:"estimated_tokens"`
 }
 
 // Tokens is the prompt and completion tokens together.
@@ -54,6 +63,7 @@ func (t *UsageTotals) Add(u UsageTotals) {
 	t.CompletionTokens += u.CompletionTokens
 	t.Cost += u.Cost
 	t.Turns += u.Turns
+	t.EstimatedTokens += u.EstimatedTokens
 }
 
 // UsageUser is the user a session key's spend is tallied for: the key
@@ -84,7 +94,7 @@ func UsageRows(us []*Usage) []UsageDay {
 	if len(us) == 1 { // one reply's batch: nothing to add up or order
 		u := us[0]
 		return []UsageDay{{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel,
-			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns}}
+			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns, EstimatedTokens: u.EstimatedTokens}}
 	}
 	type key struct{ user, day, model string }
 	idx := map[key]int{}
@@ -102,6 +112,7 @@ func UsageRows(us []*Usage) []UsageDay {
 		r.CompletionTokens += u.CompletionTokens
 		r.Cost += u.Cost
 		r.Turns += u.Turns
+		r.EstimatedTokens += u.EstimatedTokens
 	}
 	slices.SortFunc(rows, func(a, b UsageDay) int {
 		return cmp.Or(cmp.Compare(a.UserKey, b.UserKey), cmp.Compare(a.Day, b.Day), cmp.Compare(a.Model, b.Model))

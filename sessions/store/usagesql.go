@@ -32,7 +32,8 @@ func usageOf(ops []*writeOp) []*ledger.Usage {
 const usageUpsertTail = ` ON CONFLICT (user_key, day, model) DO UPDATE SET
 	prompt_tokens = usage_days.prompt_tokens + excluded.prompt_tokens,
 	completion_tokens = usage_days.completion_tokens + excluded.completion_tokens,
-	cost = usage_days.cost + excluded.cost, turns = usage_days.turns + excluded.turns`
+	cost = usage_days.cost + excluded.cost, turns = usage_days.turns + excluded.turns,
+	estimated_tokens = usage_days.estimated_tokens + excluded.estimated_tokens`
 
 // tallyUsage adds the usages of ops to their rows, on the transaction's
 // statements (SQLite's group commit).
@@ -40,10 +41,10 @@ func tallyUsage(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	rows := ledger.UsageRows(usageOf(ops))
 	for start := 0; start < len(rows); start += stmtRows {
 		chunk := rows[start:min(start+stmtRows, len(rows))]
-		args := make([]any, 0, 8*len(chunk))
+		args := make([]any, 0, 9*len(chunk))
 		for i := range chunk {
 			r := &chunk[i]
-			args = append(args, &r.UserKey, &r.Day, &r.Model, &r.Channel, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
+			args = append(args, &r.UserKey, &r.Day, &r.Model, &r.Channel, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
 		}
 		if _, err := st.exec(tx, tallyUsageSQL.text(len(chunk)), args...); err != nil {
 			return fmt.Errorf("tally usage: %w", err)
@@ -52,49 +53,51 @@ func tallyUsage(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	return nil
 }
 
-var tallyUsageSQL = newRowTexts(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns) VALUES `,
-	"(?, ?, ?, ?, ?, ?, ?, ?)", usageUpsertTail)
+var tallyUsageSQL = newRowTexts(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns, estimated_tokens) VALUES `,
+	"(?, ?, ?, ?, ?, ?, ?, ?, ?)", usageUpsertTail)
 
 // pgTallyUsage is tallyUsage on PostgreSQL's pipeline: the rows as arrays,
 // one statement text whatever their number.
-var pgTallyUsage = `INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns)
+var pgTallyUsage = `INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns, estimated_tokens)
 SELECT * FROM ` + pgArrayRows("user_key $1::varchar[]", "day $2::varchar[]", "model $3::varchar[]", "channel $4::varchar[]",
-	"prompt_tokens $5::bigint[]", "completion_tokens $6::bigint[]", "cost $7::numeric[]", "turns $8::bigint[]") + ` AS v` + usageUpsertTail
+	"prompt_tokens $5::bigint[]", "completion_tokens $6::bigint[]", "cost $7::numeric[]", "turns $8::bigint[]",
+	"estimated_tokens $9::bigint[]") + ` AS v` + usageUpsertTail
 
 // pgUsageArgs is the arguments of pgTallyUsage for rows.
 func pgUsageArgs(rows []ledger.UsageDay) []any {
 	n := len(rows)
 	users, days, models, channels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	prompt, completion, turns := make([]int64, n), make([]int64, n), make([]int64, n)
+	prompt, completion, turns, estimated := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	cost := make([]float64, n)
 	for i, r := range rows {
 		users[i], days[i], models[i], channels[i] = r.UserKey, r.Day, r.Model, r.Channel
-		prompt[i], completion[i], cost[i], turns[i] = r.PromptTokens, r.CompletionTokens, r.Cost, r.Turns
+		prompt[i], completion[i], cost[i], turns[i], estimated[i] = r.PromptTokens, r.CompletionTokens, r.Cost, r.Turns, r.EstimatedTokens
 	}
-	return []any{users, days, models, channels, prompt, completion, cost, turns}
+	return []any{users, days, models, channels, prompt, completion, cost, turns, estimated}
 }
 
 // UserUsage is a user's spend on one day and in that day's month, both
 // days as YYYY-MM-DD: day, and the first of its month.
 func (s *DB) UserUsage(ctx context.Context, user, day, monthStart string) (today, month ledger.UsageTotals, err error) {
 	var r struct {
-		DP, DC, MP, MC, DT, MT int64
-		DCost, MCost           float64
+		DP, DC, MP, MC, DT, MT, DE, ME int64
+		DCost, MCost                   float64
 	}
 	err = s.read.WithContext(ctx).Raw(`SELECT
 		COALESCE(SUM(CASE WHEN day = ? THEN prompt_tokens ELSE 0 END), 0) AS dp,
 		COALESCE(SUM(CASE WHEN day = ? THEN completion_tokens ELSE 0 END), 0) AS dc,
 		COALESCE(SUM(CASE WHEN day = ? THEN cost ELSE 0 END), 0) AS d_cost,
 		COALESCE(SUM(CASE WHEN day = ? THEN turns ELSE 0 END), 0) AS dt,
+		COALESCE(SUM(CASE WHEN day = ? THEN estimated_tokens ELSE 0 END), 0) AS de,
 		COALESCE(SUM(prompt_tokens), 0) AS mp, COALESCE(SUM(completion_tokens), 0) AS mc,
-		COALESCE(SUM(cost), 0) AS m_cost, COALESCE(SUM(turns), 0) AS mt
+		COALESCE(SUM(cost), 0) AS m_cost, COALESCE(SUM(turns), 0) AS mt, COALESCE(SUM(estimated_tokens), 0) AS me
 		FROM usage_days WHERE user_key = ? AND day >= ? AND day <= ?`,
-		day, day, day, day, user, monthStart, day).Scan(&r).Error
+		day, day, day, day, day, user, monthStart, day).Scan(&r).Error
 	if err != nil {
 		return today, month, fmt.Errorf("read usage of %s: %w", user, err)
 	}
-	today = ledger.UsageTotals{PromptTokens: r.DP, CompletionTokens: r.DC, Cost: r.DCost, Turns: r.DT}
-	month = ledger.UsageTotals{PromptTokens: r.MP, CompletionTokens: r.MC, Cost: r.MCost, Turns: r.MT}
+	today = ledger.UsageTotals{PromptTokens: r.DP, CompletionTokens: r.DC, Cost: r.DCost, Turns: r.DT, EstimatedTokens: r.DE}
+	month = ledger.UsageTotals{PromptTokens: r.MP, CompletionTokens: r.MC, Cost: r.MCost, Turns: r.MT, EstimatedTokens: r.ME}
 	return today, month, nil
 }
 
@@ -134,7 +137,7 @@ var usageGroups = map[string]string{"user": "user_key", "day": "day", "model": "
 var UsageGroups = []string{"user", "day", "model", "channel"}
 
 // UsageSums are the summed columns of a report, in its order.
-var UsageSums = []string{"prompt_tokens", "completion_tokens", "cost", "turns"}
+var UsageSums = []string{"prompt_tokens", "completion_tokens", "cost", "turns", "estimated_tokens"}
 
 // ValidUsageGroup reports whether a report can group by g.
 func ValidUsageGroup(g string) bool { _, ok := usageGroups[g]; return ok }
@@ -174,7 +177,7 @@ func (f UsageFilter) Validate() error {
 }
 
 const usageSumsSelect = "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens, " +
-	"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns"
+	"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns, COALESCE(SUM(estimated_tokens), 0) AS estimated_tokens"
 
 // usageGrouped is the query of f's groups and their sums, unordered, and
 // its group columns.
@@ -252,7 +255,7 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 	var out []UsageRow
 	for rows.Next() {
 		var r UsageRow
-		dest := make([]any, 0, len(cols)+4)
+		dest := make([]any, 0, len(cols)+5)
 		for _, g := range f.By {
 			switch g {
 			case "user":
@@ -265,7 +268,7 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 				dest = append(dest, &r.Channel)
 			}
 		}
-		dest = append(dest, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
+		dest = append(dest, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("usage report: %w", err)
 		}
@@ -292,7 +295,7 @@ func (s *DB) UsageSummary(ctx context.Context, f UsageFilter) (UsageSummary, err
 	var r UsageSummary
 	err = s.read.WithContext(maintenance(ctx)).Table("(?) AS g", sub).
 		Select("COUNT(*) AS n_rows, "+usageSumsSelect).Row().
-		Scan(&r.Rows, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns)
+		Scan(&r.Rows, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
 	if err != nil {
 		return UsageSummary{}, fmt.Errorf("usage summary: %w", err)
 	}

@@ -92,7 +92,7 @@ func TestUsageFilterValidate(t *testing.T) {
 		{UsageFilter{Since: "2026-1-2"}, `since: want a day as YYYY-MM-DD, got "2026-1-2"`},
 		{UsageFilter{Until: "tomorrow"}, `until: want a day as YYYY-MM-DD, got "tomorrow"`},
 		{UsageFilter{Since: "2026-02-01", Until: "2026-01-31"}, "since (2026-02-01) is after until (2026-01-31)"},
-		{UsageFilter{By: []string{"user"}, Sort: "day"}, `sort: "day" is not a column of this report (want one of user, prompt_tokens, completion_tokens, cost, turns)`},
+		{UsageFilter{By: []string{"user"}, Sort: "day"}, `sort: "day" is not a column of this report (want one of user, prompt_tokens, completion_tokens, cost, turns, estimated_tokens)`},
 		{UsageFilter{Sort: "cost; DROP TABLE usage_days"}, `sort: "cost; DROP TABLE usage_days" is not a column`},
 		{UsageFilter{Limit: -1}, "limit and offset"},
 	} {
