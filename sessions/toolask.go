@@ -208,8 +208,9 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 }
 
 // DecideTool records a user's decision on an asking call. Only the user
-// whose turn it is may decide (in a group, others' taps are refused); a
-// call decided already, or expired, is refused with ErrToolDecided.
+// whose turn it is may decide (in a group, others' taps are refused,
+// ErrToolNotYours); an expired ask is refused with ErrToolExpired, and a
+// call decided or cancelled already with ErrToolDecided.
 func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, error) {
 	c, err := m.store.ToolCall(ctx, d.ID)
 	if err != nil {

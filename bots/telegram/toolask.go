@@ -50,9 +50,10 @@ const (
 
 // How an ask ended, as its message and a stale tap tell it.
 const (
-	askAllowed = "allowed"
-	askDenied  = "denied"
-	askExpired = "expired"
+	askAllowed   = "allowed"
+	askDenied    = "denied"
+	askExpired   = "expired"
+	askCancelled = "cancelled" // /stop, or a newer message, cut the turn first
 )
 
 // What a tap on an ask's button is answered with.
@@ -61,6 +62,7 @@ const (
 	tapDeniedText   = "Denied"
 	tapDecidedText  = "Already decided"
 	tapExpiredText  = "This request has expired"
+	tapStoppedText  = "This request was cancelled"
 	tapGoneText     = "This request is no longer open"
 	tapTryAgainText = "Something went wrong — try again"
 )
@@ -76,7 +78,7 @@ const (
 // and the names of the users who wrote, to say who may decide. It is a
 // courtesy: after a restart, or across replicas, the texts are plainer.
 type toolAsks struct {
-	outcomes *lru.Cache[int64, string] // call id → askAllowed, askDenied, askExpired
+	outcomes *lru.Cache[int64, string] // call id → askAllowed, askDenied, askExpired, askCancelled
 	askedOf  *lru.Cache[int64, int64]  // call id → the user asked
 	names    *lru.Cache[int64, string] // user id → how to call them
 }
@@ -164,9 +166,12 @@ func (b *Bot) outcomeOf(ev sessions.ToolEvent) string {
 		return v
 	}
 	out := askAllowed
-	if ev.Status == sessions.ToolExpired {
+	switch ev.Status {
+	case sessions.ToolExpired:
 		out = askExpired
-	} else if ev.Status == sessions.ToolDenied {
+	case sessions.ToolCancelled:
+		out = askCancelled
+	case sessions.ToolDenied:
 		out = askDenied
 		if !ev.ExpiresAt.IsZero() && !b.opts.Now().Before(ev.ExpiresAt) {
 			out = askExpired
@@ -241,8 +246,11 @@ var tapRefusals = []tapRefusal{
 	// runs here and its edit goes through; the tap does not count on it.
 	{err: sessions.ErrToolExpired, ends: askExpired, answer: func(*Bot, int64) string { return tapExpiredText }},
 	{err: sessions.ErrToolDecided, answer: func(b *Bot, id int64) string {
-		if v, ok := b.asks.outcomes.Get(id); ok && v == askExpired {
+		switch v, _ := b.asks.outcomes.Get(id); v {
+		case askExpired:
 			return tapExpiredText
+		case askCancelled:
+			return tapStoppedText
 		}
 		return tapDecidedText
 	}},
@@ -266,7 +274,8 @@ func (b *Bot) askedName(id int64) string {
 // them is answered as stale).
 func (b *Bot) closeAsk(ctx context.Context, chat int64, msg int, ev sessions.ToolEvent, outcome string) {
 	ctx = context.WithoutCancel(ctx)
-	foot := map[string]string{askAllowed: "✅ Allowed", askDenied: "❌ Denied", askExpired: "⌛ Expired — not run"}[outcome]
+	foot := map[string]string{askAllowed: "✅ Allowed", askDenied: "❌ Denied", askExpired: "⌛ Expired — not run",
+		askCancelled: "⏹ Cancelled — not run"}[outcome]
 	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": askText(ev, htmlEscaper.Replace(foot), true),
 		"parse_mode": tgbotapi.ModeHTML}
 	params.AddNonZero("message_id", msg)

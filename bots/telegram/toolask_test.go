@@ -182,6 +182,33 @@ func TestToolAskDeniedNeverRuns(t *testing.T) {
 	api.CheckAnswers(t)
 }
 
+// /stop while a call waits for its user's decision ends the ask: its
+// message says it was cancelled and loses its buttons, a tap on them is
+// told so, and the call never runs.
+func TestToolAskStoppedIsCancelled(t *testing.T) {
+	s, srv := toolSetup(t, nil, Options{Streaming: StreamOff}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "count"))
+	id, allow, _ := askOf(t, api, 7, 1)
+	api.Push(telegramtest.DM(7, "/stop"))
+	api.WaitKeyboard(t, 7, id, true)
+	if text := api.Text(7, id); !strings.Contains(text, "⏹ Cancelled — not run") || !strings.Contains(text, "t__counter") {
+		t.Fatalf("ask after /stop = %q", text)
+	}
+	q := api.TapStale(7, 7, id, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "This request was cancelled" {
+		t.Fatalf("a tap after /stop answered %+v", ans)
+	}
+	if states := callStates(t, h); len(states) != 1 || states[0] != ledger.ToolCancelled {
+		t.Fatalf("calls = %v, want the ask cancelled", states)
+	}
+	if n := srv.Count(); n != 0 {
+		t.Fatalf("counter ran %d times, want never", n)
+	}
+	api.CheckAnswers(t)
+}
+
 // In a group (here a forum topic) only the user whose turn it is decides: another member's
 // tap is answered with who may and changes nothing; a tap from someone
 // outside allowed_users is answered and ignored; a button the bot does
