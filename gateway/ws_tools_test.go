@@ -369,18 +369,18 @@ func TestToolDecisionAfterTheExpiryIsRefusedAsExpired(t *testing.T) {
 // falls through to "internal, send it again", which would have a client
 // offer the decision again for ever.
 func TestEveryDecisionErrorHasItsAnswer(t *testing.T) {
-	for name, msg := range tooltest.DecisionErrors(t) {
+	for _, want := range sessions.ToolDecisionErrors {
 		found := false
 		for _, r := range decisionRefusals {
-			if r.err.Error() == msg {
+			if r.err == want {
 				found = true
 				if f := r.frame(7); f.Code == errInternal.Code || !strings.Contains(f.Message, "7") {
-					t.Errorf("sessions.%s is answered %+v", name, f)
+					t.Errorf("%q is answered %+v", want, f)
 				}
 			}
 		}
 		if !found {
-			t.Errorf("sessions.%s (%q) has no entry in decisionRefusals", name, msg)
+			t.Errorf("%q has no entry in decisionRefusals", want)
 		}
 	}
 	if r := refusalOf(errors.New("database is down")); r.frame(7).Code != errInternal.Code || r.ends != "" {

@@ -90,3 +90,9 @@ var (
 	ErrToolDecided  = errors.New("this call was decided already")
 	ErrToolExpired  = errors.New("this call's ask has expired")
 )
+
+// ToolDecisionErrors are the errors DecideTool refuses a decision with:
+// a channel answers each in its own words (its tests walk this list), and
+// any other error is a decision that could not be stored. A new refusal
+// goes here with its declaration.
+var ToolDecisionErrors = []error{ErrToolNotFound, ErrToolNotYours, ErrToolDecided, ErrToolExpired}
