@@ -60,6 +60,9 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	return &OpenAI{cfg: cfg, client: openai.NewClient(opts...)}
 }
 
+// Config is the configuration the backend was made with.
+func (o *OpenAI) Config() OpenAIConfig { return o.cfg }
+
 // Name implements Agent.
 func (o *OpenAI) Name() string { return o.cfg.Name }
 

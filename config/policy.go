@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -22,6 +23,12 @@ type Value[T any] struct {
 	// read; V is the default, and nothing may be concluded from it.
 	unread bool
 }
+
+// value is V of a Value of any type: what SamePolicies compares.
+func (v Value[T]) value() any { return v.V }
+
+// valued is implemented by every Value.
+type valued interface{ value() any }
 
 // Policy is one channel's effective conversation policy.
 type Policy struct {
@@ -63,6 +70,58 @@ func (p Policy) Location() *time.Location {
 		return time.UTC
 	}
 	return loc
+}
+
+// SamePolicies reports whether a and b resolve every setting of every
+// channel to the same value. Where a value came from (the From of each
+// Value) does not count: a key moved to another line, or from a channel to
+// the top level with the same value, changes nothing. Every field of
+// Policy is compared, whatever it is, so a setting added to Policy is
+// compared without being named here.
+func SamePolicies(a, b []Policy) bool {
+	return sameValues(reflect.ValueOf(a), reflect.ValueOf(b))
+}
+
+func sameValues(a, b reflect.Value) bool {
+	if a.Type() != b.Type() {
+		return false
+	}
+	if a.CanInterface() {
+		if av, ok := a.Interface().(valued); ok {
+			return reflect.DeepEqual(av.value(), b.Interface().(valued).value())
+		}
+	}
+	switch a.Kind() {
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if !sameValues(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Slice:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for i := range a.Len() {
+			if !sameValues(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Map:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for _, k := range a.MapKeys() {
+			bv := b.MapIndex(k)
+			if !bv.IsValid() || !sameValues(a.MapIndex(k), bv) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a.Interface(), b.Interface())
 }
 
 // Daily reports whether the policy resets at a fixed hour.

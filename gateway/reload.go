@@ -29,6 +29,15 @@ type WSSettings struct {
 	HistoryLimit        int
 }
 
+// Settings are the settings in force: what the last Reconfigure gave, or
+// the options of NewWebSocket, with their defaults.
+func (ws *WebSocket) Settings() WSSettings {
+	cur := ws.cur.Load()
+	s := WSSettings{AuthTokens: maps.Clone(cur.tokens), Anonymous: cur.anonymous, HistoryLimit: cur.historyLimit}
+	s.RatePerSecond, s.RateBurst, s.RateGlobalPerSecond, s.RateGlobalBurst = ws.limits.Rates()
+	return s
+}
+
 // Reconfigure applies new auth tokens, rate limits and history limit
 // without closing a connection. Connections that already said hello keep
 // their principal (a removed token ends no session); new connections and

@@ -48,6 +48,14 @@ type Settings struct {
 	ContextTokens int
 }
 
+// Settings are the settings in force: those of the last Reconfigure, or
+// of Options. A turn that starts now runs with them.
+func (m *Manager) Settings() Settings {
+	s := m.settings()
+	return Settings{Policies: maps.Clone(s.policies), Instructions: s.instructions, Agent: s.agent, Compactor: s.compactor,
+		Models: slices.Clone(s.models), ContextTokens: s.contextTokens}
+}
+
 // Reconfigure applies new policies, instructions and agent to the turns
 // that start from now on; running turns finish with what they started
 // with. The daily and idle sweeps are rescheduled for the new policies.

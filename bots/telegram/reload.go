@@ -25,6 +25,17 @@ type Settings struct {
 	RateGlobalBurst     int
 }
 
+// Settings are the settings in force: what the last Reconfigure gave, or
+// the options of New.
+func (b *Bot) Settings() Settings {
+	cur := b.cur.Load()
+	s := Settings{AllowedUsers: slices.Clone(cur.allowedUsers), GroupPolicy: cur.groupPolicy}
+	if rl := b.limits.rate.Load(); rl != nil {
+		s.RatePerSecond, s.RateBurst, s.RateGlobalPerSecond, s.RateGlobalBurst = rl.Rates()
+	}
+	return s
+}
+
 // Reconfigure applies a new allowlist, group policy and rate limits to the
 // updates handled from now on, and sets the command menu again when the
 // session manager's reload turned agent.models on or off. Polling (or the

@@ -36,6 +36,8 @@ type reloader struct {
 	bot     *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
 	transcriber *liveTranscriber
+	// tools follows session.tools (nil without agent.tools.servers).
+	tools *liveTools
 
 	mu      sync.Mutex     // one reload at a time
 	started *config.Config // what the process started with: restart-only keys
@@ -73,7 +75,8 @@ func (r *reloader) reload(by string) error {
 	for _, w := range cfg.Warnings {
 		r.log.Warn(w)
 	}
-	changed := r.apply(cfg)
+	changed, _ := changedKeys(r.applied, cfg)
+	r.apply(cfg)
 	if keys := restartKeys(r.started, cfg); len(keys) > 0 {
 		r.log.Warn("reload: these keys need a restart: " + strings.Join(keys, ", "))
 	}
@@ -87,125 +90,207 @@ func (r *reloader) reload(by string) error {
 	return nil
 }
 
-// apply hands the new values to the consumers and returns the names of
-// the sections that changed.
-func (r *reloader) apply(cfg *config.Config) []string {
+// apply hands the new values to the consumers. The session manager's
+// part is compared whole, as it is resolved, and handed down when it
+// differs; the channels take theirs every time.
+func (r *reloader) apply(cfg *config.Config) {
 	old := r.applied
-	var changed []string
+	// The policies are compared as resolved, every field of
+	// config.Policy: budgets, tool lists and whatever comes next
+	// included.
+	policiesChanged := !config.SamePolicies(old.Policies(), cfg.Policies())
 	// agent includes the instructions.
 	agentChanged := !reflect.DeepEqual(old.Agent, cfg.Agent) || old.Session.Compaction.Model != cfg.Session.Compaction.Model
-	if policyText(old) != policyText(cfg) || agentChanged {
+	if policiesChanged || agentChanged {
 		s := sessions.Settings{Policies: policies(cfg), Instructions: cfg.Agent.Instructions}
-		if policyText(old) != policyText(cfg) {
-			changed = append(changed, "policies")
-		}
 		if agentChanged {
 			// The new agent writes the turns that start from now on; a
 			// running turn finishes with the one it called.
 			s.Agent, s.Compactor = newAgent(cfg), newCompactor(cfg)
 			s.Models, s.ContextTokens = models(cfg), cfg.Agent.OpenAI.ContextTokens
 			r.transcriber.follow(s.Agent)
-			changed = append(changed, "agent")
 		}
 		if err := r.mgr.Reconfigure(s); err != nil {
 			r.log.Error("reload: sweeps", slog.String("error", err.Error()))
 		}
+		r.tools.follow(cfg)
 	}
 	if old.DelayNotice() != cfg.DelayNotice() {
 		r.mgr.SetDelayNotice(cfg.DelayNotice())
-		changed = append(changed, "session.delay_notice")
 	}
-	ows, nws := old.Channels.WebSocket, cfg.Channels.WebSocket
-	if !reflect.DeepEqual(ows.AuthTokens, nws.AuthTokens) || old.AnonymousWebSocket() != cfg.AnonymousWebSocket() {
-		changed = append(changed, "auth_tokens")
-	}
-	if ows.RateLimit != nws.RateLimit || old.Channels.Telegram.RateLimit != cfg.Channels.Telegram.RateLimit {
-		changed = append(changed, "rate_limits")
-	}
-	r.ws.Reconfigure(gateway.WSSettings{
-		AuthTokens: nws.AuthTokens, Anonymous: cfg.AnonymousWebSocket(),
-		RatePerSecond: nws.RateLimit.PerSecond, RateBurst: nws.RateLimit.Burst,
-		RateGlobalPerSecond: nws.RateLimit.GlobalPerSecond, RateGlobalBurst: nws.RateLimit.GlobalBurst,
-		HistoryLimit: max(cfg.Policy(config.ChannelWebSocket).MaxHistory.V, 1),
-	})
-	otg, ntg := old.Channels.Telegram, cfg.Channels.Telegram
-	if !reflect.DeepEqual(otg.AllowedUsers, ntg.AllowedUsers) || otg.GroupPolicy != ntg.GroupPolicy {
-		changed = append(changed, "allowlists")
-	}
+	// The channels take their settings on every reload: they are cheap
+	// to hand over, and the bot sets its command menu again when the
+	// agent's models were turned on or off.
+	r.ws.Reconfigure(wsSettings(cfg))
 	if r.bot != nil {
-		r.bot.Reconfigure(telegram.Settings{
-			AllowedUsers: ntg.AllowedUsers, GroupPolicy: ntg.GroupPolicy,
-			RatePerSecond: ntg.RateLimit.PerSecond, RateBurst: ntg.RateLimit.Burst,
-			RateGlobalPerSecond: ntg.RateLimit.GlobalPerSecond, RateGlobalBurst: ntg.RateLimit.GlobalBurst,
-		})
+		r.bot.Reconfigure(botSettings(cfg))
 	}
-	if old.Log.Level != cfg.Log.Level {
+	if logLevel(old) != logLevel(cfg) {
 		r.level.Set(logLevel(cfg))
-		changed = append(changed, "log.level")
 	}
-	return changed
 }
 
-// policyText is the resolved policies in a comparable form.
-func policyText(cfg *config.Config) string {
-	var b strings.Builder
-	for _, p := range cfg.Policies() {
-		fmt.Fprintf(&b, "%s %d %s %d %d %s %s %d %d %d %d %t %d %q\n", p.Channel, p.MaxHistory.V, p.ResetMode.V, p.IdleMinutes.V, p.AtHour.V,
-			p.Location(), p.BusyMode.V, p.DebounceMS.V, p.DebounceMaxMS.V, p.MaxBatch.V,
-			p.MaxHistoryTokens.V, p.CompactionEnabled.V, p.CompactionKeepLast.V, p.CompactionPrompt.V)
+// wsSettings is what a reload hands the WebSocket channel.
+func wsSettings(cfg *config.Config) gateway.WSSettings {
+	ws := cfg.Channels.WebSocket
+	return gateway.WSSettings{
+		AuthTokens: ws.AuthTokens, Anonymous: cfg.AnonymousWebSocket(),
+		RatePerSecond: ws.RateLimit.PerSecond, RateBurst: ws.RateLimit.Burst,
+		RateGlobalPerSecond: ws.RateLimit.GlobalPerSecond, RateGlobalBurst: ws.RateLimit.GlobalBurst,
+		HistoryLimit: max(cfg.Policy(config.ChannelWebSocket).MaxHistory.V, 1),
 	}
-	return b.String()
+}
+
+// botSettings is what a reload hands the Telegram bot.
+func botSettings(cfg *config.Config) telegram.Settings {
+	tg := cfg.Channels.Telegram
+	return telegram.Settings{
+		AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy,
+		RatePerSecond: tg.RateLimit.PerSecond, RateBurst: tg.RateLimit.Burst,
+		RateGlobalPerSecond: tg.RateLimit.GlobalPerSecond, RateGlobalBurst: tg.RateLimit.GlobalBurst,
+	}
+}
+
+// reloadKey is a key of bot.yaml, or a section whose keys all behave
+// alike, and what a reload does with a change of it. reloadKeys holds
+// every key; docs/configuration.md shows the same table (a test holds
+// them equal, and holds reloadKeys to config.Keys).
+type reloadKey struct {
+	// path is the key; "<c>" stands for each channel.
+	path string
+	// live: a reload applies it to the next turn, update and connection.
+	// Otherwise it is read at start only, and a changed value is named
+	// in the reload's log as needing a restart.
+	live bool
+	// restart, when set, is what of the key is read at start only:
+	// when it changes, the key is named as needing a restart (the rest
+	// of a live key's change applies). Unset: the value as written, for
+	// a key that is not live.
+	restart func(*config.Config) any
+	// note is what the documentation's table says beside live or
+	// restart.
+	note string
+}
+
+// reloadKeys is every key of bot.yaml and whether a reload applies it, in
+// the order of the documentation's table.
+var reloadKeys = []reloadKey{
+	{path: "gateway.listen"},
+	{path: "gateway.pid_file"},
+	{path: "storage.driver"},
+	{path: "storage.dsn"},
+	{path: "storage.retention_days"},
+	{path: "storage.timeout"},
+	{path: "agent.backend", live: true},
+	{path: "agent.name", live: true},
+	{path: "agent.instructions", live: true},
+	{path: "agent.openai.base_url", live: true},
+	{path: "agent.openai.api_key", live: true},
+	{path: "agent.openai.model", live: true},
+	{path: "agent.openai.timeout", live: true},
+	{path: "agent.openai.max_retries", live: true},
+	{path: "agent.openai.stream", live: true},
+	{path: "agent.openai.price_per_1k_prompt", live: true},
+	{path: "agent.openai.price_per_1k_completion", live: true},
+	{path: "agent.openai.context_tokens", live: true},
+	{path: "agent.openai.vision"},
+	{path: "agent.openai.transcription_model", live: true, restart: startOnly((*config.Config).Transcribes),
+		note: "another model applies; turning it on or off needs a restart"},
+	{path: "agent.openai.max_audio_bytes"},
+	{path: "agent.models", live: true},
+	{path: "agent.tools"},
+	{path: "session.max_history", live: true},
+	{path: "session.max_history_tokens", live: true},
+	{path: "session.reset", live: true, note: "every key of it; the sweeps are scheduled again"},
+	{path: "session.compaction", live: true, note: "every key of it"},
+	{path: "session.busy_mode", live: true},
+	{path: "session.debounce_ms", live: true},
+	{path: "session.debounce_max_ms", live: true},
+	{path: "session.max_batch", live: true},
+	{path: "session.cache_bytes"},
+	{path: "session.delay_notice", live: true},
+	{path: "session.tools", live: true, note: "which of the running servers are offered"},
+	{path: "session.limits", live: true, note: "every key of it, `users` included"},
+	{path: "channels.<c>.max_history", live: true},
+	{path: "channels.<c>.session", live: true, note: "as the same keys of `session`"},
+	{path: "locks"},
+	{path: "channels.websocket.enabled", restart: startOnly((*config.Config).WebSocketEnabled)},
+	{path: "channels.websocket.web_page", restart: startOnly((*config.Config).WebPageEnabled)},
+	{path: "channels.websocket.auth_tokens", live: true, note: "new connections; an open one keeps its principal"},
+	{path: "channels.websocket.allow_anonymous", live: true},
+	{path: "channels.websocket.allowed_origins"},
+	{path: "channels.websocket.max_frame_bytes"},
+	{path: "channels.websocket.rate_limit", live: true},
+	{path: "channels.websocket.resume_ttl"},
+	{path: "channels.telegram.token"},
+	{path: "channels.telegram.api_url"},
+	{path: "channels.telegram.mode"},
+	{path: "channels.telegram.poll_timeout"},
+	{path: "channels.telegram.webhook"},
+	{path: "channels.telegram.allowed_users", live: true},
+	{path: "channels.telegram.group_policy", live: true},
+	{path: "channels.telegram.group_scope"},
+	{path: "channels.telegram.streaming"},
+	{path: "channels.telegram.edits"},
+	{path: "channels.telegram.format"},
+	{path: "channels.telegram.max_image_bytes"},
+	{path: "channels.telegram.album_wait_ms"},
+	{path: "channels.telegram.notify_resets"},
+	{path: "channels.telegram.rate_limit", live: true},
+	{path: "shutdown"},
+	{path: "recovery"},
+	{path: "log.level", live: true},
+	{path: "log.format"},
+	{path: "metrics"},
+	{path: "admin"},
+}
+
+// startOnly is a reloadKey's restart of an effective value.
+func startOnly[T comparable](f func(*config.Config) T) func(*config.Config) any {
+	return func(c *config.Config) any { return f(c) }
+}
+
+// paths are the key's paths, one a channel for a "<c>" key.
+func (k reloadKey) paths() []string {
+	if !strings.Contains(k.path, "<c>") {
+		return []string{k.path}
+	}
+	return []string{
+		strings.Replace(k.path, "<c>", config.ChannelWebSocket, 1),
+		strings.Replace(k.path, "<c>", config.ChannelTelegram, 1),
+	}
+}
+
+// changedKeys names the keys whose value in cfg differs from the one in
+// old: the live ones (applied) and those that need a restart.
+func changedKeys(old, cfg *config.Config) (live, restart []string) {
+	for _, k := range reloadKeys {
+		for _, p := range k.paths() {
+			a, _ := old.Lookup(p)
+			b, _ := cfg.Lookup(p)
+			changed := !reflect.DeepEqual(a, b)
+			if k.restart != nil {
+				if k.restart(old) != k.restart(cfg) {
+					restart = append(restart, p)
+				} else if k.live && changed {
+					live = append(live, p)
+				}
+				continue
+			}
+			if changed && k.live {
+				live = append(live, p)
+			} else if changed {
+				restart = append(restart, p)
+			}
+		}
+	}
+	return live, restart
 }
 
 // restartKeys names the keys whose new value differs from the one the
 // process started with and which are only read at start.
 func restartKeys(old, cfg *config.Config) []string {
-	ows, nws := old.Channels.WebSocket, cfg.Channels.WebSocket
-	otg, ntg := old.Channels.Telegram, cfg.Channels.Telegram
-	checks := []struct {
-		key  string
-		a, b any
-	}{
-		{"gateway.listen", old.Gateway.Listen, cfg.Gateway.Listen},
-		{"gateway.pid_file", old.Gateway.PidFile, cfg.Gateway.PidFile},
-		{"storage.driver", old.Storage.Driver, cfg.Storage.Driver},
-		{"storage.dsn", old.Storage.DSN, cfg.Storage.DSN},
-		{"storage.retention_days", old.Storage.RetentionDays, cfg.Storage.RetentionDays},
-		{"session.cache_bytes", old.Session.CacheBytes, cfg.Session.CacheBytes},
-		{"locks", old.Locks, cfg.Locks},
-		{"channels.websocket.enabled", old.WebSocketEnabled(), cfg.WebSocketEnabled()},
-		{"channels.websocket.web_page", old.WebPageEnabled(), cfg.WebPageEnabled()},
-		{"channels.websocket.allowed_origins", ows.AllowedOrigins, nws.AllowedOrigins},
-		{"channels.websocket.max_frame_bytes", ows.MaxFrameBytes, nws.MaxFrameBytes},
-		{"channels.websocket.resume_ttl", ows.ResumeTTL, nws.ResumeTTL},
-		{"channels.telegram.token", otg.Token, ntg.Token},
-		{"channels.telegram.api_url", otg.APIURL, ntg.APIURL},
-		{"channels.telegram.mode", otg.Mode, ntg.Mode},
-		{"channels.telegram.poll_timeout", otg.PollTimeout, ntg.PollTimeout},
-		{"channels.telegram.webhook", otg.Webhook, ntg.Webhook},
-		{"channels.telegram.group_scope", otg.GroupScope, ntg.GroupScope},
-		{"channels.telegram.format", otg.Format, ntg.Format},
-		{"channels.telegram.streaming", otg.Streaming, ntg.Streaming},
-		{"channels.telegram.edits", otg.Edits, ntg.Edits},
-		{"channels.telegram.max_image_bytes", otg.MaxImageBytes, ntg.MaxImageBytes},
-		{"channels.telegram.album_wait_ms", otg.AlbumWaitMS, ntg.AlbumWaitMS},
-		{"channels.telegram.notify_resets", otg.NotifyResets, ntg.NotifyResets},
-		{"agent.openai.vision", old.Agent.OpenAI.Vision, cfg.Agent.OpenAI.Vision},
-		{"agent.openai.transcription_model", old.Transcribes(), cfg.Transcribes()},
-		{"agent.openai.max_audio_bytes", old.Agent.OpenAI.MaxAudioBytes, cfg.Agent.OpenAI.MaxAudioBytes},
-		{"agent.tools", old.Agent.Tools, cfg.Agent.Tools},
-		{"shutdown.drain_timeout", old.Shutdown.DrainTimeout, cfg.Shutdown.DrainTimeout},
-		{"recovery", old.Recovery, cfg.Recovery},
-		{"log.format", old.Log.Format, cfg.Log.Format},
-		{"metrics", old.Metrics, cfg.Metrics},
-		{"admin.tokens", old.Admin.Tokens, cfg.Admin.Tokens},
-	}
-	var keys []string
-	for _, c := range checks {
-		if !reflect.DeepEqual(c.a, c.b) {
-			keys = append(keys, c.key)
-		}
-	}
+	_, keys := changedKeys(old, cfg)
 	return keys
 }
 

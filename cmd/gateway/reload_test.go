@@ -208,7 +208,8 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 	if !strings.Contains(logs, "reload: these keys need a restart: gateway.listen, log.format") {
 		t.Errorf("the restart keys are not named:\n%s", logs)
 	}
-	for _, want := range []string{"policies", "agent", "auth_tokens", "rate_limits", "allowlists"} {
+	for _, want := range []string{"session.max_history", "session.reset", "agent.models", "channels.websocket.auth_tokens",
+		"channels.websocket.rate_limit", "channels.telegram.allowed_users"} {
 		if !strings.Contains(logs[strings.Index(logs, "config reloaded"):], want) {
 			t.Errorf("the reload's log line does not name %s:\n%s", want, logs)
 		}

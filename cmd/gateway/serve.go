@@ -78,10 +78,7 @@ func logLevel(cfg *config.Config) slog.Level {
 }
 
 // serve runs the gateway until the first SIGINT/SIGTERM (or ctx), then
-// stops it gracefully. Each step uses what the ones before it built, and
-// their order matters: storage before the listener (a bad DSN is a start
-// error), the listener before the Bot API (slow, and retried in the
-// background), the rescuer last.
+// stops it gracefully.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, path := configFlag("serve", stderr)
 	cfg, code := parseConfig(fs, path, args, stderr)
@@ -90,32 +87,44 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	s := newServer(cfg, *path, stderr)
 	defer s.release()
-	s.catchSignals(ctx)
-	if err := s.openStorage(ctx); err != nil {
+	if err := s.start(ctx); err != nil {
 		return s.failed(err)
 	}
+	return s.shutdown(s.wait())
+}
+
+// start builds and starts every part of the gateway; an error ends the
+// start (serve reports it through failed). Each step uses what the ones
+// before it built, and their order matters: storage before the listener
+// (a bad DSN is a start error), the listener before the Bot API (slow,
+// and retried in the background), the rescuer last.
+func (s *server) start(ctx context.Context) error {
+	s.catchSignals(ctx)
+	if err := s.openStorage(ctx); err != nil {
+		return err
+	}
 	if err := s.startTelemetry(ctx); err != nil {
-		return s.failed(err)
+		return err
 	}
 	s.buildAgent()
 	if err := s.startSessions(); err != nil {
-		return s.failed(err)
+		return err
 	}
 	s.buildHTTP()
 	if err := s.startMetrics(); err != nil {
-		return s.failed(err)
+		return err
 	}
 	s.buildReloader()
 	s.mountAdmin()
 	s.mountRoutes()
 	if err := s.listen(); err != nil {
-		return s.failed(err)
+		return err
 	}
 	s.startTelegram()
 	s.markStarted()
 	// The channels have registered how they deliver: the rescuer may run.
 	s.mgr.StartRescuer()
-	return s.shutdown(s.wait())
+	return nil
 }
 
 // server holds the parts of a running gateway, each set by the step of
@@ -140,6 +149,7 @@ type server struct {
 	turns       *admin.TurnCounter
 	mgr         *sessions.Manager // set once started: a later failed start stops it
 	tools       *tools.Set        // nil without agent.tools.servers
+	liveTools   *liveTools        // nil without agent.tools.servers
 
 	srv        *gateway.Server
 	ws         *gateway.WebSocket

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/chatgate/chatgate/sessions"
 
@@ -49,24 +50,52 @@ func toolServers(cfg *config.Config) []tools.ServerConfig {
 // the channel's session.tools (its policy ladder), less the servers whose
 // users allowlist does not name the user. A channel the configuration
 // does not know gets none.
-func toolPolicy(cfg *config.Config) func(channel, userID string) []string {
+func toolPolicy(servers []config.ToolServer, policies []config.Policy) func(channel, userID string) []string {
 	offered := map[string][]string{}
-	for _, p := range cfg.Policies() {
+	for _, p := range policies {
 		offered[p.Channel] = slices.Clone(p.ToolServers.V)
 	}
-	servers := map[string]config.ToolServer{}
-	for _, s := range cfg.Agent.Tools.Servers {
-		servers[s.Name] = s
+	byName := map[string]config.ToolServer{}
+	for _, s := range servers {
+		byName[s.Name] = s
 	}
 	return func(channel, userID string) []string {
 		var out []string
 		for _, name := range offered[channel] {
-			if s, ok := servers[name]; ok && s.Offers(channel, userID) {
+			if s, ok := byName[name]; ok && s.Offers(channel, userID) {
 				out = append(out, name)
 			}
 		}
 		return out
 	}
+}
+
+// liveTools is toolPolicy of the running servers (agent.tools, read at
+// start) and the policies in force: a reload's session.tools reach the
+// next turn.
+type liveTools struct {
+	servers []config.ToolServer
+	cur     atomic.Pointer[func(channel, userID string) []string]
+}
+
+func newLiveTools(cfg *config.Config) *liveTools {
+	lt := &liveTools{servers: cfg.Agent.Tools.Servers}
+	lt.follow(cfg)
+	return lt
+}
+
+// follow takes the policies of a reloaded configuration.
+func (lt *liveTools) follow(cfg *config.Config) {
+	if lt == nil {
+		return
+	}
+	f := toolPolicy(lt.servers, cfg.Policies())
+	lt.cur.Store(&f)
+}
+
+// offered is the servers a turn of channel and userID is offered now.
+func (lt *liveTools) offered(channel, userID string) []string {
+	return (*lt.cur.Load())(channel, userID)
 }
 
 // startTools connects the MCP servers of agent.tools, in the background
@@ -82,5 +111,6 @@ func (s *server) startTools() sessions.Toolbox {
 	set.Start(context.Background())
 	s.tools = set
 	s.onExit(set.Close)
-	return tools.Offer{Set: set, Servers: toolPolicy(s.cfg)}
+	s.liveTools = newLiveTools(s.cfg)
+	return tools.Offer{Set: set, Servers: s.liveTools.offered}
 }

@@ -56,7 +56,7 @@ agent:
 				admin := offerRig(t, cfg)
 				db := open()
 				model := tooltest.Asking(tooltest.Call("c1", "admin__echo", map[string]string{"text": "the secret"}))
-				m := sessions.New(db, model, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: admin.set, Servers: toolPolicy(cfg)},
+				m := sessions.New(db, model, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: admin.set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())},
 					Policies: policies(cfg), Logger: slog.New(slog.DiscardHandler), RetryPause: 10 * time.Millisecond})
 				defer m.Shutdown(context.Background())
 				tk, err := m.Submit(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey(c.user),

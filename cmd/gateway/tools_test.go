@@ -58,7 +58,8 @@ func TestToolDefaultsAgree(t *testing.T) {
 // A turn gets its channel's servers, less those whose users allowlist
 // does not name its user.
 func TestToolPolicy(t *testing.T) {
-	offer := toolPolicy(loadTools(t))
+	cfg := loadTools(t)
+	offer := toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())
 	for _, tt := range []struct {
 		channel, user string
 		want          []string

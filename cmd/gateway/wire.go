@@ -189,7 +189,7 @@ func (s *server) buildReloader() {
 		reloadPath = s.path
 	}
 	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, ws: s.ws,
-		transcriber: s.transcriber, started: s.cfg, applied: s.cfg}
+		transcriber: s.transcriber, tools: s.liveTools, started: s.cfg, applied: s.cfg}
 }
 
 // mountAdmin mounts the admin API when admin.tokens is set.

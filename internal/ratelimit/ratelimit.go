@@ -105,6 +105,14 @@ func (l *Limiter) Allow(key string) string {
 // Len is how many keys' buckets are kept.
 func (l *Limiter) Len() int { return l.keys.Len() }
 
+// Rates are the rates and bursts in force: each key's and the channel's
+// ceiling (0, 0 without one).
+func (l *Limiter) Rates() (perSecond float64, burst int, globalPerSecond float64, globalBurst int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.opts.PerSecond, l.opts.Burst, l.opts.GlobalPerSecond, l.opts.GlobalBurst
+}
+
 // Set changes the rates and bursts of a running Limiter (a configuration
 // reload). Every kept bucket takes the new rate and burst at once, keeping
 // the tokens it has (up to the new burst), so a reload neither refills
