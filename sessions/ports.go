@@ -82,8 +82,6 @@ type Store interface {
 	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]ledger.Archived)) (int, error)
 	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
-	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
-	Resign(ctx context.Context, name, holder string) error
 	// Shared reports whether several gateways may use the database at
 	// once (PostgreSQL); SQLite serves one.
 	Shared() bool

@@ -267,13 +267,13 @@ func TestWebhookRepeatsSendOnce(t *testing.T) {
 
 // leadCounter lets the test see a bot being refused the poller role.
 type leadCounter struct {
-	*sessions.Manager
+	*sessions.Elector
 	refused atomic.Int64
 	notify  chan struct{} // a token after each refusal, when made
 }
 
 func (l *leadCounter) Lead(ctx context.Context, name string, ttl time.Duration) (bool, error) {
-	ok, err := l.Manager.Lead(ctx, name, ttl)
+	ok, err := l.Elector.Lead(ctx, name, ttl)
 	if err == nil && !ok {
 		l.refused.Add(1)
 		if l.notify != nil {
@@ -313,11 +313,11 @@ func TestOnePollerAcrossReplicas(t *testing.T) {
 	var lc1, lc2 *leadCounter
 	// Busy mode queue: the test is about each message's own turn.
 	h1 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, policies: queued, beforeStart: func(h *harness) { fast(h); h.bot.skipResign = true },
-		sess: func(m *sessions.Manager) Sessions { lc1 = &leadCounter{Manager: m}; return lc1 }})
+		elector: func(e *sessions.Elector) Elector { lc1 = &leadCounter{Elector: e}; return lc1 }})
 	first := api.Push(telegramtest.DM(1, "first"))
 	api.WaitSent(t, 1)
 	h2 := start(t, api, t.TempDir(), setup{dsn: dsn, sleep: scaled, policies: queued, beforeStart: fast,
-		sess: func(m *sessions.Manager) Sessions { lc2 = &leadCounter{Manager: m}; return lc2 }})
+		elector: func(e *sessions.Elector) Elector { lc2 = &leadCounter{Elector: e}; return lc2 }})
 	// Wait until the second replica has been refused the role twice.
 	for lc2.refused.Load() < 2 {
 		api.Push(telegramtest.DM(2, "ping"))
@@ -381,8 +381,8 @@ func TestLosingThePollerRoleStopsPolling(t *testing.T) {
 		beforeStart: func(h *harness) {
 			h.bot.leadTTL, h.bot.leadEvery, h.bot.leadRetry = 2*time.Second, 200*time.Millisecond, 100*time.Millisecond
 		},
-		sess: func(m *sessions.Manager) Sessions {
-			lc = &leadCounter{Manager: m, notify: make(chan struct{}, 1)}
+		elector: func(e *sessions.Elector) Elector {
+			lc = &leadCounter{Elector: e, notify: make(chan struct{}, 1)}
 			return lc
 		}})
 	api.Push(telegramtest.DM(1, "one"))

@@ -12,6 +12,12 @@ import (
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
 
+// soleElector is the Elector of a bot that is its token's only poller.
+type soleElector struct{}
+
+func (soleElector) Lead(context.Context, string, time.Duration) (bool, error) { return true, nil }
+func (soleElector) Resign(context.Context, string) error                      { return nil }
+
 // pollWhileLeading polls while this replica holds the bot's poller role
 // (Telegram allows one getUpdates consumer per token): it asks for the role
 // every leadRetry, renews it every leadEvery for leadTTL, stops polling at
@@ -26,13 +32,13 @@ func (b *Bot) pollWhileLeading(ctx context.Context) {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := b.sess.Resign(rctx, role); err != nil {
+		if err := b.opts.Elector.Resign(rctx, role); err != nil {
 			b.log.Warn("telegram: giving up the poller role failed; another replica takes it when it expires", slog.String("error", err.Error()))
 		}
 	}()
 	waiting := false
 	for ctx.Err() == nil {
-		ok, err := b.sess.Lead(ctx, role, b.leadTTL)
+		ok, err := b.opts.Elector.Lead(ctx, role, b.leadTTL)
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("telegram: asking for the poller role failed", slog.String("error", err.Error()))
 		}
@@ -73,7 +79,7 @@ func (b *Bot) term(ctx context.Context, role string) error {
 				return
 			case <-t.C:
 			}
-			ok, err := b.sess.Lead(termCtx, role, b.leadTTL)
+			ok, err := b.opts.Elector.Lead(termCtx, role, b.leadTTL)
 			switch {
 			case termCtx.Err() != nil:
 				return

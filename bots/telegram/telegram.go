@@ -42,10 +42,6 @@ type Sessions interface {
 	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
 	ChannelState(ctx context.Context, key string) (string, error)
 	SetChannelState(ctx context.Context, key, value string) error
-	// Lead takes or renews a role for this replica for ttl; Resign gives
-	// it up. Polling runs only while the bot's poller role is held.
-	Lead(ctx context.Context, name string, ttl time.Duration) (bool, error)
-	Resign(ctx context.Context, name string) error
 	// ResumePrevious, Open and Policy serve /resume, /history and the
 	// reset notices (resume.go); OnReset tells of sweeps (notices.go).
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
@@ -70,8 +66,19 @@ type Sessions interface {
 	StorageDown() (time.Time, bool)
 }
 
+// Elector hands out the bot's poller role (sessions.Elector): Lead
+// takes or renews it for this replica for ttl, Resign gives it up.
+// Polling runs only while this replica holds it.
+type Elector interface {
+	Lead(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	Resign(ctx context.Context, name string) error
+}
+
 // Options configures the bot.
 type Options struct {
+	// Elector gives the poller role among replicas sharing a database;
+	// nil: this gateway is the bot's only poller.
+	Elector       Elector
 	Token         string
 	APIURL        string // Bot API server, default https://api.telegram.org
 	Mode          string // polling | webhook
@@ -249,6 +256,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 // withDefaults fills in what o leaves unset, so that only the token is
 // required.
 func (o Options) withDefaults() Options {
+	if o.Elector == nil {
+		o.Elector = soleElector{}
+	}
 	if o.APIURL == "" {
 		o.APIURL = "https://api.telegram.org"
 	}

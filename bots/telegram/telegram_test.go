@@ -52,6 +52,8 @@ type setup struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	// sess wraps the manager as the bot sees it.
 	sess func(*sessions.Manager) Sessions
+	// elector wraps the replica's Elector as the bot sees it.
+	elector func(*sessions.Elector) Elector
 	// beforeStart runs once the store exists, before the bot starts.
 	beforeStart func(h *harness)
 	// manager changes the manager's options (a tracer, a logger).
@@ -100,6 +102,11 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	}
 	h.mgr = sessions.New(db, s.agent, mopts)
 	opts := s.opts
+	if e := sessions.NewElector(db, h.mgr.ReplicaID()); s.elector != nil {
+		opts.Elector = s.elector(e)
+	} else {
+		opts.Elector = e
+	}
 	opts.Token = telegramtest.Token
 	opts.APIURL = h.srv.URL
 	opts.Logger = quiet
