@@ -125,12 +125,14 @@ func TestDailySweepOnDSTDays(t *testing.T) {
 					return handle(t, m, Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", UserID: "7", Text: text})
 				}
 				bob := tg("hi")
-				if err := m.Start(); err != nil {
+				sw := NewSweeper(m, quiet)
+				if err := sw.Start(); err != nil {
 					t.Fatal(err)
 				}
+				defer sw.Stop()
 
 				// The instants the running cron entry fires at.
-				sched := m.cron.Entry(m.cronIDs["daily:websocket"]).Schedule
+				sched := sw.entries()["daily:websocket"]
 				var fires []time.Time
 				for at := sched.Next(start); at.Before(d.after.Add(time.Hour)); at = sched.Next(at) {
 					fires = append(fires, at.UTC())
@@ -142,7 +144,7 @@ func TestDailySweepOnDSTDays(t *testing.T) {
 				sweep := func(at time.Time, want int) {
 					t.Helper()
 					c.Set(at)
-					if n, err := m.runSchedule("daily:websocket"); err != nil || n != want {
+					if n, err := m.RunSweep("daily:websocket"); err != nil || n != want {
 						t.Fatalf("sweep at %s archived %d (%v), want %d", at, n, err, want)
 					}
 				}

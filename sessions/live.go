@@ -1,11 +1,8 @@
 package sessions
 
 import (
-	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/robfig/cron/v3"
 
 	"github.com/chatgate/chatgate/agent"
 )
@@ -58,8 +55,8 @@ func (m *Manager) Settings() Settings {
 
 // Reconfigure applies new policies, instructions and agent to the turns
 // that start from now on; running turns finish with what they started
-// with. The daily and idle sweeps are rescheduled for the new policies.
-func (m *Manager) Reconfigure(s Settings) error {
+// with. (The Sweeper's Reschedule follows the new policies' sweeps.)
+func (m *Manager) Reconfigure(s Settings) {
 	old := m.settings()
 	next := &liveSettings{policies: maps.Clone(s.Policies), def: old.def, instructions: s.Instructions, agent: s.Agent, compactor: s.Compactor,
 		models: slices.Clone(s.Models), contextTokens: s.ContextTokens}
@@ -71,39 +68,4 @@ func (m *Manager) Reconfigure(s Settings) error {
 		next.models, next.contextTokens = old.models, old.contextTokens
 	}
 	m.live.Store(next)
-	return m.reschedule()
-}
-
-// reschedule replaces the cron entries with those the current policies
-// need. Before Start (and after Shutdown) there is nothing to replace.
-func (m *Manager) reschedule() error {
-	m.cronMu.Lock()
-	defer m.cronMu.Unlock()
-	if m.cron == nil {
-		return nil
-	}
-	for name, id := range m.cronIDs {
-		m.cron.Remove(id)
-		delete(m.cronIDs, name)
-	}
-	return m.addSchedules(m.cron)
-}
-
-// addSchedules adds the jobs of Schedules to c; cronMu is held or c not
-// yet shared.
-func (m *Manager) addSchedules(c *cron.Cron) error {
-	for _, s := range m.Schedules() {
-		name := s.Name
-		job := cron.FuncJob(func() { m.runSchedule(name) })
-		if s.Every != nil {
-			m.cronIDs[name] = c.Schedule(s.Every, job)
-			continue
-		}
-		id, err := c.AddJob(s.Spec, job)
-		if err != nil {
-			return fmt.Errorf("schedule %s sweep %q: %w", name, s.Spec, err)
-		}
-		m.cronIDs[name] = id
-	}
-	return nil
 }

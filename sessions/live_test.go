@@ -26,16 +26,22 @@ func TestReconfigureAppliesToTheNextTurn(t *testing.T) {
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
 	}
+	sw := NewSweeper(m, quiet)
+	if err := sw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Stop()
 	done := make(chan Outcome, 1)
 	go func() { done <- handle(t, m, msg("websocket:ann", "first")) }()
 	<-old.started
 
 	next := &recorder{}
-	if err := m.Reconfigure(Settings{
+	m.Reconfigure(Settings{
 		Policies:     map[string]Policy{"websocket": {MaxHistory: 3, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}},
 		Instructions: "new instructions",
 		Agent:        next,
-	}); err != nil {
+	})
+	if err := sw.Reschedule(); err != nil {
 		t.Fatal(err)
 	}
 	close(old.block)
@@ -57,10 +63,7 @@ func TestReconfigureAppliesToTheNextTurn(t *testing.T) {
 	if got := fmt.Sprint(m.Schedules()); got != "[idle: * * * * *]" {
 		t.Fatalf("schedules after reconfigure = %s", got)
 	}
-	m.cronMu.Lock()
-	entries := len(m.cron.Entries())
-	m.cronMu.Unlock()
-	if entries != 1 {
+	if entries := len(sw.entries()); entries != 1 {
 		t.Fatalf("cron entries after reconfigure = %d, want the idle sweep", entries)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatgate/chatgate/agent"
@@ -286,10 +285,7 @@ type Manager struct {
 	log     *slog.Logger
 	tracer  trace.Tracer // nil: tracing off
 	hot     *hotCache
-	days    dayKeys // usage.go
-	cron    *cron.Cron
-	cronIDs map[string]cron.EntryID
-	cronMu  sync.Mutex                   // guards cron and cronIDs against a reload's reschedule
+	days    dayKeys                      // usage.go
 	live    atomic.Pointer[liveSettings] // policies, instructions, agent (live.go)
 	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
@@ -505,12 +501,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.closing = true
 	m.mu.Unlock()
 	m.drain()
-	m.cronMu.Lock()
-	if m.cron != nil {
-		// No new runs; the running ones are counted in m.sweeps.
-		m.cron.Stop()
-	}
-	m.cronMu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		m.turns.Wait()

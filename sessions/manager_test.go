@@ -297,15 +297,17 @@ func TestSchedules(t *testing.T) {
 	if got != want {
 		t.Fatalf("schedules = %s, want %s", got, want)
 	}
-	if err := m.Start(); err != nil {
+	sw := NewSweeper(m, quiet)
+	if err := sw.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(m.cron.Entries()); n != 3 {
+	defer sw.Stop()
+	if n := len(sw.entries()); n != 3 {
 		t.Fatalf("%d cron entries, want 3", n)
 	}
 	// The daily entry fires at the boundary Boundary() computes.
 	from := time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC)
-	next := m.cron.Entry(m.cronIDs["daily:websocket"]).Schedule.Next(from)
+	next := sw.entries()["daily:websocket"].Next(from)
 	if want := time.Date(2026, 3, 29, 2, 0, 0, 0, time.UTC); !next.Equal(want) {
 		t.Fatalf("daily sweep next = %s, want %s (04:00 CEST)", next.UTC(), want)
 	}

@@ -63,33 +63,21 @@ func (m *Manager) Schedules() []Schedule {
 	return out
 }
 
-// Start writes this replica's heartbeat and keeps it, and runs the sweeps
-// on their schedules. The sweeps are set-based and
-// idempotent, so a run that is late, repeated, or concurrent with another
-// replica's archives nothing twice; the lazy check on every message keeps
-// resets exact even if a run is missed.
+// Start writes this replica's heartbeat and keeps it: the heartbeat is
+// the lease of every turn this replica takes, written before the first
+// one. (The sweeps run on the Sweeper's schedules.)
 func (m *Manager) Start() error {
-	// The heartbeat is the lease of every turn this replica takes: it is
-	// written before the first one.
 	if err := m.startHeartbeat(); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	c := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
-	m.cronMu.Lock()
-	defer m.cronMu.Unlock()
-	m.cronIDs = map[string]cron.EntryID{}
-	if err := m.addSchedules(c); err != nil {
-		return err
-	}
-	m.cron = c
-	c.Start()
 	return nil
 }
 
-// runSchedule runs one scheduled sweep or purge, counted for the drain,
-// and returns how many conversations it archived or purged. Shutdown ends
-// it at its next chunk once the drain's deadline has passed.
-func (m *Manager) runSchedule(name string) (int, error) {
+// RunSweep runs one scheduled sweep or purge of Schedules by its name,
+// counted for the drain, and returns how many conversations it archived
+// or purged. Shutdown ends it at its next chunk once the drain's deadline
+// has passed; after Shutdown began it runs nothing (ErrShuttingDown).
+func (m *Manager) RunSweep(name string) (int, error) {
 	if !m.enterSweep() {
 		return 0, ErrShuttingDown
 	}

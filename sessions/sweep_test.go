@@ -184,7 +184,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 			}
 		})
 		swept := make(chan sweepResult, 1)
-		go func() { n, err := m.runSchedule("idle"); swept <- sweepResult{n, err} }()
+		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
 
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second)) // the drain's deadline has passed
@@ -213,7 +213,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		if archived != 2 || events.Load() != 2 {
 			t.Fatalf("%d archived, %d reset events; want the first chunk's 2", archived, events.Load())
 		}
-		if n, err := m.runSchedule("idle"); !errors.Is(err, ErrShuttingDown) || n != 0 {
+		if n, err := m.RunSweep("idle"); !errors.Is(err, ErrShuttingDown) || n != 0 {
 			t.Fatalf("sweep after Shutdown = %d, %v; want ErrShuttingDown", n, err)
 		}
 
@@ -225,7 +225,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		next := newManager(t, db, agent.Echo{}, c, idle)
 		total := 0
 		for deadline := time.Now().Add(10 * time.Second); total == 0; time.Sleep(20 * time.Millisecond) {
-			n, err := next.runSchedule("idle")
+			n, err := next.RunSweep("idle")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,7 +256,7 @@ func TestShutdownLetsASweepFinishBeforeTheDeadline(t *testing.T) {
 			}
 		})
 		swept := make(chan sweepResult, 1)
-		go func() { n, err := m.runSchedule("idle"); swept <- sweepResult{n, err} }()
+		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
 
 		stopped := make(chan error, 1)

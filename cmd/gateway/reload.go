@@ -32,6 +32,7 @@ type reloader struct {
 	level   *slog.LevelVar
 	metrics *gateway.Metrics
 	mgr     *sessions.Manager
+	sweeper *sessions.Sweeper
 	ws      *gateway.WebSocket
 	bot     *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
@@ -110,7 +111,8 @@ func (r *reloader) apply(cfg *config.Config) {
 			s.Models, s.ContextTokens = models(cfg), cfg.Agent.OpenAI.ContextTokens
 			r.transcriber.follow(s.Agent)
 		}
-		if err := r.mgr.Reconfigure(s); err != nil {
+		r.mgr.Reconfigure(s)
+		if err := r.sweeper.Reschedule(); err != nil {
 			r.log.Error("reload: sweeps", slog.String("error", err.Error()))
 		}
 		r.tools.follow(cfg)

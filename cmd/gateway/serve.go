@@ -148,6 +148,10 @@ type server struct {
 	transcriber *liveTranscriber // nil without transcription
 	turns       *admin.TurnCounter
 	mgr         *sessions.Manager // set once started: a later failed start stops it
+	sweeper     *sessions.Sweeper
+	// services stop the background parts beside the session manager
+	// (stopServices), in the order they were started.
+	services []func()
 	tools       *tools.Set        // nil without agent.tools.servers
 	liveTools   *liveTools        // nil without agent.tools.servers
 
@@ -189,10 +193,21 @@ func (s *server) release() {
 	}
 }
 
+// stopServices stops the background services, newest first: they start
+// no more work, and what they started is the session manager's to drain.
+func (s *server) stopServices() {
+	for i := len(s.services) - 1; i >= 0; i-- {
+		s.services[i]()
+	}
+	s.services = nil
+}
+
 // failed ends a start that could not finish: err goes to stderr, then the
-// session manager, if it has started, is stopped. The exit code is 1.
+// services and the session manager, if they have started, are stopped.
+// The exit code is 1.
 func (s *server) failed(err error) int {
 	fmt.Fprintln(s.stderr, err)
+	s.stopServices()
 	if s.mgr != nil {
 		s.mgr.Shutdown(context.Background())
 	}

@@ -101,6 +101,7 @@ func (s *server) shutdown(code int) int {
 // listener stays open through the drain: /readyz answers 503, the webhook
 // 503, and a WebSocket upgrade 503.
 func (s *server) stopTaking() {
+	s.stopServices()
 	s.srv.Drain()
 	s.ws.StopAccepting()
 	if s.bot != nil {

@@ -143,6 +143,12 @@ func (s *server) startSessions() error {
 		return fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	s.mgr = mgr
+	// The reset sweeps and the retention purge, at their times.
+	s.sweeper = sessions.NewSweeper(mgr, s.log)
+	if err := s.sweeper.Start(); err != nil {
+		return fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	s.services = append(s.services, s.sweeper.Stop)
 	return nil
 }
 
@@ -188,7 +194,7 @@ func (s *server) buildReloader() {
 	if reloadPath == config.EmbeddedName {
 		reloadPath = s.path
 	}
-	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, ws: s.ws,
+	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, sweeper: s.sweeper, ws: s.ws,
 		transcriber: s.transcriber, tools: s.liveTools, started: s.cfg, applied: s.cfg}
 }
 
