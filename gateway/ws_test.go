@@ -80,7 +80,10 @@ func serveEnv(t *testing.T, db *store.DB, mgr *sessions.Manager, opts WSOptions,
 	opts.Logger = quiet
 	ws := NewWebSocket(mgr, opts)
 	if rescue {
-		mgr.StartRescuer()
+		mgr.Listen()
+		r := sessions.NewRescuer(mgr, sessions.RescuerConfig{})
+		r.Start()
+		t.Cleanup(r.Stop)
 	}
 	srv := New(quiet)
 	srv.Handle("GET /ws", ws)

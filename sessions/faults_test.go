@@ -207,7 +207,7 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 		show(d.Reply, d.ClientMsgID)
 		return "sent", nil
 	})
-	m.StartRescuer()
+	startRescuer(t, m)
 	defer m.Shutdown(context.Background())
 
 	var waits sync.WaitGroup

@@ -163,3 +163,13 @@ func events(db Store) Events {
 	}
 	return nil
 }
+
+// startRescuer listens to other replicas' events and starts m's Rescuer,
+// as the gateway's wiring does; it stops with the test.
+func startRescuer(t testing.TB, m *Manager) {
+	t.Helper()
+	m.Listen()
+	r := NewRescuer(m, RescuerConfig{})
+	r.Start()
+	t.Cleanup(r.Stop)
+}

@@ -60,7 +60,7 @@ func noopDeliver(context.Context, Delivery) (string, error) { return "", nil }
 // SQLite every other replica is a process that ended).
 func die(t *testing.T, db *store.DB, m *Manager) {
 	t.Helper()
-	m.stopRescuer()
+	m.endLoops()
 	if db.Driver() == store.DriverPostgres {
 		if err := db.Gorm().Exec("UPDATE replicas SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", m.ReplicaID()).Error; err != nil {
 			t.Fatal(err)
@@ -539,7 +539,7 @@ func TestUnstorableReplyIsKeptUntilStored(t *testing.T) {
 	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond, RescueEvery: 20 * time.Millisecond})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	m.OnDeliver("websocket", false, noopDeliver)
-	m.StartRescuer()
+	startRescuer(t, m)
 	refuse := `CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN NEW.role = 'assistant'
 		BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END`
 	if err := db.Gorm().Exec(refuse).Error; err != nil {

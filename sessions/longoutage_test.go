@@ -65,7 +65,7 @@ func TestOutageLongerThanTheLeaseRunsEachTurnOnce(t *testing.T) {
 			LeaseTTL: ttl, RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond})
 		// Both serve the channel: either could deliver the turn.
 		m.OnDeliver("websocket", false, func(context.Context, sessions.Delivery) (string, error) { return "", nil })
-		m.StartRescuer()
+		startRescuer(t, m)
 		t.Cleanup(func() { fs.Heal(); m.Shutdown(context.Background()) })
 		return m
 	}

@@ -505,7 +505,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	go func() {
 		m.turns.Wait()
 		m.sweeps.Wait()
-		m.stopRescuer()
+		m.endLoops()
 		m.retire()
 		m.unwatch()
 		close(done)

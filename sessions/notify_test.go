@@ -85,8 +85,8 @@ func TestRepliesAndResetsReachTheOtherReplica(t *testing.T) {
 	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
 	b, _ := replica(t, dsn, agent.Echo{}, c, Options{})
 	la, lb := watch(a), watch(b)
-	a.StartRescuer()
-	b.StartRescuer()
+	startRescuer(t, a)
+	startRescuer(t, b)
 	knowPeers(t, a, b)
 
 	in := msg("websocket:ann", "hello")
@@ -135,7 +135,7 @@ func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
 	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
 	b, dbB := replica(t, dsn, agent.Echo{}, c, Options{})
 	lb := watch(b)
-	b.StartRescuer()
+	startRescuer(t, b)
 	pid := dbB.Events().ListenPID()
 	if pid == 0 {
 		t.Fatal("B has no listen connection after StartRescuer")
@@ -171,7 +171,7 @@ func TestInterruptedTurnWakesTheOtherReplica(t *testing.T) {
 			return "", nil
 		})
 	}
-	b.StartRescuer() // its first pass finds nothing
+	startRescuer(t, b) // its first pass finds nothing
 
 	done := make(chan Outcome, 1)
 	go func() {
@@ -215,8 +215,8 @@ func TestFaultInjectedReplicaHearsEvents(t *testing.T) {
 		b.Shutdown(ctx)
 	})
 	lb := watch(b)
-	a.StartRescuer()
-	b.StartRescuer()
+	startRescuer(t, a)
+	startRescuer(t, b)
 	knowPeers(t, a, b)
 
 	out := handle(t, a, msg("websocket:ann", "hello"))

@@ -1,8 +1,8 @@
 package sessions
 
-// The rescuer: this replica's heartbeat, and a pass every RescueEvery
-// (and whenever woken) that runs what nobody runs — this replica's owed
-// conversations first (owed.go), then turns that are due, then the
+// Recovery: this replica's heartbeat, and the passes the Rescuer runs
+// every RescueEvery (and whenever woken) that run what nobody runs — this
+// replica's owed conversations first, then turns that are due, then the
 // turns of replicas whose heartbeat stopped — each through the same
 // conditional claim as every other runner.
 
@@ -97,56 +97,17 @@ func (m *Manager) startHeartbeat() error {
 	return nil
 }
 
-// StartRescuer runs the rescuer until Shutdown: Recover at once, then a
-// pass every RescueEvery and whenever woken, each claiming the turns that
-// became due and the turns of replicas that stopped heartbeating. It
-// first subscribes to the other replicas' events (PostgreSQL), which wake
-// the rescuer and reach OnReply and OnReset listeners. Register the
-// channels' deliverers and listeners first.
-func (m *Manager) StartRescuer() {
-	// A replica that takes over turns and listens is one the others must
-	// see alive (and publish to).
+// Listen subscribes the manager to the other replicas' events, when its
+// store carries them (PostgreSQL): they wake the Rescuer and reach the
+// OnReply and OnReset listeners. It writes the heartbeat first: a
+// replica that listens (and takes turns over) is one the others must see
+// alive, and publish to. Register the channels' deliverers and
+// listeners first.
+func (m *Manager) Listen() {
 	if err := m.startHeartbeat(); err != nil {
 		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
 	}
 	m.listenEvents()
-	m.loops.Add(1)
-	go func() {
-		defer m.loops.Done()
-		t := time.NewTimer(m.opts.RescueEvery) // (Reset discards a stale tick)
-		defer t.Stop()
-		_, _, err := m.Recover(m.draining, m.opts.RecoveryMaxAge)
-		var logged string
-		var loggedAt time.Time
-		for {
-			if err != nil && m.draining.Err() == nil {
-				// Once per kind of failure, and then every half minute: a
-				// database outage fails every pass.
-				if msg := err.Error(); msg != logged || time.Since(loggedAt) > 30*time.Second {
-					m.log.Error("recovery pass failed", slog.String("error", msg))
-					logged, loggedAt = msg, time.Now()
-				}
-			} else if err == nil {
-				logged = ""
-			}
-			// The next pass: after RescueEvery, or as soon as an owed
-			// conversation is due.
-			next := m.opts.RescueEvery
-			if d, ok := m.owedNext(); ok {
-				next = min(next, max(d, 50*time.Millisecond))
-			}
-			t.Reset(next)
-			select {
-			case <-m.stopLoops:
-				return
-			case <-m.draining.Done():
-				return
-			case <-t.C:
-			case <-m.wake:
-			}
-			_, _, err = m.rescuePass(m.draining, m.opts.RecoveryMaxAge, false)
-		}
-	}()
 }
 
 // retire tells the other replicas, after a clean stop, that this one is
@@ -162,8 +123,8 @@ func (m *Manager) retire() {
 	}
 }
 
-// stopRescuer ends the loops.
-func (m *Manager) stopRescuer() {
+// stopLoops ends the heartbeat and the settles' retries.
+func (m *Manager) endLoops() {
 	m.stopOnce.Do(func() { close(m.stopLoops) })
 	m.loops.Wait()
 }

@@ -273,8 +273,8 @@ func TestResumePreviousReachesTheOtherReplica(t *testing.T) {
 	a, _ := replica(t, dsn, agent.Echo{}, c, Options{})
 	b, _ := replica(t, dsn, agent.Echo{}, c, Options{})
 	lb := watch(b)
-	a.StartRescuer()
-	b.StartRescuer()
+	startRescuer(t, a)
+	startRescuer(t, b)
 	knowPeers(t, a, b)
 	const key = "websocket:gus"
 	first := handle(t, a, msg(key, "one"))

@@ -49,8 +49,8 @@ func TestStalledListenerIsReplaced(t *testing.T) {
 		b.Shutdown(ctx)
 	})
 	lb := watch(b)
-	a.StartRescuer()
-	b.StartRescuer()
+	startRescuer(t, a)
+	startRescuer(t, b)
 	knowPeers(t, a, b)
 	pid := dbB.Events().ListenPID()
 	if pid == 0 {

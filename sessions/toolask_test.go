@@ -127,7 +127,7 @@ func TestAnAskKeepsItsDeadlineAcrossRestarts(t *testing.T) {
 
 				b, settled, delivered := r.askManager(t, "b", clock, sessions.BusyQueue)
 				defer b.Shutdown(context.Background())
-				b.StartRescuer()
+				startRescuer(t, b)
 				if down < 30*time.Second {
 					again := within(t, r.asks, "the ask again")
 					if again.Call.ID != first.Call.ID || !again.Call.ExpiresAt.Equal(first.Call.ExpiresAt) {

@@ -74,7 +74,7 @@ func (r *toolRig) next(t *testing.T, replica string) (*sessions.Manager, chan se
 		delivered <- d
 		return "", nil
 	})
-	m.StartRescuer()
+	startRescuer(t, m)
 	return m, delivered
 }
 

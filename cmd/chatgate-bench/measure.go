@@ -274,7 +274,9 @@ func serveGatewayWith(db *store.DB, closeDB func(), rescue bool, ag agent.Agent,
 		Policies: map[string]sessions.Policy{gateway.Channel: policy}, Tools: toolbox})
 	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
-		mgr.StartRescuer()
+		mgr.Listen()
+		// It ends with the manager's drain, below.
+		sessions.NewRescuer(mgr, sessions.RescuerConfig{}).Start()
 	}
 	srv := gateway.New(discard)
 	srv.Handle("GET /ws", ws)

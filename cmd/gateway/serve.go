@@ -122,8 +122,12 @@ func (s *server) start(ctx context.Context) error {
 	}
 	s.startTelegram()
 	s.markStarted()
-	// The channels have registered how they deliver: the rescuer may run.
-	s.mgr.StartRescuer()
+	// The channels have registered how they deliver and their listeners:
+	// the other replicas' events may come in, and the rescuer run.
+	s.mgr.Listen()
+	rescuer := sessions.NewRescuer(s.mgr, sessions.RescuerConfig{})
+	rescuer.Start()
+	s.services = append(s.services, rescuer.Stop)
 	return nil
 }
 
