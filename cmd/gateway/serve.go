@@ -155,9 +155,9 @@ type server struct {
 	sweeper     *sessions.Sweeper
 	// services stop the background parts beside the session manager
 	// (stopServices), in the order they were started.
-	services []func()
-	tools       *tools.Set        // nil without agent.tools.servers
-	liveTools   *liveTools        // nil without agent.tools.servers
+	services  []func()
+	tools     *tools.Set // nil without agent.tools.servers
+	liveTools *liveTools // nil without agent.tools.servers
 
 	srv        *gateway.Server
 	ws         *gateway.WebSocket

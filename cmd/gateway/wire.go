@@ -288,7 +288,7 @@ func (s *server) buildBot() *telegram.Bot {
 	tg := cfg.Channels.Telegram
 	bot, err := telegram.New(s.mgr, telegram.Options{
 		Elector: sessions.NewElector(s.db, s.mgr.ReplicaID()),
-		Token: tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
+		Token:   tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 		WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
 		AllowedUsers: tg.AllowedUsers, GroupPolicy: tg.GroupPolicy, GroupScope: tg.GroupScope,
 		TracerProvider: s.tp, OnDeliveryFailed: func() { metrics.DeliveryFailed(telegram.Channel) },
