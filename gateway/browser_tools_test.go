@@ -107,10 +107,10 @@ func TestWebPageToolTextIsNotMarkup(t *testing.T) {
 	}
 }
 
-// A card for a call whose ask has expired — asked again on a hello by a
-// replica whose clock is past the expiry, while the turn that waits for
-// the decision runs elsewhere and has not ended the ask yet — ends as
-// expired when Allow is tapped: its buttons go and never come back, and
+// A card for a call whose ask has expired — shown by a replica the page
+// connected to before the expiry, while the turn that waits for the
+// decision runs elsewhere and has not ended the ask yet — ends as expired
+// when Allow is tapped after it: its buttons go and never come back, and
 // nothing runs.
 func TestWebPageToolDecisionAfterTheExpiry(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
@@ -125,11 +125,17 @@ func TestWebPageToolDecisionAfterTheExpiry(t *testing.T) {
 	); err != nil {
 		t.Fatalf("asking: %v", err)
 	}
-	late, _ := newToolEnvAt(t, clocktest.New(time.Now().Add(sessions.DefaultApproveTimeout+time.Minute)), path, tools.ApproveAsk, call)
+	clock := clocktest.New(time.Now())
+	late, _ := newToolEnvAt(t, clock, path, tools.ApproveAsk, call)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(late.srv.URL+"/?user=tia"),
 		waitText("#status", "online as tia"),
 		waitText(".tool-card .title", "Allow t__counter?"),
+	); err != nil {
+		t.Fatalf("asked again by another replica: %v", err)
+	}
+	clock.Advance(sessions.DefaultApproveTimeout + time.Minute)
+	if err := chromedp.Do(ctx,
 		chromedp.Click(".tool-card button.allow"),
 		waitText(".tool.expired .line", "🔧 t__counter — expired, not run"),
 		waitText(".notice", "has expired"),

@@ -44,11 +44,14 @@ func TestBudgetBoundsCompaction(t *testing.T) {
 		t.Cleanup(func() { m.Shutdown(context.Background()) })
 		key := "websocket:ann"
 
-		// 120, then 240 and its summary: 280.
+		// 120, then 240 and its summary: 280. A summary runs beside the
+		// next turn; each message here waits for the last one's summary
+		// (if any) to be made, so that the day's calls come in one order.
 		for i := 1; i <= 2; i++ {
 			if out := handle(t, m, msg(key, fmt.Sprintf("m%d", i))); out.Reply.Status != MsgOK {
 				t.Fatalf("turn %d: %+v, want answered", i, out.Reply)
 			}
+			waitNoCompaction(t, m)
 		}
 		select {
 		case <-notes.stored:
@@ -66,6 +69,7 @@ func TestBudgetBoundsCompaction(t *testing.T) {
 		if out := handle(t, m, msg(key, "m3")); out.Reply.Status != MsgOK {
 			t.Fatalf("the crossing turn: %+v, want answered", out.Reply)
 		}
+		waitNoCompaction(t, m)
 		calls := len(llm.Received())
 		for i := 4; i <= 7; i++ {
 			out := handle(t, m, msg(key, fmt.Sprintf("m%d", i)))
@@ -231,4 +235,22 @@ func handle0(t *testing.T, m *Manager, key, text string, stop func(string) Outco
 		return handle(t, m, msg(key, text))
 	}
 	return stop(text)
+}
+
+// waitNoCompaction waits until no summary is being made: a turn's reply
+// is stored (and its summary, if any, begun) before its caller hears of
+// it, so after handle this waits for that turn's summary.
+func waitNoCompaction(t *testing.T, m *Manager) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		m.mu.Lock()
+		n := len(m.compacting)
+		m.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("summaries of %d conversations still being made", n)
+		}
+	}
 }
