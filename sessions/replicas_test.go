@@ -72,3 +72,59 @@ func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 		t.Fatalf("%d reset events from two replicas sweeping, want 5 (each conversation once)", events)
 	}
 }
+
+// leaseGate is a store hook that slows one replica's session leases: an
+// acquisition bounded in time (an early call's) waits out its bound, as
+// a lease statement does on a loaded database, and an unbounded one (a
+// runner's) says so on waiting and waits for open.
+type leaseGate struct {
+	waiting chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+func (g *leaseGate) Before(ctx context.Context, c store.Call) error {
+	if c.Op != "Lease" {
+		return nil
+	}
+	if _, bounded := ctx.Deadline(); bounded {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	g.once.Do(func() { close(g.waiting) })
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *leaseGate) After(_ context.Context, _ store.Call, err error) error { return err }
+
+// A message whose replica could not take the key's lease at once is
+// stored waiting, not already claimed: the replica that holds the lease
+// next answers the user's messages oldest first, whichever replica
+// stored them. (Stored claimed, it was skipped as another replica's
+// running turn, and a later message was answered before it.)
+func TestTwoReplicasAnswerInOrderWhenTheLeaseIsLate(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(t0)
+	dbA := openStore(t, store.DriverPostgres, dsn)
+	a := newManager(t, dbA, agent.Echo{}, c, queued)
+	b := newManager(t, openStore(t, store.DriverPostgres, dsn), agent.Echo{}, c, queued)
+	gate := &leaseGate{waiting: make(chan struct{}), open: make(chan struct{})}
+	defer dbA.Observe(gate)()
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.Handle(context.Background(), msg("websocket:ann", "a0"), Hooks{})
+		first <- err
+	}()
+	<-gate.waiting // a0 is stored, and A's runner waits for the lease
+	handle(t, b, msg("websocket:ann", "b0"))
+	close(gate.open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	expectPairedTurns(t, openStore(t, store.DriverPostgres, dsn), "websocket:ann", 2)
+}

@@ -222,12 +222,16 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	// Stored pending, owned by this replica: if it dies before a turn
 	// takes the message, the others find it by its owner. When nothing
-	// else of the key is waiting or running here, no debounce applies and
-	// every message of the conversation has its answer, the message is
-	// stored already claimed, as its own turn: the claim would find it
-	// alone anyway. The append is conditional on the conversation being
-	// as cached, so on a shared database too no message of another
-	// replica's can be stored between them unseen.
+	// else of the key is waiting or running here, no debounce applies,
+	// every message of the conversation has its answer and the early
+	// call took the key's turn lock and lease, the message is stored
+	// already claimed, as its own turn: the claim would find it alone
+	// anyway. The append is conditional on the conversation being as
+	// cached, so on a shared database too no message of another
+	// replica's can be stored between them unseen. Without the lease it
+	// is stored pending: another replica may hold the lease and store
+	// the user's next message, and its claim, which never takes a turn
+	// another live replica holds, would answer that one first.
 	um := ledger.Message{
 		ConversationID: hc.conv.ID, Seq: hc.conv.LastSeq + 1, Role: agent.RoleUser,
 		Content: in.Text, Attachments: encodeAttachments(in.Attachments), Quote: boundQuote(in.Quote), Status: ledger.MsgOK, CreatedAt: now,
@@ -236,9 +240,6 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	// A user with a budget is not called early: their tally is read
 	// first, when the turn runs (usage.go).
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any()
-	if solo {
-		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
-	}
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id
@@ -256,6 +257,9 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		live := m.settings() // the turn's settings, as callFor takes them
 		early = m.startEarly(in, hc.conv.Channel, live.agent,
 			m.request(rows, historyFor(priorOf(hc.window, seqSet{um.Seq}, um.Seq), policy), in, live.instructions, model))
+	}
+	if early != nil {
+		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
 	}
 	batch := []ledger.Message{um}
 	endStore := m.startSpan(ctx, "store")
@@ -278,7 +282,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	hc.push(batch[0])
 	m.hot.Update(hc.conv.SessionKey, hc)
 	t.ref = turnKey{hc.conv.ID, batch[0].Seq}
-	if solo {
+	if early != nil {
 		t.claimed = ledger.StoredClaim(&hc.conv, &batch[0])
 		t.early = early
 	}
