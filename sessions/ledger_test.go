@@ -61,6 +61,7 @@ func noopDeliver(context.Context, Delivery) (string, error) { return "", nil }
 func die(t *testing.T, db *store.DB, m *Manager) {
 	t.Helper()
 	m.endLoops()
+	m.hb.halt()
 	if db.Driver() == store.DriverPostgres {
 		if err := db.Gorm().Exec("UPDATE replicas SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", m.ReplicaID()).Error; err != nil {
 			t.Fatal(err)
@@ -92,7 +93,7 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 		db2 := open()
 		m2 := newManager(t, db2, agent.Echo{}, c, nil)
 		m2.OnDeliver("websocket", false, noopDeliver)
-		if err := m2.startHeartbeat(); err != nil {
+		if err := m2.hb.ensure(); err != nil {
 			t.Fatal(err)
 		}
 		if ran, _, err := m2.rescuePass(context.Background(), time.Hour, false); ran != 1 || err != nil {

@@ -307,25 +307,17 @@ type Manager struct {
 	claims    map[string][]int64   // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
 	owed      map[string]*owedConv // conversations to look at again (owed.go)
 	wake      chan struct{}
-	started   time.Time   // when this replica's heartbeat began
-	rescanAll atomic.Bool // the next rescuer pass reads the whole horizon
-	beating   atomic.Bool // the heartbeat runs
-	// peers: another replica is alive (heartbeats, or one of its events
-	// arrived), so this one publishes its events.
-	peers atomic.Bool
-	// peersKnown closes the first time another replica is known alive.
-	peersKnown chan struct{}
-	peersOnce  sync.Once
-	beatMu     sync.Mutex
-	loops      sync.WaitGroup // the heartbeat and the rescuer
-	stopLoops  chan struct{}
-	stopOnce   sync.Once
-	relay      relay        // events of other replicas (notify.go)
-	unstored   atomic.Int64 // replies waiting in appendReply for storage
-	delay      atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
-	health     health
-	bursts     map[string]*burst
-	told       map[string]bool // keys told of a delay, until a turn of theirs is stored
+	rescanAll atomic.Bool    // the next rescuer pass reads the whole horizon
+	hb        *heartbeat     // this replica's lease keeper
+	loops     sync.WaitGroup // the settles' retries
+	stopLoops chan struct{}
+	stopOnce  sync.Once
+	relay     relay        // events of other replicas (notify.go)
+	unstored  atomic.Int64 // replies waiting in appendReply for storage
+	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
+	health    health
+	bursts    map[string]*burst
+	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
 	// compacting: conversations a summary is being made for, and whether
 	// to look again when it is done (compact.go).
 	compacting map[string]bool
@@ -410,12 +402,13 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
 		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
-		compacting: map[string]bool{}, peersKnown: make(chan struct{}),
-		turnLocks: locks.New(locks.Options{Now: opts.Now}),
-		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		compacting: map[string]bool{},
+		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
+		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tracer:  newTracer(opts.TracerProvider),
 		choices: newModelChoices(),
 	}
+	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
 	m.unwatch = st.Observe(watcher{m})
@@ -506,7 +499,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.turns.Wait()
 		m.sweeps.Wait()
 		m.endLoops()
-		m.retire()
+		m.hb.end()
 		m.unwatch()
 		close(done)
 	}()

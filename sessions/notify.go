@@ -112,7 +112,7 @@ func (m *Manager) onEvent(ev ledger.Event) {
 	if ev.Origin == m.opts.ReplicaID {
 		return
 	}
-	m.setPeers(true)
+	m.hb.setPeers(true)
 	if ev.Kind == ledger.EventHello || ev.Kind == ledger.EventWant {
 		return // (a want is the store's: store/leasekeep.go)
 	}
@@ -154,7 +154,7 @@ func (m *Manager) replyListeners(ev ReplyEvent) {
 // announce publishes an event of this replica, when the store carries
 // events.
 func (m *Manager) announce(ev ledger.Event) {
-	if !m.peers.Load() || m.events == nil {
+	if !m.hb.peers.Load() || m.events == nil {
 		return // nobody else to tell; the rows stay the truth
 	}
 	ev.Origin = m.opts.ReplicaID

@@ -58,7 +58,7 @@ func knowPeers(t *testing.T, ms ...*Manager) {
 	timeout := time.After(10 * time.Second)
 	for _, m := range ms {
 		select {
-		case <-m.peersKnown: // the other's hello, heard on the listener's goroutine
+		case <-m.hb.known: // the other's hello, heard on the listener's goroutine
 		case <-timeout:
 			t.Fatal("the replicas did not learn of each other within 10s")
 		}

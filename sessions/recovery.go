@@ -23,33 +23,6 @@ const ExpiredText = "Sorry, this message arrived while the assistant was restart
 // blocked the bot, the chat is gone): the turn is closed with the error.
 var ErrUndeliverable = errors.New("undeliverable")
 
-// beat writes this replica's heartbeat, which is the lease of every turn
-// it holds, and looks whether other replicas live (peers).
-func (m *Manager) beat(ctx context.Context) error {
-	if err := m.store.Heartbeat(ctx, m.opts.ReplicaID, m.started); err != nil {
-		return err
-	}
-	m.lookForPeers(ctx)
-	return nil
-}
-
-// lookForPeers notes whether another replica heartbeats; when that cannot
-// be read, it assumes one does (events cost latency when missed, not
-// correctness, but are cheap when sent to nobody).
-func (m *Manager) lookForPeers(ctx context.Context) {
-	_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
-	m.setPeers(err != nil || len(alive) > 1)
-}
-
-// setPeers records whether another replica is known to be alive (so this
-// one publishes its events); the first time one is, peersKnown closes.
-func (m *Manager) setPeers(alive bool) {
-	m.peers.Store(alive)
-	if alive {
-		m.peersOnce.Do(func() { close(m.peersKnown) })
-	}
-}
-
 // Wake makes the rescuer look for claimable turns now (another replica
 // released some, or a notification says so).
 func (m *Manager) Wake() {
@@ -59,44 +32,6 @@ func (m *Manager) Wake() {
 	}
 }
 
-// startHeartbeat writes the first heartbeat, before this replica takes
-// any turn (Start, or the first turn or claim, whichever comes first), and
-// keeps writing one every third of the lease until Shutdown: a replica
-// that took turns without one would look gone to the others, who would
-// take its turns over.
-func (m *Manager) startHeartbeat() error {
-	if m.beating.Load() {
-		return nil
-	}
-	m.beatMu.Lock()
-	defer m.beatMu.Unlock()
-	if m.beating.Load() {
-		return nil
-	}
-	m.started = time.Now().UTC()
-	if err := m.beat(context.Background()); err != nil {
-		return err // the next turn tries again
-	}
-	m.beating.Store(true)
-	m.loops.Add(1)
-	go func() {
-		defer m.loops.Done()
-		t := time.NewTicker(m.opts.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.stopLoops:
-				return
-			case <-t.C:
-				if err := m.beat(m.base); err != nil {
-					m.log.Warn("heartbeat failed; other replicas take this one's turns if it stays down", slog.String("error", err.Error()))
-				}
-			}
-		}
-	}()
-	return nil
-}
-
 // Listen subscribes the manager to the other replicas' events, when its
 // store carries them (PostgreSQL): they wake the Rescuer and reach the
 // OnReply and OnReset listeners. It writes the heartbeat first: a
@@ -104,26 +39,13 @@ func (m *Manager) startHeartbeat() error {
 // alive, and publish to. Register the channels' deliverers and
 // listeners first.
 func (m *Manager) Listen() {
-	if err := m.startHeartbeat(); err != nil {
+	if err := m.hb.ensure(); err != nil {
 		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
 	}
 	m.listenEvents()
 }
 
-// retire tells the other replicas, after a clean stop, that this one is
-// gone: they need not wait for its heartbeat to age.
-func (m *Manager) retire() {
-	if !m.beating.Load() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := m.store.Retire(ctx, m.opts.ReplicaID); err != nil {
-		m.log.Warn("could not mark this replica stopped; others take over what it left when its heartbeat is old", slog.String("error", err.Error()))
-	}
-}
-
-// stopLoops ends the heartbeat and the settles' retries.
+// endLoops ends the settles' retries.
 func (m *Manager) endLoops() {
 	m.stopOnce.Do(func() { close(m.stopLoops) })
 	m.loops.Wait()
@@ -160,7 +82,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 		gone, alive, rerr := m.replicas(ctx)
 		err = rerr
 		if rerr == nil && len(alive) > 1 {
-			m.setPeers(true)
+			m.hb.setPeers(true)
 		}
 		since := m.now().Add(-ledger.RecoveryHorizon)
 		if !full {
@@ -290,7 +212,7 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 		return "", ErrShuttingDown
 	}
 	defer m.turns.Done()
-	if err := m.startHeartbeat(); err != nil {
+	if err := m.hb.ensure(); err != nil {
 		return "", err
 	}
 	var release func()

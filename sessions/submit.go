@@ -117,7 +117,7 @@ func (m *Manager) submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 	}
 	t := &Ticket{m: m, in: in, hooks: h, started: time.Now(), done: make(chan struct{})}
 	t.span = trace.SpanContextFromContext(ctx)
-	if err := m.startHeartbeat(); err != nil {
+	if err := m.hb.ensure(); err != nil {
 		t.resolve(Outcome{}, err)
 		return nil, err
 	}

@@ -67,7 +67,7 @@ func (m *Manager) Schedules() []Schedule {
 // the lease of every turn this replica takes, written before the first
 // one. (The sweeps run on the Sweeper's schedules.)
 func (m *Manager) Start() error {
-	if err := m.startHeartbeat(); err != nil {
+	if err := m.hb.ensure(); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	return nil

@@ -124,7 +124,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	if b.Foreign {
 		// Another replica lives (it stored one of these messages): it
 		// hears of the reply, for the clients it serves.
-		m.setPeers(true)
+		m.hb.setPeers(true)
 	}
 	if b.LastSeq != hc.conv.LastSeq || b.Epoch != hc.conv.Epoch {
 		// Another replica wrote to the conversation since it was cached:

@@ -15,7 +15,7 @@ func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
 	if !m.enter() {
 		return nil, ErrShuttingDown
 	}
-	if err := m.startHeartbeat(); err != nil {
+	if err := m.hb.ensure(); err != nil {
 		m.turns.Done()
 		return nil, err
 	}
