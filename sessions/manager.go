@@ -312,7 +312,7 @@ type Manager struct {
 	loops     sync.WaitGroup // the settles' retries
 	stopLoops chan struct{}
 	stopOnce  sync.Once
-	relay     relay        // events of other replicas (notify.go)
+	relay     relay        // events of other replicas
 	unstored  atomic.Int64 // replies waiting in appendReply for storage
 	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
 	health    health
@@ -409,6 +409,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		choices: newModelChoices(),
 	}
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
+	m.relay.m = m
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
 	m.unwatch = st.Observe(watcher{m})
@@ -438,7 +439,7 @@ func (m *Manager) OnReset(fn func(ResetEvent)) {
 
 func (m *Manager) publish(ev ResetEvent) {
 	m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
-	m.announceReset(ev)
+	m.relay.announceReset(ev)
 	m.mu.Lock()
 	ls := m.listeners
 	m.mu.Unlock()

@@ -221,7 +221,7 @@ func (m *Manager) ChooseModel(ctx context.Context, in Inbound, name string) (Mod
 		return ModelState{}, err
 	}
 	m.choices.cache.Add(in.SessionKey, chosen)
-	m.announce(ledger.Event{Kind: ledger.EventModel, Channel: in.Channel, Key: in.SessionKey})
+	m.relay.announce(ledger.Event{Kind: ledger.EventModel, Channel: in.Channel, Key: in.SessionKey})
 	return live.stateOf(chosen), nil
 }
 

@@ -29,8 +29,11 @@ type ReplyEvent struct {
 // ErrNoReply means the reply an event named is not stored (any more).
 var ErrNoReply = errors.New("reply not stored")
 
-// relay is the manager's side of cross-replica events.
+// relay is the manager's side of cross-replica events: it subscribes to
+// the other replicas' (listen), hands each to what it concerns (on), and
+// publishes this replica's while another one lives (announce).
 type relay struct {
+	m       *Manager
 	mu      sync.Mutex
 	replies []func(ReplyEvent)
 }
@@ -81,16 +84,17 @@ func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, reply
 // notification only wakes others up: its receiver reads the rows, which
 // stay the truth, so one that is lost costs latency, never a message.
 
-// listenEvents subscribes the manager to the other replicas' events, when
+// listen subscribes the manager to the other replicas' events, when
 // it has them (Options.Events). It waits a few seconds at most for the listen
 // connection; past that, listening starts when the database answers.
-func (m *Manager) listenEvents() {
+func (r *relay) listen() {
+	m := r.m
 	if m.events == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(m.base, 10*time.Second)
 	defer cancel()
-	if err := m.events.Listen(ctx, m.onEvent); err != nil {
+	if err := m.events.Listen(ctx, r.on); err != nil {
 		m.log.Warn("not yet receiving events of other replicas: their replies reach clients here on resume", slog.String("error", err.Error()))
 	}
 	// Replicas publish only while another one lives (peers): this one
@@ -98,15 +102,16 @@ func (m *Manager) listenEvents() {
 	m.events.Publish(ledger.Event{Kind: ledger.EventHello, Origin: m.opts.ReplicaID})
 }
 
-// onEvent handles an event of any replica.
-func (m *Manager) onEvent(ev ledger.Event) {
+// on handles an event of any replica.
+func (r *relay) on(ev ledger.Event) {
+	m := r.m
 	if ev.Missed {
 		// A turn may have become claimable meanwhile, and replies may
 		// have been stored for clients connected here; a key may have
 		// chosen another model.
 		m.choices.forget("")
 		m.Wake()
-		m.replyListeners(ReplyEvent{Missed: true})
+		r.toReplies(ReplyEvent{Missed: true})
 		return
 	}
 	if ev.Origin == m.opts.ReplicaID {
@@ -128,7 +133,7 @@ func (m *Manager) onEvent(ev ledger.Event) {
 		if ev.State == ledger.TurnInterrupted {
 			m.Wake() // a shutdown left it claimable: run it here, now
 		}
-		m.replyListeners(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
+		r.toReplies(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
 			Seq: ev.Seq, ReplySeq: ev.Reply, State: ev.State})
 	case ledger.EventReset:
 		r := ResetEvent{Channel: ev.Channel, SessionKey: ev.Key, OldConversation: ev.Old, NewConversation: ev.Conv,
@@ -142,10 +147,10 @@ func (m *Manager) onEvent(ev ledger.Event) {
 	}
 }
 
-func (m *Manager) replyListeners(ev ReplyEvent) {
-	m.relay.mu.Lock()
-	ls := m.relay.replies
-	m.relay.mu.Unlock()
+func (r *relay) toReplies(ev ReplyEvent) {
+	r.mu.Lock()
+	ls := r.replies
+	r.mu.Unlock()
 	for _, fn := range ls {
 		fn(ev)
 	}
@@ -153,7 +158,8 @@ func (m *Manager) replyListeners(ev ReplyEvent) {
 
 // announce publishes an event of this replica, when the store carries
 // events.
-func (m *Manager) announce(ev ledger.Event) {
+func (r *relay) announce(ev ledger.Event) {
+	m := r.m
 	if !m.hb.peers.Load() || m.events == nil {
 		return // nobody else to tell; the rows stay the truth
 	}
@@ -164,17 +170,17 @@ func (m *Manager) announce(ev ledger.Event) {
 // announceReply tells other replicas that the turn of user message
 // userSeq has its reply replySeq stored, in state (interrupted: claimable
 // again).
-func (m *Manager) announceReply(conv *ledger.Conversation, userSeq, replySeq int64, state string) {
-	m.announce(ledger.Event{Kind: ledger.EventReply, Channel: conv.Channel, Key: conv.SessionKey, Conv: conv.ID,
+func (r *relay) announceReply(conv *ledger.Conversation, userSeq, replySeq int64, state string) {
+	r.announce(ledger.Event{Kind: ledger.EventReply, Channel: conv.Channel, Key: conv.SessionKey, Conv: conv.ID,
 		Seq: userSeq, Reply: replySeq, State: state})
 }
 
 // announceReset tells other replicas about a reset made here; forwarded
 // resets are not announced again.
-func (m *Manager) announceReset(ev ResetEvent) {
+func (r *relay) announceReset(ev ResetEvent) {
 	if ev.Remote {
 		return
 	}
-	m.announce(ledger.Event{Kind: ledger.EventReset, Channel: ev.Channel, Key: ev.SessionKey, Conv: ev.NewConversation,
+	r.announce(ledger.Event{Kind: ledger.EventReset, Channel: ev.Channel, Key: ev.SessionKey, Conv: ev.NewConversation,
 		Old: ev.OldConversation, Reason: ev.Reason})
 }

@@ -42,7 +42,7 @@ func (m *Manager) Listen() {
 	if err := m.hb.ensure(); err != nil {
 		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
 	}
-	m.listenEvents()
+	m.relay.listen()
 }
 
 // endLoops ends the settles' retries.

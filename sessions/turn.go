@@ -454,7 +454,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)
-				m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+				m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 				return true, nil
 			}
 			if errors.Is(err, ledger.ErrRejected) {
@@ -483,7 +483,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 				}
 			}
 			m.hot.Remove(hc.conv.SessionKey)
-			m.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+			m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
 			return true, nil
 		case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
 			return true, fmt.Errorf("%w (%v)", ledger.ErrLostClaim, err)
