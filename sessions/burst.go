@@ -213,9 +213,9 @@ func (m *Manager) runNext(b *burst) error {
 	if early != nil {
 		ctx, endTurn = early.trace, early.endTrace // begun with its call
 	} else {
-		ctx, endTurn = m.traceTurn(m.base, in)
+		ctx, endTurn = m.tr.traceTurn(m.base, in)
 	}
-	endLock := m.startSpan(ctx, "lock wait")
+	endLock := m.tr.startSpan(ctx, "lock wait")
 	var release func()
 	var err error
 	if early != nil {

@@ -284,7 +284,7 @@ func toReply(msg *ledger.Message) Reply {
 // callAgent calls the agent; a panicking backend fails the turn (the user
 // message stays, the user is told) instead of taking the gateway down.
 func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Request, onDelta func(string)) (reply agent.Reply, err error) {
-	ctx, call := m.startAgentCall(ctx, ag)
+	ctx, call := m.tr.startAgentCall(ctx, ag)
 	if call != nil {
 		defer func() { call.end(ctx, &agentReplyInfo{tokens: reply.Usage.TotalTokens}, err) }()
 		next := onDelta

@@ -198,7 +198,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	}
 	cctx, cancel := context.WithTimeout(ctx, compactTimeout)
 	defer cancel()
-	cctx, end := m.startSpanCtx(cctx, "compaction")
+	cctx, end := m.tr.startSpanCtx(cctx, "compaction")
 	reply, err := ag.Reply(cctx, agent.Request{SessionKey: in.SessionKey, Instructions: prompt, Input: compactionInput(earlier, fold), Unstreamed: true}, nil)
 	end(err)
 	if err != nil {

@@ -78,7 +78,7 @@ func (m *Manager) deliverTurn(ctx context.Context, d Delivery) {
 		}
 		return
 	}
-	dctx, endDelivery := m.startSpanCtx(ctx, "delivery")
+	dctx, endDelivery := m.tr.startSpanCtx(ctx, "delivery")
 	sent, err := dv.fn(dctx, d)
 	endDelivery(err)
 	if d.Turn.Claim == "" {

@@ -79,9 +79,9 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	if err != nil {
 		return nil // the turn runs after the commit, once its lock and lease are free
 	}
-	tctx, endTrace := m.traceTurn(m.base, in)
+	tctx, endTrace := m.tr.traceTurn(m.base, in)
 	ctx, end := m.startTurn(key)
-	ctx = m.withTurn(tctx, ctx)
+	ctx = m.tr.withTurn(tctx, ctx)
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	e.held = e.heldBuf[:0]
 	e.sent = make(chan struct{})

@@ -283,7 +283,7 @@ type Manager struct {
 	locks   *locks.Cache
 	now     func() time.Time
 	log     *slog.Logger
-	tracer  trace.Tracer // nil: tracing off
+	tr      *tracing // the spans of messages and turns
 	hot     *hotCache
 	days    dayKeys                      // usage.go
 	live    atomic.Pointer[liveSettings] // policies, instructions, agent (live.go)
@@ -405,7 +405,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		compacting: map[string]bool{},
 		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
 		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
-		tracer:  newTracer(opts.TracerProvider),
+		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
 		choices: newModelChoices(),
 	}
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)

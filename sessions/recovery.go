@@ -242,7 +242,7 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 		// mode queue): run turns until this one's is done.
 		ran := ""
 		for {
-			tctx, endTurn := m.traceTurn(ctx, in)
+			tctx, endTurn := m.tr.traceTurn(ctx, in)
 			kind, _, err := m.runBatch(tctx, in, d.ConversationID, alive, maxAge, nil, nil)
 			endTurn(err)
 			if kind != "" && ran != ledger.TurnRunning {

@@ -102,7 +102,7 @@ func (t *Ticket) resolve(out Outcome, err error) {
 // acknowledged again and answered from storage, or by the turn that
 // answers it.
 func (m *Manager) Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error) {
-	ctx, end := m.traceMessage(ctx, in)
+	ctx, end := m.tr.traceMessage(ctx, in)
 	t, err := m.submit(ctx, in, h)
 	end(t, err)
 	return t, err
@@ -262,7 +262,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
 	}
 	batch := []ledger.Message{um}
-	endStore := m.startSpan(ctx, "store")
+	endStore := m.tr.startSpan(ctx, "store")
 	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
 	endStore(err)
 	if err != nil && early != nil {

@@ -148,7 +148,7 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 	c.State, c.Token = ledger.ToolStarted, token
 	tt.event(c, ToolStarted, 0)
 	began := time.Now()
-	callCtx, endSpan := m.startSpanCtx(ctx, "tool "+c.Name)
+	callCtx, endSpan := m.tr.startSpanCtx(ctx, "tool "+c.Name)
 	res, cerr := m.opts.Tools.Call(callCtx, c.Name, c.Arguments, c.IdempotencyKey())
 	took := time.Since(began)
 	endSpan(cerr)

@@ -16,7 +16,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// Tracing. With Options.TracerProvider unset (or a no-op one) m.tracer is
+// Tracing. With Options.TracerProvider unset (or a no-op one) tr.tracer is
 // nil and every helper here returns after that one check: no span, no
 // attribute is built. With a provider, a turn is one trace: a root span
 // "turn" with children "lock wait", "agent call" (an event "first token"
@@ -38,6 +38,15 @@ type AgentObserver interface {
 const TracerName = "github.com/chatgate/chatgate/sessions"
 
 // newTracer returns the tracer for tp, nil when tracing is off.
+// tracing makes the spans of messages, turns and their steps; its
+// tracer is nil when tracing is off, and each span then costs a nil
+// check.
+type tracing struct {
+	tracer   trace.Tracer
+	log      *slog.Logger
+	observer Observer
+}
+
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	switch tp.(type) {
 	case nil, noop.TracerProvider, *noop.TracerProvider:
@@ -68,16 +77,16 @@ func noEnd(error) {}
 
 // startSpan starts a child span of the span in ctx; a no-op without a
 // tracer or without a recording parent.
-func (m *Manager) startSpan(ctx context.Context, name string) spanEnd {
-	_, end := m.startSpanCtx(ctx, name)
+func (tr *tracing) startSpan(ctx context.Context, name string) spanEnd {
+	_, end := tr.startSpanCtx(ctx, name)
 	return end
 }
 
-func (m *Manager) startSpanCtx(ctx context.Context, name string) (context.Context, spanEnd) {
-	if m.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+func (tr *tracing) startSpanCtx(ctx context.Context, name string) (context.Context, spanEnd) {
+	if tr.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, noEnd
 	}
-	ctx, span := m.tracer.Start(ctx, name)
+	ctx, span := tr.tracer.Start(ctx, name)
 	return ctx, func(err error) { endSpan(span, err) }
 }
 
@@ -91,11 +100,11 @@ func endSpan(span trace.Span, err error) {
 
 // traceMessage starts a message's span "message", ended once it is
 // stored (or refused).
-func (m *Manager) traceMessage(ctx context.Context, in Inbound) (context.Context, func(*Ticket, error)) {
-	if m.tracer == nil {
+func (tr *tracing) traceMessage(ctx context.Context, in Inbound) (context.Context, func(*Ticket, error)) {
+	if tr.tracer == nil {
 		return ctx, func(*Ticket, error) {}
 	}
-	ctx, span := m.tracer.Start(ctx, "message", trace.WithAttributes(
+	ctx, span := tr.tracer.Start(ctx, "message", trace.WithAttributes(
 		attribute.String("chatgate.channel", in.Channel),
 		attribute.String("chatgate.session_key_hash", SessionKeyHash(in.SessionKey)),
 		attribute.String("chatgate.client_msg_id", in.ClientMsgID),
@@ -111,16 +120,16 @@ func (m *Manager) traceMessage(ctx context.Context, in Inbound) (context.Context
 
 // traceTurn starts a turn's root span (when tracing) and puts what the
 // agent call needs into the context. The returned func ends the span.
-func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, func(err error)) {
-	if !m.tracesTurns() {
+func (tr *tracing) traceTurn(ctx context.Context, in Inbound) (context.Context, func(err error)) {
+	if !tr.tracesTurns() {
 		return ctx, noEnd
 	}
 	ctx = context.WithValue(ctx, turnInfoKey{}, &turnInfo{channel: in.Channel})
-	if m.tracer == nil {
+	if tr.tracer == nil {
 		return ctx, noEnd
 	}
 	channel, key := in.Channel, in.SessionKey // (the closure takes these, not in: in stays on the stack)
-	ctx, span := m.tracer.Start(ctx, "turn", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, span := tr.tracer.Start(ctx, "turn", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attribute.String("chatgate.channel", channel),
 			attribute.String("chatgate.session_key_hash", SessionKeyHash(key)),
@@ -129,7 +138,7 @@ func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, f
 	return ctx, func(err error) {
 		// Logged before the span ends: whoever sees the turn ended finds
 		// its line.
-		m.log.DebugContext(ctx, "turn done", slog.String("channel", channel), slog.String("session_key", key),
+		tr.log.DebugContext(ctx, "turn done", slog.String("channel", channel), slog.String("session_key", key),
 			slog.Duration("took", time.Since(start)))
 		endSpan(span, err)
 	}
@@ -137,18 +146,18 @@ func (m *Manager) traceTurn(ctx context.Context, in Inbound) (context.Context, f
 
 // tracesTurns tells whether a turn's context carries anything of
 // traceTurn's: its span, or the channel for the agent observer.
-func (m *Manager) tracesTurns() bool {
-	if m.tracer != nil {
+func (tr *tracing) tracesTurns() bool {
+	if tr.tracer != nil {
 		return true
 	}
-	_, ok := m.opts.Observer.(AgentObserver)
+	_, ok := tr.observer.(AgentObserver)
 	return ok
 }
 
 // traceClaim names on the turn span what the turn answers: its batch and
 // the messages' own spans, as links.
-func (m *Manager) traceClaim(ctx context.Context, b *ledger.Batch, tickets []*Ticket) {
-	if m.tracer == nil {
+func (tr *tracing) traceClaim(ctx context.Context, b *ledger.Batch, tickets []*Ticket) {
+	if tr.tracer == nil {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
@@ -169,8 +178,8 @@ func (m *Manager) traceClaim(ctx context.Context, b *ledger.Batch, tickets []*Ti
 }
 
 // traceStatus records the turn's result on its span.
-func (m *Manager) traceStatus(ctx context.Context, status string) {
-	if m.tracer == nil {
+func (tr *tracing) traceStatus(ctx context.Context, status string) {
+	if tr.tracer == nil {
 		return
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("chatgate.status", status))
@@ -180,8 +189,8 @@ func (m *Manager) traceStatus(ctx context.Context, status string) {
 // cancellable context of the agent call). Without a tracer or an agent
 // observer, traceTurn put neither there, and nothing is looked up (a
 // lookup in a context.WithoutCancel allocates).
-func (m *Manager) withTurn(ctx, turnCtx context.Context) context.Context {
-	if !m.tracesTurns() {
+func (tr *tracing) withTurn(ctx, turnCtx context.Context) context.Context {
+	if !tr.tracesTurns() {
 		return turnCtx
 	}
 	if ti, ok := ctx.Value(turnInfoKey{}).(*turnInfo); ok {
@@ -197,7 +206,6 @@ func (m *Manager) withTurn(ctx, turnCtx context.Context) context.Context {
 // its first delta (an event, an attribute, and the observer's
 // FirstToken), and a failure for the observer.
 type agentCall struct {
-	m       *Manager
 	channel string
 	start   time.Time
 	first   bool
@@ -205,17 +213,17 @@ type agentCall struct {
 	obs     AgentObserver
 }
 
-func (m *Manager) startAgentCall(ctx context.Context, ag agent.Agent) (context.Context, *agentCall) {
-	obs, _ := m.opts.Observer.(AgentObserver)
-	if obs == nil && m.tracer == nil {
+func (tr *tracing) startAgentCall(ctx context.Context, ag agent.Agent) (context.Context, *agentCall) {
+	obs, _ := tr.observer.(AgentObserver)
+	if obs == nil && tr.tracer == nil {
 		return ctx, nil
 	}
-	c := &agentCall{m: m, start: time.Now(), obs: obs}
+	c := &agentCall{start: time.Now(), obs: obs}
 	if ti, ok := ctx.Value(turnInfoKey{}).(*turnInfo); ok {
 		c.channel = ti.channel
 	}
-	if m.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
-		ctx, c.span = m.tracer.Start(ctx, "agent call", trace.WithSpanKind(trace.SpanKindClient),
+	if tr.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		ctx, c.span = tr.tracer.Start(ctx, "agent call", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("chatgate.agent", ag.Name()), attribute.String("chatgate.model", ag.Model())))
 	}
 	return ctx, c

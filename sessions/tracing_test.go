@@ -69,7 +69,7 @@ func TestTracingMergedBurst(t *testing.T) {
 func TestTracingOffByDefault(t *testing.T) {
 	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := newManager(t, db, &recorder{}, newClock(t0), nil)
-	if m.tracer != nil {
+	if m.tr.tracer != nil {
 		t.Fatal("a manager without a TracerProvider has a tracer")
 	}
 	if out := handle(t, m, msg("websocket:ann", "hi")); out.Trace.IsValid() {

@@ -107,7 +107,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	}
 	if b == nil {
 		release()
-		m.traceStatus(ctx, "none")
+		m.tr.traceStatus(ctx, "none")
 		// Nothing to run: another runner took this conversation's
 		// waiting messages (it delivers their replies), or they are
 		// answered. A message stored as its own turn is not among them:
@@ -163,7 +163,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 		}
 	}
 	m.opts.Observer.TurnStarted(in.Channel, len(b.Rows), max(0, t.now.Sub(b.Rows[0].CreatedAt)))
-	m.traceClaim(ctx, b, t.tickets)
+	m.tr.traceClaim(ctx, b, t.tickets)
 	if t.in.UserID == "" {
 		t.in.UserID, t.in.ChatID = hc.conv.UserID, hc.conv.ChatID
 	}
@@ -205,7 +205,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 	} else {
 		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
 	}
-	turnCtx = m.withTurn(ctx, turnCtx)
+	turnCtx = m.tr.withTurn(ctx, turnCtx)
 	t.called = true
 	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
 	endTurn()
@@ -232,7 +232,7 @@ const RejectedPrefix = "storage rejected the turn's data: "
 // stored and the state the turn settled in.
 func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Message, reply agent.Reply, state string) ([]ledger.Message, string, error) {
 	key, b := t.in.SessionKey, t.b
-	endStore := m.startSpan(ctx, "store reply")
+	endStore := m.tr.startSpan(ctx, "store reply")
 	waiting := func(since time.Time) { m.noticeDelay(t.tickets, since) }
 	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
 	if errors.Is(err, ledger.ErrRejected) {
@@ -296,10 +296,10 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
-	if m.tracer != nil {
+	if m.tr.tracer != nil {
 		out.Trace = trace.SpanContextFromContext(ctx)
 	}
-	m.traceStatus(ctx, final.Status)
+	m.tr.traceStatus(ctx, final.Status)
 	if state != ledger.TurnInterrupted && m.tracks(t.in.Channel) {
 		out.Turn = b.Ref()
 	}
