@@ -90,7 +90,7 @@ func (m *Manager) WaitingOnStorage() int {
 			n += len(b.waiting)
 		}
 	}
-	return n + len(m.owed)
+	return n + m.owed.count()
 }
 
 // replicas is Store.Replicas as the judge of which replicas are gone:

@@ -303,9 +303,9 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
-	fetchers  sync.Map             // channel → Fetcher (fetch.go)
-	claims    map[string][]int64   // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
-	owed      map[string]*owedConv // conversations to look at again (owed.go)
+	fetchers  sync.Map           // channel → Fetcher (fetch.go)
+	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
+	owed      *owedSet           // conversations to look at again
 	wake      chan struct{}
 	rescanAll atomic.Bool    // the next rescuer pass reads the whole horizon
 	hb        *heartbeat     // this replica's lease keeper
@@ -401,7 +401,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: map[string]*owedConv{}, bursts: map[string]*burst{}, told: map[string]bool{},
+		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
 		compacting: map[string]bool{},
 		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
 		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),

@@ -31,26 +31,38 @@ type owedRef struct {
 // the owed turn is looked at again later.
 var errBusy = errors.New("the session's turn lock is busy")
 
+// owedSet is this replica's owed conversations, each due at once when
+// owed and again after a backoff when a look could not pay it.
+type owedSet struct {
+	mu    sync.Mutex
+	convs map[string]*owedConv
+	pause time.Duration // the first backoff (Options.RetryPause); at most 20 times it
+}
+
+func newOwedSet(pause time.Duration) *owedSet {
+	return &owedSet{convs: map[string]*owedConv{}, pause: pause}
+}
+
 // owe marks conv owed, due at once.
-func (m *Manager) owe(conv string) {
-	m.mu.Lock()
-	o := m.owed[conv]
+func (s *owedSet) owe(conv string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.convs[conv]
 	if o == nil {
 		o = &owedConv{}
-		m.owed[conv] = o
+		s.convs[conv] = o
 	}
 	o.gen++
 	o.due, o.wait = time.Time{}, 0
-	m.mu.Unlock()
 }
 
-// owedDue lists the owed conversations due now.
-func (m *Manager) owedDue() []owedRef {
+// due lists the owed conversations due now.
+func (s *owedSet) due() []owedRef {
 	now := time.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []owedRef
-	for conv, o := range m.owed {
+	for conv, o := range s.convs {
 		if !o.due.After(now) {
 			out = append(out, owedRef{conv, o.gen})
 		}
@@ -58,15 +70,15 @@ func (m *Manager) owedDue() []owedRef {
 	return out
 }
 
-// owedNext is how long until the next owed conversation is due, or false
+// next is how long until the next owed conversation is due, or false
 // when none is owed.
-func (m *Manager) owedNext() (time.Duration, bool) {
+func (s *owedSet) next() (time.Duration, bool) {
 	now := time.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var next time.Duration
 	found := false
-	for _, o := range m.owed {
+	for _, o := range s.convs {
 		d := max(o.due.Sub(now), 0)
 		if !found || d < next {
 			next, found = d, true
@@ -77,32 +89,32 @@ func (m *Manager) owedNext() (time.Duration, bool) {
 
 // paid settles a look at an owed conversation: done, it is forgotten
 // unless owed again since; not done, it is due again after a backoff.
-func (m *Manager) paid(r owedRef, done bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o := m.owed[r.conv]
+func (s *owedSet) paid(r owedRef, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.convs[r.conv]
 	switch {
 	case o == nil:
 	case done && o.gen == r.gen:
-		delete(m.owed, r.conv)
+		delete(s.convs, r.conv)
 	case !done:
-		o.wait = min(max(2*o.wait, m.opts.RetryPause), 20*m.opts.RetryPause)
+		o.wait = min(max(2*o.wait, s.pause), 20*s.pause)
 		o.due = time.Now().Add(o.wait)
 	}
 }
 
-// owedCount is how many conversations are owed.
-func (m *Manager) owedCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.owed)
+// count is how many conversations are owed.
+func (s *owedSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.convs)
 }
 
 // rescueOwed looks at every owed conversation that is due: it claims
 // again, and runs or delivers, each turn this replica owns there that no
 // runner here holds.
 func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int) {
-	due := m.owedDue()
+	due := m.owed.due()
 	if len(due) == 0 {
 		return 0
 	}
@@ -114,7 +126,7 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 	for _, r := range due {
 		turns, err := m.store.OwnTurns(ctx, r.conv, m.opts.ReplicaID)
 		if err != nil {
-			m.paid(r, false)
+			m.owed.paid(r, false)
 			continue
 		}
 		var free []ledger.DueTurn
@@ -124,13 +136,13 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 			}
 		}
 		if len(free) == 0 {
-			m.paid(r, true)
+			m.owed.paid(r, true)
 			continue
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			m.paid(r, false)
+			m.owed.paid(r, false)
 			continue
 		}
 		wg.Add(1)
@@ -153,7 +165,7 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 					mu.Unlock()
 				}
 			}
-			m.paid(r, done)
+			m.owed.paid(r, done)
 		}()
 	}
 	wg.Wait()

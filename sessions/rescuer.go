@@ -92,7 +92,7 @@ func (r *Rescuer) run() {
 		// The next pass: after Every, or as soon as an owed conversation
 		// is due.
 		next := r.cfg.Every
-		if d, ok := m.owedNext(); ok {
+		if d, ok := m.owed.next(); ok {
 			next = min(next, max(d, 50*time.Millisecond))
 		}
 		t.Reset(next)

@@ -56,7 +56,7 @@ func (w watcher) After(ctx context.Context, c store.Call, err error) error {
 		w.m.opts.Observer.Spent(u.Channel, u.Model, u.PromptTokens, u.CompletionTokens, u.Cost)
 	}
 	if err != nil && c.Conv != "" && !definite(err) {
-		w.m.owe(c.Conv)
+		w.m.owed.owe(c.Conv)
 	}
 	return err
 }
