@@ -324,10 +324,9 @@ type Manager struct {
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
-	// askers ask channels' users about tool calls, and toolWaits wake
-	// the turns waiting for a decision (toolask.go).
-	askers    map[string]toolAsker
-	toolWaits map[int64]chan struct{}
+	// asks: how channels ask their users about tool calls, and the
+	// turns waiting for a decision.
+	asks *askRegistry
 	// choices caches the models keys chose (models.go).
 	choices *modelChoices
 }
@@ -406,7 +405,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
 		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
-		choices: newModelChoices(),
+		choices: newModelChoices(), asks: newAskRegistry(),
 	}
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.relay.m = m

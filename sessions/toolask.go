@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -32,43 +33,56 @@ type toolAsker struct {
 // the call is decided or expired — a.Call.Status says how — such as
 // removing the buttons. Register before turns run.
 func (m *Manager) OnToolAsk(channel string, ask ToolAsker, settled func(ctx context.Context, a ToolAsk, ref string)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.askers == nil {
-		m.askers = map[string]toolAsker{}
-	}
-	m.askers[channel] = toolAsker{ask: ask, settled: settled}
+	m.asks.register(channel, toolAsker{ask: ask, settled: settled})
 }
 
-func (m *Manager) asker(channel string) (toolAsker, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, ok := m.askers[channel]
+// askRegistry is how each channel asks, and the turns waiting for a
+// decision, each woken when its call is decided here.
+type askRegistry struct {
+	mu     sync.Mutex
+	askers map[string]toolAsker
+	waits  map[int64]chan struct{}
+}
+
+func newAskRegistry() *askRegistry {
+	return &askRegistry{askers: map[string]toolAsker{}, waits: map[int64]chan struct{}{}}
+}
+
+func (r *askRegistry) register(channel string, a toolAsker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.askers[channel] = a
+}
+
+// asker is the channel's way to ask; false before it registered.
+func (r *askRegistry) asker(channel string) (toolAsker, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.askers[channel]
 	return a, ok
 }
 
-// toolWaiter wakes the turn waiting for call id.
-func (m *Manager) toolWaiter(id int64) (<-chan struct{}, func()) {
+// waiter is a channel that wakes the turn waiting for call id, and how
+// to stop waiting.
+func (r *askRegistry) waiter(id int64) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	m.mu.Lock()
-	if m.toolWaits == nil {
-		m.toolWaits = map[int64]chan struct{}{}
-	}
-	m.toolWaits[id] = ch
-	m.mu.Unlock()
+	r.mu.Lock()
+	r.waits[id] = ch
+	r.mu.Unlock()
 	return ch, func() {
-		m.mu.Lock()
-		if m.toolWaits[id] == ch {
-			delete(m.toolWaits, id)
+		r.mu.Lock()
+		if r.waits[id] == ch {
+			delete(r.waits, id)
 		}
-		m.mu.Unlock()
+		r.mu.Unlock()
 	}
 }
 
-func (m *Manager) wakeTool(id int64) {
-	m.mu.Lock()
-	ch := m.toolWaits[id]
-	m.mu.Unlock()
+// wake wakes the turn waiting for call id, if it waits here.
+func (r *askRegistry) wake(id int64) {
+	r.mu.Lock()
+	ch := r.waits[id]
+	r.mu.Unlock()
 	if ch != nil {
 		select {
 		case ch <- struct{}{}:
@@ -105,7 +119,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		return err
 	}
 	c.State, c.ExpiresAt = ledger.ToolAsking, &expires
-	wake, done := m.toolWaiter(c.ID)
+	wake, done := m.asks.waiter(c.ID)
 	defer done()
 	a := ToolAsk{Channel: tt.in.Channel, SessionKey: tt.in.SessionKey, UserID: tt.in.UserID, ChatID: tt.in.ChatID}
 	a.Call = ToolEvent{ConversationID: c.ConversationID, Seq: tt.claim.Lead, ID: c.ID, CallID: c.CallID, Name: c.Name,
@@ -119,7 +133,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if asked || !m.now().Before(expires) {
 			return
 		}
-		asker, ok := m.asker(tt.in.Channel)
+		asker, ok := m.asks.asker(tt.in.Channel)
 		if !ok {
 			return
 		}
@@ -145,7 +159,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
 		}
-		asker, ok := m.asker(tt.in.Channel)
+		asker, ok := m.asks.asker(tt.in.Channel)
 		if !ok || asker.settled == nil || (!asked && ref == "") {
 			return
 		}
@@ -247,7 +261,7 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 	if d.Allow {
 		ev.Status = ToolStarted
 	}
-	m.wakeTool(c.ID)
+	m.asks.wake(c.ID)
 	return ev, nil
 }
 
