@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -60,7 +60,7 @@ func TestToolLoopAgainstAModelServer(t *testing.T) {
 			for _, c := range cases {
 				t.Run(fmt.Sprintf("%s/stream=%v", c.name, stream), func(t *testing.T) {
 					srv, set := toolServer(t, tools.ServerConfig{Timeout: 300 * time.Millisecond, MaxResultBytes: 1024})
-					model, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Model: "m", Stream: stream})
+					model, ag := llmtest.AgentWith(t, openai.Config{Model: "m", Stream: stream})
 					model.Script(c.script)
 					db := open()
 					m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: set}, MaxToolRounds: c.rounds,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
@@ -83,7 +84,7 @@ func TestUnstorableTextInATurn(t *testing.T) {
 		})
 		t.Run("arguments from a model server", func(t *testing.T) {
 			_, set := toolServer(t, tools.ServerConfig{})
-			model, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Model: "m"})
+			model, ag := llmtest.AgentWith(t, openai.Config{Model: "m"})
 			// The arguments carry a raw NUL (JSON's \u0000 on the wire), and
 			// the answer too.
 			model.Script(llmtest.Queue(llmtest.Answer{ToolCalls: []llmtest.ToolCall{{Name: "t__echo", Arguments: "{\"text\":\"x\x00y\"}"}}},
