@@ -23,7 +23,6 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/locks"
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Errors returned by Handle.
@@ -379,7 +378,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		opts.ReplicaID = hex.EncodeToString(b[:])
 	}
 	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = store.LeaseTTL
+		opts.LeaseTTL = ledger.LeaseTTL
 	}
 	if opts.RecoveryMaxAge <= 0 {
 		opts.RecoveryMaxAge = time.Hour

@@ -22,7 +22,7 @@ import (
 	"github.com/chatgate/chatgate/internal/tracelog"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // loadConfig loads -c FILE, else ./bot.yaml when present, else the
@@ -148,7 +148,7 @@ type server struct {
 	transcriber *liveTranscriber // nil without transcription
 	turns       *admin.TurnCounter
 	mgr         *sessions.Manager // set once started: a later failed start stops it
-	tools       *tools.Set        // nil without agent.tools.servers
+	tools       *mcpclient.Set    // nil without agent.tools.servers
 	liveTools   *liveTools        // nil without agent.tools.servers
 
 	srv        *gateway.Server
