@@ -1,6 +1,9 @@
-// Package agent defines what the gateway asks of an LLM agent, and its
-// backends: echo (no model, for running without a key) and openai (any
-// OpenAI-compatible chat-completions server).
+// Package agent defines what the gateway asks of an LLM agent: the Agent
+// port, the messages, requests and replies it carries, the token
+// estimates, and echo (no model, for running without a key). It imports
+// no model SDK: a backend that talks to a server (package openai, any
+// OpenAI-compatible chat-completions server) implements Agent apart, and
+// only the gateway's wiring chooses one.
 package agent
 
 import (
@@ -217,3 +220,20 @@ func (Echo) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply
 		Model:    "echo", // no model, no tokens: Usage stays zero
 	}, nil
 }
+
+// Error is a failed call to the model server, with the HTTP status when
+// there was an answer, as a backend returns it. Its message never
+// contains the API key.
+type Error struct {
+	Status int // 0 when no answer came (connection refused, timeout)
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("model server answered %d: %v", e.Status, e.Err)
+	}
+	return fmt.Sprintf("model server unreachable: %v", e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }

@@ -5,8 +5,6 @@ import (
 	"io"
 	"path"
 	"strings"
-
-	"github.com/openai/openai-go/v3"
 )
 
 // KindAudio is an attachment that was speech: a voice note or an audio
@@ -76,29 +74,4 @@ func AudioFileName(name, mime string) string {
 		return name + "." + ext
 	}
 	return name
-}
-
-// Transcriber returns o as a Transcriber when it has a transcription
-// model (TranscriptionModel), else nil.
-func (o *OpenAI) Transcriber() Transcriber {
-	if o.cfg.TranscriptionModel == "" {
-		return nil
-	}
-	return o
-}
-
-// Transcribe implements Transcriber with the server's
-// /audio/transcriptions endpoint: a multipart upload of the file and the
-// model, answered by JSON ({"text": …}). Timeouts and retries are the
-// chat calls'.
-func (o *OpenAI) Transcribe(ctx context.Context, audio io.Reader, name, mime string) (string, error) {
-	resp, err := o.client.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{
-		File:           openai.File(audio, name, mime),
-		Model:          openai.AudioModel(o.cfg.TranscriptionModel),
-		ResponseFormat: openai.AudioResponseFormatJSON,
-	})
-	if err != nil {
-		return "", o.wrap(err)
-	}
-	return strings.TrimSpace(resp.Text), nil
 }

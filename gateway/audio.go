@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // Audio a client sends on a message frame (kind "audio"). With a
@@ -25,6 +26,12 @@ import (
 // is a bad_frame. A transcription that fails or hears nothing is refused
 // with transcription_failed: nothing is stored, and the client may send
 // the message again.
+//
+// A transcription is a model call the user causes, so a user over their
+// budget (session.limits) causes none: the message is refused with
+// over_budget, whose text is sessions.BudgetAudioText (which limit, and
+// when it frees up), and nothing is stored. A usage read that fails lets
+// the transcription go on, as a turn's budget check does.
 
 // sniffedAudio maps what http.DetectContentType tells of audio to the
 // declared types it allows. Audio it cannot tell (application/octet-stream:
@@ -83,9 +90,13 @@ func hasAudio(f *clientFrame) bool {
 	return slices.ContainsFunc(f.Attachments, func(a frameAttachment) bool { return a.Kind == agent.KindAudio })
 }
 
-// transcribe is the text of a message frame with audio: each audio
-// attachment's transcript, in order, then the frame's text.
-func (ws *WebSocket) transcribe(ctx context.Context, f *clientFrame) (string, *wsError) {
+// transcribe is the text of a message frame with audio from in's user:
+// each audio attachment's transcript, in order, then the frame's text.
+// Nothing is transcribed for a user over their budget.
+func (ws *WebSocket) transcribe(ctx context.Context, in sessions.Inbound, f *clientFrame) (string, *wsError) {
+	if werr := ws.overBudget(ctx, in); werr != nil {
+		return "", werr
+	}
 	var parts []string
 	for _, a := range f.Attachments {
 		if a.Kind != agent.KindAudio {
@@ -111,4 +122,20 @@ func (ws *WebSocket) transcribe(ctx context.Context, f *clientFrame) (string, *w
 		parts = append(parts, *f.Text)
 	}
 	return strings.Join(parts, "\n\n"), nil
+}
+
+// overBudget refuses audio from in's user while they are over their
+// budget; nil when it may be transcribed. A usage read that fails is
+// logged and lets it be.
+func (ws *WebSocket) overBudget(ctx context.Context, in sessions.Inbound) *wsError {
+	s, err := ws.sess.Usage(ctx, in.Channel, in.SessionKey)
+	if err != nil {
+		ws.log.Warn("websocket: reading the user's usage failed; the audio is transcribed without its budget check",
+			slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
+		return nil
+	}
+	if s.Over() == "" {
+		return nil
+	}
+	return errOverBudget.with("%s", sessions.BudgetAudioText(s, ws.opts.Now(), "audio message"))
 }

@@ -6,12 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/oteltest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/storetest"
 )
 
 // webmBytes is WebM audio by its EBML signature, which is what the type
@@ -218,4 +221,53 @@ func TestTracingWebSocketTranscription(t *testing.T) {
 	if oteltest.Attr(parent, "chatgate.client_msg_id") != "a1" {
 		t.Errorf("websocket message attributes = %v", parent.Attributes)
 	}
+}
+
+// A transcription is a model call the user causes, so a user over their
+// budget causes none: their audio message is refused with over_budget,
+// saying which limit they reached and when it frees up; nothing is
+// transcribed or stored. Under budget, and again once the day is over,
+// audio is transcribed and answered. The spend is a real answered turn's,
+// tallied by the store (each answer of llmtest spends 2 tokens).
+func TestAudioOverBudgetIsNotTranscribed(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		llm, ag := llmtest.TranscribingAgent(t, false)
+		clock := clocktest.New(time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC))
+		db := open()
+		mgr := sessions.New(db, ag, sessions.Options{Logger: quiet, Now: clock.Now,
+			Policies: map[string]sessions.Policy{Channel: {MaxHistory: 100,
+				Budget: sessions.BudgetPolicy{Default: sessions.Budget{TokensPerDay: 2}}}}})
+		e := serveEnv(t, db, mgr, WSOptions{Transcriber: agent.TranscriberOf(ag), MaxFrameBytes: 1 << 20, Now: clock.Now}, false)
+		c, ready := e.connect(map[string]any{"user": "ann"})
+		first, second := webmBytes("first"), oggBytes("second")
+		llm.AddAudio(first, "what's on today?")
+		llm.AddAudio(second, "and tomorrow?")
+
+		c.send(audioFrame("a1", "", "audio/webm", first))
+		if r := c.expect("reply"); r["reply_to"] != "a1" || r["text"] != llmtest.Reply {
+			t.Fatalf("reply under budget = %v", r)
+		}
+
+		c.send(audioFrame("a2", "briefly", "audio/ogg", second))
+		want := "You have reached today's limit of 2 tokens, so I did not listen to that audio message (it is not kept). " +
+			"You can send it again from Wed 11 Mar 00:00 UTC (in 15 h 0 min)."
+		if f := c.expect("error"); f["code"] != "over_budget" || f["id"] != "a2" || f["message"] != want {
+			t.Fatalf("error over budget = %v, want over_budget saying %q", f, want)
+		}
+		if tr := llm.Transcriptions(); len(tr) != 1 {
+			t.Fatalf("%d transcription requests, want only the one under budget", len(tr))
+		}
+		if n := len(llm.Requests()); n != 1 {
+			t.Fatalf("%d model calls", n)
+		}
+		if rows := userMessages(t, e, ready["conversation"].(string)); len(rows) != 1 || rows[0].Content != "what's on today?" {
+			t.Fatalf("stored = %+v, want the first audio message only", rows)
+		}
+
+		clock.Advance(15 * time.Hour) // the budget's next day
+		c.send(audioFrame("a3", "", "audio/ogg", second))
+		if r := c.expect("reply"); r["reply_to"] != "a3" || r["text"] != llmtest.Reply {
+			t.Fatalf("reply the next day = %v", r)
+		}
+	})
 }

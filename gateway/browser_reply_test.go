@@ -5,7 +5,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 )
 
@@ -13,7 +13,7 @@ import (
 // the input; the next message is sent with reply_to, and the model gets
 // the bot's words quoted before it.
 func TestWebPageRepliesToAMessage(t *testing.T) {
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	e := newEnv(t, ag, WSOptions{}, nil, nil)
 	ctx := browser(t)
 	err := chromedp.Do(ctx,

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -60,7 +61,7 @@ func TestMetricsAgentErrorsAndFirstToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		ag := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: baseURL, APIKey: "k", Model: "m", Stream: true, MaxRetries: 0})
+		ag := openai.New(openai.Config{BaseURL: baseURL, APIKey: "k", Model: "m", Stream: true, MaxRetries: 0})
 		mgr := sessions.New(db, ag, sessions.Options{Logger: quiet, Observer: metrics})
 		defer mgr.Shutdown(context.Background())
 		out, err := mgr.Handle(context.Background(), sessions.Inbound{Channel: Channel, SessionKey: key, Text: "hi"}, sessions.Hooks{})

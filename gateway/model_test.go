@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
@@ -25,7 +25,7 @@ var wsModels = []sessions.Model{
 // records each request's model, with agent.models and a fake clock.
 func modelEnv(t *testing.T, models []sessions.Model, policy sessions.Policy, clock *clocktest.Clock) (*env, *llmtest.Server) {
 	t.Helper()
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{PricePer1KPrompt: 1, PricePer1KCompletion: 1})
+	llm, ag := llmtest.AgentWith(t, openai.Config{PricePer1KPrompt: 1, PricePer1KCompletion: 1})
 	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)

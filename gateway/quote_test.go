@@ -3,7 +3,7 @@ package gateway
 import (
 	"testing"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 )
 
@@ -11,7 +11,7 @@ import (
 // bot's or the user's: its text reaches the model quoted before the
 // message. An unknown seq is refused with not_found and nothing is stored.
 func TestReplyToReachesTheModel(t *testing.T) {
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	e := newEnv(t, ag, WSOptions{}, nil, nil)
 	c, _ := e.connect(map[string]any{"user": "ann"})
 	c.send(map[string]any{"type": "message", "id": "m1", "text": "two things, please"})

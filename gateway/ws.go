@@ -59,6 +59,9 @@ type Sessions interface {
 	OffersModels() bool
 	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
 	ChooseModel(ctx context.Context, in sessions.Inbound, name string) (sessions.ModelState, error)
+	// Usage is where a session key's user stands against their budget:
+	// audio is not transcribed for a user over it (WebSocket.transcribe).
+	Usage(ctx context.Context, channel, sessionKey string) (sessions.UsageStanding, error)
 	// OnToolAsk, DecideTool and PendingToolAsks: the user's approval of
 	// tool calls (ws_tools.go).
 	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
@@ -85,7 +88,8 @@ type WSOptions struct {
 	RateGlobalBurst     int
 	// RateLimited is told which limit refused a frame (metrics).
 	RateLimited func(limit string)
-	// Now is the rate limiters' clock (default time.Now).
+	// Now is the rate limiters' clock, and the one the budget note of
+	// refused audio counts from (default time.Now).
 	Now func() time.Time
 	// HistoryLimit is how many messages ready carries without last_seq
 	// (the channel's max_history).

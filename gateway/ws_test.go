@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -334,7 +335,7 @@ func TestOpenAIStreamsDeltaFrames(t *testing.T) {
 		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
 	}))
 	defer llm.Close()
-	ag := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: llm.URL, APIKey: "k", Model: "m", Stream: true})
+	ag := openai.New(openai.Config{BaseURL: llm.URL, APIKey: "k", Model: "m", Stream: true})
 	e := newEnv(t, ag, WSOptions{}, nil, nil)
 	c, _ := e.connect(map[string]any{"user": "ann"})
 	c.send(map[string]any{"type": "message", "id": "q", "text": "hi"})

@@ -15,6 +15,7 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // Tool calls over the WebSocket channel: a model that asks for a tool of
@@ -37,7 +38,7 @@ func newToolEnv(t *testing.T, approve tools.Approve, calls ...agent.ToolCall) (*
 // of them on one file are two replicas.
 func newToolEnvAt(t *testing.T, clock *clocktest.Clock, path string, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
 	t.Helper()
-	srv, set := tooltest.Server(t, tools.ServerConfig{Approve: approve})
+	srv, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: approve})
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "g.db")
 	}
@@ -45,7 +46,7 @@ func newToolEnvAt(t *testing.T, clock *clocktest.Clock, path string, approve too
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := sessions.Options{Logger: quiet, Tools: tools.Offer{Set: set},
+	opts := sessions.Options{Logger: quiet, Tools: mcpclient.Offer{Set: set},
 		Policies: map[string]sessions.Policy{Channel: {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}}
 	if clock != nil {
 		opts.Now, opts.After = clock.Now, clock.After

@@ -123,7 +123,7 @@ func (c *wsConn) submit(ctx context.Context, in sessions.Inbound, f *clientFrame
 	ctx, endMessage := c.ws.traceMessage(ctx, f)
 	in.Text = *f.Text
 	if hasAudio(f) {
-		text, werr := c.ws.transcribe(ctx, f)
+		text, werr := c.ws.transcribe(ctx, in, f)
 		if werr != nil {
 			endMessage(werr)
 			c.finish()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -31,7 +32,7 @@ func TestBudgetBoundsCompaction(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		notes := newSummaryNotes(db)
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+		llm, ag := llmtest.AgentWith(t, openai.Config{})
 		llm.Script(func(req llmtest.Request) llmtest.Answer {
 			if isSummaryCall(req) {
 				return llmtest.Answer{Text: "what was said", Usage: &llmtest.Usage{PromptTokens: 30, CompletionTokens: 10}}
@@ -126,7 +127,7 @@ func summaryCallsIn(reqs []llmtest.Request) int {
 func TestStoppedRepliesCountAgainstTheBudget(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: true, PricePer1KPrompt: 1, PricePer1KCompletion: 2})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: true, PricePer1KPrompt: 1, PricePer1KCompletion: 2})
 		const streamed = "one two three "
 		llm.Script(func(llmtest.Request) llmtest.Answer {
 			return llmtest.Answer{Text: streamed + "four five six seven eight", StallAfter: 3,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -217,7 +218,7 @@ func TestCompactNow(t *testing.T) {
 // replies (agent.openai.stream): nobody watches it being written.
 func TestSummaryCallsDoNotStream(t *testing.T) {
 	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: true})
+	llm, ag := llmtest.AgentWith(t, openai.Config{Stream: true})
 	policies := map[string]Policy{"websocket": {MaxHistory: 20, Compaction: CompactionPolicy{Enabled: true}}}
 	m := New(db, ag, Options{Policies: policies, Logger: quiet})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
 )
@@ -289,7 +290,7 @@ type appendWatch struct {
 	after map[string]bool
 }
 
-func (w *appendWatch) Before(_ context.Context, c store.Call) error {
+func (w *appendWatch) Before(_ context.Context, c ledger.Call) error {
 	if c.Op != "Append" || c.Append == nil {
 		return nil
 	}
@@ -304,7 +305,7 @@ func (w *appendWatch) Before(_ context.Context, c store.Call) error {
 	return nil
 }
 
-func (w *appendWatch) After(_ context.Context, _ store.Call, err error) error { return err }
+func (w *appendWatch) After(_ context.Context, _ ledger.Call, err error) error { return err }
 
 // waitTurnEnded waits until nothing of key waits or runs and its turn
 // lock is free.

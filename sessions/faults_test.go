@@ -22,6 +22,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // The fault-at-every-step harness. Each scenario runs once without faults,
@@ -532,8 +533,8 @@ func finalRepliesPerTurn(t *testing.T, db *store.DB) []string {
 
 // faultTools is an MCP test server whose tools run without asking.
 func faultTools(t *testing.T) (*mcptest.Server, sessions.Toolbox) {
-	srv, set := toolServer(t, tools.ServerConfig{Approve: tools.ApproveAuto})
-	return srv, tools.Offer{Set: set}
+	srv, set := toolServer(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	return srv, mcpclient.Offer{Set: set}
 }
 
 // syncBuffer is a log sink shared by a run's goroutines.

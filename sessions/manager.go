@@ -22,7 +22,6 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/locks"
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // Errors returned by Handle.
@@ -366,7 +365,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		opts.ReplicaID = hex.EncodeToString(b[:])
 	}
 	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = store.LeaseTTL
+		opts.LeaseTTL = ledger.LeaseTTL
 	}
 	if opts.RecoveryMaxAge <= 0 {
 		opts.RecoveryMaxAge = time.Hour

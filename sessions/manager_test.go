@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -344,7 +345,7 @@ func TestUnreachableAgentKeepsMessage(t *testing.T) {
 		srv := httptest.NewServer(nil)
 		url := srv.URL
 		srv.Close()
-		llm := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: url + "/v1", APIKey: "k", Model: "m", MaxRetries: 0})
+		llm := openai.New(openai.Config{BaseURL: url + "/v1", APIKey: "k", Model: "m", MaxRetries: 0})
 		c := newClock(t0)
 		m := newManager(t, db, llm, c, nil)
 		out := handle(t, m, msg("websocket:ann", "are you there?"))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -112,7 +113,7 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		ctx := context.Background()
 		db := open()
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{PricePer1KPrompt: 1000, PricePer1KCompletion: 1000})
+		llm, ag := llmtest.AgentWith(t, openai.Config{PricePer1KPrompt: 1000, PricePer1KCompletion: 1000})
 		llm.Script(func(llmtest.Request) llmtest.Answer {
 			return llmtest.Answer{Text: "ok", Usage: &llmtest.Usage{PromptTokens: 100, CompletionTokens: 10}}
 		})

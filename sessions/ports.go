@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // The ports: what the session manager consumes from the layers below it,
@@ -103,10 +102,10 @@ type Store interface {
 }
 
 // Observed is a store whose every ledger call passes its hooks
-// (store.Hook): the manager watches its calls through one (watch.go),
+// (ledger.Hook): the manager watches its calls through one (watch.go),
 // and a test's fault injector fails them through another.
 type Observed interface {
-	Observe(h store.Hook) (remove func())
+	Observe(h ledger.Hook) (remove func())
 }
 
 // Events is what replicas sharing a database tell each other

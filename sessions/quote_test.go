@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -34,7 +35,7 @@ func TestWithQuote(t *testing.T) {
 // and in the history of the turns after it, and is stored with it.
 func TestAQuoteReachesTheModel(t *testing.T) {
 	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	m := New(db, ag, Options{Logger: quiet})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	in := msg("websocket:a", "what did you mean?")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -83,7 +84,7 @@ type leaseGate struct {
 	once    sync.Once
 }
 
-func (g *leaseGate) Before(ctx context.Context, c store.Call) error {
+func (g *leaseGate) Before(ctx context.Context, c ledger.Call) error {
 	if c.Op != "Lease" {
 		return nil
 	}
@@ -100,7 +101,7 @@ func (g *leaseGate) Before(ctx context.Context, c store.Call) error {
 	}
 }
 
-func (g *leaseGate) After(_ context.Context, _ store.Call, err error) error { return err }
+func (g *leaseGate) After(_ context.Context, _ ledger.Call, err error) error { return err }
 
 // A message whose replica could not take the key's lease at once is
 // stored waiting, not already claimed: the replica that holds the lease

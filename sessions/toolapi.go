@@ -10,9 +10,9 @@ import (
 	"github.com/chatgate/chatgate/tools"
 )
 
-// Toolbox is what a turn needs of the tools it offers (package tools
-// implements it over MCP servers; cmd/gateway narrows it by the policy
-// ladder).
+// Toolbox is what a turn needs of the tools it offers (mcpclient.Offer
+// implements it over MCP servers, narrowed by the policy ladder the
+// gateway's wiring gives it).
 type Toolbox interface {
 	// Offered are the tools the model is offered for a turn of this
 	// channel and user (none: the turn runs without tools).

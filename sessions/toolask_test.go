@@ -13,13 +13,14 @@ import (
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // askRig is a manager whose channel asks into asks and hears of each
 // ask's end in settled.
 func (r *toolRig) askManager(t *testing.T, replica string, clock *clocktest.Clock, busy sessions.BusyMode) (*sessions.Manager, chan sessions.ToolAsk, chan sessions.Delivery) {
 	t.Helper()
-	opts := sessions.Options{Events: r.db.Events(), Tools: tools.Offer{Set: r.set}, ReplicaID: replica, Logger: slog.New(slog.DiscardHandler),
+	opts := sessions.Options{Events: r.db.Events(), Tools: mcpclient.Offer{Set: r.set}, ReplicaID: replica, Logger: slog.New(slog.DiscardHandler),
 		Policies:       map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: busy}}},
 		ApproveTimeout: 30 * time.Second, RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond}
 	if clock != nil {
@@ -56,7 +57,7 @@ func TestACutTurnCancelsItsAsk(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-				r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, func(req agent.Request) []agent.ToolCall {
+				r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk}, func(req agent.Request) []agent.ToolCall {
 					if req.Input == "count" && len(req.Turn) == 0 {
 						return []agent.ToolCall{call("c", "t__counter", map[string]string{"key": "k"})}
 					}
@@ -112,7 +113,7 @@ func TestAnAskKeepsItsDeadlineAcrossRestarts(t *testing.T) {
 		t.Run("down "+down.String(), func(t *testing.T) {
 			storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
 				clock := clocktest.New(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-				r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+				r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
 				a, _, _ := r.askManager(t, "a", clock, sessions.BusyQueue)
 				key := sessions.WebSocketKey("u1")
 				r.submit(t, a, "u1", "m1", "count")
@@ -170,7 +171,7 @@ func TestAnAskKeepsItsDeadlineAcrossRestarts(t *testing.T) {
 func TestPendingAsksLeaveOutExpiredOnes(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
 		clock := clocktest.New(time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC))
-		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+		r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
 		a, _, _ := r.askManager(t, "a", clock, sessions.BusyQueue)
 		key := sessions.WebSocketKey("u1")
 		r.submit(t, a, "u1", "m1", "count")

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // The tool loop driven by a model server that asks for tools
@@ -59,11 +59,11 @@ func TestToolLoopAgainstAModelServer(t *testing.T) {
 		for _, stream := range []bool{false, true} {
 			for _, c := range cases {
 				t.Run(fmt.Sprintf("%s/stream=%v", c.name, stream), func(t *testing.T) {
-					srv, set := toolServer(t, tools.ServerConfig{Timeout: 300 * time.Millisecond, MaxResultBytes: 1024})
-					model, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Model: "m", Stream: stream})
+					srv, set := toolServer(t, mcpclient.ServerConfig{Timeout: 300 * time.Millisecond, MaxResultBytes: 1024})
+					model, ag := llmtest.AgentWith(t, openai.Config{Model: "m", Stream: stream})
 					model.Script(c.script)
 					db := open()
-					m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: set}, MaxToolRounds: c.rounds,
+					m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: set}, MaxToolRounds: c.rounds,
 						Logger: slog.New(slog.DiscardHandler), Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50}}})
 					defer m.Shutdown(context.Background())
 					in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey(fmt.Sprintf("u-%s-%v", strings.ReplaceAll(c.name, " ", "-"), stream)),

@@ -19,6 +19,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // The model, its scripts and the tool server are tooltest's.
@@ -29,7 +30,7 @@ var (
 	call = tooltest.Call
 )
 
-func toolServer(t *testing.T, cfg tools.ServerConfig) (*mcptest.Server, *tools.Set) {
+func toolServer(t *testing.T, cfg mcpclient.ServerConfig) (*mcptest.Server, *mcpclient.Set) {
 	t.Helper()
 	return tooltest.Server(t, cfg)
 }
@@ -38,14 +39,14 @@ type toolRig struct {
 	db     *store.DB
 	model  *toolModel
 	srv    *mcptest.Server
-	set    *tools.Set
+	set    *mcpclient.Set
 	events chan sessions.ToolEvent
 	asks   chan sessions.ToolAsk
 }
 
 func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, opts sessions.Options) *sessions.Manager {
 	t.Helper()
-	opts.Events, opts.Tools, opts.ReplicaID = r.db.Events(), tools.Offer{Set: r.set}, replica
+	opts.Events, opts.Tools, opts.ReplicaID = r.db.Events(), mcpclient.Offer{Set: r.set}, replica
 	opts.Policies = map[string]sessions.Policy{"websocket": {MaxHistory: 50, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone},
 		Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}
 	if opts.Logger == nil {
@@ -78,7 +79,7 @@ func (r *toolRig) next(t *testing.T, replica string) (*sessions.Manager, chan se
 	return m, delivered
 }
 
-func newToolRig(t *testing.T, open func() *store.DB, cfg tools.ServerConfig, script func(agent.Request) []agent.ToolCall) *toolRig {
+func newToolRig(t *testing.T, open func() *store.DB, cfg mcpclient.ServerConfig, script func(agent.Request) []agent.ToolCall) *toolRig {
 	srv, set := toolServer(t, cfg)
 	return &toolRig{db: open(), model: &toolModel{Script: script}, srv: srv, set: set,
 		events: make(chan sessions.ToolEvent, 64), asks: make(chan sessions.ToolAsk, 8)}
@@ -134,7 +135,7 @@ func toolCalls(t *testing.T, db *store.DB) []ledger.ToolCall {
 
 func TestToolCallRunsOnceAndItsResultReachesTheModel(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
 		m := r.manager(t, "a", nil, sessions.Options{})
 		defer m.Shutdown(context.Background())
 		out := wait(t, r.submit(t, m, "u1", "m1", "count it"))
@@ -202,7 +203,7 @@ func TestToolRoundsParallelCallsAndTheirLimit(t *testing.T) {
 			}
 			return nil
 		}
-		r := newToolRig(t, open, tools.ServerConfig{}, script)
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, script)
 		m := r.manager(t, "a", nil, sessions.Options{})
 		out := wait(t, r.submit(t, m, "u1", "m1", "go"))
 		if out.Reply.Text != "answer: 1 | hi | 2" {
@@ -212,7 +213,7 @@ func TestToolRoundsParallelCallsAndTheirLimit(t *testing.T) {
 
 		// A model that always asks: after max_rounds it is told to answer
 		// without tools.
-		r2 := newToolRig(t, open, tools.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
+		r2 := newToolRig(t, open, mcpclient.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
 			return []agent.ToolCall{call(fmt.Sprintf("x%d", countRounds(req.Turn)), "t__counter", map[string]string{"key": "loop"})}
 		})
 		m2 := r2.manager(t, "b", nil, sessions.Options{MaxToolRounds: 3})
@@ -240,7 +241,7 @@ func countRounds(turn []agent.Message) int {
 
 func TestToolErrorsTimeoutsAndBigResultsReachTheModel(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{Timeout: 200 * time.Millisecond, MaxResultBytes: 64},
+		r := newToolRig(t, open, mcpclient.ServerConfig{Timeout: 200 * time.Millisecond, MaxResultBytes: 64},
 			once(call("f", "t__fail", map[string]string{"message": "no"}), call("s", "t__slow", map[string]any{}),
 				call("b", "t__big", map[string]any{"bytes": 1000})))
 		m := r.manager(t, "a", nil, sessions.Options{})
@@ -269,7 +270,7 @@ func TestToolCallCutByShutdownIsNotRunAgainUnlessIdempotent(t *testing.T) {
 	for _, idem := range []bool{false, true} {
 		t.Run(fmt.Sprintf("idempotent=%v", idem), func(t *testing.T) {
 			storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-				r := newToolRig(t, open, tools.ServerConfig{Idempotent: idem}, func(req agent.Request) []agent.ToolCall {
+				r := newToolRig(t, open, mcpclient.ServerConfig{Idempotent: idem}, func(req agent.Request) []agent.ToolCall {
 					if len(req.Turn) == 0 {
 						return []agent.ToolCall{call("s", "t__slow", map[string]any{"seconds": 0.3})}
 					}
@@ -335,8 +336,8 @@ func TestToolCallCutByShutdownIsNotRunAgainUnlessIdempotent(t *testing.T) {
 func TestToolApproval(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
 		clock := clocktest.New(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))
-		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk,
-			PerTool: map[string]tools.ToolConfig{mcptest.Echo: {Approve: tools.ApproveAuto}}},
+		r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk,
+			PerTool: map[string]mcpclient.ToolConfig{mcptest.Echo: {Approve: tools.ApproveAuto}}},
 			once(call("c", "t__counter", map[string]string{"key": "k"}), call("e", "t__echo", map[string]string{"text": "free"})))
 		m := r.manager(t, "a", clock, sessions.Options{ApproveTimeout: time.Minute})
 		defer m.Shutdown(context.Background())
@@ -392,7 +393,7 @@ func TestToolApproval(t *testing.T) {
 // runs once when allowed.
 func TestToolAskSurvivesARestart(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+		r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
 		a := r.manager(t, "a", nil, sessions.Options{})
 		r.submit(t, a, "u1", "m1", "count")
 		first := <-r.asks
@@ -423,7 +424,7 @@ func TestToolAskSurvivesARestart(t *testing.T) {
 // outcome is stored, and the transcript keeps the call with it.
 func TestStopCancelsARunningToolCall(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{}, once(call("s", "t__slow", map[string]any{})))
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("s", "t__slow", map[string]any{})))
 		m := r.manager(t, "a", nil, sessions.Options{})
 		defer m.Shutdown(context.Background())
 		tk := r.submit(t, m, "u1", "m1", "wait for it")
@@ -457,7 +458,7 @@ func TestStopCancelsARunningToolCall(t *testing.T) {
 // stored; what it streams reaches the user only once they are.
 func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{}, once(call("s", "t__slow", map[string]any{"seconds": 0.2})))
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("s", "t__slow", map[string]any{"seconds": 0.2})))
 		r.model.Answered = make(chan int, 4)
 		m := r.manager(t, "a", nil, sessions.Options{})
 		defer m.Shutdown(context.Background())
@@ -503,8 +504,8 @@ func TestNothingStreamsBeforeTheRoundsResultsAreStored(t *testing.T) {
 // gateway starts, before the channel registered) asks once it can.
 func TestToolAskWaitsForItsChannel(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
-		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: tools.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
+		r := newToolRig(t, open, mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: mcpclient.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
 			Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}})
 		defer m.Shutdown(context.Background())
 		tk := r.submit(t, m, "u1", "m1", "count")
@@ -532,13 +533,13 @@ func TestToolAskWaitsForItsChannel(t *testing.T) {
 // seeing the call with it.
 func TestANewerMessageCancelsARunningToolCall(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
-		r := newToolRig(t, open, tools.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, func(req agent.Request) []agent.ToolCall {
 			if req.Input == "wait" && len(req.Turn) == 0 {
 				return []agent.ToolCall{call("s", "t__slow", map[string]any{})}
 			}
 			return nil
 		})
-		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: tools.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
+		m := sessions.New(r.db, r.model, sessions.Options{Events: r.db.Events(), Tools: mcpclient.Offer{Set: r.set}, Logger: slog.New(slog.DiscardHandler),
 			Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyInterrupt}}}})
 		defer m.Shutdown(context.Background())
 		first := r.submit(t, m, "u1", "m1", "wait")

@@ -10,7 +10,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // A model's arguments are untrusted: JSON that does not parse, or that
@@ -23,7 +23,7 @@ func TestBadArgumentsFromTheModelNeverReachTheServer(t *testing.T) {
 		for i, args := range bad {
 			calls = append(calls, agent.ToolCall{ID: "c" + string(rune('a'+i)), Name: "t__echo", Arguments: args})
 		}
-		r := newToolRig(t, open, tools.ServerConfig{}, once(calls...))
+		r := newToolRig(t, open, mcpclient.ServerConfig{}, once(calls...))
 		m := r.manager(t, "a", nil, sessions.Options{})
 		defer m.Shutdown(context.Background())
 		out := wait(t, r.submit(t, m, "u1", "m1", "echo these"))

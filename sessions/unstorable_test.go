@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // nul is text no PostgreSQL text column takes as it is (a NUL byte, and
@@ -60,7 +61,7 @@ func TestUnstorableTextInATurn(t *testing.T) {
 			}
 		})
 		t.Run("tool result", func(t *testing.T) {
-			r := newToolRig(t, open, tools.ServerConfig{}, once(call("c1", "t__echo", map[string]string{"text": nul})))
+			r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("c1", "t__echo", map[string]string{"text": nul})))
 			m := r.manager(t, "a", nil, sessions.Options{})
 			defer m.Shutdown(context.Background())
 			out := wait(t, r.submit(t, m, "u1", "m1", "echo it"))
@@ -82,14 +83,14 @@ func TestUnstorableTextInATurn(t *testing.T) {
 			}
 		})
 		t.Run("arguments from a model server", func(t *testing.T) {
-			_, set := toolServer(t, tools.ServerConfig{})
-			model, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Model: "m"})
+			_, set := toolServer(t, mcpclient.ServerConfig{})
+			model, ag := llmtest.AgentWith(t, openai.Config{Model: "m"})
 			// The arguments carry a raw NUL (JSON's \u0000 on the wire), and
 			// the answer too.
 			model.Script(llmtest.Queue(llmtest.Answer{ToolCalls: []llmtest.ToolCall{{Name: "t__echo", Arguments: "{\"text\":\"x\x00y\"}"}}},
 				llmtest.Answer{Text: "done \x00"}))
 			db := open()
-			m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: set}, Logger: slog.New(slog.DiscardHandler),
+			m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: set}, Logger: slog.New(slog.DiscardHandler),
 				Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50}}, RetryPause: 10 * time.Millisecond})
 			defer m.Shutdown(context.Background())
 			key := sessions.WebSocketKey("llm")
@@ -194,7 +195,7 @@ func TestRejectedStorageFailsTheTurn(t *testing.T) {
 			}
 		})
 		t.Run("tool outcome", func(t *testing.T) {
-			r := newToolRig(t, open, tools.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
+			r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
 			f := faults.New(r.db)
 			m := r.manager(t, "a", nil, sessions.Options{})
 			defer m.Shutdown(context.Background())
@@ -212,7 +213,7 @@ func TestRejectedStorageFailsTheTurn(t *testing.T) {
 			}
 		})
 		t.Run("tool round", func(t *testing.T) {
-			r := newToolRig(t, open, tools.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
+			r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("c1", "t__counter", map[string]string{"key": "k"})))
 			f := faults.New(r.db)
 			m := r.manager(t, "a", nil, sessions.Options{})
 			defer m.Shutdown(context.Background())

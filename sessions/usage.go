@@ -12,8 +12,9 @@ package sessions
 // each other's spend, and a user can overshoot a budget by at most the
 // turns already running when they reached it — one, since a user's
 // turns run one at a time (their topics' aside). Every other model call
-// a user causes checks it too (a summary: Manager.compact), and a turn
-// refused for the budget starts none.
+// a user causes checks it too (a summary: Manager.compact; a voice
+// message's transcription, which the channels ask Manager.Usage about
+// before they make it), and a turn refused for the budget starts none.
 
 import (
 	"context"
@@ -107,7 +108,21 @@ func (s UsageStanding) ResetsAt() time.Time {
 
 // BudgetText is the answer to a message from a user over their budget.
 func BudgetText(s UsageStanding, now time.Time) string {
-	var what string
+	what, when, in := budgetParts(s, now)
+	return fmt.Sprintf("You have reached %s, so this message was not answered (it is kept). You can write again from %s (in %s).", what, when, in)
+}
+
+// BudgetAudioText is the answer to audio from a user over their budget,
+// which a channel does not transcribe (transcription is a model call) and
+// so cannot keep; noun names what was sent ("voice message").
+func BudgetAudioText(s UsageStanding, now time.Time, noun string) string {
+	what, when, in := budgetParts(s, now)
+	return fmt.Sprintf("You have reached %s, so I did not listen to that %s (it is not kept). You can send it again from %s (in %s).", what, noun, when, in)
+}
+
+// budgetParts are the budget the user has used up, when it frees up, and
+// how long that is from now, as the budget texts say them.
+func budgetParts(s UsageStanding, now time.Time) (what, when, in string) {
 	switch s.Over() {
 	case "cost_per_month":
 		what = "this month's spending limit"
@@ -121,8 +136,7 @@ func BudgetText(s UsageStanding, now time.Time) string {
 	if loc == nil {
 		loc = time.UTC
 	}
-	return fmt.Sprintf("You have reached %s, so this message was not answered (it is kept). You can write again from %s (in %s).",
-		what, at.In(loc).Format("Mon 2 Jan 15:04 MST"), roughly(at.Sub(now)))
+	return what, at.In(loc).Format("Mon 2 Jan 15:04 MST"), roughly(at.Sub(now))
 }
 
 // roughly is d for a person: "3 h 20 min", "12 min", "under a minute".

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // How a turn survives a storage failure. The invariant the ledger keeps:
@@ -33,16 +32,16 @@ func definite(err error) bool {
 		errors.Is(err, ledger.ErrRejected)
 }
 
-// watcher is the manager's hook on its store (store.Hook): every ledger
+// watcher is the manager's hook on its store (ledger.Hook): every ledger
 // call's outcome feeds the storage health, and a failed call on a
 // conversation makes it owed.
 type watcher struct{ m *Manager }
 
 // Before lets every call through.
-func (w watcher) Before(context.Context, store.Call) error { return nil }
+func (w watcher) Before(context.Context, ledger.Call) error { return nil }
 
 // After records a call's outcome.
-func (w watcher) After(ctx context.Context, c store.Call, err error) error {
+func (w watcher) After(ctx context.Context, c ledger.Call, err error) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err // the caller gave up; the database said nothing
 	}

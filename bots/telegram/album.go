@@ -188,12 +188,12 @@ func albumMessage(parts []albumPart) *message {
 // attachments, the text read from its files and voice before the caption
 // (text, the album's captions with the bot's mention taken out), and each
 // notice once.
-func (b *Bot) readAlbum(ctx context.Context, m *message, text string) inbound {
+func (b *Bot) readAlbum(ctx context.Context, m *message, key, text string) inbound {
 	var out inbound
 	var read, transcripts []string
 	told := map[string]bool{}
 	for _, p := range m.album {
-		r := b.readMedia(ctx, p, text)
+		r := b.readMedia(ctx, p, key, text)
 		out.atts = append(out.atts, r.atts...)
 		out.spoken = out.spoken || r.spoken
 		for _, n := range r.notices {

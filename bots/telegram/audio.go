@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions"
 )
 
 // Voice. With a transcriber (agent.openai.transcription_model), a voice
@@ -27,6 +28,13 @@ import (
 // message. Audio of a type the transcription endpoint does not take is
 // told so, and its caption answered, as an unreadable file is. Without a
 // transcriber, voice and audio get the reply of unsupportedTexts.
+//
+// A transcription is a model call the user causes, so a user over their
+// budget (session.limits) causes none: their audio is neither downloaded
+// nor transcribed, and they get sessions.BudgetAudioText — which limit,
+// and when it frees up — and nothing is stored, as for audio that could
+// not be heard. A usage read that fails lets the transcription go on, as
+// a turn's budget check does.
 
 // DefaultMaxAudioBytes is Options.MaxAudioBytes' default.
 const DefaultMaxAudioBytes = agent.DefaultMaxAudioBytes
@@ -45,8 +53,9 @@ const (
 // audioNouns name what the user sent, by the update's field.
 var audioNouns = map[string]string{"voice": "voice message", "audio": "audio file"}
 
-// audio reads a voice note (kind "voice") or an audio file ("audio").
-func (b *Bot) audio(ctx context.Context, in *inbound, kind string, a agent.Attachment) {
+// audio reads a voice note (kind "voice") or an audio file ("audio") of
+// session key's user.
+func (b *Bot) audio(ctx context.Context, in *inbound, key, kind string, a agent.Attachment) {
 	if b.opts.Transcriber == nil {
 		b.unsupported(in, kind, a)
 		return
@@ -70,6 +79,10 @@ func (b *Bot) audio(ctx context.Context, in *inbound, kind string, a agent.Attac
 	}
 	caption := in.text
 	in.text, in.spoken = "", true
+	if note := b.overBudget(ctx, key, noun); note != "" {
+		in.notices = append(in.notices, note)
+		return
+	}
 	limit := b.opts.MaxAudioBytes
 	tooBig := func(size int64) {
 		b.audioRefused(ctx, size, limit, mime)
@@ -107,6 +120,22 @@ func (b *Bot) audio(ctx context.Context, in *inbound, kind string, a agent.Attac
 		in.text += "\n\n" + caption
 	}
 	in.atts = append(in.atts, a)
+}
+
+// overBudget is the note for audio (noun) of session key's user when
+// they are over their budget, "" when it may be transcribed. A usage read
+// that fails is logged and lets it be.
+func (b *Bot) overBudget(ctx context.Context, key, noun string) string {
+	s, err := b.sess.Usage(ctx, Channel, key)
+	if err != nil {
+		b.log.Warn("telegram: reading the user's usage failed; the audio is transcribed without its budget check",
+			slog.String("session_key", key), slog.String("error", b.redact(err)))
+		return ""
+	}
+	if s.Over() == "" {
+		return ""
+	}
+	return sessions.BudgetAudioText(s, b.opts.Now(), noun)
 }
 
 // transcribe turns audio into text, in the span "transcribe".

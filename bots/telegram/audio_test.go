@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/oteltest"
+	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -298,5 +301,88 @@ func TestVoiceRetriedIsTranscribedOnce(t *testing.T) {
 	}
 	if n, d := len(llm.Transcriptions()), api.Downloads(); n != 1 || d != 1 {
 		t.Fatalf("%d transcriptions and %d downloads for one voice note", n, d)
+	}
+}
+
+// A transcription is a model call the user causes, so a user over their
+// budget causes none: their voice is neither downloaded nor transcribed,
+// nothing is stored, and they are told which limit they reached and when
+// it frees up. Under budget, and again once the day is over, voice is
+// transcribed and answered. The spend is a real answered turn's, tallied
+// by the store (each answer of llmtest spends 2 tokens).
+func TestVoiceOverBudgetIsNotTranscribed(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
+			llm, ag := llmtest.TranscribingAgent(t, false)
+			clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+			s := setup{agent: ag, opts: Options{Transcriber: agent.TranscriberOf(ag), Now: clock.Now, Streaming: StreamOff},
+				policies: map[string]sessions.Policy{Channel: {MaxHistory: 100,
+					Budget: sessions.BudgetPolicy{Default: sessions.Budget{TokensPerDay: 2}}}},
+				manager: func(o *sessions.Options) { o.Now = clock.Now }}
+			if pg {
+				s.dsn = pgtest.DSN(t)
+			}
+			api := telegramtest.New(t)
+			h := start(t, api, t.TempDir(), s)
+			first, second := []byte("OggS-first"), []byte("OggS-second")
+			llm.AddAudio(first, "what's on today?")
+			llm.AddAudio(second, "and tomorrow?")
+			api.AddFile("v1", first)
+			api.AddFile("v2", second)
+
+			api.Push(telegramtest.Voice(7, "", "v1"))
+			if got := api.WaitSent(t, 1)[0].Text; got != "<blockquote>what's on today?</blockquote>\n\n"+llmtest.Reply {
+				t.Fatalf("reply under budget = %q", got)
+			}
+
+			api.Push(telegramtest.Voice(7, "briefly", "v2"))
+			want := "You have reached today's limit of 2 tokens, so I did not listen to that voice message (it is not kept). " +
+				"You can send it again from Tue 2 Jun 00:00 UTC (in 12 h 0 min)."
+			if got := api.WaitSent(t, 2)[1].Text; got != want {
+				t.Fatalf("reply over budget = %q, want %q", got, want)
+			}
+			if tr := llm.Transcriptions(); len(tr) != 1 {
+				t.Fatalf("%d transcription requests, want only the one under budget", len(tr))
+			}
+			if n := api.Downloads(); n != 1 {
+				t.Fatalf("%d downloads, want only the voice under budget", n)
+			}
+			if n := len(llm.Requests()); n != 1 {
+				t.Fatalf("%d model calls", n)
+			}
+			if msgs := storedMessages(t, h, "telegram:dm:7"); len(msgs) != 2 || msgs[0].Content != "what's on today?" {
+				t.Fatalf("stored = %+v, want the first voice message and its answer only", msgs)
+			}
+
+			clock.Advance(12 * time.Hour) // the budget's next day
+			api.Push(telegramtest.Voice(7, "", "v2"))
+			if got := api.WaitSent(t, 3)[2].Text; got != "<blockquote>and tomorrow?</blockquote>\n\n"+llmtest.Reply {
+				t.Fatalf("reply the next day = %q", got)
+			}
+		})
+	}
+}
+
+// failingUsage is the manager with its usage reads failing.
+type failingUsage struct{ *sessions.Manager }
+
+func (failingUsage) Usage(context.Context, string, string) (sessions.UsageStanding, error) {
+	return sessions.UsageStanding{}, errors.New("usage unreadable")
+}
+
+// A usage read that fails lets the voice be transcribed and answered, as
+// a turn's own budget check does.
+func TestVoiceTranscribedWhenUsageIsUnreadable(t *testing.T) {
+	api := telegramtest.New(t)
+	llm, ag := llmtest.TranscribingAgent(t, false)
+	start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Transcriber: agent.TranscriberOf(ag)},
+		policies: map[string]sessions.Policy{Channel: {MaxHistory: 100, Budget: sessions.BudgetPolicy{Default: sessions.Budget{TokensPerDay: 2}}}},
+		sess:     func(m *sessions.Manager) Sessions { return failingUsage{m} }})
+	voice := []byte("OggS-unchecked")
+	llm.AddAudio(voice, "hello")
+	api.AddFile("v1", voice)
+	api.Push(telegramtest.Voice(7, "", "v1"))
+	if got := api.WaitSent(t, 1)[0].Text; got != "<blockquote>hello</blockquote>\n\n"+llmtest.Reply {
+		t.Fatalf("reply = %q", got)
 	}
 }

@@ -111,8 +111,10 @@ func messageText(m *message) string {
 }
 
 // readMedia turns a message into what is stored and said. text is the
-// user's text (caption) with the bot's mention taken out.
-func (b *Bot) readMedia(ctx context.Context, m *message, text string) inbound {
+// user's text (caption) with the bot's mention taken out; key is the
+// message's session key, whose user's budget decides whether voice is
+// transcribed.
+func (b *Bot) readMedia(ctx context.Context, m *message, key, text string) inbound {
 	in := inbound{text: text}
 	switch {
 	case len(m.Photo) > 0:
@@ -126,9 +128,9 @@ func (b *Bot) readMedia(ctx context.Context, m *message, text string) inbound {
 	case m.Document != nil:
 		b.document(ctx, m, &in)
 	case m.Voice != nil:
-		b.audio(ctx, &in, "voice", agent.Attachment{FileID: m.Voice.FileID, Mime: m.Voice.MimeType, Size: int64(m.Voice.FileSize)})
+		b.audio(ctx, &in, key, "voice", agent.Attachment{FileID: m.Voice.FileID, Mime: m.Voice.MimeType, Size: int64(m.Voice.FileSize)})
 	case m.Audio != nil:
-		b.audio(ctx, &in, "audio", agent.Attachment{FileID: m.Audio.FileID, Mime: m.Audio.MimeType, Name: m.Audio.FileName, Size: int64(m.Audio.FileSize)})
+		b.audio(ctx, &in, key, "audio", agent.Attachment{FileID: m.Audio.FileID, Mime: m.Audio.MimeType, Name: m.Audio.FileName, Size: int64(m.Audio.FileSize)})
 	case m.Video != nil:
 		b.unsupported(&in, "video", agent.Attachment{FileID: m.Video.FileID, Mime: m.Video.MimeType, Name: m.Video.FileName, Size: int64(m.Video.FileSize)})
 	case m.VideoNote != nil:

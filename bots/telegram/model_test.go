@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/pgtest"
@@ -69,7 +69,7 @@ func lastModel(t *testing.T, llm *llmtest.Server) (string, []string) {
 func TestModelButtonsAndStatus(t *testing.T) {
 	for _, pg := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
-			llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{PricePer1KPrompt: 1, PricePer1KCompletion: 1})
+			llm, ag := llmtest.AgentWith(t, openai.Config{PricePer1KPrompt: 1, PricePer1KCompletion: 1})
 			clock := clocktest.New(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 			s := setup{agent: ag, opts: Options{Now: clock.Now, Streaming: StreamOff},
 				policies: map[string]sessions.Policy{Channel: {MaxHistory: 100, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue},

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 )
@@ -17,7 +17,7 @@ import (
 // later turn's history shows both as they were sent.
 func TestRepliesAndQuotesReachTheModel(t *testing.T) {
 	api := telegramtest.New(t)
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	start(t, api, t.TempDir(), setup{agent: ag, policies: queued})
 	first := telegramtest.DM(7, "tell me two things: one thing and another")
 	api.Push(first)
@@ -65,7 +65,7 @@ func TestRepliesAndQuotesReachTheModel(t *testing.T) {
 // brings the bot's words along.
 func TestAGroupReplyToTheBotCarriesItsText(t *testing.T) {
 	api := telegramtest.New(t)
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	start(t, api, t.TempDir(), setup{agent: ag, policies: queued})
 	api.Push(telegramtest.Group(-100, 7, "@"+telegramtest.BotName+" hello"))
 	api.WaitSent(t, 1)

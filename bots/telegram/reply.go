@@ -29,9 +29,9 @@ func (b *Bot) submitMessage(ctx context.Context, m *message, key string, in sess
 		// not downloaded, transcribed or told about again.
 		var read inbound
 		if m.album != nil {
-			read = b.readAlbum(ctx, m, strings.TrimSpace(b.stripMention(m)))
+			read = b.readAlbum(ctx, m, key, strings.TrimSpace(b.stripMention(m)))
 		} else {
-			read = b.readMedia(ctx, m, strings.TrimSpace(b.stripMention(m)))
+			read = b.readMedia(ctx, m, key, strings.TrimSpace(b.stripMention(m)))
 		}
 		media, m.media = &read, &read
 		for _, notice := range media.notices {

@@ -59,6 +59,9 @@ type Sessions interface {
 	OffersModels() bool
 	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
 	ChooseModel(ctx context.Context, in sessions.Inbound, name string) (sessions.ModelState, error)
+	// Usage is where a session key's user stands against their budget:
+	// voice is not transcribed for a user over it (Bot.audio).
+	Usage(ctx context.Context, channel, sessionKey string) (sessions.UsageStanding, error)
 	// DelayNotice is how long a message waits on the database before
 	// its user is told, once, that it is kept (0: never); StorageDown
 	// tells since when the database has failed every call.

@@ -24,6 +24,7 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // toolCall is a call of the test server "t"'s tool.
@@ -36,9 +37,9 @@ func toolCall(id, tool string, args any) agent.ToolCall {
 // decide); clock, when set, is the manager's.
 func toolSetup(t *testing.T, clock *clocktest.Clock, opts Options, calls ...agent.ToolCall) (setup, *mcptest.Server) {
 	t.Helper()
-	srv, set := tooltest.Server(t, tools.ServerConfig{Approve: tools.ApproveAsk})
+	srv, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAsk})
 	return setup{agent: tooltest.Asking(calls...), opts: opts, policies: queued, manager: func(o *sessions.Options) {
-		o.Tools, o.ApproveTimeout = tools.Offer{Set: set}, 10*time.Minute
+		o.Tools, o.ApproveTimeout = mcpclient.Offer{Set: set}, 10*time.Minute
 		if clock != nil {
 			o.Now, o.After = clock.Now, clock.After
 		}

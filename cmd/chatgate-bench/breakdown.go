@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -256,8 +257,8 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 		return nil, err
 	}
 	defer stopLLM()
-	timedOpenAI := func() *agent.OpenAI {
-		return agent.NewOpenAI(agent.OpenAIConfig{BaseURL: llm, APIKey: "bench", Model: "mock", Timeout: time.Minute, MaxRetries: 2, Stream: true,
+	timedOpenAI := func() *openai.Backend {
+		return openai.New(openai.Config{BaseURL: llm, APIKey: "bench", Model: "mock", Timeout: time.Minute, MaxRetries: 2, Stream: true,
 			HTTPClient: &http.Client{Transport: &timedTransport{next: http.DefaultTransport.(*http.Transport).Clone(), clock: clock}}})
 	}
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // What 50 clients' turns waited for (-breakdown's second part): each
@@ -70,7 +70,7 @@ type appendSpan struct {
 	reply      bool
 }
 
-func (h *appendClock) Before(_ context.Context, c store.Call) error {
+func (h *appendClock) Before(_ context.Context, c ledger.Call) error {
 	if c.Op == "Append" {
 		h.mu.Lock()
 		h.started[c.ID] = time.Now()
@@ -79,7 +79,7 @@ func (h *appendClock) Before(_ context.Context, c store.Call) error {
 	return nil
 }
 
-func (h *appendClock) After(_ context.Context, c store.Call, err error) error {
+func (h *appendClock) After(_ context.Context, c ledger.Call, err error) error {
 	if c.Op != "Append" || c.Append == nil || c.Append.Conv == nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 )
 
 // The breakdown's model server runs in a child process and hands its
@@ -21,7 +22,7 @@ func TestModelServerClocks(t *testing.T) {
 	}
 	defer stop()
 	clock := &modelClock{}
-	ag := agent.NewOpenAI(agent.OpenAIConfig{BaseURL: base, APIKey: "bench", Model: "mock", Timeout: time.Minute, Stream: true,
+	ag := openai.New(openai.Config{BaseURL: base, APIKey: "bench", Model: "mock", Timeout: time.Minute, Stream: true,
 		HTTPClient: &http.Client{Transport: &timedTransport{next: http.DefaultTransport.(*http.Transport).Clone(), clock: clock}}})
 	for range 2 {
 		if _, err := ag.Reply(ctx, agent.Request{SessionKey: "k", Input: "hello"}, func(string) {}); err != nil {

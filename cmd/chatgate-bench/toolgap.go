@@ -15,6 +15,7 @@ import (
 	"github.com/chatgate/chatgate/cmd/chatgate-mcp-demo/demo"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // toolGapResult is the gateway's own time between a tool's result and the
@@ -34,7 +35,7 @@ type toolGapResult struct {
 // benchTools is an MCP server in the process (the demo's tools, and
 // "stamp", which answers at once, over the SDK's in-memory transport) as
 // the tool server "demo", every tool run without asking.
-func benchTools(ctx context.Context) (tools.Offer, func(), error) {
+func benchTools(ctx context.Context) (mcpclient.Offer, func(), error) {
 	srv := demo.New(demo.Options{})
 	mcp.AddTool(srv, &mcp.Tool{Name: "stamp", Description: "Answers at once."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
@@ -45,9 +46,9 @@ func benchTools(ctx context.Context) (tools.Offer, func(), error) {
 	ss, err := srv.Connect(sctx, st, nil)
 	if err != nil {
 		stop()
-		return tools.Offer{}, nil, err
+		return mcpclient.Offer{}, nil, err
 	}
-	set := tools.New([]tools.ServerConfig{{Name: "demo", Transport: ct, Approve: tools.ApproveAuto}}, discard)
+	set := mcpclient.New([]mcpclient.ServerConfig{{Name: "demo", Transport: ct, Approve: tools.ApproveAuto}}, discard)
 	set.Start(context.Background())
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -55,9 +56,9 @@ func benchTools(ctx context.Context) (tools.Offer, func(), error) {
 		set.Close()
 		ss.Close()
 		stop()
-		return tools.Offer{}, nil, err
+		return mcpclient.Offer{}, nil, err
 	}
-	return tools.Offer{Set: set}, func() { set.Close(); ss.Close(); stop() }, nil
+	return mcpclient.Offer{Set: set}, func() { set.Close(); ss.Close(); stop() }, nil
 }
 
 // toolGap measures toolGapResult on driver: one client, o.messages turns
@@ -114,7 +115,7 @@ func toolGap(ctx context.Context, driver string, o options) (toolGapResult, erro
 
 // timedTools tells returned when each call's result is back.
 type timedTools struct {
-	tools.Offer
+	mcpclient.Offer
 	returned func()
 }
 

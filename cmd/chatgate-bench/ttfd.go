@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/gateway"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -133,8 +134,8 @@ func contentDelta(text string) string { return fmt.Sprintf(`{"role":"assistant",
 // benchOpenAI is the OpenAI backend as the gateway builds it from a
 // bot.yaml with defaults (streaming, 2 retries, the library's HTTP
 // client), pointed at baseURL. Direct runs and the gateway use one each.
-func benchOpenAI(baseURL string) *agent.OpenAI {
-	return agent.NewOpenAI(agent.OpenAIConfig{BaseURL: baseURL, APIKey: "bench", Model: "mock",
+func benchOpenAI(baseURL string) *openai.Backend {
+	return openai.New(openai.Config{BaseURL: baseURL, APIKey: "bench", Model: "mock",
 		Timeout: time.Minute, MaxRetries: 2, Stream: true})
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/sessions"
 )
@@ -13,7 +14,7 @@ import (
 func newAgent(cfg *config.Config) agent.Agent {
 	if cfg.Agent.Backend == "openai" {
 		o := cfg.Agent.OpenAI
-		return agent.NewOpenAI(agent.OpenAIConfig{
+		return openai.New(openai.Config{
 			Name: cfg.Agent.Name, BaseURL: o.BaseURL, APIKey: o.APIKey, Model: o.Model,
 			Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(), Stream: cfg.OpenAIStream(),
 			PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,
@@ -43,7 +44,7 @@ func newCompactor(cfg *config.Config) agent.Agent {
 		return nil
 	}
 	o := cfg.Agent.OpenAI
-	return agent.NewOpenAI(agent.OpenAIConfig{
+	return openai.New(openai.Config{
 		Name: cfg.Agent.Name, BaseURL: o.BaseURL, APIKey: o.APIKey, Model: model,
 		Timeout: o.Timeout.D(), MaxRetries: cfg.OpenAIMaxRetries(),
 		PricePer1KPrompt: o.PricePer1KPrompt, PricePer1KCompletion: o.PricePer1KCompletion,

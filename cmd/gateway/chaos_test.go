@@ -566,7 +566,7 @@ func (w chaosWant) unanswered(rows []chaosRow) []string {
 // — a second send only for the turns B had answered but not yet marked
 // delivered when it died, the documented crash window. Most of its time
 // is the wait for B's turns, taken over once B's heartbeat is
-// store.LeaseTTL (30 s) old.
+// ledger.LeaseTTL (30 s) old.
 func TestChaosTwoReplicas(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	buildBinary(t) // not counted in the run's time

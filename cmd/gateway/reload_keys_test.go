@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/bots/telegram"
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/gateway"
@@ -131,7 +132,7 @@ type running struct {
 }
 
 func describeAgent(a agent.Agent) string {
-	if o, ok := a.(*agent.OpenAI); ok {
+	if o, ok := a.(*openai.Backend); ok {
 		return fmt.Sprintf("openai %+v", o.Config())
 	}
 	return fmt.Sprintf("%T", a)

@@ -22,7 +22,7 @@ import (
 	"github.com/chatgate/chatgate/internal/tracelog"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // loadConfig loads -c FILE, else ./bot.yaml when present, else the
@@ -156,8 +156,8 @@ type server struct {
 	// services stop the background parts beside the session manager
 	// (stopServices), in the order they were started.
 	services  []func()
-	tools     *tools.Set // nil without agent.tools.servers
-	liveTools *liveTools // nil without agent.tools.servers
+	tools     *mcpclient.Set // nil without agent.tools.servers
+	liveTools *liveTools     // nil without agent.tools.servers
 
 	srv        *gateway.Server
 	ws         *gateway.WebSocket

@@ -10,14 +10,15 @@ import (
 
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // toolServers turns agent.tools.servers into the MCP client's server
 // configurations, in the file's order.
-func toolServers(cfg *config.Config) []tools.ServerConfig {
-	out := make([]tools.ServerConfig, 0, len(cfg.Agent.Tools.Servers))
+func toolServers(cfg *config.Config) []mcpclient.ServerConfig {
+	out := make([]mcpclient.ServerConfig, 0, len(cfg.Agent.Tools.Servers))
 	for _, s := range cfg.Agent.Tools.Servers {
-		sc := tools.ServerConfig{
+		sc := mcpclient.ServerConfig{
 			Name:           s.Name,
 			Command:        s.Command,
 			Args:           slices.Clone(s.Args),
@@ -31,9 +32,9 @@ func toolServers(cfg *config.Config) []tools.ServerConfig {
 			Idempotent:     s.Idempotent,
 		}
 		if len(s.ToolRules) > 0 {
-			sc.PerTool = make(map[string]tools.ToolConfig, len(s.ToolRules))
+			sc.PerTool = make(map[string]mcpclient.ToolConfig, len(s.ToolRules))
 			for name, r := range s.ToolRules {
-				tc := tools.ToolConfig{Approve: tools.Approve(r.Approve)}
+				tc := mcpclient.ToolConfig{Approve: tools.Approve(r.Approve)}
 				if r.Idempotent != nil {
 					v := *r.Idempotent
 					tc.Idempotent = &v
@@ -107,10 +108,10 @@ func (s *server) startTools() sessions.Toolbox {
 	if len(s.cfg.Agent.Tools.Servers) == 0 {
 		return nil
 	}
-	set := tools.New(toolServers(s.cfg), s.log)
+	set := mcpclient.New(toolServers(s.cfg), s.log)
 	set.Start(context.Background())
 	s.tools = set
 	s.onExit(set.Close)
 	s.liveTools = newLiveTools(s.cfg)
-	return tools.Offer{Set: set, Servers: s.liveTools.offered}
+	return mcpclient.Offer{Set: set, Servers: s.liveTools.offered}
 }

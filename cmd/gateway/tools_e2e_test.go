@@ -360,7 +360,7 @@ func kill9(t *testing.T, p *process) {
 }
 
 // The wait for a reply after a crash on PostgreSQL is mostly the dead
-// runner's lease (store.LeaseTTL, 30 s); on SQLite a new process takes
+// runner's lease (ledger.LeaseTTL, 30 s); on SQLite a new process takes
 // its file's turns over at once.
 const afterCrash = 90 * time.Second
 

@@ -15,7 +15,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // A model's tool call is untrusted: a prompt injection can name any
@@ -56,7 +56,7 @@ agent:
 				admin := offerRig(t, cfg)
 				db := open()
 				model := tooltest.Asking(tooltest.Call("c1", "admin__echo", map[string]string{"text": "the secret"}))
-				m := sessions.New(db, model, sessions.Options{Events: db.Events(), Tools: tools.Offer{Set: admin.set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())},
+				m := sessions.New(db, model, sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: admin.set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())},
 					Policies: policies(cfg), Logger: slog.New(slog.DiscardHandler), RetryPause: 10 * time.Millisecond})
 				defer m.Shutdown(context.Background())
 				tk, err := m.Submit(context.Background(), sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey(c.user),
@@ -102,7 +102,7 @@ agent:
 }
 
 type offerServers struct {
-	set *tools.Set
+	set *mcpclient.Set
 	srv *mcptest.Server // admin's
 }
 
@@ -119,7 +119,7 @@ func offerRig(t *testing.T, cfg *config.Config) offerServers {
 			out.srv = srv
 		}
 	}
-	out.set = tools.New(cfgs, slog.New(slog.DiscardHandler))
+	out.set = mcpclient.New(cfgs, slog.New(slog.DiscardHandler))
 	out.set.Start(context.Background())
 	t.Cleanup(out.set.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 func loadTools(t *testing.T) *config.Config {
@@ -23,7 +24,7 @@ func loadTools(t *testing.T) *config.Config {
 func TestToolServersFromConfig(t *testing.T) {
 	got := toolServers(loadTools(t))
 	yes := true
-	want := []tools.ServerConfig{{
+	want := []mcpclient.ServerConfig{{
 		Name:           "notes",
 		Command:        "chatgate-mcp-demo",
 		Args:           []string{"-notes", "notes.txt"},
@@ -31,7 +32,7 @@ func TestToolServersFromConfig(t *testing.T) {
 		MaxResultBytes: 16 << 10,
 		Tools:          []string{"notes_add", "notes_list"},
 		Approve:        tools.ApproveAsk,
-		PerTool:        map[string]tools.ToolConfig{"notes_list": {Approve: tools.ApproveAuto, Idempotent: &yes}},
+		PerTool:        map[string]mcpclient.ToolConfig{"notes_list": {Approve: tools.ApproveAuto, Idempotent: &yes}},
 	}, {
 		Name:           "search",
 		URL:            "https://mcp.example.com/search",
@@ -47,8 +48,8 @@ func TestToolServersFromConfig(t *testing.T) {
 
 // The configuration's defaults of a server are the MCP client's own.
 func TestToolDefaultsAgree(t *testing.T) {
-	if config.DefaultToolTimeout != tools.DefaultTimeout || config.DefaultToolResultBytes != tools.DefaultMaxResultBytes {
-		t.Fatalf("config: %v, %d; tools: %v, %d", config.DefaultToolTimeout, config.DefaultToolResultBytes, tools.DefaultTimeout, tools.DefaultMaxResultBytes)
+	if config.DefaultToolTimeout != mcpclient.DefaultTimeout || config.DefaultToolResultBytes != mcpclient.DefaultMaxResultBytes {
+		t.Fatalf("config: %v, %d; tools: %v, %d", config.DefaultToolTimeout, config.DefaultToolResultBytes, mcpclient.DefaultTimeout, mcpclient.DefaultMaxResultBytes)
 	}
 	if string(tools.ApproveAuto) != config.ApproveAuto || string(tools.ApproveAsk) != config.ApproveAsk || string(tools.ApproveDeny) != config.ApproveDeny {
 		t.Fatalf("approve values differ: tools %q %q %q", tools.ApproveAuto, tools.ApproveAsk, tools.ApproveDeny)

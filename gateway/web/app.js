@@ -649,11 +649,11 @@
           }
           // not_found with a message's id: its reply_to names no message of
           // the conversation (a reset came between).
-          if (f.id && (f.code === "bad_frame" || f.code === "too_large" || f.code === "unsupported" || f.code === "transcription_failed" || f.code === "not_found")) {
+          if (f.id && (f.code === "bad_frame" || f.code === "too_large" || f.code === "unsupported" || f.code === "transcription_failed" || f.code === "over_budget" || f.code === "not_found")) {
             // Refused for what it is: resending would be refused again (or,
-            // for audio that could not be transcribed, is the user's to
-            // decide). The message stays on screen, marked, and is no
-            // longer resent.
+            // for audio that could not be transcribed, or not for a user
+            // over their budget, is the user's to decide). The message
+            // stays on screen, marked, and is no longer resent.
             const el = pendingEl(f.id);
             pending = pending.filter(function (p) { return p.id !== f.id; });
             store.set("pending", pending);

@@ -5,7 +5,7 @@
 // reset). Run a scenario once without faults to count its calls (N), then
 // once for every k in 1..N: a fault lands at every step.
 //
-// The injector is a hook of the store (store.Hook), the interception
+// The injector is a hook of the store (ledger.Hook), the interception
 // point every ledger call passes, as the session manager's own watcher
 // is: it sees every call the store makes, and whatever the manager is
 // given the store through, the manager sees exactly what the injector
@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // ErrInjected is the error an injected fault returns.
@@ -62,7 +62,7 @@ type Injector struct {
 
 // Observed is a store whose ledger calls pass hooks (store.DB).
 type Observed interface {
-	Observe(h store.Hook) (remove func())
+	Observe(h ledger.Hook) (remove func())
 }
 
 // New installs an injector on s, ahead of any hook installed after it
@@ -185,7 +185,7 @@ var periodic = map[string]bool{"DueTurns": true, "OrphanTurns": true, "Heartbeat
 	"ForgetReplica": true, "Retire": true}
 
 // name is how a call is counted: an append by what it stores.
-func name(c store.Call) string {
+func name(c ledger.Call) string {
 	if c.Op != "Append" || c.Append == nil {
 		return c.Op
 	}
@@ -208,7 +208,7 @@ func aside(ctx context.Context) bool { return ctx.Value(asideKey{}) != nil }
 
 // Before fails the call without making it, in mode Before, when an
 // outage is on.
-func (f *Injector) Before(ctx context.Context, c store.Call) error {
+func (f *Injector) Before(ctx context.Context, c ledger.Call) error {
 	if aside(ctx) {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (f *Injector) Before(ctx context.Context, c store.Call) error {
 
 // After fails a call that landed, in mode After, when an outage is on:
 // its answer is lost.
-func (f *Injector) After(ctx context.Context, c store.Call, err error) error {
+func (f *Injector) After(ctx context.Context, c ledger.Call, err error) error {
 	if aside(ctx) {
 		return err
 	}

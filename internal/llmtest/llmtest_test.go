@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 )
 
 func post(t *testing.T, s *Server, body string) (int, string) {
@@ -123,7 +124,7 @@ func TestRefusesBrokenToolTranscripts(t *testing.T) {
 // Delay holds the answer back until the request ends, streamed or not.
 func TestDelayEndsWithTheRequest(t *testing.T) {
 	for _, stream := range []bool{false, true} {
-		s, ag := AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		s, ag := AgentWith(t, openai.Config{Stream: stream})
 		s.Delay(time.Hour)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := ag.Reply(ctx, agent.Request{Input: "x"}, func(d string) { t.Errorf("delta %q before the delay ended", d) })

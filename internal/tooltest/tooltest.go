@@ -17,6 +17,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // Model is an agent that asks for tools by a script: given a request, the
@@ -102,14 +103,14 @@ func (tm *Model) Requests() []agent.Request {
 // Server is the MCP test server as the tool server "t" with cfg's rules
 // (approve: auto unless cfg says), its tools listed; both stop when the
 // test ends.
-func Server(t testing.TB, cfg tools.ServerConfig) (*mcptest.Server, *tools.Set) {
+func Server(t testing.TB, cfg mcpclient.ServerConfig) (*mcptest.Server, *mcpclient.Set) {
 	t.Helper()
 	srv, tr := mcptest.InMemory(t)
 	cfg.Name, cfg.Transport = "t", tr
 	if cfg.Approve == "" {
 		cfg.Approve = tools.ApproveAuto
 	}
-	set := tools.New([]tools.ServerConfig{cfg}, slog.New(slog.DiscardHandler))
+	set := mcpclient.New([]mcpclient.ServerConfig{cfg}, slog.New(slog.DiscardHandler))
 	set.Start(context.Background())
 	t.Cleanup(set.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

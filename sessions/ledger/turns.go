@@ -49,6 +49,11 @@ const (
 // was not made.
 var ErrLostClaim = errors.New("turn claimed by another runner")
 
+// LeaseTTL is how long a replica holds its turns and session leases after
+// its last heartbeat; it beats every third of that. A claim lasts as long
+// as its owner's lease.
+const LeaseTTL = 30 * time.Second
+
 // Turn is the ledger state of one user message's turn. State is derived:
 // answered, failed or expired once a final reply is stored (ReplySeq),
 // delivered once the channel marked it.

@@ -21,7 +21,7 @@ func notFound(err error) bool { return errors.Is(err, gorm.ErrRecordNotFound) }
 
 // ActiveConversation returns the key's active conversation, or nil.
 func (s *DB) ActiveConversation(ctx context.Context, key string) (*ledger.Conversation, error) {
-	return observe(ctx, s, Call{Op: "ActiveConversation", Conv: ""}, func() (*ledger.Conversation, error) {
+	return observe(ctx, s, ledger.Call{Op: "ActiveConversation", Conv: ""}, func() (*ledger.Conversation, error) {
 		var c ledger.Conversation
 		// status as a literal, so that the partial unique index applies.
 		err := s.read.WithContext(ctx).Where("session_key = ? AND status = 'active'", key).Take(&c).Error
@@ -37,7 +37,7 @@ func (s *DB) ActiveConversation(ctx context.Context, key string) (*ledger.Conver
 
 // Conversation returns a conversation by id, or nil.
 func (s *DB) Conversation(ctx context.Context, id string) (*ledger.Conversation, error) {
-	return observe(ctx, s, Call{Op: "Conversation", Conv: id}, func() (*ledger.Conversation, error) {
+	return observe(ctx, s, ledger.Call{Op: "Conversation", Conv: id}, func() (*ledger.Conversation, error) {
 		var c ledger.Conversation
 		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&c).Error
 		if notFound(err) {
@@ -53,7 +53,7 @@ func (s *DB) Conversation(ctx context.Context, id string) (*ledger.Conversation,
 // CreateConversation inserts c. It fails with ErrStale when the key already
 // has an active conversation.
 func (s *DB) CreateConversation(ctx context.Context, c *ledger.Conversation) error {
-	return observe0(ctx, s, Call{Op: "CreateConversation", Conv: ""}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "CreateConversation", Conv: ""}, func() error {
 		err := s.commit.create(ctx, c)
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return ledger.ErrStale
@@ -67,7 +67,7 @@ func (s *DB) CreateConversation(ctx context.Context, c *ledger.Conversation) err
 
 // RecentMessages returns the newest limit messages, oldest first.
 func (s *DB) RecentMessages(ctx context.Context, convID string, limit int) ([]ledger.Message, error) {
-	return observe(ctx, s, Call{Op: "RecentMessages", Conv: convID}, func() ([]ledger.Message, error) {
+	return observe(ctx, s, ledger.Call{Op: "RecentMessages", Conv: convID}, func() ([]ledger.Message, error) {
 		var msgs []ledger.Message
 		err := s.read.WithContext(ctx).Where("conversation_id = ?", convID).
 			Order("seq DESC").Limit(limit).Find(&msgs).Error
@@ -97,7 +97,7 @@ func (s *DB) MessagesAfter(ctx context.Context, convID string, afterSeq int64, l
 
 // MessageByClientID returns the user message with that client id, or nil.
 func (s *DB) MessageByClientID(ctx context.Context, convID, clientID string) (*ledger.Message, error) {
-	return observe(ctx, s, Call{Op: "MessageByClientID", Conv: convID}, func() (*ledger.Message, error) {
+	return observe(ctx, s, ledger.Call{Op: "MessageByClientID", Conv: convID}, func() (*ledger.Message, error) {
 		var m ledger.Message
 		err := s.read.WithContext(ctx).Where("conversation_id = ? AND client_msg_id = ?", convID, clientID).Take(&m).Error
 		if notFound(err) {
@@ -112,7 +112,7 @@ func (s *DB) MessageByClientID(ctx context.Context, convID, clientID string) (*l
 
 // FinalReply returns the reply the user saw to their message userSeq, or nil.
 func (s *DB) FinalReply(ctx context.Context, convID string, userSeq int64) (*ledger.Message, error) {
-	return observe(ctx, s, Call{Op: "FinalReply", Conv: convID}, func() (*ledger.Message, error) {
+	return observe(ctx, s, ledger.Call{Op: "FinalReply", Conv: convID}, func() (*ledger.Message, error) {
 		return s.finalReply(ctx, convID, userSeq)
 	})
 }
@@ -145,7 +145,7 @@ func (s *DB) Append(ctx context.Context, a ledger.Append) error {
 	if a.Conv != nil {
 		conv = a.Conv.ID
 	}
-	err := observe0(ctx, s, Call{Op: "Append", Conv: conv, Append: &a}, func() error { return s.appendRows(ctx, &a) })
+	err := observe0(ctx, s, ledger.Call{Op: "Append", Conv: conv, Append: &a}, func() error { return s.appendRows(ctx, &a) })
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func (s *DB) appendRows(ctx context.Context, a *ledger.Append) error {
 // It reports false when the conversation was not active or had moved on:
 // another replica used it meanwhile, or a sweep got there first.
 func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time, expectSeq int64) (bool, error) {
-	return observe(ctx, s, Call{Op: "Archive", Conv: convID}, func() (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "Archive", Conv: convID}, func() (bool, error) {
 		var archived bool
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			q := tx.Model(&ledger.Conversation{}).Where("id = ? AND status = ?", convID, ledger.StatusActive)
@@ -238,7 +238,7 @@ func (s *DB) SetState(ctx context.Context, key, value string) error {
 // as a claim does, so that a claim between its read and its update waits
 // for the edit or makes it miss.
 func (s *DB) EditPending(ctx context.Context, convID string, seq int64, text string) (bool, error) {
-	return observe(ctx, s, Call{Op: "EditPending", Conv: convID}, func() (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "EditPending", Conv: convID}, func() (bool, error) {
 		var edited bool
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			edited = false

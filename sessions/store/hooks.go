@@ -10,9 +10,9 @@ import (
 )
 
 // Every ledger call of a DB passes one interception point: the hooks
-// installed with Observe see it before it reaches the database, and may
-// fail it there, and see its outcome after, and may turn it into a
-// failure. The session manager's watcher (the storage health, and the
+// (ledger.Hook) installed with Observe see it before it reaches the
+// database, and may fail it there, and see its outcome after, and may
+// turn it into a failure. The session manager's watcher (the storage health, and the
 // conversations a failed call leaves owed) and the fault injector of the
 // tests are hooks, so both see every call through the same path, and a
 // ledger method added to DB is seen by both as long as it starts with
@@ -20,30 +20,6 @@ import (
 // the sessions.Ledger port. Its error is classified there too: one the
 // database will give for every try is marked ledger.ErrRejected
 // (rejected).
-
-// Call is one ledger call, as hooks see it.
-type Call struct {
-	// Op is the name of the ledger method called.
-	Op string
-	// Conv is the conversation the call is about; "" when none.
-	Conv string
-	// Append is the append of an Op "Append" call.
-	Append *ledger.Append
-	// ID tells this call apart from every other of the DB's, for a hook
-	// that decides in Before what it does in After.
-	ID uint64
-}
-
-// Hook sees every ledger call of a DB.
-type Hook interface {
-	// Before runs before the call reaches the database. An error fails
-	// the call without making it.
-	Before(ctx context.Context, c Call) error
-	// After runs once the call is made or failed, with its error, and
-	// returns the call's error: err itself, or a failure of its own for
-	// a call that landed (whose answer is then lost).
-	After(ctx context.Context, c Call, err error) error
-}
 
 // hooks are the installed hooks, in the order of Observe: Before runs in
 // that order until one fails, and After runs in that order on every one.
@@ -55,11 +31,11 @@ type hooks struct {
 
 // installed is one Observe's hook: removed by its identity, since a
 // hook's own value need not be comparable.
-type installed struct{ Hook }
+type installed struct{ ledger.Hook }
 
 // Observe installs h for every ledger call from now on, after the hooks
 // already installed; remove uninstalls it.
-func (s *DB) Observe(h Hook) (remove func()) {
+func (s *DB) Observe(h ledger.Hook) (remove func()) {
 	s.hooks.mu.Lock()
 	defer s.hooks.mu.Unlock()
 	var list []*installed
@@ -87,7 +63,7 @@ func (s *DB) Observe(h Hook) (remove func()) {
 
 // observe makes one ledger call, fn, through the hooks. A failed call
 // returns T's zero value.
-func observe[T any](ctx context.Context, s *DB, c Call, fn func() (T, error)) (T, error) {
+func observe[T any](ctx context.Context, s *DB, c ledger.Call, fn func() (T, error)) (T, error) {
 	var zero T
 	list := s.hooks.list.Load()
 	if list == nil || len(*list) == 0 {
@@ -122,7 +98,7 @@ func observe[T any](ctx context.Context, s *DB, c Call, fn func() (T, error)) (T
 }
 
 // observe0 is observe for a call that returns only an error.
-func observe0(ctx context.Context, s *DB, c Call, fn func() error) error {
+func observe0(ctx context.Context, s *DB, c ledger.Call, fn func() error) error {
 	_, err := observe(ctx, s, c, func() (struct{}, error) { return struct{}{}, fn() })
 	return err
 }

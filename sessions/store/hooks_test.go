@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/sessions/storetest"
 )
@@ -24,14 +25,14 @@ type refuser struct {
 
 var errRefused = errors.New("refused by the test's hook")
 
-func (r *refuser) Before(_ context.Context, c store.Call) error {
+func (r *refuser) Before(_ context.Context, c ledger.Call) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.before = append(r.before, c.Op)
 	return errRefused
 }
 
-func (r *refuser) After(_ context.Context, c store.Call, err error) error {
+func (r *refuser) After(_ context.Context, c ledger.Call, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.after = append(r.after, c.Op)
@@ -93,10 +94,10 @@ func TestHooksRunInOrder(t *testing.T) {
 		seen = append(seen, s)
 		mu.Unlock()
 	}
-	first := hookFuncs{before: func(c store.Call) error { record("1 before " + c.Op); return nil },
-		after: func(c store.Call, err error) error { record("1 after " + errText(err)); return err }}
-	second := hookFuncs{before: func(c store.Call) error { record("2 before " + c.Op); return errRefused },
-		after: func(c store.Call, err error) error { record("2 after " + errText(err)); return err }}
+	first := hookFuncs{before: func(c ledger.Call) error { record("1 before " + c.Op); return nil },
+		after: func(c ledger.Call, err error) error { record("1 after " + errText(err)); return err }}
+	second := hookFuncs{before: func(c ledger.Call) error { record("2 before " + c.Op); return errRefused },
+		after: func(c ledger.Call, err error) error { record("2 after " + errText(err)); return err }}
 	removeFirst := db.Observe(first)
 	removeSecond := db.Observe(second)
 	if _, err := db.Conversation(context.Background(), "c1"); !errors.Is(err, errRefused) {
@@ -123,12 +124,12 @@ func TestHooksRunInOrder(t *testing.T) {
 }
 
 type hookFuncs struct {
-	before func(store.Call) error
-	after  func(store.Call, error) error
+	before func(ledger.Call) error
+	after  func(ledger.Call, error) error
 }
 
-func (h hookFuncs) Before(_ context.Context, c store.Call) error           { return h.before(c) }
-func (h hookFuncs) After(_ context.Context, c store.Call, err error) error { return h.after(c, err) }
+func (h hookFuncs) Before(_ context.Context, c ledger.Call) error           { return h.before(c) }
+func (h hookFuncs) After(_ context.Context, c ledger.Call, err error) error { return h.after(c, err) }
 
 func errText(err error) string {
 	switch {

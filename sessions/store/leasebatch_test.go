@@ -60,7 +60,7 @@ func TestLeasesTakenTogetherShareAStatement(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			releases[i], errs[i] = db.Lease(ctx, fmt.Sprint("websocket:u", i), "r1", LeaseTTL)
+			releases[i], errs[i] = db.Lease(ctx, fmt.Sprint("websocket:u", i), "r1", ledger.LeaseTTL)
 		}()
 		if i < leaseWorkers {
 			<-gate.waiting // each worker holds a statement of one
@@ -103,7 +103,7 @@ func TestAbandonedLeaseIsGivenBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := db.Lease(ctx, key, "r1", LeaseTTL)
+		_, err := db.Lease(ctx, key, "r1", ledger.LeaseTTL)
 		done <- err
 	}()
 	<-gate.waiting // the statement is on its way, held
@@ -118,7 +118,7 @@ func TestAbandonedLeaseIsGivenBack(t *testing.T) {
 	}
 	lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer lcancel()
-	release, err := other.Lease(lctx, key, "r2", LeaseTTL)
+	release, err := other.Lease(lctx, key, "r2", ledger.LeaseTTL)
 	if err != nil {
 		t.Fatalf("another replica's lease after the give-back: %v", err)
 	}
@@ -161,7 +161,7 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	if err := db.Heartbeat(ctx, "replica-b", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	release, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL)
+	release, err := db.Lease(ctx, "websocket:ann", "replica-a", ledger.LeaseTTL)
 	if err != nil {
 		t.Fatalf("the lease of a replica without a heartbeat blocked the key: %v", err)
 	}
@@ -169,22 +169,22 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	// it (its own lock keeps its turns apart).
 	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()
-	if _, err := other.Lease(short, "websocket:ann", "replica-b", LeaseTTL); err == nil {
+	if _, err := other.Lease(short, "websocket:ann", "replica-b", ledger.LeaseTTL); err == nil {
 		t.Fatal("a held lease was taken by another replica")
 	}
-	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+	if again, err := db.Lease(ctx, "websocket:ann", "replica-a", ledger.LeaseTTL); err != nil {
 		t.Fatalf("the holder could not retake its own lease: %v", err)
 	} else {
 		again()
 	}
 	release()
-	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+	if r2, err := db.Lease(ctx, "websocket:ann", "replica-b", ledger.LeaseTTL); err != nil {
 		t.Fatalf("after release: %v", err)
 	} else {
 		r2()
 	}
 	// A holder whose heartbeat stopped loses it.
-	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", LeaseTTL); err != nil {
+	if r3, err := db.Lease(ctx, "websocket:ann", "replica-a", ledger.LeaseTTL); err != nil {
 		t.Fatal(err)
 	} else {
 		_ = r3 // never released: replica-a dies holding it
@@ -192,7 +192,7 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 	if err := db.Gorm().Exec(`UPDATE replicas SET heartbeat_at = now() - interval '1 minute' WHERE id = 'replica-a'`).Error; err != nil {
 		t.Fatal(err)
 	}
-	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", LeaseTTL); err != nil {
+	if r4, err := db.Lease(ctx, "websocket:ann", "replica-b", ledger.LeaseTTL); err != nil {
 		t.Fatalf("the lease of a replica whose heartbeat stopped blocked the key: %v", err)
 	} else {
 		r4()

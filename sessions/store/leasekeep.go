@@ -206,7 +206,7 @@ func (k *keptLeases) wanted(ev ledger.Event) {
 	}
 	k.mu.Unlock()
 	if len(rows) > 0 {
-		go k.leaser.giveBack(rows, LeaseTTL)
+		go k.leaser.giveBack(rows, ledger.LeaseTTL)
 	}
 }
 

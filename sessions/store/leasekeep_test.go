@@ -47,7 +47,7 @@ func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 		}
 	}
 	const key = "websocket:ann"
-	release, err := a.Lease(ctx, key, "replica-a", LeaseTTL)
+	release, err := a.Lease(ctx, key, "replica-a", ledger.LeaseTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 	if h, _ := leaseHolder(t, a, key); h != first {
 		t.Fatalf("the lease after its turn: holder %q, want it kept (%q)", h, first)
 	}
-	again, err := a.Lease(ctx, key, "replica-a", LeaseTTL)
+	again, err := a.Lease(ctx, key, "replica-a", ledger.LeaseTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestKeptLeaseGoesToTheReplicaThatAsks(t *testing.T) {
 	// turn ends, not later.
 	got := make(chan func(), 1)
 	go func() {
-		r, err := b.Lease(ctx, key, "replica-b", LeaseTTL)
+		r, err := b.Lease(ctx, key, "replica-b", ledger.LeaseTTL)
 		if err != nil {
 			t.Error(err)
 			r = func() {}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store/notifier"
 )
 
@@ -95,6 +96,6 @@ func (l *leaser) heartbeat(ctx context.Context, replica string, started time.Tim
 // now on (a clean stop: its turns ended).
 func (l *leaser) retire(replica string) {
 	if rows := l.kept.retire(replica); len(rows) > 0 {
-		l.giveBack(rows, LeaseTTL)
+		l.giveBack(rows, ledger.LeaseTTL)
 	}
 }

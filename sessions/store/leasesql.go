@@ -36,7 +36,7 @@ import (
 // its caller never learns it holds it.
 func (s *DB) Lease(ctx context.Context, key, replica string, ttl time.Duration) (func(), error) {
 	var took func()
-	release, err := observe(ctx, s, Call{Op: "Lease"}, func() (func(), error) {
+	release, err := observe(ctx, s, ledger.Call{Op: "Lease"}, func() (func(), error) {
 		var err error
 		took, err = s.lease(ctx, key, replica, ttl)
 		return took, err
@@ -278,7 +278,3 @@ func (l *leaser) retryUnlease(key, holder string, ttl time.Duration) {
 		}
 	}
 }
-
-// LeaseTTL is how long a replica holds its turns and session leases after
-// its last heartbeat; it beats every third of that.
-const LeaseTTL = 30 * time.Second

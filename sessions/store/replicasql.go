@@ -16,7 +16,7 @@ import (
 // Heartbeat records that replica is alive. On PostgreSQL the time is the
 // database's, so replicas' clocks need not agree.
 func (s *DB) Heartbeat(ctx context.Context, replica string, started time.Time) error {
-	return observe0(ctx, s, Call{Op: "Heartbeat", Conv: ""}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "Heartbeat", Conv: ""}, func() error {
 		var err error
 		if s.driver == DriverPostgres {
 			err = s.leases.heartbeat(ctx, replica, started)
@@ -41,7 +41,7 @@ func (s *DB) Replicas(ctx context.Context, self string, ttl time.Duration) ([]le
 		gone  []ledger.Replica
 		alive []string
 	}
-	r, err := observe(ctx, s, Call{Op: "Replicas"}, func() (seen, error) {
+	r, err := observe(ctx, s, ledger.Call{Op: "Replicas"}, func() (seen, error) {
 		gone, alive, err := s.replicas(ctx, self, ttl)
 		return seen{gone, alive}, err
 	})
@@ -90,7 +90,7 @@ func (s *DB) replicas(ctx context.Context, self string, ttl time.Duration) (gone
 // a replica that stopped cleanly holds nothing, and whatever it could not
 // settle is taken over by the others without waiting for the lease.
 func (s *DB) Retire(ctx context.Context, replica string) error {
-	return observe0(ctx, s, Call{Op: "Retire", Conv: ""}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "Retire", Conv: ""}, func() error {
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			return tx.Exec("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", time.Unix(0, 0).UTC(), replica).Error
 		})
@@ -107,7 +107,7 @@ func (s *DB) Retire(ctx context.Context, replica string) error {
 // ForgetReplica removes a gone replica's row once its turns were taken
 // over; a replica that was only cut off writes its row again.
 func (s *DB) ForgetReplica(ctx context.Context, id string, heartbeat time.Time) error {
-	return observe0(ctx, s, Call{Op: "ForgetReplica", Conv: ""}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "ForgetReplica", Conv: ""}, func() error {
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			return tx.Exec("DELETE FROM replicas WHERE id = ? AND heartbeat_at <= ?", id, heartbeat).Error
 		})

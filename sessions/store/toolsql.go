@@ -29,7 +29,7 @@ func (s *DB) OpenToolCalls(ctx context.Context, calls []ledger.ToolCall) ([]ledg
 	if len(calls) > 0 {
 		conv, msgSeq = calls[0].ConversationID, calls[0].MessageSeq
 	}
-	return observe(ctx, s, Call{Op: "OpenToolCalls", Conv: conv}, func() ([]ledger.ToolCall, error) {
+	return observe(ctx, s, ledger.Call{Op: "OpenToolCalls", Conv: conv}, func() ([]ledger.ToolCall, error) {
 		if len(calls) == 0 {
 			return nil, nil
 		}
@@ -69,7 +69,7 @@ func (s *DB) OpenToolCalls(ctx context.Context, calls []ledger.ToolCall) ([]ledg
 
 // ToolCalls returns the calls of the assistant message msgSeq, by id.
 func (s *DB) ToolCalls(ctx context.Context, convID string, msgSeq int64) ([]ledger.ToolCall, error) {
-	return observe(ctx, s, Call{Op: "ToolCalls", Conv: convID}, func() ([]ledger.ToolCall, error) {
+	return observe(ctx, s, ledger.Call{Op: "ToolCalls", Conv: convID}, func() ([]ledger.ToolCall, error) {
 		return s.toolCallsOf(ctx, convID, msgSeq)
 	})
 }
@@ -95,7 +95,7 @@ func (s *DB) ConversationToolCalls(ctx context.Context, convID string) ([]ledger
 // AskingToolCalls returns the calls of a session key waiting for a
 // decision, oldest first.
 func (s *DB) AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall, error) {
-	return observe(ctx, s, Call{Op: "AskingToolCalls"}, func() ([]ledger.ToolCall, error) {
+	return observe(ctx, s, ledger.Call{Op: "AskingToolCalls"}, func() ([]ledger.ToolCall, error) {
 		var out []ledger.ToolCall
 		if err := s.read.WithContext(ctx).Where("session_key = ? AND state = 'asking'", key).Order("id").Find(&out).Error; err != nil {
 			return nil, fmt.Errorf("load asking tool calls of %s: %w", key, err)
@@ -106,7 +106,7 @@ func (s *DB) AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall
 
 // ToolCall returns the call with that id, or nil.
 func (s *DB) ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error) {
-	return observe(ctx, s, Call{Op: "ToolCall"}, func() (*ledger.ToolCall, error) {
+	return observe(ctx, s, ledger.Call{Op: "ToolCall"}, func() (*ledger.ToolCall, error) {
 		var c ledger.ToolCall
 		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&c).Error
 		if notFound(err) {
@@ -125,7 +125,7 @@ func (s *DB) ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error) {
 // has one for its whole life. It fails with ErrLostClaim when the claim
 // is gone or the call moved on.
 func (s *DB) AskTool(ctx context.Context, id int64, claim ledger.TurnClaim, expires time.Time) error {
-	return observe0(ctx, s, Call{Op: "AskTool", Conv: claim.ConversationID}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "AskTool", Conv: claim.ConversationID}, func() error {
 		return s.toolMove(ctx, "ask", id, `UPDATE tool_calls SET state = 'asking', expires_at = COALESCE(expires_at, ?), owner = ?, attempt = ?
 			WHERE id = ? AND state IN ('new', 'asking') AND `+claimHeld,
 			expires, claim.Owner, claim.Attempt, id, claim.Lead, claim.Owner, claim.Attempt)
@@ -134,7 +134,7 @@ func (s *DB) AskTool(ctx context.Context, id int64, claim ledger.TurnClaim, expi
 
 // SetToolAskRef keeps the channel's reference to the ask it sent.
 func (s *DB) SetToolAskRef(ctx context.Context, id int64, ref string) error {
-	return observe0(ctx, s, Call{Op: "SetToolAskRef"}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "SetToolAskRef"}, func() error {
 		return s.commit.do(ctx, func(tx *gorm.DB) error {
 			return tx.Exec(`UPDATE tool_calls SET ask_ref = ? WHERE id = ?`, ref, id).Error
 		})
@@ -147,7 +147,7 @@ func (s *DB) SetToolAskRef(ctx context.Context, id int64, ref string) error {
 // lands only before the ask's expiry, also when no turn is waiting to
 // settle it; the expiry itself (by ledger.ToolExpiredBy) only after.
 func (s *DB) DecideTool(ctx context.Context, id int64, allow bool, by, deniedResult string, at time.Time) (bool, error) {
-	return observe(ctx, s, Call{Op: "DecideTool"}, func() (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "DecideTool"}, func() (bool, error) {
 		var n int64
 		in := "expires_at IS NULL OR expires_at > ?"
 		if by == ledger.ToolExpiredBy {
@@ -177,7 +177,7 @@ func (s *DB) DecideTool(ctx context.Context, id int64, allow bool, by, deniedRes
 // "" when it is not to start again). It fails with ErrLostClaim when the
 // claim is gone or the call was not in such a state.
 func (s *DB) StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, token, again string, at time.Time) error {
-	return observe0(ctx, s, Call{Op: "StartTool", Conv: claim.ConversationID}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "StartTool", Conv: claim.ConversationID}, func() error {
 		return s.toolMove(ctx, "start", id, `UPDATE tool_calls SET state = 'started', token = ?, runs = runs + 1, owner = ?, attempt = ?,
 			started_at = ?, ended_at = NULL
 			WHERE id = ? AND (state IN ('new', 'allowed') OR (state = 'started' AND token = ? AND token <> '')) AND `+claimHeld,
@@ -190,7 +190,7 @@ func (s *DB) StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, to
 // holds the turn. It fails with ErrLostClaim when the call was not in
 // that state (another runner settled it).
 func (s *DB) EndTool(ctx context.Context, e ledger.ToolEnd) error {
-	return observe0(ctx, s, Call{Op: "EndTool"}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "EndTool"}, func() error {
 		return s.toolMove(ctx, "end", e.ID, `UPDATE tool_calls SET state = ?, result = ?, is_error = ?, ended_at = ?
 			WHERE id = ? AND state = ? AND token = ?`, e.State, e.Result, e.IsError, e.At, e.ID, e.From, e.Token)
 	})

@@ -102,7 +102,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // TurnAt returns the turn of a user message, or nil.
 func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*ledger.Turn, error) {
-	return observe(ctx, s, Call{Op: "TurnAt", Conv: convID}, func() (*ledger.Turn, error) {
+	return observe(ctx, s, ledger.Call{Op: "TurnAt", Conv: convID}, func() (*ledger.Turn, error) {
 		m, err := s.message(ctx, convID, seq)
 		if err != nil || m == nil || m.Role != "user" {
 			return nil, err
@@ -126,7 +126,7 @@ func (s *DB) withReply(ctx context.Context, t *ledger.Turn) (*ledger.Turn, error
 // TurnByClientID returns the turn of the session key's message with that
 // client id, in whichever of the key's conversations it is, or nil.
 func (s *DB) TurnByClientID(ctx context.Context, key, clientID string) (*ledger.Turn, error) {
-	return observe(ctx, s, Call{Op: "TurnByClientID", Conv: ""}, func() (*ledger.Turn, error) {
+	return observe(ctx, s, ledger.Call{Op: "TurnByClientID", Conv: ""}, func() (*ledger.Turn, error) {
 		var m ledger.Message
 		err := s.read.WithContext(ctx).Table("messages").Select("messages.*").
 			Joins("JOIN conversations AS c ON c.id = messages.conversation_id").
@@ -144,7 +144,7 @@ func (s *DB) TurnByClientID(ctx context.Context, key, clientID string) (*ledger.
 
 // Message returns one message by its conversation and seq, or nil.
 func (s *DB) Message(ctx context.Context, convID string, seq int64) (*ledger.Message, error) {
-	return observe(ctx, s, Call{Op: "Message", Conv: convID}, func() (*ledger.Message, error) {
+	return observe(ctx, s, ledger.Call{Op: "Message", Conv: convID}, func() (*ledger.Message, error) {
 		return s.message(ctx, convID, seq)
 	})
 }
@@ -200,7 +200,7 @@ func (s *DB) scanDue(ctx context.Context, from, where string, args ...any) ([]le
 // settled turn is never due (ReleaseTurn hands back open turns only); one
 // an earlier version left due is not returned.
 func (s *DB) DueTurns(ctx context.Context, now time.Time, limit int) ([]ledger.DueTurn, error) {
-	return observe(ctx, s, Call{Op: "DueTurns", Conv: ""}, func() ([]ledger.DueTurn, error) {
+	return observe(ctx, s, ledger.Call{Op: "DueTurns", Conv: ""}, func() ([]ledger.DueTurn, error) {
 		out, err := s.scanDue(ctx, "messages AS u", dueWhere, now, limit)
 		if err != nil {
 			return nil, fmt.Errorf("find due turns: %w", err)
@@ -217,7 +217,7 @@ var dueWhere = "WHERE u.turn_due <= ? AND " + openSQL("u.") + " ORDER BY u.turn_
 // the open turns (ix_messages_open); the rescuer calls it when a replica
 // died, and once at start.
 func (s *DB) OrphanTurns(ctx context.Context, since time.Time, alive []string, limit int) ([]ledger.DueTurn, error) {
-	return observe(ctx, s, Call{Op: "OrphanTurns", Conv: ""}, func() ([]ledger.DueTurn, error) {
+	return observe(ctx, s, ledger.Call{Op: "OrphanTurns", Conv: ""}, func() ([]ledger.DueTurn, error) {
 		out, err := s.scanDue(ctx, s.openFrom(), orphanWhere, since, alive, limit)
 		if err != nil {
 			return nil, fmt.Errorf("find turns of gone replicas: %w", err)
@@ -235,7 +235,7 @@ var orphanWhere = `WHERE ` + openSQL("u.") + ` AND u.created_at >= ? AND u.turn_
 // yet marked delivered on a channel that confirms delivery. The caller
 // compares them with what its runners hold: the others it claims again.
 func (s *DB) OwnTurns(ctx context.Context, convID, owner string) ([]ledger.DueTurn, error) {
-	return observe(ctx, s, Call{Op: "OwnTurns", Conv: convID}, func() ([]ledger.DueTurn, error) {
+	return observe(ctx, s, ledger.Call{Op: "OwnTurns", Conv: convID}, func() ([]ledger.DueTurn, error) {
 		out, err := s.scanDue(ctx, s.openFrom(), ownWhere, convID, owner)
 		if err != nil {
 			return nil, fmt.Errorf("find own turns of %s: %w", convID, err)
@@ -256,7 +256,7 @@ var ownWhere = `WHERE u.conversation_id = ? AND ` + openSQL("u.") + ` AND u.turn
 // conversation's epoch, so the runner the turn was taken from can store
 // nothing more. It returns nil when the turn had moved on.
 func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int, owner string, now time.Time) (*ledger.Claimed, error) {
-	return observe(ctx, s, Call{Op: "ClaimTurn", Conv: convID}, func() (*ledger.Claimed, error) {
+	return observe(ctx, s, ledger.Call{Op: "ClaimTurn", Conv: convID}, func() (*ledger.Claimed, error) {
 		var got *ledger.Claimed
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			got = nil
@@ -311,7 +311,7 @@ func (s *DB) ClaimTurn(ctx context.Context, convID string, seq int64, seenOwner 
 // turn's lead are settled by its reply, and only the lead waits for the
 // delivery. It fails with ErrLostClaim when the claim is no longer held.
 func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner string, attempt int, dueAt time.Time, why string) error {
-	return observe0(ctx, s, Call{Op: "ReleaseTurn", Conv: convID}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "ReleaseTurn", Conv: convID}, func() error {
 		return s.claimed(ctx, "release", convID, seq, `UPDATE messages SET turn_owner = '', turn_due = ?, error = ?
 		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND `+openSQL("")+` AND turn_owner = ? AND turn_attempt = ?`,
 			dueAt, why, convID, seq, seq, owner, attempt)
@@ -322,7 +322,7 @@ func (s *DB) ReleaseTurn(ctx context.Context, convID string, seq int64, owner st
 // channel's message ids), or, with a non-empty failure, that the channel
 // refused it for good. The turn is closed either way.
 func (s *DB) MarkDelivered(ctx context.Context, convID string, seq int64, owner string, attempt int, ref, failure string, at time.Time) error {
-	return observe0(ctx, s, Call{Op: "MarkDelivered", Conv: convID}, func() error {
+	return observe0(ctx, s, ledger.Call{Op: "MarkDelivered", Conv: convID}, func() error {
 		return s.claimed(ctx, "mark delivered", convID, seq, `UPDATE messages SET turn_state = 'delivered', turn_due = NULL,
 		delivery_ref = ?, delivered_at = ?, error = ?
 		WHERE conversation_id = ? AND (seq = ? OR turn_lead = ?) AND role = 'user' AND turn_owner = ? AND turn_attempt = ?`,
@@ -373,7 +373,7 @@ func backfillTurns(tx *gorm.DB, now time.Time) error {
 // itself is conditional all the same (PostgreSQL locks the
 // conversation's row first, SQLite has one writer).
 func (s *DB) ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, error) {
-	return observe(ctx, s, Call{Op: "ClaimBatch", Conv: c.ConversationID}, func() (*ledger.Batch, error) {
+	return observe(ctx, s, ledger.Call{Op: "ClaimBatch", Conv: c.ConversationID}, func() (*ledger.Batch, error) {
 		convID, owner, now, limit, track := c.ConversationID, c.Owner, c.Now, c.Limit, c.Track
 		alive := c.Alive
 		if !slices.Contains(alive, owner) {
@@ -558,7 +558,7 @@ func (s *DB) openFrom() string {
 // into the burst whose lead is lead, oldest first — as their seqs and
 // client message ids.
 func (s *DB) Covers(ctx context.Context, convID string, lead int64) ([]ledger.BatchRow, error) {
-	return observe(ctx, s, Call{Op: "Covers", Conv: convID}, func() ([]ledger.BatchRow, error) {
+	return observe(ctx, s, ledger.Call{Op: "Covers", Conv: convID}, func() ([]ledger.BatchRow, error) {
 		var out []ledger.BatchRow
 		rows, err := s.read.WithContext(ctx).Raw(`SELECT seq, COALESCE(client_msg_id, '') FROM messages
 		WHERE conversation_id = ? AND role = 'user' AND (seq = ? OR turn_lead = ?) AND seq <= ? ORDER BY seq`, convID, lead, lead, lead).Rows()

@@ -1,4 +1,4 @@
-package tools_test
+package mcpclient_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // logBuffer is a slog handler's output, and a signal for each record
@@ -67,7 +67,7 @@ func TestServerURLSecretsAreNeverLoggedNorInTheStatus(t *testing.T) {
 			raw := "http://" + user + ":" + password + "@" + host + "/mcp?apikey=" + key + "&x=a%2Fb"
 			logs := &logBuffer{text: "starting it again", seen: make(chan struct{}, 8)}
 			logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			set := tools.New([]tools.ServerConfig{{Name: "web", URL: raw}}, logger)
+			set := mcpclient.New([]mcpclient.ServerConfig{{Name: "web", URL: raw}}, logger)
 			set.Start(t.Context())
 			t.Cleanup(set.Close)
 			// Two failed starts: each is logged before its retry.

@@ -1,4 +1,4 @@
-package tools
+package mcpclient
 
 import (
 	"errors"
@@ -7,35 +7,37 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatgate/chatgate/tools"
 )
 
 func TestRender(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		res  *mcp.CallToolResult
-		want Result
+		want tools.Result
 	}{
 		{"texts joined", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a"}, &mcp.TextContent{Text: "b"}}},
-			Result{Text: "a\nb"}},
+			tools.Result{Text: "a\nb"}},
 		{"image described", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "chart:"}, &mcp.ImageContent{MIMEType: "image/png", Data: make([]byte, 12)}}},
-			Result{Text: "chart:\n[image image/png, 12 bytes]"}},
+			tools.Result{Text: "chart:\n[image image/png, 12 bytes]"}},
 		{"audio of unknown type", &mcp.CallToolResult{Content: []mcp.Content{&mcp.AudioContent{Data: []byte{1}}}},
-			Result{Text: "[audio of unknown type, 1 bytes]"}},
+			tools.Result{Text: "[audio of unknown type, 1 bytes]"}},
 		{"resource link", &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{Name: "report", URI: "file:///r.pdf"}}},
-			Result{Text: "[resource link report file:///r.pdf]"}},
+			tools.Result{Text: "[resource link report file:///r.pdf]"}},
 		{"embedded text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "mem://a", Text: "hi"}}}},
-			Result{Text: "[resource mem://a]\nhi"}},
+			tools.Result{Text: "[resource mem://a]\nhi"}},
 		{"embedded blob", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "mem://b", MIMEType: "application/zip", Blob: []byte{1, 2}}}}},
-			Result{Text: "[resource mem://b application/zip, 2 bytes]"}},
+			tools.Result{Text: "[resource mem://b application/zip, 2 bytes]"}},
 		{"structured without text", &mcp.CallToolResult{StructuredContent: map[string]any{"n": 3}},
-			Result{Text: `{"n":3}`}},
+			tools.Result{Text: `{"n":3}`}},
 		{"structured with text: the text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "3"}}, StructuredContent: map[string]any{"n": 3}},
-			Result{Text: "3"}},
+			tools.Result{Text: "3"}},
 		{"error carried", &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no"}}},
-			Result{Text: "no", IsError: true}},
+			tools.Result{Text: "no", IsError: true}},
 		{"error without content", &mcp.CallToolResult{IsError: true},
-			Result{Text: "the tool reported an error", IsError: true}},
-		{"nothing", &mcp.CallToolResult{}, Result{}},
+			tools.Result{Text: "the tool reported an error", IsError: true}},
+		{"nothing", &mcp.CallToolResult{}, tools.Result{}},
 	} {
 		if got := render(tc.res, 100); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
@@ -92,7 +94,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"command", []ServerConfig{ok}, nil},
 		{"url with headers", []ServerConfig{{Name: "web-1", URL: "https://x/mcp", Headers: map[string]string{"Authorization": "Bearer k"}}}, nil},
-		{"per tool", []ServerConfig{{Name: "a", Command: "x", Approve: ApproveAuto, PerTool: map[string]ToolConfig{"rm": {Approve: ApproveDeny}}}}, nil},
+		{"per tool", []ServerConfig{{Name: "a", Command: "x", Approve: tools.ApproveAuto, PerTool: map[string]ToolConfig{"rm": {Approve: tools.ApproveDeny}}}}, nil},
 		{"no name, no way", []ServerConfig{{}}, []string{"#1: name is missing", "#1: set exactly one of command and url"}},
 		{"both ways", []ServerConfig{{Name: "a", Command: "x", URL: "http://x"}}, []string{"exactly one"}},
 		{"separator", []ServerConfig{{Name: "a__b", Command: "x"}}, []string{`name "a__b"`}},

@@ -1,4 +1,4 @@
-package tools
+package mcpclient
 
 import (
 	"encoding/json"
@@ -7,13 +7,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatgate/chatgate/tools"
 )
 
 // render is a tool's result as the model gets it: the texts joined by
 // newlines, other content described in a line of its own, the
 // structured content as JSON when there is no text, all cut to max
 // bytes.
-func render(res *mcp.CallToolResult, max int) Result {
+func render(res *mcp.CallToolResult, max int) tools.Result {
 	var parts []string
 	texts := 0
 	for _, c := range res.Content {
@@ -45,7 +47,7 @@ func render(res *mcp.CallToolResult, max int) Result {
 	if text == "" && res.IsError {
 		text = "the tool reported an error"
 	}
-	out := Result{IsError: res.IsError}
+	out := tools.Result{IsError: res.IsError}
 	out.Text, out.Cut = cut(text, max)
 	return out
 }

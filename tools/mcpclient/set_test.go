@@ -1,4 +1,4 @@
-package tools_test
+package mcpclient_test
 
 import (
 	"context"
@@ -15,20 +15,21 @@ import (
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
-var _ sessions.Toolbox = tools.Offer{}
+var _ sessions.Toolbox = mcpclient.Offer{}
 
 // inMemory starts a Set of one in-memory test server named "t", waits
 // until it has listed its tools and closes it when the test ends.
-func inMemory(t *testing.T, edit func(*tools.ServerConfig)) (*tools.Set, *mcptest.Server) {
+func inMemory(t *testing.T, edit func(*mcpclient.ServerConfig)) (*mcpclient.Set, *mcptest.Server) {
 	t.Helper()
 	srv, tr := mcptest.InMemory(t)
-	cfg := tools.ServerConfig{Name: "t", Transport: tr}
+	cfg := mcpclient.ServerConfig{Name: "t", Transport: tr}
 	if edit != nil {
 		edit(&cfg)
 	}
-	set := tools.New([]tools.ServerConfig{cfg}, nil)
+	set := mcpclient.New([]mcpclient.ServerConfig{cfg}, nil)
 	set.Start(t.Context())
 	t.Cleanup(set.Close)
 	if err := set.WaitListed(waitCtx(t), "t"); err != nil {
@@ -53,7 +54,7 @@ func names(ts []agent.Tool) []string {
 }
 
 func TestToolsListsTheAllowedToolsAsServerTool(t *testing.T) {
-	set, _ := inMemory(t, func(c *tools.ServerConfig) { c.Tools = []string{"echo", "slow", "missing"} })
+	set, _ := inMemory(t, func(c *mcpclient.ServerConfig) { c.Tools = []string{"echo", "slow", "missing"} })
 	got := set.Tools(nil)
 	if want := []string{"t__echo", "t__slow"}; fmt.Sprint(names(got)) != fmt.Sprint(want) {
 		t.Fatalf("tools %v, want %v", names(got), want)
@@ -78,7 +79,7 @@ func TestToolsListsTheAllowedToolsAsServerTool(t *testing.T) {
 	if _, ok := set.Rule("t__counter"); ok {
 		t.Error("a tool the allowlist leaves out has a rule")
 	}
-	if _, err := set.Call(t.Context(), "t__counter", "", "k"); !errors.Is(err, tools.ErrUnknownTool) {
+	if _, err := set.Call(t.Context(), "t__counter", "", "k"); !errors.Is(err, mcpclient.ErrUnknownTool) {
 		t.Errorf("call of a tool left out: %v, want ErrUnknownTool", err)
 	}
 	st := set.Servers()
@@ -89,11 +90,11 @@ func TestToolsListsTheAllowedToolsAsServerTool(t *testing.T) {
 
 func TestRuleIsTheServerDefaultWithTheToolsOverrides(t *testing.T) {
 	yes, no := true, false
-	set, _ := inMemory(t, func(c *tools.ServerConfig) {
+	set, _ := inMemory(t, func(c *mcpclient.ServerConfig) {
 		c.Approve = tools.ApproveAuto
 		c.Idempotent = true
 		c.Timeout = 7 * time.Second
-		c.PerTool = map[string]tools.ToolConfig{
+		c.PerTool = map[string]mcpclient.ToolConfig{
 			"counter": {Approve: tools.ApproveAsk, Idempotent: &no},
 			"echo":    {Idempotent: &yes},
 			"fail":    {Approve: tools.ApproveDeny},
@@ -125,7 +126,7 @@ func TestRuleIsTheServerDefaultWithTheToolsOverrides(t *testing.T) {
 func TestDefaultRuleAsksAndIsNotIdempotent(t *testing.T) {
 	set, _ := inMemory(t, nil)
 	r, ok := set.Rule("t__echo")
-	if want := (tools.Rule{Server: "t", Tool: "echo", Approve: tools.ApproveAsk, Timeout: tools.DefaultTimeout}); !ok || r != want {
+	if want := (tools.Rule{Server: "t", Tool: "echo", Approve: tools.ApproveAsk, Timeout: mcpclient.DefaultTimeout}); !ok || r != want {
 		t.Fatalf("rule %+v, want %+v", r, want)
 	}
 }
@@ -197,7 +198,7 @@ func TestToolErrorIsAResult(t *testing.T) {
 }
 
 func TestTimeoutIsAnErrorWrappingDeadlineExceeded(t *testing.T) {
-	set, srv := inMemory(t, func(c *tools.ServerConfig) { c.Timeout = 50 * time.Millisecond })
+	set, srv := inMemory(t, func(c *mcpclient.ServerConfig) { c.Timeout = 50 * time.Millisecond })
 	_, err := set.Call(t.Context(), "t__slow", `{}`, "")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want DeadlineExceeded", err)
@@ -237,7 +238,7 @@ func TestCancelEndsTheCallAtTheServer(t *testing.T) {
 }
 
 func TestBigResultIsCutAtARuneWithANote(t *testing.T) {
-	set, _ := inMemory(t, func(c *tools.ServerConfig) { c.MaxResultBytes = 101 })
+	set, _ := inMemory(t, func(c *mcpclient.ServerConfig) { c.MaxResultBytes = 101 })
 	res, err := set.Call(t.Context(), "t__big", `{"bytes": 400, "char": "é"}`, "")
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +263,7 @@ func TestListChangedOffersTheNewTool(t *testing.T) {
 	set, srv := inMemory(t, nil)
 	srv.AddTool("weather", "Tells the weather.")
 	ctx := waitCtx(t)
-	if err := set.WaitFor(ctx, "t", func(st tools.ServerStatus) bool { return st.Tools == 6 }); err != nil {
+	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 6 }); err != nil {
 		t.Fatal(err)
 	}
 	got := set.Tools(nil)
@@ -274,7 +275,7 @@ func TestListChangedOffersTheNewTool(t *testing.T) {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	srv.RemoveTool("weather")
-	if err := set.WaitFor(ctx, "t", func(st tools.ServerStatus) bool { return st.Tools == 5 }); err != nil {
+	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 5 }); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := set.Rule("t__weather"); ok {
@@ -285,7 +286,7 @@ func TestListChangedOffersTheNewTool(t *testing.T) {
 func TestUnknownServerAndTool(t *testing.T) {
 	set, _ := inMemory(t, nil)
 	for _, name := range []string{"x__echo", "echo", "t__nope"} {
-		if _, err := set.Call(t.Context(), name, "", ""); !errors.Is(err, tools.ErrUnknownTool) {
+		if _, err := set.Call(t.Context(), name, "", ""); !errors.Is(err, mcpclient.ErrUnknownTool) {
 			t.Errorf("Call(%s): %v, want ErrUnknownTool", name, err)
 		}
 	}
@@ -293,7 +294,7 @@ func TestUnknownServerAndTool(t *testing.T) {
 
 func TestSessionEndedMeansNotConnected(t *testing.T) {
 	srv, tr := mcptest.InMemory(t)
-	set := tools.New([]tools.ServerConfig{{Name: "t", Transport: tr}}, nil)
+	set := mcpclient.New([]mcpclient.ServerConfig{{Name: "t", Transport: tr}}, nil)
 	set.Start(t.Context())
 	t.Cleanup(set.Close)
 	ctx := waitCtx(t)
@@ -303,10 +304,10 @@ func TestSessionEndedMeansNotConnected(t *testing.T) {
 	for ss := range srv.MCP.Sessions() {
 		_ = ss.Close()
 	}
-	if err := set.WaitFor(ctx, "t", func(st tools.ServerStatus) bool { return !st.Connected && st.LastError != "" }); err != nil {
+	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return !st.Connected && st.LastError != "" }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := set.Call(t.Context(), "t__echo", `{"text":"x"}`, ""); !errors.Is(err, tools.ErrNotConnected) {
+	if _, err := set.Call(t.Context(), "t__echo", `{"text":"x"}`, ""); !errors.Is(err, mcpclient.ErrNotConnected) {
 		t.Fatalf("error %v, want ErrNotConnected", err)
 	}
 	if got := set.Tools(nil); len(got) != 0 {
@@ -320,7 +321,7 @@ func TestSessionEndedMeansNotConnected(t *testing.T) {
 func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 	a, ta := mcptest.InMemory(t)
 	_, tb := mcptest.InMemory(t)
-	set := tools.New([]tools.ServerConfig{
+	set := mcpclient.New([]mcpclient.ServerConfig{
 		{Name: "a", Transport: ta, Tools: []string{"echo"}},
 		{Name: "b", Transport: tb, Tools: []string{"counter"}},
 	}, nil)
@@ -331,7 +332,7 @@ func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var box sessions.Toolbox = tools.Offer{Set: set, Servers: func(channel, user string) []string {
+	var box sessions.Toolbox = mcpclient.Offer{Set: set, Servers: func(channel, user string) []string {
 		switch channel {
 		case "web":
 			return []string{"a", "b"}
@@ -345,7 +346,7 @@ func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 			t.Errorf("Offered(%s) = %s, want %s", ch, got, want)
 		}
 	}
-	if got := fmt.Sprint(names(tools.Offer{Set: set}.Offered("x", "u"))); got != "[a__echo b__counter]" {
+	if got := fmt.Sprint(names(mcpclient.Offer{Set: set}.Offered("x", "u"))); got != "[a__echo b__counter]" {
 		t.Errorf("Offer without Servers offers %s, want all", got)
 	}
 	if r, ok := box.Rule(t.Context(), "web", "u", "a__echo"); !ok || r.Server != "a" {
@@ -367,21 +368,21 @@ func TestOfferNarrowsByTheServersOfTheChannel(t *testing.T) {
 }
 
 func TestStartNeverWaitsForAServer(t *testing.T) {
-	set := tools.New([]tools.ServerConfig{
+	set := mcpclient.New([]mcpclient.ServerConfig{
 		{Name: "dead", Command: "/nonexistent/mcp-server"},
 		{Name: "bad__name", Command: "x"},
 	}, nil)
 	set.Start(t.Context()) // returns at once: the test would hang otherwise
 	t.Cleanup(set.Close)
 	ctx := waitCtx(t)
-	if err := set.WaitFor(ctx, "dead", func(st tools.ServerStatus) bool { return st.LastError != "" }); err != nil {
+	if err := set.WaitFor(ctx, "dead", func(st mcpclient.ServerStatus) bool { return st.LastError != "" }); err != nil {
 		t.Fatal(err)
 	}
 	st := set.Servers()
 	if len(st) != 2 || st[0].Name != "bad__name" || !strings.Contains(st[0].LastError, "name") || st[1].Connected {
 		t.Fatalf("status %+v", st)
 	}
-	if _, err := set.Call(t.Context(), "dead__x", "", ""); !errors.Is(err, tools.ErrNotConnected) {
+	if _, err := set.Call(t.Context(), "dead__x", "", ""); !errors.Is(err, mcpclient.ErrNotConnected) {
 		t.Errorf("call on a dead server: %v", err)
 	}
 }
@@ -408,13 +409,13 @@ func (l lateTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
 	_, tr := mcptest.InMemory(t)
 	open := make(chan struct{})
-	set := tools.New([]tools.ServerConfig{
+	set := mcpclient.New([]mcpclient.ServerConfig{
 		{Name: "t", Transport: lateTransport{Transport: tr, open: open}, Idempotent: true},
 		{Name: "dead", Command: "/nonexistent/mcp-server"},
 	}, nil)
 	set.Start(t.Context())
 	t.Cleanup(set.Close)
-	box := tools.Offer{Set: set}
+	box := mcpclient.Offer{Set: set}
 	// The delay only gives a Rule that did not wait the time to answer
 	// wrong; a Rule that waits answers right whatever it is.
 	go func() {
@@ -432,10 +433,10 @@ func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	stuck := tools.New([]tools.ServerConfig{{Name: "s", Transport: lateTransport{Transport: tr, open: make(chan struct{})}}}, nil)
+	stuck := mcpclient.New([]mcpclient.ServerConfig{{Name: "s", Transport: lateTransport{Transport: tr, open: make(chan struct{})}}}, nil)
 	stuck.Start(t.Context())
 	t.Cleanup(stuck.Close)
-	if _, ok := (tools.Offer{Set: stuck}).Rule(ctx, "web", "u", "s__echo"); ok {
+	if _, ok := (mcpclient.Offer{Set: stuck}).Rule(ctx, "web", "u", "s__echo"); ok {
 		t.Error("Rule with its context ended: known")
 	}
 }

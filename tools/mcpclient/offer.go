@@ -1,4 +1,4 @@
-package tools
+package mcpclient
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/chatgate/chatgate/agent"
+
+	"github.com/chatgate/chatgate/tools"
 )
 
 // Offer is a Set narrowed by who asks: the session manager's Toolbox.
@@ -33,7 +35,7 @@ func (o Offer) Offered(channel, userID string) []agent.Tool {
 	return o.Set.Tools(servers)
 }
 
-// Rule is how the tool of that name is run for a turn of the channel's
+// tools.Rule is how the tool of that name is run for a turn of the channel's
 // user: false when the policy does not offer its server to them (the
 // same policy as Offered: a model may name any tool, and a tool it was
 // never offered never runs), or when its server did not list it. Once
@@ -41,25 +43,25 @@ func (o Offer) Offered(channel, userID string) []agent.Tool {
 // (WaitTried): a gateway just started may run a turn stored before it
 // stopped before its servers listed their tools, and a call of that turn
 // is run by its server's rule, not as a tool nobody offers.
-func (o Offer) Rule(ctx context.Context, channel, userID, name string) (Rule, bool) {
+func (o Offer) Rule(ctx context.Context, channel, userID, name string) (tools.Rule, bool) {
 	if o.Set == nil {
-		return Rule{}, false
+		return tools.Rule{}, false
 	}
-	server, tool, ok := strings.Cut(name, Separator)
+	server, tool, ok := strings.Cut(name, tools.Separator)
 	if !ok || tool == "" {
-		return Rule{}, false
+		return tools.Rule{}, false
 	}
 	if o.Servers != nil && !slices.Contains(o.Servers(channel, userID), server) {
-		return Rule{}, false
+		return tools.Rule{}, false
 	}
 	_ = o.Set.WaitTried(ctx, server) // on ctx's end, the caller stops
 	return o.Set.Rule(name)
 }
 
 // Call is Set.Call.
-func (o Offer) Call(ctx context.Context, name, arguments, key string) (Result, error) {
+func (o Offer) Call(ctx context.Context, name, arguments, key string) (tools.Result, error) {
 	if o.Set == nil {
-		return Result{}, fmt.Errorf("call %s: no tool servers: %w", name, ErrUnknownTool)
+		return tools.Result{}, fmt.Errorf("call %s: no tool servers: %w", name, ErrUnknownTool)
 	}
 	return o.Set.Call(ctx, name, arguments, key)
 }

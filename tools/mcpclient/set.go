@@ -1,4 +1,34 @@
-package tools
+// Package mcpclient connects the gateway to MCP servers (the official Go
+// SDK) and runs their tools for the model: it lists each server's tools
+// at start and again when the server says its list changed, offers them
+// as function tools named server__tool (tools.Separator), and calls them
+// with a timeout, a cap on the result's size and an idempotency key in
+// the request's _meta (tools.MetaKey).
+//
+// A Set holds one supervisor per server. Start returns at once; each
+// supervisor opens a session in the background (a stdio server is
+// started as a process, a streamable HTTP server is reached at its URL
+// with the configured headers), lists the tools (every page, only those
+// the allowlist names) and then waits: on list_changed it lists again,
+// and when the session ends (the process exited, the connection broke)
+// it opens a new one after a backoff that doubles from 0.5 s to 30 s and
+// starts over once a session lasted a minute. Meanwhile the server offers
+// no tools and its calls fail as not connected; its last listing still
+// answers Rule, so a call stored before the restart keeps its rule.
+//
+// Call tells apart what the model should hear from what failed: a tool's
+// error result, an error the server answered with and arguments that are
+// not a JSON object are tools.Results with IsError (the model can correct
+// itself); an unknown tool, a server that is down, a timeout, a
+// cancellation (the server is sent notifications/cancelled) or a broken
+// transport are errors.
+//
+// Whether a call may run (approval), who is offered which servers (the
+// policy ladder) and whether a call runs once (the turn ledger) are the
+// session manager's and the gateway's: this package only runs what it is
+// asked to. Offer narrows a Set to the servers a channel's user gets and
+// implements the session manager's Toolbox.
+package mcpclient
 
 import (
 	"context"
@@ -16,6 +46,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chatgate/chatgate/agent"
+
+	"github.com/chatgate/chatgate/tools"
 )
 
 // Errors of Call, wrapped with the tool's and the server's names.
@@ -179,37 +211,37 @@ func (s *Set) Tools(servers []string) []agent.Tool {
 	return slices.CompactFunc(out, func(a, b agent.Tool) bool { return a.Name == b.Name })
 }
 
-// Rule is how the tool of that name (server__tool) is run; false when
+// tools.Rule is how the tool of that name (server__tool) is run; false when
 // its server did not list it. A server whose session is down keeps its
 // last listing here, so a call stored before a restart still has its
 // rule (and fails as not connected).
-func (s *Set) Rule(name string) (Rule, bool) {
+func (s *Set) Rule(name string) (tools.Rule, bool) {
 	sv, tool := s.lookup(name)
 	if sv == nil {
-		return Rule{}, false
+		return tools.Rule{}, false
 	}
 	s.mu.Lock()
 	_, ok := sv.known[tool]
 	s.mu.Unlock()
 	if !ok {
-		return Rule{}, false
+		return tools.Rule{}, false
 	}
 	return sv.cfg.rule(tool), true
 }
 
 // Call runs the tool of that name (server__tool) with the model's JSON
 // arguments ("" is {}) and the idempotency key in the request's _meta
-// (under MetaKey), within the server's timeout.
+// (under tools.MetaKey), within the server's timeout.
 //
 // Arguments that are not a JSON object, and an error the server answers
-// with, are the model's to know: a Result with IsError. A call that
+// with, are the model's to know: a tools.Result with IsError. A call that
 // could not run or got no answer is an error wrapping ErrUnknownTool,
 // ErrNotConnected, context.DeadlineExceeded (the timeout),
 // context.Canceled (ctx) or the transport's failure.
-func (s *Set) Call(ctx context.Context, name, arguments, key string) (Result, error) {
+func (s *Set) Call(ctx context.Context, name, arguments, key string) (tools.Result, error) {
 	sv, tool := s.lookup(name)
 	if sv == nil {
-		return Result{}, fmt.Errorf("call %s: no such server: %w", name, ErrUnknownTool)
+		return tools.Result{}, fmt.Errorf("call %s: no such server: %w", name, ErrUnknownTool)
 	}
 	s.mu.Lock()
 	cs, listed := sv.session, sv.listed
@@ -217,17 +249,17 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (Result, er
 	s.mu.Unlock()
 	switch {
 	case cs == nil || !listed:
-		return Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, ErrNotConnected)
+		return tools.Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, ErrNotConnected)
 	case !known:
-		return Result{}, fmt.Errorf("call %s: server %s does not offer %s: %w", name, sv.cfg.Name, tool, ErrUnknownTool)
+		return tools.Result{}, fmt.Errorf("call %s: server %s does not offer %s: %w", name, sv.cfg.Name, tool, ErrUnknownTool)
 	}
 	args, err := parseArguments(arguments)
 	if err != nil {
-		return Result{IsError: true, Text: fmt.Sprintf("The call of %s did not run: its arguments %v.", name, err)}, nil
+		return tools.Result{IsError: true, Text: fmt.Sprintf("The call of %s did not run: its arguments %v.", name, err)}, nil
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
 	if key != "" {
-		params.Meta = mcp.Meta{MetaKey: key}
+		params.Meta = mcp.Meta{tools.MetaKey: key}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, sv.cfg.Timeout)
 	defer cancel()
@@ -237,14 +269,14 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (Result, er
 	case err == nil:
 		return render(res, sv.cfg.MaxResultBytes), nil
 	case ctx.Err() != nil:
-		return Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, context.Cause(ctx))
+		return tools.Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, context.Cause(ctx))
 	case callCtx.Err() != nil:
-		return Result{}, fmt.Errorf("call %s: no answer from server %s within %s: %w", name, sv.cfg.Name, sv.cfg.Timeout, context.DeadlineExceeded)
+		return tools.Result{}, fmt.Errorf("call %s: no answer from server %s within %s: %w", name, sv.cfg.Name, sv.cfg.Timeout, context.DeadlineExceeded)
 	case errors.As(err, &rpcErr):
 		text, cut := cut(fmt.Sprintf("The server %s answered with an error: %s", sv.cfg.Name, rpcErr.Message), sv.cfg.MaxResultBytes)
-		return Result{IsError: true, Text: text, Cut: cut}, nil
+		return tools.Result{IsError: true, Text: text, Cut: cut}, nil
 	default:
-		return Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, sv.scrub.err(err))
+		return tools.Result{}, fmt.Errorf("call %s: server %s: %w", name, sv.cfg.Name, sv.scrub.err(err))
 	}
 }
 
@@ -265,7 +297,7 @@ func parseArguments(arguments string) (map[string]json.RawMessage, error) {
 }
 
 func (s *Set) lookup(name string) (*server, string) {
-	srv, tool, ok := strings.Cut(name, Separator)
+	srv, tool, ok := strings.Cut(name, tools.Separator)
 	if !ok || tool == "" {
 		return nil, ""
 	}
@@ -364,7 +396,7 @@ func (s *Set) list(ctx context.Context, sv *server, cs *mcp.ClientSession) error
 		if !sv.cfg.allows(t.Name) {
 			continue
 		}
-		name := sv.cfg.Name + Separator + t.Name
+		name := sv.cfg.Name + tools.Separator + t.Name
 		if !toolName.MatchString(name) {
 			sv.log.Warn("tool not offered: its name is not one a model can call", slog.String("tool", name))
 			continue

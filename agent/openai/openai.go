@@ -1,4 +1,8 @@
-package agent
+// Package openai is the agent backend for any server that speaks
+// OpenAI's chat-completions API (and, for voice, its
+// /audio/transcriptions endpoint), on the official Go SDK. It implements
+// the agent package's port; nothing else of the gateway imports the SDK.
+package openai
 
 import (
 	"context"
@@ -9,14 +13,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/openai/openai-go/v3"
+	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/chatgate/chatgate/agent"
 )
 
-// OpenAIConfig configures the OpenAI backend.
-type OpenAIConfig struct {
+// Config configures the OpenAI backend.
+type Config struct {
 	Name                 string // recorded on conversations; default "openai"
-	BaseURL              string // e.g. https://api.openai.com/v1, or a local server's /v1
+	BaseURL              string // e.g. https://api.sdk.com/v1, or a local server's /v1
 	APIKey               string
 	Model                string
 	Timeout              time.Duration // per request, including a streamed body
@@ -30,19 +36,20 @@ type OpenAIConfig struct {
 	Vision bool
 	// TranscriptionModel is the model of the server's
 	// /audio/transcriptions endpoint (whisper-1, gpt-4o-mini-transcribe,
-	// …): voice notes and audio are transcribed with it (transcribe.go).
+	// …): voice notes and audio are transcribed with it
+	// (Backend.Transcribe).
 	// Empty: the backend does not transcribe.
 	TranscriptionModel string
 }
 
-// OpenAI talks to any server that speaks the chat-completions API.
-type OpenAI struct {
-	cfg    OpenAIConfig
-	client openai.Client
+// Backend talks to any server that speaks the chat-completions API.
+type Backend struct {
+	cfg    Config
+	client sdk.Client
 }
 
-// NewOpenAI returns the backend. It makes no request.
-func NewOpenAI(cfg OpenAIConfig) *OpenAI {
+// New returns the backend. It makes no request.
+func New(cfg Config) *Backend {
 	if cfg.Name == "" {
 		cfg.Name = "openai"
 	}
@@ -57,44 +64,44 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	return &OpenAI{cfg: cfg, client: openai.NewClient(opts...)}
+	return &Backend{cfg: cfg, client: sdk.NewClient(opts...)}
 }
 
 // Config is the configuration the backend was made with.
-func (o *OpenAI) Config() OpenAIConfig { return o.cfg }
+func (o *Backend) Config() Config { return o.cfg }
 
 // Name implements Agent.
-func (o *OpenAI) Name() string { return o.cfg.Name }
+func (o *Backend) Name() string { return o.cfg.Name }
 
 // Model implements Agent.
-func (o *OpenAI) Model() string { return o.cfg.Model }
+func (o *Backend) Model() string { return o.cfg.Model }
 
 // ReadsImages implements ImageReader: true with Vision.
-func (o *OpenAI) ReadsImages() bool { return o.cfg.Vision }
+func (o *Backend) ReadsImages() bool { return o.cfg.Vision }
 
-// Reply implements Agent.
-func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (Reply, error) {
-	spec := ModelSpec{ID: o.cfg.Model, PricePer1KPrompt: o.cfg.PricePer1KPrompt, PricePer1KCompletion: o.cfg.PricePer1KCompletion}
+// agent.Reply implements Agent.
+func (o *Backend) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	spec := agent.ModelSpec{ID: o.cfg.Model, PricePer1KPrompt: o.cfg.PricePer1KPrompt, PricePer1KCompletion: o.cfg.PricePer1KCompletion}
 	if req.Model != nil {
 		spec = *req.Model
 	}
-	params := openai.ChatCompletionNewParams{
+	params := sdk.ChatCompletionNewParams{
 		Model:    spec.ID,
 		Messages: toParams(req, o.cfg.Vision),
 		Tools:    toolParams(req.Tools),
 	}
 	if req.NoMoreTools && len(req.Tools) > 0 {
 		// The tools stay listed: the turn's messages call them.
-		params.ToolChoice.OfAuto = openai.String(string(openai.ChatCompletionToolChoiceOptionAutoNone))
+		params.ToolChoice.OfAuto = sdk.String(string(sdk.ChatCompletionToolChoiceOptionAutoNone))
 	}
 	var (
 		text  string
-		usage openai.CompletionUsage
+		usage sdk.CompletionUsage
 		model string
-		calls []ToolCall
+		calls []agent.ToolCall
 	)
 	if o.cfg.Stream && !req.Unstreamed {
-		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		params.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
 		// accepted: the server answered the request with a stream, so it
 		// read the prompt (and bills it) even when no chunk comes.
 		var accepted atomic.Bool
@@ -107,7 +114,7 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 				return resp, err
 			}))
 		defer stream.Close()
-		var acc openai.ChatCompletionAccumulator
+		var acc sdk.ChatCompletionAccumulator
 		var partial strings.Builder
 		for stream.Next() {
 			chunk := stream.Current()
@@ -122,24 +129,24 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 		if err := stream.Err(); err != nil {
 			// Stopped or cut before the usage chunk: what the call spent
 			// is estimated, so that a stopped answer is not free.
-			r := Reply{Messages: partialMessages(partial.String()), Model: spec.ID}
+			r := agent.Reply{Messages: partialMessages(partial.String()), Model: spec.ID}
 			if accepted.Load() {
 				r.Usage, r.Cost = estimateSpend(req, &acc, partial.Len(), spec)
 			}
 			return r, o.wrap(err)
 		}
 		if len(acc.Choices) == 0 {
-			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
+			return agent.Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
 		}
 		text, usage, model = acc.Choices[0].Message.Content, acc.Usage, acc.Model
 		calls = toolCalls(acc.Choices[0].Message)
 	} else {
 		resp, err := o.client.Chat.Completions.New(ctx, params)
 		if err != nil {
-			return Reply{}, o.wrap(err)
+			return agent.Reply{}, o.wrap(err)
 		}
 		if len(resp.Choices) == 0 {
-			return Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
+			return agent.Reply{}, fmt.Errorf("openai: %s returned no choices", o.cfg.BaseURL)
 		}
 		text, usage, model = resp.Choices[0].Message.Content, resp.Usage, resp.Model
 		calls = toolCalls(resp.Choices[0].Message)
@@ -154,20 +161,20 @@ func (o *OpenAI) Reply(ctx context.Context, req Request, onDelta func(string)) (
 	if total == 0 {
 		total = usage.PromptTokens + usage.CompletionTokens
 	}
-	return Reply{
-		Messages: []Message{{Role: RoleAssistant, Content: text, ToolCalls: calls}},
-		Usage:    Usage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, TotalTokens: total},
+	return agent.Reply{
+		Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text, ToolCalls: calls}},
+		Usage:    agent.Usage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, TotalTokens: total},
 		Cost:     float64(usage.PromptTokens)/1000*spec.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*spec.PricePer1KCompletion,
 		Model:    model,
 	}, nil
 }
 
 // estimateSpend is the estimated spend of a streamed call cut short
-// after the server accepted it: the request's prompt (EstimatePrompt)
+// after the server accepted it: the request's prompt (agent.EstimatePrompt)
 // and, as completion, the text and tool calls streamed so far
 // (textBytes of text; acc holds the calls), at spec's prices.
-func estimateSpend(req Request, acc *openai.ChatCompletionAccumulator, textBytes int, spec ModelSpec) (Usage, float64) {
-	u := Usage{PromptTokens: EstimatePrompt(req), Estimated: true}
+func estimateSpend(req agent.Request, acc *sdk.ChatCompletionAccumulator, textBytes int, spec agent.ModelSpec) (agent.Usage, float64) {
+	u := agent.Usage{PromptTokens: agent.EstimatePrompt(req), Estimated: true}
 	n := textBytes
 	if len(acc.Choices) > 0 {
 		for _, tc := range acc.Choices[0].Message.ToolCalls {
@@ -175,64 +182,48 @@ func estimateSpend(req Request, acc *openai.ChatCompletionAccumulator, textBytes
 		}
 	}
 	if n > 0 {
-		u.CompletionTokens = int64(EstimateTokens(n))
+		u.CompletionTokens = int64(agent.EstimateTokens(n))
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u, float64(u.PromptTokens)/1000*spec.PricePer1KPrompt + float64(u.CompletionTokens)/1000*spec.PricePer1KCompletion
 }
 
-func partialMessages(text string) []Message {
+func partialMessages(text string) []agent.Message {
 	if text == "" {
 		return nil
 	}
-	return []Message{{Role: RoleAssistant, Content: text}}
+	return []agent.Message{{Role: agent.RoleAssistant, Content: text}}
 }
 
-func toolCalls(m openai.ChatCompletionMessage) []ToolCall {
-	var out []ToolCall
+func toolCalls(m sdk.ChatCompletionMessage) []agent.ToolCall {
+	var out []agent.ToolCall
 	for _, tc := range m.ToolCalls {
 		if tc.Function.Name != "" {
-			out = append(out, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			out = append(out, agent.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
 	}
 	return out
 }
 
-// Error is a failed call to the model server, with the HTTP status when
-// there was an answer. Its message never contains the API key.
-type Error struct {
-	Status int // 0 when no answer came (connection refused, timeout)
-	Err    error
-}
-
-func (e *Error) Error() string {
-	if e.Status != 0 {
-		return fmt.Sprintf("model server answered %d: %v", e.Status, e.Err)
-	}
-	return fmt.Sprintf("model server unreachable: %v", e.Err)
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func (o *OpenAI) wrap(err error) error {
+func (o *Backend) wrap(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	var apiErr *openai.Error
+	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
 		msg := apiErr.Message
 		if msg == "" {
 			msg = http.StatusText(apiErr.StatusCode)
 		}
-		return &Error{Status: apiErr.StatusCode, Err: errors.New(msg)}
+		return &agent.Error{Status: apiErr.StatusCode, Err: errors.New(msg)}
 	}
-	return &Error{Err: err}
+	return &agent.Error{Err: err}
 }
 
-func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion {
-	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.History)+len(req.Earlier)+len(req.Turn)+2)
+func toParams(req agent.Request, vision bool) []sdk.ChatCompletionMessageParamUnion {
+	out := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.History)+len(req.Earlier)+len(req.Turn)+2)
 	if req.Instructions != "" {
-		out = append(out, openai.SystemMessage(req.Instructions))
+		out = append(out, sdk.SystemMessage(req.Instructions))
 	}
 	for _, m := range req.History {
 		out = appendParam(out, m, vision)
@@ -249,15 +240,15 @@ func toParams(req Request, vision bool) []openai.ChatCompletionMessageParamUnion
 
 // appendParam appends one message of the history or of the turn; a
 // message of an unknown role is left out.
-func appendParam(out []openai.ChatCompletionMessageParamUnion, m Message, vision bool) []openai.ChatCompletionMessageParamUnion {
+func appendParam(out []sdk.ChatCompletionMessageParamUnion, m agent.Message, vision bool) []sdk.ChatCompletionMessageParamUnion {
 	switch m.Role {
-	case RoleUser:
+	case agent.RoleUser:
 		return append(out, userParam(m, vision))
-	case RoleTool:
-		return append(out, openai.ToolMessage(m.Content, m.ToolCallID))
-	case RoleSystem:
-		return append(out, openai.SystemMessage(m.Content))
-	case RoleAssistant:
+	case agent.RoleTool:
+		return append(out, sdk.ToolMessage(m.Content, m.ToolCallID))
+	case agent.RoleSystem:
+		return append(out, sdk.SystemMessage(m.Content))
+	case agent.RoleAssistant:
 		return append(out, assistantParam(m))
 	}
 	return out
@@ -265,38 +256,38 @@ func appendParam(out []openai.ChatCompletionMessageParamUnion, m Message, vision
 
 // assistantParam is an assistant message: its text, or its tool calls
 // (and the text that came with them, if any).
-func assistantParam(m Message) openai.ChatCompletionMessageParamUnion {
+func assistantParam(m agent.Message) sdk.ChatCompletionMessageParamUnion {
 	if len(m.ToolCalls) == 0 {
-		return openai.AssistantMessage(m.Content)
+		return sdk.AssistantMessage(m.Content)
 	}
-	a := openai.ChatCompletionAssistantMessageParam{}
+	a := sdk.ChatCompletionAssistantMessageParam{}
 	if m.Content != "" {
-		a.Content.OfString = openai.String(m.Content)
+		a.Content.OfString = sdk.String(m.Content)
 	}
 	for _, tc := range m.ToolCalls {
-		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+		a.ToolCalls = append(a.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
 				ID:       tc.ID,
-				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+				Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
 			},
 		})
 	}
-	return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	return sdk.ChatCompletionMessageParamUnion{OfAssistant: &a}
 }
 
 // toolParams are the tools offered as function tools; none gives nil, so
 // that the request has no tools key at all.
-func toolParams(tools []Tool) []openai.ChatCompletionToolUnionParam {
+func toolParams(tools []agent.Tool) []sdk.ChatCompletionToolUnionParam {
 	if len(tools) == 0 {
 		return nil
 	}
-	out := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	out := make([]sdk.ChatCompletionToolUnionParam, 0, len(tools))
 	for _, t := range tools {
-		def := openai.FunctionDefinitionParam{Name: t.Name, Parameters: openai.FunctionParameters(t.Parameters)}
+		def := sdk.FunctionDefinitionParam{Name: t.Name, Parameters: sdk.FunctionParameters(t.Parameters)}
 		if t.Description != "" {
-			def.Description = openai.String(t.Description)
+			def.Description = sdk.String(t.Description)
 		}
-		out = append(out, openai.ChatCompletionFunctionTool(def))
+		out = append(out, sdk.ChatCompletionFunctionTool(def))
 	}
 	return out
 }
@@ -305,31 +296,31 @@ func toolParams(tools []Tool) []openai.ChatCompletionToolUnionParam {
 // images, an array of content parts — the text, then each image (or, for
 // one that could not be fetched, a text saying so). Attachments other
 // than images are in the text already.
-func userParam(m Message, vision bool) openai.ChatCompletionMessageParamUnion {
-	var images []Attachment
+func userParam(m agent.Message, vision bool) sdk.ChatCompletionMessageParamUnion {
+	var images []agent.Attachment
 	for _, a := range m.Attachments {
-		if a.Kind == KindImage {
+		if a.Kind == agent.KindImage {
 			images = append(images, a)
 		}
 	}
 	if !vision && len(images) > 0 && strings.TrimSpace(m.Content) == "" {
 		// A picture alone, to a model without vision: it is told, rather
 		// than given an empty message.
-		return openai.UserMessage(UnseenImageText)
+		return sdk.UserMessage(agent.UnseenImageText)
 	}
 	if !vision || len(images) == 0 {
-		return openai.UserMessage(m.Content)
+		return sdk.UserMessage(m.Content)
 	}
-	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images)+1)
+	parts := make([]sdk.ChatCompletionContentPartUnionParam, 0, len(images)+1)
 	if m.Content != "" {
-		parts = append(parts, openai.TextContentPart(m.Content))
+		parts = append(parts, sdk.TextContentPart(m.Content))
 	}
 	for _, a := range images {
 		if a.Missing || len(a.Data) == 0 {
-			parts = append(parts, openai.TextContentPart(MissingImageText))
+			parts = append(parts, sdk.TextContentPart(agent.MissingImageText))
 			continue
 		}
-		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: a.DataURL()}))
+		parts = append(parts, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{URL: a.DataURL()}))
 	}
-	return openai.UserMessage(parts)
+	return sdk.UserMessage(parts)
 }

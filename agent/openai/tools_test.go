@@ -1,4 +1,4 @@
-package agent_test
+package openai_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
 	"github.com/chatgate/chatgate/internal/llmtest"
 )
 
@@ -45,7 +46,7 @@ func modes(t *testing.T, f func(t *testing.T, stream bool)) {
 
 func TestOpenAIOffersTools(t *testing.T) {
 	modes(t, func(t *testing.T, stream bool) {
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: stream})
 		if _, err := ag.Reply(context.Background(), agent.Request{Input: "rain?", Tools: []agent.Tool{weather, clock}}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +90,7 @@ func TestOpenAIParallelToolCalls(t *testing.T) {
 		{ID: "call_b", Name: "weather__forecast", Arguments: `{"city":"Zürich — Hauptbahnhof","days":1}`},
 	}
 	modes(t, func(t *testing.T, stream bool) {
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: stream})
 		llm.Script(llmtest.Queue(llmtest.Answer{
 			Text:      "Let me look. ",
 			ToolCalls: calls,
@@ -119,7 +120,7 @@ func TestOpenAIParallelToolCalls(t *testing.T) {
 
 func TestOpenAIToolCallWithoutText(t *testing.T) {
 	modes(t, func(t *testing.T, stream bool) {
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: stream})
 		llm.Script(llmtest.ToolThenAnswer("clock__now", `{}`))
 		var deltas []string
 		r, err := ag.Reply(context.Background(), agent.Request{Input: "time?", Tools: []agent.Tool{clock}},
@@ -144,7 +145,7 @@ func TestOpenAIToolCallWithoutText(t *testing.T) {
 // last result reaches the model and comes back in its answer.
 func TestOpenAISendsTheTurn(t *testing.T) {
 	modes(t, func(t *testing.T, stream bool) {
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: stream})
 		llm.Script(llmtest.Rounds(
 			[]llmtest.ToolCall{{Name: "weather__forecast", Arguments: `{"city":"Oslo"}`}, {Name: "clock__now", Arguments: `{}`}},
 			[]llmtest.ToolCall{{Name: "weather__forecast", Arguments: `{"city":"Bergen"}`}},
@@ -215,7 +216,7 @@ func TestOpenAISendsTheTurn(t *testing.T) {
 // still listed since the turn's messages call them, and answers in text.
 func TestOpenAINoMoreTools(t *testing.T) {
 	modes(t, func(t *testing.T, stream bool) {
-		llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{Stream: stream})
+		llm, ag := llmtest.AgentWith(t, openai.Config{Stream: stream})
 		llm.Script(llmtest.AlwaysTool("clock__now", `{}`))
 		req := agent.Request{Input: "time?", Tools: []agent.Tool{clock}}
 		r, err := ag.Reply(context.Background(), req, nil)
@@ -247,7 +248,7 @@ func TestOpenAINoMoreTools(t *testing.T) {
 
 // NoMoreTools without tools changes nothing: there is no tool to refuse.
 func TestOpenAINoMoreToolsWithoutTools(t *testing.T) {
-	llm, ag := llmtest.AgentWith(t, agent.OpenAIConfig{})
+	llm, ag := llmtest.AgentWith(t, openai.Config{})
 	if _, err := ag.Reply(context.Background(), agent.Request{Input: "x", NoMoreTools: true}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tools_test
+package mcpclient_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/cmd/chatgate-mcp-demo/demo"
-	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // demoBinary builds chatgate-mcp-demo into the test's directory.
@@ -53,7 +53,7 @@ func counts(t *testing.T, file string) demo.Counts {
 	return c
 }
 
-func call(t *testing.T, set *tools.Set, name, args string) string {
+func call(t *testing.T, set *mcpclient.Set, name, args string) string {
 	t.Helper()
 	res, err := set.Call(t.Context(), name, args, "")
 	if err != nil || res.IsError {
@@ -65,7 +65,7 @@ func call(t *testing.T, set *tools.Set, name, args string) string {
 func TestStdioServerIsRestartedAfterItIsKilled(t *testing.T) {
 	bin, dir := demoBinary(t), t.TempDir()
 	countFile, notesFile := filepath.Join(dir, "counts"), filepath.Join(dir, "notes")
-	set := tools.New([]tools.ServerConfig{{
+	set := mcpclient.New([]mcpclient.ServerConfig{{
 		Name:    "demo",
 		Command: bin,
 		Args:    []string{"-count-file", countFile},
@@ -112,7 +112,7 @@ func TestStdioServerIsRestartedAfterItIsKilled(t *testing.T) {
 		t.Fatal("the call in a killed server did not return")
 	}
 
-	if err := set.WaitFor(ctx, "demo", func(st tools.ServerStatus) bool { return st.Connects == 2 && st.Connected }); err != nil {
+	if err := set.WaitFor(ctx, "demo", func(st mcpclient.ServerStatus) bool { return st.Connects == 2 && st.Connected }); err != nil {
 		t.Fatal(err)
 	}
 	again := set.Servers()[0]
@@ -128,7 +128,7 @@ func TestStdioServerIsRestartedAfterItIsKilled(t *testing.T) {
 }
 
 func TestCloseStopsTheStdioServer(t *testing.T) {
-	set := tools.New([]tools.ServerConfig{{Name: "demo", Command: demoBinary(t)}}, nil)
+	set := mcpclient.New([]mcpclient.ServerConfig{{Name: "demo", Command: demoBinary(t)}}, nil)
 	set.Start(t.Context())
 	defer set.Close()
 	if err := set.WaitListed(waitCtx(t), "demo"); err != nil {
@@ -156,7 +156,7 @@ func TestStreamableHTTPSendsTheHeaders(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	set := tools.New([]tools.ServerConfig{{
+	set := mcpclient.New([]mcpclient.ServerConfig{{
 		Name:    "web",
 		URL:     srv.URL,
 		Headers: map[string]string{"Authorization": "Bearer s3cret"},

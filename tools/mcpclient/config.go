@@ -1,4 +1,4 @@
-package tools
+package mcpclient
 
 import (
 	"errors"
@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatgate/chatgate/tools"
 )
 
 // Defaults of a ServerConfig.
 const (
 	DefaultTimeout        = 30 * time.Second
 	DefaultMaxResultBytes = 16 << 10
-	DefaultApprove        = ApproveAsk
+	DefaultApprove        = tools.ApproveAsk
 )
 
 // ServerConfig is one MCP server. Exactly one of Command, URL and
@@ -50,21 +52,21 @@ type ServerConfig struct {
 	MaxResultBytes int
 	// Tools allows only these of the server's tools; empty allows all.
 	Tools []string
-	// Approve is the default for the server's tools; empty means
+	// tools.Approve is the default for the server's tools; empty means
 	// DefaultApprove.
-	Approve Approve
+	Approve tools.Approve
 	// Idempotent is the default for the server's tools: a call started
 	// but never answered may run again.
 	Idempotent bool
-	// PerTool overrides Approve and Idempotent for single tools, by the
+	// PerTool overrides tools.Approve and Idempotent for single tools, by the
 	// tool's name at the server.
 	PerTool map[string]ToolConfig
 }
 
 // ToolConfig overrides a server's defaults for one tool.
 type ToolConfig struct {
-	Approve    Approve // empty: the server's
-	Idempotent *bool   // nil: the server's
+	Approve    tools.Approve // empty: the server's
+	Idempotent *bool         // nil: the server's
 }
 
 var serverName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
@@ -95,8 +97,8 @@ func (c ServerConfig) problems() []error {
 	switch {
 	case c.Name == "":
 		errs = append(errs, errors.New("name is missing"))
-	case !serverName.MatchString(c.Name) || strings.Contains(c.Name, Separator) || strings.HasSuffix(c.Name, "_"):
-		errs = append(errs, fmt.Errorf("name %q: use letters, digits, '-' and '_', no %q, not ending in '_'", c.Name, Separator))
+	case !serverName.MatchString(c.Name) || strings.Contains(c.Name, tools.Separator) || strings.HasSuffix(c.Name, "_"):
+		errs = append(errs, fmt.Errorf("name %q: use letters, digits, '-' and '_', no %q, not ending in '_'", c.Name, tools.Separator))
 	}
 	n := 0
 	for _, set := range []bool{c.Command != "", c.URL != "", c.Transport != nil} {
@@ -130,9 +132,9 @@ func (c ServerConfig) problems() []error {
 	return errs
 }
 
-func validApprove(a Approve) bool {
+func validApprove(a tools.Approve) bool {
 	switch a {
-	case "", ApproveAuto, ApproveAsk, ApproveDeny:
+	case "", tools.ApproveAuto, tools.ApproveAsk, tools.ApproveDeny:
 		return true
 	}
 	return false
@@ -154,8 +156,8 @@ func (c ServerConfig) withDefaults() ServerConfig {
 
 // rule is how the server's tool is run: the server's defaults with the
 // tool's overrides.
-func (c ServerConfig) rule(tool string) Rule {
-	r := Rule{Server: c.Name, Tool: tool, Approve: c.Approve, Idempotent: c.Idempotent, Timeout: c.Timeout}
+func (c ServerConfig) rule(tool string) tools.Rule {
+	r := tools.Rule{Server: c.Name, Tool: tool, Approve: c.Approve, Idempotent: c.Idempotent, Timeout: c.Timeout}
 	if tc, ok := c.PerTool[tool]; ok {
 		if tc.Approve != "" {
 			r.Approve = tc.Approve
