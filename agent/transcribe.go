@@ -27,10 +27,17 @@ type Transcriber interface {
 	Transcribe(ctx context.Context, audio io.Reader, name, mime string) (string, error)
 }
 
+// Transcribing is implemented by agents that can also transcribe: their
+// Transcriber, or nil when they do not (openai without a transcription
+// model).
+type Transcribing interface {
+	Transcriber() Transcriber
+}
+
 // TranscriberOf returns a's transcriber, or nil when a does not
 // transcribe (echo, or openai without a transcription model).
 func TranscriberOf(a Agent) Transcriber {
-	if t, ok := a.(interface{ Transcriber() Transcriber }); ok {
+	if t, ok := a.(Transcribing); ok {
 		return t.Transcriber()
 	}
 	return nil

@@ -67,6 +67,11 @@ type Sessions interface {
 	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
 	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
 	PendingToolAsks(ctx context.Context, key string) ([]sessions.ToolAsk, error)
+	// OnFetch registers how the session manager fetches the images this
+	// channel's clients sent; ReadsImages says whether its agent reads
+	// them at all.
+	OnFetch(channel string, f sessions.Fetcher)
+	ReadsImages() bool
 }
 
 // WSOptions configures the WebSocket channel.
@@ -182,11 +187,9 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		limits: newLimits(opts),
 	}
 	ws.cur.Store(liveOf(opts))
-	if f, ok := sess.(interface {
-		OnFetch(channel string, f sessions.Fetcher)
-	}); ok {
-		f.OnFetch(Channel, ws.images.fetch)
-	}
+	// Stored images are fetched again through the channel for every turn
+	// that needs them.
+	sess.OnFetch(Channel, ws.images.fetch)
 	ws.upgrader = websocket.Upgrader{
 		ReadBufferSize:  1024,
 		WriteBufferSize: 1024,

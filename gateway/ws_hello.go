@@ -122,10 +122,7 @@ func (ws *WebSocket) maxAudioBytes() int64 {
 
 // readsImages reports whether the session manager's agent is given the
 // images clients send.
-func (ws *WebSocket) readsImages() bool {
-	r, ok := ws.sess.(interface{ ReadsImages() bool })
-	return ok && r.ReadsImages()
-}
+func (ws *WebSocket) readsImages() bool { return ws.sess.ReadsImages() }
 
 // historyItems is a transcript's lines as ready carries them.
 func historyItems(entries []sessions.Entry) []historyItem {

@@ -67,6 +67,9 @@ type Sessions interface {
 	// tells since when the database has failed every call.
 	DelayNotice() time.Duration
 	StorageDown() (time.Time, bool)
+	// OnFetch registers how the session manager fetches the images the
+	// bot's users sent.
+	OnFetch(channel string, f sessions.Fetcher)
 }
 
 // Elector hands out the bot's poller role (sessions.Elector): Lead
@@ -242,13 +245,9 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
-	if f, ok := sess.(interface {
-		OnFetch(channel string, f sessions.Fetcher)
-	}); ok {
-		// Stored images are fetched again through the bot for every turn
-		// that needs them.
-		f.OnFetch(Channel, b.fetch)
-	}
+	// Stored images are fetched again through the bot for every turn that
+	// needs them.
+	sess.OnFetch(Channel, b.fetch)
 	b.registerTools(sess)
 	if opts.NotifyResets {
 		b.startNotices()
