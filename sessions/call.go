@@ -1,6 +1,6 @@
 package sessions
 
-// A turn's agent call (callTurn's, turn.go): the request — the history
+// A turn's agent call (Manager.callTurn's): the request — the history
 // window and the batch's messages — the call itself, streamed, and the
 // messages it leaves to store.
 
@@ -32,7 +32,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 	// applies to the next one.
 	live := m.settings()
 	var tt *toolTurn
-	var results *roundStore // the last round's results, being stored (toolstore.go)
+	var results *roundStore // the last round's results, being stored
 	if m.opts.Tools != nil {
 		// A turn run before resumes its tool rounds: a round whose calls
 		// are not all answered is finished before the model is called.
@@ -203,7 +203,7 @@ func (s *deltaSink) add(d string) {
 // request is the agent request of a turn answering rows after hist — the
 // history before its lead without its own messages (historyFor of
 // priorOf), then each of them as a user message — on model (nil: the
-// agent's own; models.go).
+// agent's own; Manager.modelSpec).
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
 func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string, model *agent.ModelSpec) agent.Request {

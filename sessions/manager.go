@@ -44,7 +44,7 @@ const DefaultFailureText = "Sorry, I couldn't reach the assistant just now. Your
 // Inbound is one user message, normalised by its channel.
 type Inbound struct {
 	Channel     string // "telegram", "websocket"
-	SessionKey  string // who the conversation belongs to, see keys.go
+	SessionKey  string // who the conversation belongs to, see TelegramDMKey, WebSocketKey
 	UserID      string
 	ChatID      string
 	ClientMsgID string // optional; a repeated id is answered from storage
@@ -68,7 +68,7 @@ type Policy struct {
 	Reset            ResetPolicy
 	Busy             BusyPolicy
 	Compaction       CompactionPolicy
-	// Budget is what each user may spend with the model (usage.go).
+	// Budget is what each user may spend with the model.
 	Budget BudgetPolicy
 }
 
@@ -111,7 +111,7 @@ type Hooks struct {
 	// the user so (DelayText).
 	OnDelay func(Delay)
 	// OnTool is called as each tool call of the turn moves: asking,
-	// started, and its outcome (toolapi.go).
+	// started, and its outcome.
 	OnTool func(ToolEvent)
 }
 
@@ -167,7 +167,7 @@ type Observer interface {
 	// the first of them was stored.
 	TurnStarted(channel string, messages int, wait time.Duration)
 	// Spent: an append that stored what model calls spent landed (its
-	// tally with it: usage.go).
+	// tally with it: Manager.usageFor).
 	Spent(channel, model string, promptTokens, completionTokens int64, cost float64)
 	// BudgetRefused: a turn was answered with BudgetText, its user over
 	// budget (tokens_per_day, cost_per_day or cost_per_month).
@@ -252,10 +252,10 @@ type Options struct {
 	// channel that could not store a message yet tells its user after
 	// as long (Manager.DelayNotice). SetDelayNotice changes it.
 	DelayNotice time.Duration
-	// TracerProvider makes the turn spans (tracing.go); unset, tracing is
+	// TracerProvider makes the turn spans; unset, tracing is
 	// off and costs a nil check.
 	TracerProvider trace.TracerProvider
-	// Tools are the tools turns offer the model (nil: none; toolloop.go).
+	// Tools are the tools turns offer the model (nil: none; see toolTurn).
 	Tools Toolbox
 	// MaxToolRounds bounds a turn's tool rounds; then the model is told to
 	// answer without tools (default DefaultMaxToolRounds).
@@ -264,7 +264,7 @@ type Options struct {
 	// denied (default DefaultApproveTimeout).
 	ApproveTimeout time.Duration
 	// Models are the models a session key may choose (agent.models;
-	// none: no choice, models.go); ContextTokens is the context window of
+	// none: no choice; Manager.ChooseModel); ContextTokens is the context window of
 	// the agent's own model, for Status (0: unknown).
 	Models        []Model
 	ContextTokens int
@@ -275,7 +275,7 @@ const DefaultInterruptGrace = 3 * time.Second
 
 // Manager is the BotSessionManager.
 type Manager struct {
-	store   Store // every ledger call watched (watch.go)
+	store   Store // every ledger call watched (by watcher)
 	unwatch func()
 	events  Events // nil: no other replica to tell (Options.Events)
 	opts    Options
@@ -284,13 +284,13 @@ type Manager struct {
 	log     *slog.Logger
 	tr      *tracing // the spans of messages and turns
 	hot     *hotCache
-	days    dayKeys                      // usage.go
-	live    atomic.Pointer[liveSettings] // policies, instructions, agent (live.go)
+	days    dayKeys                      // a day's key, formatted once (Manager.usageFor)
+	live    atomic.Pointer[liveSettings] // policies, instructions, agent (Reconfigure)
 	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
 
 	// earlySendWait bounds a message's commit's wait for its early call's
-	// request (early.go); tests lengthen it.
+	// request (earlyCall.wrote); tests lengthen it.
 	earlySendWait time.Duration
 
 	mu        sync.Mutex
@@ -302,7 +302,7 @@ type Manager struct {
 	running   map[string]context.CancelCauseFunc
 	listeners []func(ResetEvent)
 	delivery  map[string]deliverer
-	fetchers  sync.Map           // channel → Fetcher (fetch.go)
+	fetchers  sync.Map           // channel → Fetcher (OnFetch)
 	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
 	owed      *owedSet           // conversations to look at again
 	wake      chan struct{}
@@ -318,7 +318,7 @@ type Manager struct {
 	bursts    map[string]*burst
 	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
 	// compacting: conversations a summary is being made for, and whether
-	// to look again when it is done (compact.go).
+	// to look again when it is done (Manager.compactLater).
 	compacting map[string]bool
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
@@ -326,7 +326,7 @@ type Manager struct {
 	// asks: how channels ask their users about tool calls, and the
 	// turns waiting for a decision.
 	asks *askRegistry
-	// choices caches the models keys chose (models.go).
+	// choices caches the models keys chose.
 	choices *modelChoices
 }
 

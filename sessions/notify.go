@@ -119,7 +119,7 @@ func (r *relay) on(ev ledger.Event) {
 	}
 	m.hb.setPeers(true)
 	if ev.Kind == ledger.EventHello || ev.Kind == ledger.EventWant {
-		return // (a want is the store's: store/leasekeep.go)
+		return // (a want is the store's, for its kept leases)
 	}
 	if ev.Kind == ledger.EventModel {
 		m.choices.forget(ev.Key) // read again at the key's next turn

@@ -9,7 +9,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// Owed conversations (watch.go): conversations where this replica may own
+// Owed conversations (owed by watcher.After): conversations where this replica may own
 // turns that none of its runners holds, because a storage call on them
 // failed. The rescuer looks at each once it is due and claims again what
 // nobody here holds; a look that fails, or finds a turn it cannot take

@@ -16,7 +16,7 @@ import (
 // message to a delivered reply: the conversation it belongs to, the
 // appends, the claims and their settling, the replicas' liveness and the
 // session leases. Every call may fail: a turn's state after any failed
-// call is still one the ledger recovers from (see watch.go), which the
+// call is still one the ledger recovers from (see watcher.After), which the
 // fault-injection tests prove by failing each call in turn.
 type Ledger interface {
 	ActiveConversation(ctx context.Context, key string) (*ledger.Conversation, error)
@@ -50,7 +50,7 @@ type Ledger interface {
 }
 
 // ToolLedger is what a turn's tool calls need from storage: each call's
-// record and its conditional moves (ledger/tools.go).
+// record and its conditional moves (ledger.ToolCall).
 type ToolLedger interface {
 	OpenToolCalls(ctx context.Context, calls []ledger.ToolCall) ([]ledger.ToolCall, error)
 	ToolCalls(ctx context.Context, convID string, msgSeq int64) ([]ledger.ToolCall, error)
@@ -71,10 +71,10 @@ type Store interface {
 	Observed
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
 	// UserUsage is a user's tallied spend on day and in its month from
-	// monthStart (days as YYYY-MM-DD; store/usagesql.go).
+	// monthStart (days as YYYY-MM-DD).
 	UserUsage(ctx context.Context, user, day, monthStart string) (today, month ledger.UsageTotals, err error)
 	// LastArchived and Reopen take a key back to its previous
-	// conversation (store/reopen.go).
+	// conversation.
 	LastArchived(ctx context.Context, key string) (*ledger.Conversation, error)
 	Reopen(ctx context.Context, r ledger.Reopen) error
 	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]ledger.Archived)) (int, error)
@@ -86,13 +86,13 @@ type Store interface {
 	Shared() bool
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
-	// Retention of states and guests (retention.go, store/retention.go).
+	// Retention of states and guests (Manager.PurgeStates, Manager.PurgeGuests).
 	StateRows(ctx context.Context, prefix, after string, limit int) ([]ledger.ChannelState, error)
 	DeleteStates(ctx context.Context, names []string) (int64, error)
 	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
 	IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]ledger.Conversation, error)
 	DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error)
-	// The models keys chose (store/modelsql.go), and the lines of a
+	// The models keys chose, and the lines of a
 	// conversation, for /status.
 	ModelChoice(ctx context.Context, key string) (string, error)
 	SetModelChoice(ctx context.Context, key, name string, at time.Time) error
@@ -102,7 +102,7 @@ type Store interface {
 }
 
 // Observed is a store whose every ledger call passes its hooks
-// (ledger.Hook): the manager watches its calls through one (watch.go),
+// (ledger.Hook): the manager watches its calls through one (watcher),
 // and a test's fault injector fails them through another.
 type Observed interface {
 	Observe(h ledger.Hook) (remove func())

@@ -40,7 +40,7 @@ const (
 	InterruptedByUser          = ledger.InterruptedByUser
 	InterruptedByMessage       = ledger.InterruptedByMessage
 	InterruptedByShutdownFinal = ledger.InterruptedByShutdownFinal
-	// OverBudgetPrefix starts the error of a budget reply (usage.go).
+	// OverBudgetPrefix starts the error of a budget reply (Manager.overBudget's).
 	OverBudgetPrefix = ledger.OverBudgetPrefix
 )
 

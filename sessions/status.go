@@ -45,7 +45,7 @@ type Status struct {
 	NextReset       time.Time
 	NextResetReason string
 	// Usage is the user's spend today and this month against their
-	// budget (usage.go).
+	// budget.
 	Usage UsageStanding
 }
 

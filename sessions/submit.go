@@ -2,7 +2,7 @@ package sessions
 
 // A message's way in: Submit stores it (or finds it stored, for a
 // resend) under the key's state lock, acknowledges it and hands it to
-// the key's burst (burst.go); its Ticket yields the outcome of the turn
+// the key's burst (Manager.enqueue); its Ticket yields the outcome of the turn
 // that answers it.
 
 import (
@@ -238,7 +238,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		TurnState: ledger.TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
 	// A user with a budget is not called early: their tally is read
-	// first, when the turn runs (usage.go).
+	// first, when the turn runs (Manager.overBudget).
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any()
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
@@ -248,7 +248,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	var early *earlyCall
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
-		// call starts now, from the history before it (early.go), on the
+		// call starts now, from the history before it (Manager.startEarly), on the
 		// key's model.
 		model, err := m.modelSpec(ctx, in.SessionKey)
 		if err != nil {

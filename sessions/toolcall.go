@@ -1,9 +1,9 @@
 package sessions
 
-// One tool call of a round (toolloop.go), from its record to its
-// outcome: kept already, or asked for (toolask.go), started under the
+// One tool call of a round (toolTurn.round), from its record to its
+// outcome: kept already, or asked for (toolTurn.ask), started under the
 // turn's claim with a token of its own, run and settled — every move a
-// conditional write of the ledger (ledger/tools.go).
+// conditional write of the ledger (ledger.ToolCall).
 
 import (
 	"context"

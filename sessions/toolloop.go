@@ -1,9 +1,9 @@
 package sessions
 
-// The tool loop of a turn (callFor's, call.go). A model's answer that asks
+// The tool loop of a turn (Manager.callFor's). A model's answer that asks
 // for tools is a round: its assistant message is stored, each call is
 // recorded, started under the turn's claim, run, and its outcome kept
-// (ledger/tools.go), the results are stored as tool messages, and the
+// (ledger.ToolCall), the results are stored as tool messages, and the
 // model is called again with them — until it answers without tools, or
 // the rounds run out and it is told to answer without them.
 //

@@ -22,7 +22,7 @@ import (
 // model is called with them: the outcome of the call that ended last,
 // then the results as tool messages. What the model streams meanwhile is
 // held until they are stored, as an early call's is until its message
-// is (early.go); a store that fails for good fails the turn, and the
+// is (earlyCall.release); a store that fails for good fails the turn, and the
 // model's answer is dropped. So the commit overlaps the model's time to
 // first token instead of coming before it: a crash before it lands loses
 // the results as it would have just before the model call — the call is
@@ -94,7 +94,7 @@ func (rs *roundStore) sent(ctx context.Context) context.Context { return whenWri
 // is written (httptrace), the sign an agent's model request is out: a
 // store that overlaps the model call starts then rather than before, so
 // that its work does not delay the request (here, and a message's commit
-// behind its early call, early.go).
+// behind its early call, Manager.startEarly).
 func whenWritten(ctx context.Context, fn func()) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { fn() }})
 }

@@ -4,7 +4,8 @@ package sessions
 // the agent with the history window, store the reply — kept in memory
 // and retried while the database does not answer — and hand the outcome
 // to the tickets or the channel. The state machine of a turn is here;
-// its claims and settling are in settle.go, its SQL in store/turnsql.go.
+// its claims and settling are Manager.claim and Manager.settle, its SQL
+// store.DB.ClaimTurn and its kin.
 
 import (
 	"context"
@@ -29,7 +30,7 @@ import (
 // older than maxAge (when > 0) is not run: the user is asked to send it
 // again. claimed, when set, is the turn its message was stored as
 // (nothing to claim), and early its agent call, started while it was
-// stored (early.go). It reports what it did: running (ran), expired, or
+// stored (Manager.startEarly). It reports what it did: running (ran), expired, or
 // "" (nothing was claimable).
 //
 // A turn is four steps, each below: claim (the batch, under the state
@@ -187,7 +188,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 			Error: ledger.InterruptedByUser, CreatedAt: t.now}}, agent.Reply{}, ledger.TurnAnswered
 	}
 	if t.early == nil {
-		// (A turn started early had no budget to check: submit.go.)
+		// (A turn started early had no budget to check: Manager.Submit.)
 		if s := m.overBudget(ctx, t.in, t.policy); s != nil {
 			m.opts.Observer.BudgetRefused(t.in.Channel, s.Over())
 			return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: BudgetText(*s, t.now),

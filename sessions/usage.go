@@ -2,10 +2,10 @@ package sessions
 
 // Usage and budgets. Every append that stores what a model call spent
 // carries a ledger.Usage — its user, day, model and spend — which the
-// store adds to the user's tally in the append's own transaction
-// (store/usagesql.go). A turn of a user with a budget reads their tally
-// before the model is called; a user over budget gets BudgetText for an
-// answer, stored like any reply, and no model call. Days and months are
+// store adds to the user's tally in the append's own transaction. A
+// turn of a user with a budget reads their tally before the model is
+// called; a user over budget gets BudgetText for an answer, stored like
+// any reply, and no model call. Days and months are
 // those of the channel's reset time zone.
 //
 // The check reads the tallies as stored: replicas sharing a database see
