@@ -2,9 +2,9 @@ package sessions
 
 // The domain side of the turn ledger (its SQL is store.DB's:
 // ClaimTurn, MarkDelivered): which turns a runner of this process holds
-// (hold, heldSeqs), claims of one turn, and settling — delivery marks and hand-backs retried until they land,
-// the turn held meanwhile. With owedSet and watcher this keeps the
-// invariant: a turn that is not settled is held by a runner here, or due.
+// (hold, heldSeqs), claims of one turn, and settling — delivery marks
+// and hand-backs retried until they land, the turn held meanwhile. With
+// owedSet and watcher this keeps the invariant: a turn that is not settled is held by a runner here, or due.
 
 import (
 	"context"

@@ -5,8 +5,8 @@ package sessions
 // store adds to the user's tally in the append's own transaction. A
 // turn of a user with a budget reads their tally before the model is
 // called; a user over budget gets BudgetText for an answer, stored like
-// any reply, and no model call. Days and months are
-// those of the channel's reset time zone.
+// any reply, and no model call. Days and months are those of the
+// channel's reset time zone.
 //
 // The check reads the tallies as stored: replicas sharing a database see
 // each other's spend, and a user can overshoot a budget by at most the
