@@ -4,7 +4,8 @@ package sessions
 // ClaimTurn, MarkDelivered): which turns a runner of this process holds
 // (hold, heldSeqs), claims of one turn, and settling — delivery marks
 // and hand-backs retried until they land, the turn held meanwhile. With
-// owedSet and watcher this keeps the invariant: a turn that is not settled is held by a runner here, or due.
+// owedSet and watcher this keeps the invariant: a turn that is not
+// settled is held by a runner here, or due.
 
 import (
 	"context"

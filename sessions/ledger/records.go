@@ -2,7 +2,8 @@
 // the domain (package sessions) and the SQL below it (package store) both
 // need: conversations, their append-only messages and each user message's
 // turn, the claims and batches that run turns, the appends that store
-// them, and — in settle.go, once, in Go and in SQL — what settles a turn.
+// them, and — once, in Go and in SQL (SettlesTurn, FinalReplySQL) — what
+// settles a turn.
 // It depends on nothing of chatgate's but the agent's message roles.
 package ledger
 
@@ -15,7 +16,7 @@ const (
 )
 
 // RoleSummary is the role of a summary row: what compaction made of the
-// messages before it (sessions/compact.go).
+// messages before it (sessions.Manager.Compact).
 const RoleSummary = "summary"
 
 // Reset reasons.
@@ -52,7 +53,7 @@ type Conversation struct {
 	SessionKey string `gorm:"size:255;not null;uniqueIndex:uq_conversations_active,where:status = 'active';index:ix_conversations_key" json:"session_key"`
 	// Both sweeps read one partial index over active conversations,
 	// ix_conversations_sweep_minute (channel, activity_minute, started_at),
-	// built by the migration (store/sweepsql.go): archiving takes a row out of
+	// built by the store's migration: archiving takes a row out of
 	// it, so it stays as small as the active set. The idle sweep seeks it by
 	// the minute of last activity; the daily sweep reads started_at from it
 	// without touching the table (at its boundary nearly every active
@@ -74,7 +75,7 @@ type Conversation struct {
 	// two writers can never both append the same seq.
 	LastSeq int64 `gorm:"not null;default:0" json:"last_seq"`
 	// Epoch moves whenever a turn of the conversation is claimed by a
-	// runner other than the one that stored it (the ledger: turns.go).
+	// runner other than the one that stored it (the ledger's ClaimTurn).
 	// Every append checks it too, so the runner a turn was taken from
 	// cannot store its reply: its append finds the epoch moved.
 	Epoch int64 `gorm:"not null;default:0" json:"-"`
@@ -90,9 +91,9 @@ type Message struct {
 	// The primary key is (conversation_id, seq): seq is unique per
 	// conversation, and the row needs no other identity.
 	// Secondary indexes are partial and only user messages enter them: by
-	// client id, and while their turn is open (ix_messages_open,
-	// store/turnsql.go); a reply is found in the primary key's range after the
-	// message it answers, so it enters no secondary index.
+	// client id, and while their turn is open (ix_messages_open); a
+	// reply is found in the primary key's range after the message it
+	// answers, so it enters no secondary index.
 	ConversationID string  `gorm:"primaryKey;size:36;uniqueIndex:uq_messages_client,priority:1,where:client_msg_id IS NOT NULL"`
 	Seq            int64   `gorm:"primaryKey;autoIncrement:false"`
 	Role           string  `gorm:"size:16;not null"`
@@ -108,7 +109,7 @@ type Message struct {
 	Cost           float64 `gorm:"not null"`
 	CreatedAt      time.Time
 
-	// The turn of a user message (turns.go); empty on other rows.
+	// The turn of a user message (Turn); empty on other rows.
 	TurnState   string `gorm:"size:16;not null;default:''"`
 	TurnOwner   string `gorm:"size:64;not null;default:''"`
 	TurnAttempt int    `gorm:"not null;default:0"`

@@ -301,7 +301,7 @@ type Append struct {
 	// those still open answered — only those the reply answers (its lead,
 	// or merged into it, stored before it); none given is the lead alone.
 	Answers []int64
-	// Usage, when set, is tallied in the same transaction (usage.go).
+	// Usage, when set, is tallied in the same transaction.
 	Usage *Usage
 }
 

@@ -8,11 +8,11 @@ import (
 
 // stmtRows is how many conversations or messages one statement carries at
 // most: a batch of a few hundred turns costs a handful of statements, and
-// the prepared texts (one per row count, stmtcache.go) stay few.
+// the prepared texts (one per row count, in the stmtCache) stay few.
 const stmtRows = 32
 
 // appendAll runs appends to distinct conversations as set-based statements
-// (on SQLite; PostgreSQL's appends go through its pipeline, pgpipe.go):
+// (on SQLite; PostgreSQL's appends go through its pipeline, pgPipe):
 // an UPDATE of all their conversations, each guarded by the seq and the
 // claim epoch its writer saw (and, for user messages, by being active),
 // then multi-row INSERTs of all their messages. A single append gets the plain statements. It fails
@@ -119,7 +119,7 @@ var (
 func insertMessages(rows []*ledger.Message) (string, []any) {
 	args := make([]any, 0, 22*len(rows))
 	for _, m := range rows {
-		// By address: the rows outlive the statement (stmtcache.go).
+		// By address: the rows outlive the statement.
 		args = append(args, &m.ConversationID, &m.Seq, &m.Role, &m.Content, &m.ToolCalls, &m.ToolCallID, m.ClientMsgID,
 			&m.ReplyTo, &m.Status, &m.Error, &m.PromptTokens, &m.CompletionTkns, &m.Cost, &m.CreatedAt, &m.Attachments,
 			&m.TurnState, &m.TurnOwner, &m.TurnAttempt, m.TurnDue, &m.TurnTrack, &m.TurnLead, &m.Quote)

@@ -51,11 +51,10 @@ type committer struct {
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
-	// transaction (pgpipe.go).
+	// transaction.
 	pipe *pgPipe
 	// stmts, on SQLite, runs each batch's transaction on the writer's
-	// connection and keeps the appends' statements prepared on it
-	// (stmtcache.go).
+	// connection and keeps the appends' statements prepared on it.
 	stmts *stmtCache
 
 	mu     sync.RWMutex // guards closed against sends on a closed queue
@@ -237,7 +236,7 @@ func (c *committer) commitTx(batch []*writeOp) {
 }
 
 // transaction runs fn in one transaction: SQLite's on the writer's
-// connection held for it (stmtcache.go), PostgreSQL's through GORM.
+// connection held for it (stmtCache.transaction), PostgreSQL's through GORM.
 func (c *committer) transaction(fn func(tx *gorm.DB) error) error {
 	if c.stmts != nil {
 		return c.stmts.transaction(fn)

@@ -2,7 +2,7 @@ package store
 
 // The SQL of conversations and their messages: reading the active
 // conversation and its recent window, appending a turn's messages (the
-// only write of a turn, appendsql.go builds it), archiving, and the
+// only write of a turn, appendAll builds it), archiving, and the
 // channels' small state records.
 
 import (
@@ -125,7 +125,7 @@ func (s *DB) finalReply(ctx context.Context, convID string, userSeq int64) (*led
 	err := s.read.WithContext(ctx).
 		// A reply follows its message: the primary key's range after the
 		// message's seq holds it.
-		// The settle rule's SQL (ledger/settle.go).
+		// The settle rule's SQL (ledger.FinalReplySQL).
 		Where("conversation_id = ? AND seq > ? AND reply_to = ? AND "+finalReplyCond, convID, userSeq, userSeq).
 		Order("seq DESC").Take(&m).Error
 	if notFound(err) {

@@ -47,7 +47,7 @@ type ExportMessage struct {
 	ReplySeq    int64      `json:"reply_seq,omitempty"`
 	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
 	// Calls are where the tool calls of an assistant message stand in the
-	// ledger (ledger/tools.go), in the order the model asked for them.
+	// ledger (ledger.ToolCall), in the order the model asked for them.
 	Calls []ExportCall `json:"calls,omitempty"`
 }
 

@@ -1,8 +1,8 @@
 package store
 
 // What one replica at a time does: the leader row, written by the leaser
-// (leases.go) on the lease pool, and Exclusive, a lock held by a
-// transaction of the writer.
+// on the lease pool, and Exclusive, a lock held by a transaction of the
+// writer.
 
 import (
 	"context"

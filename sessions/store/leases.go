@@ -3,8 +3,8 @@ package store
 // The leaser: the PostgreSQL store's session leases and leader row as one
 // service, built by newLeaser from what it needs and closed by close. It
 // owns the lease pool, the queue of acquisitions and the workers that
-// batch them (leasesql.go), the leases kept across turns (leasekeep.go)
-// and the leader row (leader.go); DB's Lease, Lead, Resign, Heartbeat and
+// batch them (leaseWorker), the leases kept across turns (keptLeases)
+// and the leader row (lead, resign); DB's Lease, Lead, Resign, Heartbeat and
 // Retire reach it. SQLite has none: one gateway per file needs no lease.
 
 import (
@@ -30,10 +30,10 @@ type leaser struct {
 	// closed is closed by the store's Close, ending the workers, the
 	// sweep of kept leases and background retries.
 	closed <-chan struct{}
-	// kept is the session leases kept across turns (leasekeep.go).
+	// kept is the session leases kept across turns.
 	kept keptLeases
 	// queue feeds lease acquisitions to the workers that batch them
-	// (leasesql.go); workers waits for those workers.
+	// (leaseWorker); workers waits for those workers.
 	queue   chan *leaseReq
 	workers sync.WaitGroup
 }

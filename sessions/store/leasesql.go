@@ -1,8 +1,8 @@
 package store
 
 // Session leases: one turn at a time per session key across replicas
-// sharing PostgreSQL (the sessions package's turnlock.go takes them),
-// acquired by the leaser (leases.go) in batches on a pool of their own.
+// sharing PostgreSQL (sessions.Manager.lockTurn takes them),
+// acquired by the leaser in batches on a pool of their own.
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 // waiting while another replica holds it (until ctx ends). SQLite serves
 // one gateway per file, where the in-process lock suffices: the lease is
 // then free. A lease lives as long as its replica heartbeats (the turn
-// ledger's liveness, replicasql.go): a replica that stopped for ttl no longer
+// ledger's liveness, DB.Heartbeat): a replica that stopped for ttl no longer
 // holds its leases, and one that stops cleanly releases them.
 //
-// A replica keeps a lease across its turns of the key (leasekeep.go): the
+// A replica keeps a lease across its turns of the key (keptLeases): the
 // next turn reuses it without a statement, and it is given back when no
 // turn used it for a moment, when it is a few seconds old, or at once when
 // another replica asks for it.

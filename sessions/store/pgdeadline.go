@@ -27,12 +27,12 @@ import (
 // request that is not answered fails like one whose connection was lost:
 // pgx closes the connection (database/sql opens another), the write's
 // outcome is uncertain as after a lost COMMIT, and each of the turn's
-// steps already recovers from that failure (sessions/watch.go): its turn is left
-// due and is run again once the database answers, and a user kept waiting
-// past session.delay_notice is told. The deadline is a bound on one
+// steps already recovers from that failure (the sessions package's
+// watcher): its turn is left due and is run again once the database
+// answers, and a user kept waiting past session.delay_notice is told. The deadline is a bound on one
 // request, not on the work a caller does between requests (a transaction
 // held open around other work, the listen connection's wait for a
-// notification, watched apart in notifier/notifier.go).
+// notification, watched apart by package notifier).
 //
 // The deadline is set where pgx starts each request, through its tracer
 // hooks, whose context pgx uses for the rest of the request: one place

@@ -66,7 +66,7 @@ func (s *DB) IdleActive(ctx context.Context, channel, keyPrefix string, cutoff t
 	var convs []ledger.Conversation
 	err := s.read.WithContext(ctx).Select("id", "session_key").
 		// The sweep index's range first (its minute is never later than
-		// the time; sweepsql.go), in UTC as the sweeps pass it.
+		// the time; see sweepIndex), in UTC as the sweeps pass it.
 		Where("channel = ? AND status = ? AND activity_minute <= ? AND last_activity_at < ? AND session_key LIKE ? ESCAPE '\\'",
 			channel, ledger.StatusActive, cutoff.UTC(), cutoff.UTC(), escapeLike(keyPrefix)+"%").
 		Limit(limit).Find(&convs).Error

@@ -9,7 +9,7 @@ import (
 // The embedded store runs on github.com/ncruces/go-sqlite3: SQLite built
 // to WebAssembly and translated to Go, so no cgo. Its database/sql driver
 // keeps a prepared statement compiled (the committer prepares its
-// statements once, stmtcache.go), where the driver chatgate used before,
+// statements once, stmtCache), where the driver chatgate used before,
 // glebarez/go-sqlite, compiled every statement each time it ran. GORM
 // talks to it through ncruces' own dialector, gormlite (GORM's SQLite
 // dialect, schema and migrator, forked from glebarez/sqlite, which

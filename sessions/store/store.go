@@ -37,15 +37,15 @@ type DB struct {
 	read      *gorm.DB
 	commit    *committer
 	ckpt      *checkpointer // SQLite only
-	// leases is the session leases and the leader role (PostgreSQL;
-	// leases.go); nil on SQLite.
+	// leases is the session leases and the leader role (PostgreSQL);
+	// nil on SQLite.
 	leases *leaser
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
-	// events carries events between replicas (PostgreSQL; events.go, package notifier).
+	// events carries events between replicas (PostgreSQL; openEvents).
 	events *notifier.Notifier
-	// hooks see every ledger call (hooks.go).
+	// hooks see every ledger call (DB.Observe).
 	hooks hooks
 	// closed is closed by Close, ending background retries.
 	closed chan struct{}
@@ -62,7 +62,7 @@ type OpenOptions struct {
 	// handles; 0 is 2,000.
 	Chunk int
 	// Timeout, on PostgreSQL, is how long one request to the server may
-	// take before it fails and its connection is closed (pgdeadline.go);
+	// take before it fails and its connection is closed (deadlines);
 	// 0 is DefaultTimeout.
 	Timeout time.Duration
 }
@@ -119,7 +119,7 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 		sqlDB.SetMaxOpenConns(16)
 		sqlDB.SetMaxIdleConns(16)
 		s.write, s.read = db, db
-		workers = 4 // for the writes other than appends: those have one of their own (commit.go)
+		workers = 4 // for the writes other than appends: those have one of their own (committer)
 		if leasePool, err = openLeasePool(dsn, opts.Timeout, opts.Tracer); err != nil {
 			s.closeDBs(nil)
 			return nil, fmt.Errorf("open postgres: %w", redactErr(err, dsn))
@@ -193,7 +193,7 @@ func (s *DB) ping(ctx context.Context) error {
 // the writer, a busy timeout, synchronous=FULL so an acknowledged message
 // survives power loss, and immediate write transactions (a deferred
 // read-then-write transaction fails with SQLITE_BUSY despite busy_timeout);
-// and the text format of times (sqlitedriver.go).
+// and the text format of times (sqliteTimeFormat).
 func sqliteDSN(path string, readOnly bool) string {
 	base, query, _ := strings.Cut(path, "?")
 	if !strings.HasPrefix(base, "file:") {
@@ -203,7 +203,7 @@ func sqliteDSN(path string, readOnly bool) string {
 	q.Set("_timefmt", sqliteTimeFormat)
 	if !q.Has("vfs") {
 		// The operating system's files, a commit's log frames written
-		// together (sqlitevfs.go).
+		// together (gatherVFS).
 		q.Set("vfs", sqliteVFSName)
 	}
 	q.Add("_pragma", "busy_timeout(10000)")
@@ -249,7 +249,7 @@ func (s *DB) migrate(ctx context.Context) error {
 		if err := migrateModels(tx); err != nil {
 			return err
 		}
-		// The guard of pipelined appends (pgpipe.go).
+		// The guard of pgPipe's appends.
 		return tx.Exec(pgExpectFunc).Error
 	})
 }
@@ -264,7 +264,7 @@ var droppedIndexes = []struct {
 	{&ledger.Conversation{}, "ix_conversations_idle"},
 	{&ledger.Conversation{}, "ix_conversations_daily"},
 	// Indexed last_activity_at itself, so no turn's update of its
-	// conversation could be heap-only on PostgreSQL (sweepsql.go).
+	// conversation could be heap-only on PostgreSQL (sweepIndex indexes its minute instead).
 	{&ledger.Conversation{}, "ix_conversations_sweep"},
 	// Replies are found in the primary key's range after their message.
 	{&ledger.Message{}, "ix_messages_reply"},

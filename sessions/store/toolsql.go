@@ -11,7 +11,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// The tool calls of the ledger (ledger/tools.go): every transition is one
+// The tool calls of the ledger (ledger.ToolCall): every transition is one
 // conditional statement, so that of two runners only one moves a call,
 // and a start checks the turn's claim in the same statement.
 

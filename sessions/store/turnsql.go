@@ -13,7 +13,7 @@ import (
 )
 
 // The turn ledger's SQL. Its states and transitions are described in
-// package ledger (turns.go); its settle rule is ledger/settle.go.
+// package ledger (ledger.Turn); its settle rule is ledger.SettlesTurn.
 
 // The open turns. A user message enters ix_messages_open when it is
 // stored and leaves it when its turn is settled: answered (the final
