@@ -29,10 +29,11 @@ import (
 // outcome is uncertain as after a lost COMMIT, and each of the turn's
 // steps already recovers from that failure (the sessions package's
 // watcher): its turn is left due and is run again once the database
-// answers, and a user kept waiting past session.delay_notice is told. The deadline is a bound on one
-// request, not on the work a caller does between requests (a transaction
-// held open around other work, the listen connection's wait for a
-// notification, watched apart by package notifier).
+// answers, and a user kept waiting past session.delay_notice is told.
+// The deadline is a bound on one request, not on the work a caller does
+// between requests (a transaction held open around other work, the
+// listen connection's wait for a notification, watched apart by package
+// notifier).
 //
 // The deadline is set where pgx starts each request, through its tracer
 // hooks, whose context pgx uses for the rest of the request: one place
