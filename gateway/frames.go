@@ -25,17 +25,17 @@ type clientFrame struct {
 	// message
 	ID   string  `json:"id,omitempty"`
 	Text *string `json:"text,omitempty"`
-	// Attachments: images (images.go) and audio (audio.go); with one,
+	// Attachments: images (imageCache) and audio (transcribe); with one,
 	// text may be empty.
 	Attachments []frameAttachment `json:"attachments,omitempty"`
 	// ReplyTo is the seq of an earlier message of the conversation (the
 	// user's or the bot's) a message answers: its text goes to the model
-	// with the message, quoted (quote.go).
+	// with the message, quoted (WebSocket.quoted).
 	ReplyTo *int64 `json:"reply_to,omitempty"`
 	// edit: the client id of the message it edits (ID is the edit's own).
 	Edits string `json:"edits,omitempty"`
 	// Name is a model frame's choice: absent, the frame asks for the
-	// models; "" goes back to the default one (model.go).
+	// models; "" goes back to the default one (wsConn.model).
 	Name *string `json:"name,omitempty"`
 	// Decision is a tool_decision's content: its id is a number, where
 	// every other frame's is a string, so it is decoded apart
@@ -212,14 +212,14 @@ type readyFrame struct {
 	// Images tells whether the model is given the pictures sent; without
 	// it a client says so rather than offering to send them.
 	Images bool `json:"images"`
-	// Audio tells whether audio attachments are transcribed (audio.go);
+	// Audio tells whether audio attachments are transcribed (transcribe);
 	// without it they are refused, and a client does not offer them.
 	Audio bool `json:"audio"`
 	// MaxAudioBytes bounds one audio attachment, decoded (0 without
 	// Audio); the frame must still fit in MaxFrameBytes.
 	MaxAudioBytes int64 `json:"max_audio_bytes,omitempty"`
 	// Models tells whether the session may choose a model (the model
-	// frame, model.go); without it a client offers no choice.
+	// frame, modelFrame); without it a client offers no choice.
 	Models bool `json:"models"`
 }
 
@@ -262,7 +262,7 @@ type resetFrame struct {
 	// say why.
 	IdleMinutes int `json:"idle_minutes,omitempty"`
 	// History is the reopened conversation's recent lines, on a reset
-	// with reason resume (resume.go).
+	// with reason resume (wsConn.resumePrevious).
 	History []historyItem `json:"history,omitempty"`
 }
 

@@ -21,9 +21,9 @@ type Metrics struct {
 	turnMsgs    *prometheus.HistogramVec
 	turnWait    *prometheus.HistogramVec
 	rateLimited *prometheus.CounterVec
-	ops         *opsMetrics   // metrics_ops.go
-	tools       *toolMetrics  // metrics_tools.go
-	usage       *usageMetrics // metrics_usage.go
+	ops         *opsMetrics
+	tools       *toolMetrics
+	usage       *usageMetrics
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors

@@ -18,10 +18,11 @@ import (
 // The WebSocket channel, protocol v1 at GET /ws (docs/protocol.md): what
 // it needs from the session manager, its options, its open connections by
 // session key, the pings that keep them alive, and how it stops. One
-// connection's parts: ws_conn.go (upgrade, reader, close), ws_hello.go,
-// ws_worker.go, ws_send.go, ws_deliver.go, ws_tools.go; the channel's: security.go,
-// relay.go, resume.go, compact.go, images.go, audio.go, reload.go, and the
-// wire format in frames.go.
+// connection's parts: wsConn (ServeHTTP, readLoop, close), doHello,
+// workLoop, the send queue (enqueue), deliver and the tool asks (askTool,
+// decide); the channel's: the limits (newLimits, checkOrigin), the relay
+// of other replicas' replies (onReply), resumePrevious, compact, the
+// imageCache, transcribe, Reconfigure, and the wire format (clientFrame).
 
 // Channel is the WebSocket channel's name in session keys and policies.
 const Channel = "websocket"
@@ -37,7 +38,7 @@ type Sessions interface {
 	Edit(ctx context.Context, in sessions.Inbound, originalID string, h sessions.Hooks) (sessions.EditOutcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	// ResumePrevious and ConversationTranscript take a session back to its
-	// previous conversation (resume.go); Policy tells a reset's why.
+	// previous conversation (wsConn.resumePrevious); Policy tells a reset's why.
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
 	ConversationTranscript(ctx context.Context, convID string, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
@@ -46,15 +47,15 @@ type Sessions interface {
 	OnReset(fn func(sessions.ResetEvent))
 	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
 	// OnReply and StoredReply bring replies other replicas stored to the
-	// clients connected here (relay.go).
+	// clients connected here (WebSocket.onReply).
 	OnReply(fn func(sessions.ReplyEvent))
 	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
-	// Compact sums the conversation up now (compact.go).
+	// Compact sums the conversation up now (the compact frame).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
 	// Status serves the status frame; OffersModels, Models and
-	// ChooseModel the model frame (model.go).
+	// ChooseModel the model frame (wsConn.model).
 	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
 	OffersModels() bool
 	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
@@ -63,7 +64,7 @@ type Sessions interface {
 	// audio is not transcribed for a user over it (WebSocket.transcribe).
 	Usage(ctx context.Context, channel, sessionKey string) (sessions.UsageStanding, error)
 	// OnToolAsk, DecideTool and PendingToolAsks: the user's approval of
-	// tool calls (ws_tools.go).
+	// tool calls (WebSocket.askTool, wsConn.decide).
 	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
 	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
 	PendingToolAsks(ctx context.Context, key string) ([]sessions.ToolAsk, error)
@@ -104,10 +105,10 @@ type WSOptions struct {
 	WriteTimeout time.Duration // per frame (10s)
 	QueueSize    int           // messages waiting for their replies per connection (32)
 	// ImageCacheBytes bounds the memory kept for images clients sent
-	// (images.go; default DefaultImageCacheBytes).
+	// (imageCache; default DefaultImageCacheBytes).
 	ImageCacheBytes int64
 	// Transcriber, when set, turns audio attachments into the text of
-	// their message (audio.go); without it they are refused.
+	// their message (WebSocket.transcribe); without it they are refused.
 	// MaxAudioBytes bounds one (default agent.DefaultMaxAudioBytes).
 	Transcriber   agent.Transcriber
 	MaxAudioBytes int64
@@ -135,11 +136,11 @@ type WebSocket struct {
 	byKey   map[string]map[*wsConn]struct{}
 	wg      sync.WaitGroup // connection goroutines
 
-	rechecks atomic.Int32 // re-checks asked for and not yet run (relay.go)
-	images   *imageCache  // images.go
+	rechecks atomic.Int32 // re-checks asked for and not yet run (recheckLater)
+	images   *imageCache  // images clients sent, by hash
 
-	limits *ratelimit.Limiter     // per principal and channel-wide (security.go)
-	cur    atomic.Pointer[wsLive] // what a reload changes (reload.go)
+	limits *ratelimit.Limiter     // per principal and channel-wide (newLimits)
+	cur    atomic.Pointer[wsLive] // what a reload changes (Reconfigure)
 }
 
 // NewWebSocket returns the channel and subscribes it to reset notices.

@@ -13,8 +13,8 @@ import (
 // A connection's life: the upgrade, the reader that takes every frame the
 // client sends, and the close. The reader checks each frame (rate, type,
 // hello first), answers stop itself and hands the frames that must keep
-// their order to the worker (ws_worker.go); what goes out goes through the
-// send queue (ws_send.go).
+// their order to the worker (workLoop); what goes out goes through the
+// send queue (enqueue).
 
 // wsConn is one connection. An idle connection has one goroutine, its
 // reader; a writer goroutine exists only while frames wait to be written,
@@ -28,7 +28,7 @@ import (
 type wsConn struct {
 	ws      *WebSocket
 	conn    *websocket.Conn
-	sock    *corkConn // under conn (wscork.go)
+	sock    *corkConn // under conn, corks its writes
 	done    chan struct{}
 	queue   chan *clientFrame
 	limiter *rate.Limiter

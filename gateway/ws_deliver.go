@@ -12,7 +12,7 @@ import (
 // has gone, to the key's others), the rescuer's replies go to every
 // connection of the key, and reset notices tell each connection which
 // conversation it shows now. Replies stored by other replicas come
-// through relay.go.
+// through WebSocket.onReply.
 
 // deliver sends a turn's frame to the connection that sent the message or,
 // if that one has gone, to the key's live connections: a client that

@@ -19,7 +19,7 @@ import (
 // key and opens the conversation; ready answers with the session token,
 // the history (after last_seq on a resume, else the conversation's tail)
 // and what this server accepts, then the tool calls of the key waiting
-// for a decision (ws_tools.go).
+// for a decision (askAgain).
 
 var userRE = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,64}$`)
 

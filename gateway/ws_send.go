@@ -111,7 +111,7 @@ func (c *wsConn) writeLoop() {
 		frames := c.out
 		c.out = nil
 		c.outMu.Unlock()
-		// Every frame queued so far goes out in one write (wscork.go).
+		// Every frame queued so far goes out in one write (corkConn).
 		deadline := time.Now().Add(c.ws.opts.WriteTimeout)
 		c.conn.SetWriteDeadline(deadline)
 		c.sock.cork()

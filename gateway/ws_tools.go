@@ -11,7 +11,7 @@ import (
 
 // Tool calls on the WebSocket channel (docs/protocol.md, "Tool calls"). A
 // turn's calls reach the connection that sent its message as tool frames
-// (the OnTool hook, ws_worker.go). A call that needs the user's approval
+// (the OnTool hook, set in wsConn.submit). A call that needs the user's approval
 // is asked of every connection of its session key as a tool_request, and
 // asked again on each hello while it waits — a client that reconnects, a
 // reloaded page, a restarted gateway: the ask is stored, not held here. A

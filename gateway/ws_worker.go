@@ -12,10 +12,10 @@ import (
 // A connection's worker: the message, edit, reset, resume_previous,
 // compact, status, model and tool_decision frames, one at a time in the
 // order they came, so that a reset never overtakes the message sent
-// before it, and a model chosen applies to the messages after it. Each message is handed to
-// the session manager and acknowledged once stored; a waiter per message
-// then waits for its turn's outcome (ws_deliver.go). stop does not queue:
-// the reader runs it at once (readLoop).
+// before it, and a model chosen applies to the messages after it. Each
+// message is handed to the session manager and acknowledged once stored;
+// a waiter per message then waits for its turn's outcome (wsConn.await).
+// stop does not queue: the reader runs it at once (readLoop).
 
 // admit counts a message or reset in, unless QueueSize of them are open.
 func (c *wsConn) admit() bool {
