@@ -218,7 +218,7 @@ func (b *Bot) readAlbum(ctx context.Context, m *message, key, text string) inbou
 	out.transcript = strings.Join(transcripts, "\n\n")
 	if len(read) > 0 || len(out.atts) > 0 || !out.spoken {
 		// Audio that could not be heard, with nothing else read, stores
-		// nothing, its caption neither (audio.go).
+		// nothing, its caption neither (Bot.audio).
 		read = append(read, text)
 	}
 	out.text = strings.TrimSpace(strings.Join(read, "\n\n"))

@@ -2,7 +2,8 @@ package telegram
 
 // The commands (/start, /help, /new, /reset, /resume, /history, /compact,
 // /status, /model, /stop): what each does and answers. /resume and
-// /history are resume.go's, /status status.go's, /model model.go's.
+// /history are Bot.resume's and Bot.history's, /status Bot.status's,
+// /model Bot.model's.
 
 import (
 	"context"

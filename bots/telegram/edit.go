@@ -16,7 +16,7 @@ const (
 )
 
 // allowedUpdates are the update kinds the bot asks Telegram for:
-// messages, taps on its buttons (callbacks.go), and edits when it
+// messages, taps on its buttons (Bot.callback), and edits when it
 // answers them.
 func (b *Bot) allowedUpdates() []string {
 	if b.opts.Edits == EditsAnswer {

@@ -3,7 +3,7 @@ package telegram
 // The "Go back" button. A reset notice — the conversation was idle, or a
 // new day began, so a new one starts — has an inline button that does
 // what /resume does: the key goes back to the conversation the notice told
-// of. A tap is a callback query (callbacks.go), answered once whatever
+// of. A tap is a callback query (Bot.callback), answered once whatever
 // becomes of it. The button works while that conversation is the one
 // /resume would reopen; a tap after the key has moved on (it went back
 // already, or reset again since), or one on another member's notice in a

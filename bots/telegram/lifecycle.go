@@ -138,7 +138,7 @@ func (b *Bot) isDraining() bool {
 }
 
 // Wait waits until queued updates are processed and their replies sent,
-// and the reset notices stopped (notices.go), or ctx ends.
+// and the reset notices stopped (Bot.sendNotices), or ctx ends.
 func (b *Bot) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {

@@ -24,7 +24,7 @@ import (
 // model that reads images. Text documents are read at once, into the
 // message's text. Voice notes and audio files, with a transcriber, are
 // downloaded and transcribed at once: the transcript is the message's
-// text (audio.go). Everything else gets a reply saying it cannot be read;
+// text (Bot.audio). Everything else gets a reply saying it cannot be read;
 // a caption is answered whatever it came with.
 
 // Limits of what is read.
@@ -94,7 +94,7 @@ type inbound struct {
 	atts    []agent.Attachment
 	notices []string
 	// transcript is what a voice note or audio file said: the reply
-	// shows it quoted (audio.go).
+	// shows it quoted (Bot.quoteOf).
 	transcript string
 	// spoken: audio the bot tried to listen to and could not; its notice
 	// goes out in a group too, where media without a caption gets none.

@@ -2,7 +2,7 @@ package telegram
 
 // /model: the models a chat may choose (agent.models), as inline buttons
 // — one per model, the current one ticked — or by name (/model Smart).
-// A tap is a callback query (callbacks.go) with data "model:<name>"
+// A tap is a callback query (Bot.callback) with data "model:<name>"
 // ("model:" alone: back to the default model when it is none of them);
 // it chooses for the tapper's own session key, is answered with what it
 // did — also when the model is no longer offered — and, in a private

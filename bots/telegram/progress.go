@@ -1,7 +1,7 @@
 package telegram
 
 // Tool calls in the streamed preview: while a turn runs tools, its
-// preview (draft or edited message, stream.go) shows a line per call above
+// preview (draft or edited message, see stream) shows a line per call above
 // the reply so far — "🔧 notes__add…" while it runs, then "✓ 0.2 s",
 // "✗ failed", "denied" and the like. The final reply replaces the preview
 // and carries no such lines. A tool's name comes from the model: it is

@@ -154,7 +154,7 @@ func plural(n int64, word string) string {
 // tellReset tells the chat, before the answer to the message that found
 // it, that a policy reset started a new conversation, why, and how to go
 // back. A reset a sweep made earlier is told only if its notice was not
-// sent at once (notices.go). A user's own /new is answered by /new.
+// sent at once (Bot.onSweep). A user's own /new is answered by /new.
 func (b *Bot) tellReset(ctx context.Context, to place, key string, ev sessions.ResetEvent) {
 	if ev.Reason != sessions.ReasonIdle && ev.Reason != sessions.ReasonDaily {
 		return

@@ -29,7 +29,7 @@ const (
 const unstoredText = "Sorry, I could not save your message because of a problem on my side, so it was not answered. Please send it again."
 
 // work is what one run stores: a message, and the updates it came in
-// (one; an album's parts, album.go). since is when storing it first
+// (one; an album's parts). since is when storing it first
 // failed, zero if it never did.
 type work struct {
 	m       *message

@@ -1,7 +1,7 @@
 package telegram
 
-// What an update is and where it goes: a message, an edited one (edit.go),
-// a command (commands.go), or a /stop, which skips its chat's queue; which
+// What an update is and where it goes: a message, an edited one (Bot.edit),
+// a command (Bot.command), or a /stop, which skips its chat's queue; which
 // group messages are for the bot (mentions, replies, group_policy); and the
 // session key a message belongs to (group_scope, forum topics).
 
@@ -22,7 +22,7 @@ import (
 // key, so one user's messages are stored in order while different chats
 // run side by side; a /stop is not queued, so it is never stuck behind a
 // message its chat is still storing, and a part of an album is gathered
-// with the album's other parts first (album.go). settled, if given, is
+// with the album's other parts first (Bot.gather). settled, if given, is
 // called once: with true as soon as the update's message is stored (or
 // needs no storing), with false if it was not taken. held is set for an
 // update that already failed to be stored (since then).

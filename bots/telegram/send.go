@@ -2,7 +2,7 @@ package telegram
 
 // Sending messages (sendMessage): a reply, or one of the bot's own texts,
 // in parts, with the fallbacks and retries each part needs. Previews and
-// their edits are stream.go's.
+// their edits are stream's.
 
 import (
 	"context"

@@ -88,7 +88,7 @@ type stream struct {
 	key  string
 	lead string // the client id of the message the deltas answer
 	// quote goes above the text in every preview, as in the reply: the
-	// transcript of the voice note answered (audio.go).
+	// transcript of the voice note answered (Bot.quoteOf).
 	quote   string
 	replyTo int
 	draftID int
@@ -100,7 +100,7 @@ type stream struct {
 
 	mu      sync.Mutex
 	soFar   strings.Builder
-	tools   []toolLine // the turn's tool calls (progress.go)
+	tools   []toolLine // the turn's tool calls (stream.tool)
 	started bool
 	ended   bool
 

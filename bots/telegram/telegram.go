@@ -43,18 +43,18 @@ type Sessions interface {
 	ChannelState(ctx context.Context, key string) (string, error)
 	SetChannelState(ctx context.Context, key, value string) error
 	// ResumePrevious, Open and Policy serve /resume, /history and the
-	// reset notices (resume.go); OnReset tells of sweeps (notices.go).
+	// reset notices (Bot.tellReset); OnReset tells of sweeps (Bot.onSweep).
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
 	// ResumeConversation is ResumePrevious for a "Go back" button, which
-	// names the conversation it goes back to (goback.go).
+	// names the conversation it goes back to (Bot.backTap).
 	ResumeConversation(ctx context.Context, in sessions.Inbound, conv string) (sessions.Resumed, error)
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
 	OnReset(fn func(sessions.ResetEvent))
 	// Compact sums the conversation up now (/compact).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
-	// Status serves /status (status.go); OffersModels, Models and
-	// ChooseModel serve /model and its buttons (model.go).
+	// Status serves /status; OffersModels, Models and
+	// ChooseModel serve /model and its buttons (Bot.model, Bot.modelTap).
 	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
 	OffersModels() bool
 	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
@@ -104,7 +104,7 @@ type Options struct {
 	Now func() time.Time
 	// AlbumWait is how long after an album's latest part the bot waits
 	// for another before it stores the album (default DefaultAlbumWait;
-	// album.go). After waits on the bot's clock (default time.After): the
+	// Bot.gather). After waits on the bot's clock (default time.After): the
 	// album waits, which tests run on a fake clock.
 	AlbumWait time.Duration
 	After     func(d time.Duration) <-chan time.Time
@@ -115,7 +115,7 @@ type Options struct {
 	// the model's Markdown to Telegram's HTML; FormatPlain sends the text
 	// as written.
 	Format string
-	// Vision: the agent reads images (media.go); without it a caption is
+	// Vision: the agent reads images (Bot.readMedia); without it a caption is
 	// answered and the chat told once that images are not read.
 	Vision bool
 	// MaxImageBytes: the largest image fetched for the model (default
@@ -125,20 +125,20 @@ type Options struct {
 	MaxImageBytes int64
 	MaxTextBytes  int
 	// Transcriber, when set, turns voice notes and audio files into the
-	// text of their message (audio.go); without it they get a reply
+	// text of their message (Bot.audio); without it they get a reply
 	// saying they are not listened to. MaxAudioBytes bounds the audio
 	// downloaded for it (default DefaultMaxAudioBytes).
 	Transcriber   agent.Transcriber
 	MaxAudioBytes int64
 	// Streaming is how a reply shows while the model writes it: auto
-	// (default), draft, edits or off (see stream.go).
+	// (default), draft, edits or off (see stream).
 	Streaming string
 	// Edits is what an edited message does: EditsAnswer (default) asks
-	// Telegram for edited_message updates and applies them (edit.go);
+	// Telegram for edited_message updates and applies them (Bot.edit);
 	// EditsIgnore does not ask for them.
 	Edits string
 	// NotifyResets tells a private chat's user at once when a sweep
-	// archived their conversation (notices.go); NoticesPerSecond (default
+	// archived their conversation (Bot.onSweep); NoticesPerSecond (default
 	// 20) and NoticeQueue (default 10000) bound how fast and how many.
 	NotifyResets     bool
 	NoticesPerSecond float64
@@ -193,14 +193,14 @@ type Bot struct {
 	mu            sync.Mutex
 	draining      bool
 	stopping      chan struct{}                // closed by StopTaking
-	refused       *lru.Cache[int64, struct{}]  // chats that got the private-bot refusal (limits.go)
+	refused       *lru.Cache[int64, struct{}]  // chats that got the private-bot refusal (Bot.refuse)
 	delayTold     *lru.Cache[string, struct{}] // keys told of a delay, until a reply of theirs is sent
 	limits        *limits
-	cur           atomic.Pointer[tgLive] // what a reload changes (reload.go)
+	cur           atomic.Pointer[tgLive] // what a reload changes (Reconfigure)
 	warned        map[string]bool
 	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
-	albums        albums // albums being gathered (album.go)
+	albums        albums // albums being gathered (Bot.gather)
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup
@@ -212,10 +212,10 @@ type Bot struct {
 	previewMu     sync.Mutex       // a key's stored preview record: read and written one at a time
 	connected     chan struct{}    // closed once connected
 	notices       *notifier        // sweep notices (NotifyResets), or nil
-	tools         ToolApprovals    // tool asks and decisions (toolask.go), or nil
+	tools         ToolApprovals    // tool asks and decisions (Bot.askTool), or nil
 	asks          toolAsks
 	// menuModels is whether the command menu set holds /model (nil:
-	// not set yet; model.go).
+	// not set yet; Bot.setMenu).
 	menuModels atomic.Pointer[bool]
 }
 

@@ -3,7 +3,7 @@ package telegram
 // Tool approvals (approve: ask). When the model wants to run a tool that
 // needs the user's yes, the bot sends the chat (and topic) of the turn a
 // message naming the tool and its arguments, with [Allow] [Deny] buttons.
-// A tap is a callback query (callbacks.go): only the user whose turn it
+// A tap is a callback query (Bot.callback): only the user whose turn it
 // is may decide — anyone else's tap is answered with who may, and changes
 // nothing. Once the call is decided (here, on another replica) or expired
 // (which counts as denied), the message is edited to say so, which also

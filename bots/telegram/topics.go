@@ -122,7 +122,7 @@ type message struct {
 	// media is what the message carries besides its text, once read
 	// (process): kept across the retries of a message not yet stored.
 	media *inbound
-	// album, for an album's message (album.go), is its parts, lowest
+	// album, for an album's message (albumMessage), is its parts, lowest
 	// message id first; the message itself is the first part's, with the
 	// album's caption.
 	album []*message
