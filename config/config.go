@@ -216,7 +216,7 @@ type Session struct {
 	// Tools names the agent.tools.servers a channel's turns are offered
 	// (unset: every configured server; an empty list: none).
 	Tools *[]string `yaml:"tools"`
-	// Limits are the users' budgets (limits.go).
+	// Limits are the users' budgets.
 	Limits Limits `yaml:"limits"`
 }
 

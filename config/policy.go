@@ -58,7 +58,7 @@ type Policy struct {
 	ToolServers Value[[]string]
 
 	// Budget is what a user of the channel may spend with the model;
-	// UserBudgets the users with budgets of their own (limits.go).
+	// UserBudgets the users with budgets of their own (Config.userBudgets).
 	Budget      Budget
 	UserBudgets map[string]Budget
 }

@@ -163,7 +163,7 @@ func (t *timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // timedLLM is streamingLLM noting, for each request, when it came, when
 // its body was read, its size and messages, and when the first chunk was
 // flushed. It serves what it noted at /clocks (serverClocks), for the
-// breakdown to read from the child process it runs in (modelchild.go).
+// breakdown to read from the child process it runs in (serveModelChild).
 func timedLLM(firstChunk, gap time.Duration) (string, func(), error) {
 	clock := &modelClock{}
 	mux := http.NewServeMux()

@@ -192,7 +192,7 @@ func writeJSON(v any, path string, stdout, stderr io.Writer) int {
 type report struct {
 	Machine string `json:"machine"`
 	// Wake is how soon this machine starts a readied goroutine beside a
-	// busy one (wake.go).
+	// busy one (wakeProbe).
 	Wake     *wakeResult  `json:"machine_wake,omitempty"`
 	GC       string       `json:"gc"`
 	Quick    bool         `json:"quick"`
@@ -204,7 +204,7 @@ type report struct {
 	// Cross is the latency a reply's cross-replica delivery adds
 	// (PostgreSQL LISTEN/NOTIFY between two gateways; Clients: users).
 	Cross *loadResult `json:"cross_replica_postgres,omitempty"`
-	// PostgresCost is what a turn costs PostgreSQL (pgcost.go).
+	// PostgresCost is what a turn costs PostgreSQL (postgresCost).
 	PostgresCost *pgCost `json:"postgres_cost_per_turn,omitempty"`
 	// PostgresTwoReplicas is the same, two replicas on one database.
 	PostgresTwoReplicas *pgCost       `json:"postgres_two_replicas,omitempty"`
@@ -218,7 +218,7 @@ type report struct {
 	// ChunkGapMillis is its time between the chunks after the first.
 	ChunkGapMillis float64 `json:"llm_chunk_gap_ms"`
 	// ToolGap is the gateway's time from a tool's result to the next
-	// model request (toolgap.go).
+	// model request (toolGap).
 	ToolGap []toolGapResult `json:"tool_result_to_next_request,omitempty"`
 	Idle    *idleResult     `json:"idle_connections,omitempty"`
 	Sweeps  []sweepResult   `json:"daily_sweep"`
@@ -235,7 +235,7 @@ type loadResult struct {
 	ErrorCount int     `json:"errors"`
 	// CPUMicrosPerTurn is this process's CPU (the gateway and its
 	// clients) over the step ÷ turns; ServerCPUMicrosPerTurn a local
-	// PostgreSQL server's; CoresBusy both ÷ the step's time (cpu.go).
+	// PostgreSQL server's; CoresBusy both ÷ the step's time (cpuMeter).
 	CPUMicrosPerTurn       float64 `json:"cpu_us_per_turn,omitempty"`
 	ServerCPUMicrosPerTurn float64 `json:"server_cpu_us_per_turn,omitempty"`
 	CoresBusy              float64 `json:"cores_busy,omitempty"`

@@ -23,7 +23,7 @@ import (
 // the moment the MCP client has the result (the call returns, in this
 // process) to the moment the model server receives the next request. In
 // between: the result kept, the request built and sent; the round's
-// store overlaps the model call (sessions/toolstore.go, roundStore).
+// store overlaps the model call (the sessions package's roundStore).
 type toolGapResult struct {
 	Store     string  `json:"store"`
 	Turns     int     `json:"turns"`

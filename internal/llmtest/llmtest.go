@@ -2,9 +2,8 @@
 // chat-completions endpoint records every request and answers it, as JSON
 // or, when the request streams, as SSE chunks the way OpenAI sends them.
 // By default every answer is the short fixed text Reply; a test scripts a
-// model that calls tools with Script (script.go). Its transcription
-// endpoint (transcribe.go) answers the audio it was given a transcript
-// for.
+// model that calls tools with Script. Its transcription endpoint
+// (Server.AddAudio) answers the audio it was given a transcript for.
 package llmtest
 
 import (
@@ -97,7 +96,7 @@ type Server struct {
 	script   Script
 	delay    time.Duration
 	calls    int        // tool call ids made up so far
-	audio    audioState // transcribe.go
+	audio    audioState // the transcription endpoint's
 }
 
 // Requests are the messages of every request so far.

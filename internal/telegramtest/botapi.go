@@ -10,7 +10,7 @@
 // send with message_thread_id answers 400 "message thread not found" for a
 // topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
 // closed one; a send without it goes to the chat (a forum's General topic).
-// An album is one update per item sharing a media_group_id (albums.go).
+// An album is one update per item sharing a media_group_id (Server.PushAlbum).
 package telegramtest
 
 import (
@@ -43,7 +43,7 @@ type Server struct {
 	pushed   []map[string]any // every update queued, confirmed or not (Replay)
 	nextID   int
 	nextMsg  int
-	albums   int // media groups made (albums.go)
+	albums   int // media groups made (Server.NewAlbum)
 	sent     []Sent
 	actions  int
 	commands string
@@ -53,7 +53,7 @@ type Server struct {
 	bare     map[string]bareFailure // FailBare
 	polls    int
 	calls    []Call
-	files    files // files.go
+	files    files
 	// waiting is the getUpdates request now waiting, if any; a newer one
 	// ends it with 409, as Telegram does.
 	waiting   *poller
@@ -61,10 +61,10 @@ type Server struct {
 
 	// failParse: the next HTML messages refused as unparsable, valid or not
 	failParse int
-	sentModes []string      // parse_mode of each of sent
-	stream    streamState   // sendMessageDraft and editMessageText
-	topics    topics        // topics.go
-	cb        callbackState // callbacks.go
+	sentModes []string    // parse_mode of each of sent
+	stream    streamState // sendMessageDraft and editMessageText
+	topics    topics
+	cb        callbackState
 	// allowed are the update kinds the last getUpdates (or setWebhook)
 	// asked for with allowed_updates (nil: every kind); as Telegram does,
 	// the setting stays until changed and other updates are not delivered.
@@ -101,7 +101,7 @@ func New(t testing.TB) *Server {
 
 func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/file/") {
-		a.serveFile(w, r) // files.go
+		a.serveFile(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -220,9 +220,9 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "deleteWebhook":
 		ok(true)
 	case "getFile":
-		a.getFile(w, r) // files.go
+		a.getFile(w, r)
 	case "deleteMessage":
-		a.serveDelete(w, r) // botapi_stream.go
+		a.serveDelete(w, r)
 	default:
 		if a.serveStreaming(method, w, r) || a.serveCallbacks(method, w, r) {
 			return
@@ -299,7 +299,7 @@ func (a *Server) poll(r *http.Request, offset, limit int, timeout time.Duration)
 }
 
 // Push queues an update carrying message and returns the message id; a
-// topic message registers its topic (topics.go).
+// topic message registers its topic (Server.noteTopic).
 func (a *Server) Push(message map[string]any) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
