@@ -15,12 +15,12 @@ import (
 )
 
 // Images a client sends on a message frame (audio: checkAudio). They are
-// not stored in the database: the message row keeps their metadata (kind, mime type, size,
-// SHA-256), and the bytes stay in this replica's memory, in a cache
-// bounded by bytes, so that the turn that answers the message and later
-// turns can send them to the model. An image evicted from the cache, or a
-// turn run by another replica or after a restart, tells the model the
-// image is no longer available.
+// not stored in the database: the message row keeps their metadata (kind,
+// mime type, size, SHA-256), and the bytes stay in this replica's memory,
+// in a cache bounded by bytes, so that the turn that answers the message
+// and later turns can send them to the model. An image evicted from the
+// cache, or a turn run by another replica or after a restart, tells the
+// model the image is no longer available.
 
 // Limits of message attachments.
 const (

@@ -52,7 +52,7 @@ type Sessions interface {
 	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
-	// Compact sums the conversation up now (the compact frame).
+	// Compact sums the conversation up now (wsConn.compact).
 	Compact(ctx context.Context, in sessions.Inbound) (int, error)
 	// Status serves the status frame; OffersModels, Models and
 	// ChooseModel the model frame (wsConn.model).

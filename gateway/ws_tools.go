@@ -11,12 +11,13 @@ import (
 
 // Tool calls on the WebSocket channel (docs/protocol.md, "Tool calls"). A
 // turn's calls reach the connection that sent its message as tool frames
-// (the OnTool hook, set in wsConn.submit). A call that needs the user's approval
-// is asked of every connection of its session key as a tool_request, and
-// asked again on each hello while it waits — a client that reconnects, a
-// reloaded page, a restarted gateway: the ask is stored, not held here. A
-// tool_decision from any of the principal's connections decides it; every
-// connection of the key is then told the ask is over (tool_resolved).
+// (the OnTool hook, set in wsConn.submit). A call that needs the user's
+// approval is asked of every connection of its session key as a
+// tool_request, and asked again on each hello while it waits — a client
+// that reconnects, a reloaded page, a restarted gateway: the ask is
+// stored, not held here. A tool_decision from any of the principal's
+// connections decides it; every connection of the key is then told the
+// ask is over (tool_resolved).
 
 // errNobodyConnected is the asker's answer when no connection of the key
 // is open here: the call waits, and is asked again on the next hello.

@@ -263,9 +263,9 @@ type Options struct {
 	// ApproveTimeout: an asked call nobody decides within it counts as
 	// denied (default DefaultApproveTimeout).
 	ApproveTimeout time.Duration
-	// Models are the models a session key may choose (agent.models;
-	// none: no choice; Manager.ChooseModel); ContextTokens is the context window of
-	// the agent's own model, for Status (0: unknown).
+	// Models are the models a session key may choose (agent.models; none:
+	// no choice; Manager.ChooseModel); ContextTokens is the context
+	// window of the agent's own model, for Status (0: unknown).
 	Models        []Model
 	ContextTokens int
 }

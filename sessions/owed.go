@@ -9,11 +9,12 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// Owed conversations (owed by watcher.After): conversations where this replica may own
-// turns that none of its runners holds, because a storage call on them
-// failed. The rescuer looks at each once it is due and claims again what
-// nobody here holds; a look that fails, or finds a turn it cannot take
-// yet (its user's turn lock is busy), is tried again later, with backoff.
+// Owed conversations (owed by watcher.After): conversations where this
+// replica may own turns that none of its runners holds, because a storage
+// call on them failed. The rescuer looks at each once it is due and
+// claims again what nobody here holds; a look that fails, or finds a turn
+// it cannot take yet (its user's turn lock is busy), is tried again
+// later, with backoff.
 
 // owedConv is one owed conversation.
 type owedConv struct {

@@ -4,10 +4,11 @@ package telegram
 // says what it is for by its prefix, up to the first ":" — "tool" for a
 // tool call's ask (Bot.toolTap), "back" for a reset notice's Go back
 // (Bot.backTap), "model" for /model's buttons (Bot.modelTap); other kinds
-// add a case to callback. Every query is answered with answerCallbackQuery exactly once, whatever
-// becomes of it (refused, stale, unknown, a storage failure), so that
-// the user's client stops waiting; a tap from a user outside
-// allowed_users is answered and ignored.
+// add a case to callback. Every query is answered with
+// answerCallbackQuery exactly once, whatever becomes of it (refused,
+// stale, unknown, a storage failure), so that the user's client stops
+// waiting; a tap from a user outside allowed_users is answered and
+// ignored.
 
 import (
 	"context"

@@ -3,7 +3,8 @@
 // need: conversations, their append-only messages and each user message's
 // turn, the claims and batches that run turns, the appends that store
 // them, and — once, in Go and in SQL (SettlesTurn, FinalReplySQL) — what
-// settles a turn. It depends on nothing of chatgate's but the agent's message roles.
+// settles a turn. It depends on nothing of chatgate's but the agent's
+// message roles.
 package ledger
 
 import "time"

@@ -264,7 +264,8 @@ var droppedIndexes = []struct {
 	{&ledger.Conversation{}, "ix_conversations_idle"},
 	{&ledger.Conversation{}, "ix_conversations_daily"},
 	// Indexed last_activity_at itself, so no turn's update of its
-	// conversation could be heap-only on PostgreSQL (sweepIndex indexes its minute instead).
+	// conversation could be heap-only on PostgreSQL (sweepIndex indexes
+	// its minute instead).
 	{&ledger.Conversation{}, "ix_conversations_sweep"},
 	// Replies are found in the primary key's range after their message.
 	{&ledger.Message{}, "ix_messages_reply"},
