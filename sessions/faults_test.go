@@ -472,7 +472,7 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 		}
 	}
 	// No lease outlives its replica's clean stop (a running replica keeps
-	// its leases across turns for a moment: leasekeep.go).
+	// its leases across turns for a moment: the store's kept leases).
 	m.Shutdown(context.Background())
 	if db.Driver() == store.DriverPostgres {
 		var n int64

@@ -86,7 +86,7 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 			late <- err
 		}()
 		// The call may start while the message's commit is in flight
-		// (early.go): the turn is the dead replica's once both happened.
+		// (Manager.startEarly): the turn is the dead replica's once both happened.
 		<-rec.started
 		<-acked
 		die(t, db, m1)
@@ -182,7 +182,7 @@ func TestRunnerThatLostItsClaimStoresNothing(t *testing.T) {
 			done <- result{out, err}
 		}()
 		// The call may start while the message's commit is in flight
-		// (early.go): B can claim the turn once it is stored.
+		// (Manager.startEarly): B can claim the turn once it is stored.
 		<-rec.started
 		<-acked
 		conv, err := dbB.ActiveConversation(context.Background(), "websocket:ann")

@@ -13,7 +13,7 @@ import (
 )
 
 // Deterministic regressions of the ledger's claims, beside the
-// fault-at-every-step harness (faults_test.go), which found them by
+// fault-at-every-step harness (TestFaultAtEveryStep), which found them by
 // chance.
 
 // A claim of this replica never takes a turn a runner here holds: a

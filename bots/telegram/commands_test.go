@@ -1,6 +1,6 @@
 package telegram
 
-// Tests of the commands and their answers (commands.go).
+// Tests of the commands and their answers.
 
 import (
 	"strings"

@@ -1,7 +1,7 @@
 package telegram
 
 // Tests of starting and stopping: connecting in the background, and a
-// restart in the middle of a batch of updates (lifecycle.go).
+// restart in the middle of a batch of updates.
 
 import (
 	"context"

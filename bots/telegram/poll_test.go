@@ -1,8 +1,7 @@
 package telegram
 
 // Tests of polling: backing off a 409 conflict and an early empty poll, no
-// gap after a full long poll, and the updates that are not messages
-// (poll.go, route.go).
+// gap after a full long poll, and the updates that are not messages.
 
 import (
 	"context"

@@ -1,7 +1,7 @@
 package telegram
 
 // Replies and quotes: the text a message answers reaches the model with
-// it (topics.go, route.go).
+// it (message.quoted).
 
 import (
 	"strings"

@@ -1,7 +1,7 @@
 package telegram
 
 // Tests of where updates go: which group messages are for the bot, and
-// the session keys of group_policy all and group_scope chat (route.go).
+// the session keys of group_policy all and group_scope chat.
 
 import (
 	"testing"
@@ -24,7 +24,8 @@ func TestGroupRules(t *testing.T) {
 	reply["reply_to_message"] = map[string]any{"message_id": 1, "date": 1, "chat": map[string]any{"id": chat, "type": "supergroup"},
 		"from": map[string]any{"id": telegramtest.BotID, "is_bot": true, "first_name": "Gate"}, "text": "earlier"}
 	api.Push(reply)
-	// The echo agent echoes the quoted text too (quote_test.go).
+	// The echo agent echoes the quoted text too
+	// (TestRepliesAndQuotesReachTheModel).
 	if got := api.WaitSent(t, 2)[1].Text; got != "echo: &gt; earlier\n\nand tomorrow? (history: 2)" {
 		t.Fatalf("reply-to-bot answer = %q", got)
 	}

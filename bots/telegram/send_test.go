@@ -1,7 +1,6 @@
 package telegram
 
-// Tests of sending: long replies split at the limit, 429s waited out
-// (send.go).
+// Tests of sending: long replies split at the limit, 429s waited out.
 
 import (
 	"context"

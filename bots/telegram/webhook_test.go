@@ -1,7 +1,7 @@
 package telegram
 
 // Tests of the webhook: its secret, malformed bodies, and the 503 while
-// draining (webhook.go).
+// draining.
 
 import (
 	"net/http"

@@ -9,9 +9,10 @@ package main
 //
 // Each scenario stops the gateway while slow runs — SIGKILL, SIGTERM, or
 // SIGKILL with a second replica to take over — and checks the rules of
-// sessions/toolloop.go end to end: a call started and never answered is
-// not started again (the model is told its outcome is unknown) unless its
-// tool is idempotent, and the user gets one final reply.
+// the sessions package's tool loop (toolTurn) end to end: a call started
+// and never answered is not started again (the model is told its outcome
+// is unknown) unless its tool is idempotent, and the user gets one final
+// reply.
 
 import (
 	"context"

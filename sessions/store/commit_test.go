@@ -229,7 +229,7 @@ func TestAppendsMergeIntoFewStatements(t *testing.T) {
 		const n = stmtRows + 8 // two statements of each kind
 		convs := createConversations(t, db, n, start, "old")
 		// On SQLite the committer runs the appends' statements itself
-		// (stmtcache.go): each one it runs is counted there.
+		// (stmtCache): each one it runs is counted there.
 		ran := func() int64 {
 			if db.commit.stmts == nil {
 				return 0
