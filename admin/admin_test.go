@@ -108,7 +108,7 @@ func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
 		mopts.Now = clock.Now
 	}
 	mgr := sessions.New(db, ag, mopts)
-	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{Logger: quiet})
+	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{Logger: quiet})
 	srv := gateway.New(quiet)
 	adm := New(Options{Tokens: map[string]string{"alice": aliceToken, "bob": bobToken}, Store: db, Manager: mgr,
 		Turns: turns, Connections: ws.Connections, Logger: log, Now: clock.Now})

@@ -27,8 +27,26 @@ import (
 // Channel is the WebSocket channel's name in session keys and policies.
 const Channel = "websocket"
 
-// Sessions is what the WebSocket channel needs from the session manager.
-type Sessions interface {
+// Sessions is what the WebSocket channel uses of the session manager,
+// one door per role, each a small interface: what a channel can do is
+// said by the doors it is built with. SessionsOf opens every door on one
+// session manager; a test may put another behind one of them.
+type Sessions struct {
+	Turns
+	Transcripts
+	Principals
+	Standing
+	ToolDecisions
+	Registry
+}
+
+// SessionsOf is every door of the WebSocket channel on m.
+func SessionsOf(m *sessions.Manager) Sessions {
+	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m, ToolDecisions: m, Registry: m}
+}
+
+// Turns are the frames that start, change or stop a turn.
+type Turns interface {
 	// Submit stores and acknowledges a message without waiting for any
 	// turn; its Ticket yields the outcome of the turn that answers it.
 	Submit(ctx context.Context, in sessions.Inbound, h sessions.Hooks) (*sessions.Ticket, error)
@@ -37,23 +55,35 @@ type Sessions interface {
 	// message (the outcome's Ticket).
 	Edit(ctx context.Context, in sessions.Inbound, originalID string, h sessions.Hooks) (sessions.EditOutcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
-	// ResumePrevious and ConversationTranscript take a session back to its
-	// previous conversation (wsConn.resumePrevious); Policy tells a reset's why.
+	Stop(key string) bool
+	// Compact sums the conversation up now (wsConn.compact).
+	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+}
+
+// Transcripts are what a client reads of its conversations.
+type Transcripts interface {
+	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
+	// ResumePrevious and ConversationTranscript take a session back to
+	// its previous conversation (wsConn.resumePrevious); Policy tells a
+	// reset's why.
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
 	ConversationTranscript(ctx context.Context, convID string, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
-	Stop(key string) bool
-	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
-	OnReset(fn func(sessions.ResetEvent))
-	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
-	// OnReply and StoredReply bring replies other replicas stored to the
-	// clients connected here (WebSocket.onReply).
-	OnReply(fn func(sessions.ReplyEvent))
+	// StoredReply brings a reply another replica stored to the clients
+	// connected here (WebSocket.onReply).
 	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
+}
+
+// Principals are the resume tokens that bring a client back as the same
+// principal.
+type Principals interface {
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
-	// Compact sums the conversation up now (wsConn.compact).
-	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+}
+
+// Standing is where a session stands: its status, its budget, the
+// models it may choose, and whether its agent reads images.
+type Standing interface {
 	// Status serves the status frame; OffersModels, Models and
 	// ChooseModel the model frame (wsConn.model).
 	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
@@ -63,16 +93,26 @@ type Sessions interface {
 	// Usage is where a session key's user stands against their budget:
 	// audio is not transcribed for a user over it (WebSocket.transcribe).
 	Usage(ctx context.Context, channel, sessionKey string) (sessions.UsageStanding, error)
-	// OnToolAsk, DecideTool and PendingToolAsks: the user's approval of
-	// tool calls (WebSocket.askTool, wsConn.decide).
-	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
+	ReadsImages() bool
+}
+
+// ToolDecisions are the user's answers to tool asks (wsConn.decide), and
+// the asks a client coming back is shown again.
+type ToolDecisions interface {
 	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
 	PendingToolAsks(ctx context.Context, key string) ([]sessions.ToolAsk, error)
-	// OnFetch registers how the session manager fetches the images this
-	// channel's clients sent; ReadsImages says whether its agent reads
-	// them at all.
+}
+
+// Registry is how the session manager's work finds its way back to this
+// channel, registered once when the channel is built: resets, replies
+// delivered (here and from other replicas), tool asks, and the fetch of
+// stored images.
+type Registry interface {
+	OnReset(fn func(sessions.ResetEvent))
+	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
+	OnReply(fn func(sessions.ReplyEvent))
+	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
 	OnFetch(channel string, f sessions.Fetcher)
-	ReadsImages() bool
 }
 
 // WSOptions configures the WebSocket channel.

@@ -99,13 +99,13 @@ func TestCrossPrincipalResumeIsRefused(t *testing.T) {
 // openFirst is the session manager with a hook that runs as a hello
 // starts reading the history its ready carries.
 type openFirst struct {
-	Sessions
+	Transcripts
 	hook func(in sessions.Inbound)
 }
 
 func (o openFirst) Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error) {
 	o.hook(in)
-	return o.Sessions.Open(ctx, in, afterSeq, limit)
+	return o.Transcripts.Open(ctx, in, afterSeq, limit)
 }
 
 // A reply delivered to a key while a connection of it is saying hello —
@@ -114,11 +114,13 @@ func (o openFirst) Open(ctx context.Context, in sessions.Inbound, afterSeq int64
 func TestNothingBeforeReady(t *testing.T) {
 	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
 	var ws *WebSocket
-	ws = NewWebSocket(openFirst{Sessions: e.mgr, hook: func(in sessions.Inbound) {
+	doors := SessionsOf(e.mgr)
+	doors.Transcripts = openFirst{Transcripts: e.mgr, hook: func(in sessions.Inbound) {
 		ws.deliverStored(context.Background(), sessions.Delivery{Channel: Channel, SessionKey: in.SessionKey, ClientMsgID: "c-9",
 			UserSeq: 1, Reply: sessions.Reply{Seq: 2, Text: "finished while away", Status: sessions.MsgOK},
 			Turn: sessions.TurnRef{ConversationID: "conv", Seq: 1}})
-	}}, WSOptions{Logger: quiet})
+	}}
+	ws = NewWebSocket(doors, WSOptions{Logger: quiet})
 	srv := httptest.NewServer(ws)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -79,7 +79,7 @@ func newEnv(t *testing.T, ag agent.Agent, opts WSOptions, policies map[string]se
 func serveEnv(t *testing.T, db *store.DB, mgr *sessions.Manager, opts WSOptions, rescue bool) *env {
 	t.Helper()
 	opts.Logger = quiet
-	ws := NewWebSocket(mgr, opts)
+	ws := NewWebSocket(SessionsOf(mgr), opts)
 	if rescue {
 		mgr.Listen()
 		r := sessions.NewRescuer(mgr, sessions.RescuerConfig{})

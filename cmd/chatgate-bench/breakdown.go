@@ -307,7 +307,7 @@ func breakdownPath(ctx context.Context, o options) (*breakdownResult, error) {
 	}
 	mgr := sessions.New(db, timedOpenAI(), sessions.Options{Logger: discard, HotConversations: 4096, Events: db.Events(),
 		Policies: map[string]sessions.Policy{gateway.Channel: {MaxHistory: ttfdMaxHistory}}, TracerProvider: tp})
-	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard, TracerProvider: tp})
+	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard, TracerProvider: tp})
 	url, stop, err := serveWS(mgr, ws, closeDB)
 	if err != nil {
 		return nil, err

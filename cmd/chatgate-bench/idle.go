@@ -50,7 +50,7 @@ func serveIdleChild(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	defer db.Close()
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard})
-	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, Logger: discard})
+	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, Logger: discard})
 	srv := gateway.New(discard)
 	srv.Handle("GET /ws", ws)
 	srv.Handle("GET /mem", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

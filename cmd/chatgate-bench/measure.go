@@ -272,7 +272,7 @@ func serveGateway(db *store.DB, closeDB func(), rescue bool, ag agent.Agent, pol
 func serveGatewayWith(db *store.DB, closeDB func(), rescue bool, ag agent.Agent, policy sessions.Policy, toolbox sessions.Toolbox) (string, func(), error) {
 	mgr := sessions.New(db, ag, sessions.Options{Logger: discard, HotConversations: 4096, Events: db.Events(),
 		Policies: map[string]sessions.Policy{gateway.Channel: policy}, Tools: toolbox})
-	ws := gateway.NewWebSocket(mgr, gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
+	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
 		mgr.Listen()
 		// It ends with the manager's drain, below.

@@ -159,7 +159,7 @@ func (s *server) buildHTTP() {
 	s.srv = gateway.New(s.log)
 	wsPolicy := cfg.Policy(config.ChannelWebSocket)
 	wsCfg := cfg.Channels.WebSocket
-	s.ws = gateway.NewWebSocket(s.mgr, gateway.WSOptions{
+	s.ws = gateway.NewWebSocket(gateway.SessionsOf(s.mgr), gateway.WSOptions{
 		AuthTokens:          wsCfg.AuthTokens,
 		Anonymous:           cfg.AnonymousWebSocket(),
 		AllowedOrigins:      wsCfg.AllowedOrigins,
