@@ -186,7 +186,7 @@ func TestAlbumGivenBackAfterItWasStoredRunsOnce(t *testing.T) {
 	clock, opts := albumClock()
 	deliveries := make(chan string, 4)
 	h1 := start(t, api, dir, setup{agent: ag, opts: opts,
-		sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
+		sess: func(m *sessions.Manager) Sessions { return allDoors(deliveryNotes{Manager: m, ch: deliveries}) }})
 	sizes, pictures := threePhotos(api)
 	_, ids := api.PushAlbum(telegramtest.AlbumPhotos(7, "which is the best?", sizes...)...)
 	firstUpdate := api.LastUpdateID() - 2

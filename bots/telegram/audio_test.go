@@ -377,7 +377,7 @@ func TestVoiceTranscribedWhenUsageIsUnreadable(t *testing.T) {
 	llm, ag := llmtest.TranscribingAgent(t, false)
 	start(t, api, t.TempDir(), setup{agent: ag, opts: Options{Transcriber: agent.TranscriberOf(ag)},
 		policies: map[string]sessions.Policy{Channel: {MaxHistory: 100, Budget: sessions.BudgetPolicy{Default: sessions.Budget{TokensPerDay: 2}}}},
-		sess:     func(m *sessions.Manager) Sessions { return failingUsage{m} }})
+		sess:     func(m *sessions.Manager) Sessions { return allDoors(failingUsage{m}) }})
 	voice := []byte("OggS-unchecked")
 	llm.AddAudio(voice, "hello")
 	api.AddFile("v1", voice)

@@ -42,7 +42,7 @@ func nextEdit(t *testing.T, edits <-chan sessions.EditOutcome) sessions.EditOutc
 func editSetup(c *clocktest.Clock, ag *calls, edits chan sessions.EditOutcome, opts Options) setup {
 	return setup{agent: ag, opts: opts, policies: busy(sessions.BusyPolicy{Debounce: tgDebounce}),
 		manager: func(o *sessions.Options) { o.Now, o.After = c.Now, c.After },
-		sess:    func(m *sessions.Manager) Sessions { return editNotes{Manager: m, edits: edits} }}
+		sess:    func(m *sessions.Manager) Sessions { return allDoors(editNotes{Manager: m, edits: edits}) }}
 }
 
 // TestEditedMessage: an edit that arrives while its message waits out

@@ -50,7 +50,7 @@ func TestStartConnectsInBackground(t *testing.T) {
 	// Each pause between attempts waits for the test: it looks at the
 	// failure, changes the server, then lets the bot go on.
 	retried, resume := make(chan struct{}), make(chan struct{})
-	bot, err := New(mgr, Options{Token: telegramtest.Token, APIURL: srv.URL, Logger: quiet, PollTimeout: time.Second,
+	bot, err := New(SessionsOf(mgr), Options{Token: telegramtest.Token, APIURL: srv.URL, Logger: quiet, PollTimeout: time.Second,
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			select {
 			case retried <- struct{}{}:

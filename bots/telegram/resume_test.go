@@ -285,7 +285,7 @@ func TestQueuedNoticesAreCountedAtTheStop(t *testing.T) {
 	var logged strings.Builder
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
-	bot, err := New(mgr, Options{Token: telegramtest.Token, Logger: log, NotifyResets: true})
+	bot, err := New(SessionsOf(mgr), Options{Token: telegramtest.Token, Logger: log, NotifyResets: true})
 	if err != nil {
 		t.Fatal(err)
 	}

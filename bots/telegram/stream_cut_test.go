@@ -52,7 +52,7 @@ func TestInterruptedStreamLeavesNoPreview(t *testing.T) {
 	deliveries := make(chan string, 4)
 	h := start(t, api, t.TempDir(), setup{agent: ag, policies: busy(sessions.BusyPolicy{Mode: sessions.BusyInterrupt}),
 		opts: Options{Streaming: StreamEdits},
-		sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
+		sess: func(m *sessions.Manager) Sessions { return allDoors(deliveryNotes{Manager: m, ch: deliveries}) }})
 	long := api.Push(telegramtest.DM(7, "tell me a long story"))
 	<-ag.started
 	short := api.Push(telegramtest.DM(7, "actually, a short one"))
@@ -141,7 +141,7 @@ func TestEmptyReplySaysSo(t *testing.T) {
 				api := telegramtest.New(t)
 				deliveries := make(chan string, 4)
 				h := start(t, api, t.TempDir(), setup{agent: fixedReply{text}, opts: Options{Format: format},
-					sess: func(m *sessions.Manager) Sessions { return deliveryNotes{Manager: m, ch: deliveries} }})
+					sess: func(m *sessions.Manager) Sessions { return allDoors(deliveryNotes{Manager: m, ch: deliveries}) }})
 				id := api.Push(telegramtest.DM(7, "hm?"))
 				select {
 				case <-deliveries:
@@ -210,7 +210,7 @@ func TestPreviewRecordOfTheNextReplyIsKept(t *testing.T) {
 		t.Fatal("message ids are not 1 and 2")
 	}
 	h := start(t, api, dir, setup{agent: mixed, policies: queued, opts: Options{Streaming: StreamEdits},
-		sess: func(m *sessions.Manager) Sessions { hold.Manager = m; return hold }})
+		sess: func(m *sessions.Manager) Sessions { hold.Manager = m; return allDoors(hold) }})
 	<-second.started
 	select {
 	case <-hold.recorded:

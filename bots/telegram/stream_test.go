@@ -234,7 +234,7 @@ func startStreaming(t *testing.T, api *telegramtest.Server, dir, mode string, ag
 	ag.api, ag.clock = api, clock
 	deliveries := make(chan string, 16)
 	h := start(t, api, dir, setup{agent: ag, policies: queued, sleep: clock.Sleep, sess: func(m *sessions.Manager) Sessions {
-		return deliveryNotes{Manager: m, ch: deliveries}
+		return allDoors(deliveryNotes{Manager: m, ch: deliveries})
 	}, opts: Options{
 		Mode: "webhook", WebhookURL: "https://bot.example.com/hook", WebhookSecret: "s",
 		Streaming: mode, Now: clock.Now, Format: ag.formatOr(FormatPlain),

@@ -26,8 +26,29 @@ import (
 // Channel is the Telegram channel's name in session keys and policies.
 const Channel = "telegram"
 
-// Sessions is what the bot needs from the session manager.
-type Sessions interface {
+// Sessions is what the bot uses of the session manager, one door per
+// role, each a small interface: what the bot can do is said by the doors
+// it is built with. SessionsOf opens every door on one session manager;
+// ToolApprovals may stay nil, and the bot then asks nothing (its calls
+// wait for their expiry).
+type Sessions struct {
+	Turns
+	Transcripts
+	Deliveries
+	ChannelStates
+	Standing
+	Storage
+	Registry
+	ToolApprovals
+}
+
+// SessionsOf is every door of the bot on m.
+func SessionsOf(m *sessions.Manager) Sessions {
+	return Sessions{Turns: m, Transcripts: m, Deliveries: m, ChannelStates: m, Standing: m, Storage: m, Registry: m, ToolApprovals: m}
+}
+
+// Turns are the messages and commands that start, change or stop a turn.
+type Turns interface {
 	// Submit stores a message and calls OnAck, without waiting for a
 	// turn; the ticket's Wait returns the outcome of the turn that
 	// answers it.
@@ -38,37 +59,59 @@ type Sessions interface {
 	Edit(ctx context.Context, in sessions.Inbound, originalID string, h sessions.Hooks) (sessions.EditOutcome, error)
 	Reset(ctx context.Context, in sessions.Inbound) (sessions.ResetEvent, error)
 	Stop(key string) bool
-	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
-	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
-	ChannelState(ctx context.Context, key string) (string, error)
-	SetChannelState(ctx context.Context, key, value string) error
-	// ResumePrevious, Open and Policy serve /resume, /history and the
-	// reset notices (Bot.tellReset); OnReset tells of sweeps (Bot.onSweep).
+	// Compact sums the conversation up now (/compact).
+	Compact(ctx context.Context, in sessions.Inbound) (int, error)
+}
+
+// Transcripts serve /resume, /history and the reset notices
+// (Bot.tellReset).
+type Transcripts interface {
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
 	// ResumeConversation is ResumePrevious for a "Go back" button, which
 	// names the conversation it goes back to (Bot.backTap).
 	ResumeConversation(ctx context.Context, in sessions.Inbound, conv string) (sessions.Resumed, error)
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	Policy(channel string) sessions.Policy
-	OnReset(fn func(sessions.ResetEvent))
-	// Compact sums the conversation up now (/compact).
-	Compact(ctx context.Context, in sessions.Inbound) (int, error)
-	// Status serves /status; OffersModels, Models and
-	// ChooseModel serve /model and its buttons (Bot.model, Bot.modelTap).
+}
+
+// Deliveries are how replies reach the bot to be sent, and how it says
+// it sent them.
+type Deliveries interface {
+	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
+	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
+}
+
+// ChannelStates keep the bot's own state (its update offset) in the
+// database.
+type ChannelStates interface {
+	ChannelState(ctx context.Context, key string) (string, error)
+	SetChannelState(ctx context.Context, key, value string) error
+}
+
+// Standing serves /status and /model with its buttons (Bot.model,
+// Bot.modelTap), and where a user stands against their budget: voice is
+// not transcribed for a user over it (Bot.audio).
+type Standing interface {
 	Status(ctx context.Context, in sessions.Inbound) (sessions.Status, error)
 	OffersModels() bool
 	Models(ctx context.Context, in sessions.Inbound) (sessions.ModelState, error)
 	ChooseModel(ctx context.Context, in sessions.Inbound, name string) (sessions.ModelState, error)
-	// Usage is where a session key's user stands against their budget:
-	// voice is not transcribed for a user over it (Bot.audio).
 	Usage(ctx context.Context, channel, sessionKey string) (sessions.UsageStanding, error)
-	// DelayNotice is how long a message waits on the database before
-	// its user is told, once, that it is kept (0: never); StorageDown
-	// tells since when the database has failed every call.
+}
+
+// Storage is how the database is doing: DelayNotice is how long a
+// message waits on it before its user is told, once, that it is kept (0:
+// never); StorageDown tells since when it has failed every call.
+type Storage interface {
 	DelayNotice() time.Duration
 	StorageDown() (time.Time, bool)
-	// OnFetch registers how the session manager fetches the images the
-	// bot's users sent.
+}
+
+// Registry is how the session manager's other work reaches the bot,
+// registered once when it is built: resets made by sweeps
+// (Bot.onSweep), and the fetch of stored images.
+type Registry interface {
+	OnReset(fn func(sessions.ResetEvent))
 	OnFetch(channel string, f sessions.Fetcher)
 }
 

@@ -130,7 +130,7 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 		}
 		return ctx.Err()
 	}
-	var sess Sessions = h.mgr
+	sess := SessionsOf(h.mgr)
 	if s.sess != nil {
 		sess = s.sess(h.mgr)
 	}
@@ -196,7 +196,7 @@ func (s storedNotes) Submit(ctx context.Context, in sessions.Inbound, h sessions
 // noteStored is a setup.sess that sends each stored message's text to ch,
 // which must have room for every message of the test.
 func noteStored(ch chan<- string) func(*sessions.Manager) Sessions {
-	return func(m *sessions.Manager) Sessions { return storedNotes{Manager: m, stored: ch} }
+	return func(m *sessions.Manager) Sessions { return allDoors(storedNotes{Manager: m, stored: ch}) }
 }
 
 // waitStored waits until the bot has stored a message with each of these
@@ -307,4 +307,19 @@ func TestIdleResetWithFakeClock(t *testing.T) {
 	if sent[1].Text != "(A new conversation started: the last one was idle for 30 minutes. Send /resume to go back to it.)" || sent[2].Text != "echo: after (history: 0)" {
 		t.Fatalf("after idle period: %q", texts(sent))
 	}
+}
+
+// allDoors opens every door of the bot on x: a session manager, or a
+// test's wrapper of one that changes what one of its methods does.
+func allDoors(x interface {
+	Turns
+	Transcripts
+	Deliveries
+	ChannelStates
+	Standing
+	Storage
+	Registry
+	ToolApprovals
+}) Sessions {
+	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x, ToolApprovals: x}
 }

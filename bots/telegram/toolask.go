@@ -33,7 +33,7 @@ import (
 )
 
 // ToolApprovals is what the bot needs of the session manager to ask its
-// users to allow or deny tool calls. A Sessions without it asks nothing
+// users to allow or deny tool calls. A bot built without it asks nothing
 // (its calls wait for their expiry).
 type ToolApprovals interface {
 	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
@@ -91,12 +91,11 @@ func newToolAsks() toolAsks {
 // registerTools asks the session manager to route this channel's tool
 // asks to the bot, when it can.
 func (b *Bot) registerTools(sess Sessions) {
-	ta, ok := sess.(ToolApprovals)
-	if !ok {
+	if sess.ToolApprovals == nil {
 		return
 	}
-	b.tools = ta
-	ta.OnToolAsk(Channel, b.askTool, b.toolSettled)
+	b.tools = sess.ToolApprovals
+	b.tools.OnToolAsk(Channel, b.askTool, b.toolSettled)
 }
 
 // noteName remembers how to call a user who wrote, for "Only Ann can

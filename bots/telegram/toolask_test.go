@@ -154,7 +154,7 @@ func TestToolAskDeniedNeverRuns(t *testing.T) {
 	s, srv := toolSetup(t, nil, Options{}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
 	var fails atomic.Int32
 	fails.Store(1)
-	s.sess = func(m *sessions.Manager) Sessions { return failDecisions{Manager: m, n: &fails} }
+	s.sess = func(m *sessions.Manager) Sessions { return allDoors(failDecisions{Manager: m, n: &fails}) }
 	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), s)
 	api.Push(telegramtest.DM(7, "count"))

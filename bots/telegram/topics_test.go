@@ -223,7 +223,7 @@ func TestClosedOrDeletedTopicGetsTheReplyInGeneral(t *testing.T) {
 			ag := heldAgent{started: make(chan string, 1), release: make(chan struct{})}
 			deliveries := make(chan string, 4)
 			h := start(t, api, t.TempDir(), setup{agent: ag, opts: Options{GroupPolicy: "all"}, sess: func(m *sessions.Manager) Sessions {
-				return deliveryNotes{Manager: m, ch: deliveries}
+				return allDoors(deliveryNotes{Manager: m, ch: deliveries})
 			}})
 			id := api.Push(telegramtest.Topic(forum, 7, 12, "question"))
 			<-ag.started

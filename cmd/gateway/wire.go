@@ -286,7 +286,7 @@ func (s *server) startTelegram() {
 func (s *server) buildBot() *telegram.Bot {
 	cfg, metrics := s.cfg, s.metrics
 	tg := cfg.Channels.Telegram
-	bot, err := telegram.New(s.mgr, telegram.Options{
+	bot, err := telegram.New(telegram.SessionsOf(s.mgr), telegram.Options{
 		Elector: sessions.NewElector(s.db, s.mgr.ReplicaID()),
 		Token:   tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 		WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,
