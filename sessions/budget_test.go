@@ -239,19 +239,11 @@ func handle0(t *testing.T, m *Manager, key, text string, stop func(string) Outco
 }
 
 // waitNoCompaction waits until no summary is being made: a turn's reply
-// is stored (and its summary, if any, begun) before its caller hears of
-// it, so after handle this waits for that turn's summary.
+// is stored, and its summary (if any) counted for the drain, before its
+// caller hears of it, so after handle this waits for that turn's
+// summary. (No sweep runs in these tests: the drain's count is the
+// summaries'.)
 func waitNoCompaction(t *testing.T, m *Manager) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		m.mu.Lock()
-		n := len(m.compacting)
-		m.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("summaries of %d conversations still being made", n)
-		}
-	}
+	m.sweeps.Wait()
 }
