@@ -138,7 +138,7 @@ func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
 	startRescuer(t, b)
 	pid := dbB.Events().ListenPID()
 	if pid == 0 {
-		t.Fatal("B has no listen connection after StartRescuer")
+		t.Fatal("B has no listen connection after Listen")
 	}
 	var killed bool
 	if err := dbB.Gorm().Raw("SELECT pg_terminate_backend(?)", pid).Scan(&killed).Error; err != nil || !killed {

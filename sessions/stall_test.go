@@ -54,7 +54,7 @@ func TestStalledListenerIsReplaced(t *testing.T) {
 	knowPeers(t, a, b)
 	pid := dbB.Events().ListenPID()
 	if pid == 0 {
-		t.Fatal("B has no listen connection after StartRescuer")
+		t.Fatal("B has no listen connection after Listen")
 	}
 
 	proxy.Stall(t)
