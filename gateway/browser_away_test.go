@@ -23,7 +23,7 @@ func TestPreviousFromAnotherDeviceWhileAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := sessions.WebSocketKey("ned")
-	if _, err := e.mgr.ResumePrevious(context.Background(), sessions.Inbound{Channel: Channel, SessionKey: key, UserID: "ned"}); err != nil {
+	if _, err := e.mgr.Conversations().ResumePrevious(context.Background(), sessions.Inbound{Channel: Channel, SessionKey: key, UserID: "ned"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx,

@@ -35,14 +35,17 @@ type Sessions struct {
 	Turns
 	Transcripts
 	Principals
+	Policies
 	Standing
 	ToolDecisions
 	Registry
 }
 
-// SessionsOf is every door of the WebSocket channel on m.
+// SessionsOf is every door of the WebSocket channel on m; Transcripts
+// and Principals open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
-	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m, ToolDecisions: m, Registry: m}
+	c := m.Conversations()
+	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m, ToolDecisions: m, Registry: m}
 }
 
 // Turns are the frames that start, change or stop a turn.
@@ -64,11 +67,9 @@ type Turns interface {
 type Transcripts interface {
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
 	// ResumePrevious and ConversationTranscript take a session back to
-	// its previous conversation (wsConn.resumePrevious); Policy tells a
-	// reset's why.
+	// its previous conversation (wsConn.resumePrevious).
 	ResumePrevious(ctx context.Context, in sessions.Inbound) (sessions.Resumed, error)
 	ConversationTranscript(ctx context.Context, convID string, limit int) (sessions.Transcript, error)
-	Policy(channel string) sessions.Policy
 	// StoredReply brings a reply another replica stored to the clients
 	// connected here (WebSocket.onReply).
 	StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (clientMsgID string, r sessions.Reply, err error)
@@ -79,6 +80,12 @@ type Transcripts interface {
 type Principals interface {
 	NewResumeToken(ctx context.Context, channel, principal string) (string, error)
 	ResumePrincipal(ctx context.Context, channel, token string) (string, error)
+}
+
+// Policies are the channel's conversation policy: a reset frame tells
+// how long a conversation idles before it is reset (WebSocket.resetFrame).
+type Policies interface {
+	Policy(channel string) sessions.Policy
 }
 
 // Standing is where a session stands: its status, its budget, the

@@ -115,7 +115,7 @@ func TestNothingBeforeReady(t *testing.T) {
 	e := newEnv(t, agent.Echo{}, WSOptions{}, nil, nil)
 	var ws *WebSocket
 	doors := SessionsOf(e.mgr)
-	doors.Transcripts = openFirst{Transcripts: e.mgr, hook: func(in sessions.Inbound) {
+	doors.Transcripts = openFirst{Transcripts: e.mgr.Conversations(), hook: func(in sessions.Inbound) {
 		ws.deliverStored(context.Background(), sessions.Delivery{Channel: Channel, SessionKey: in.SessionKey, ClientMsgID: "c-9",
 			UserSeq: 1, Reply: sessions.Reply{Seq: 2, Text: "finished while away", Status: sessions.MsgOK},
 			Turn: sessions.TurnRef{ConversationID: "conv", Seq: 1}})

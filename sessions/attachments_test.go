@@ -74,7 +74,7 @@ func TestAttachmentsAreStoredAndFetchedPerTurn(t *testing.T) {
 			t.Fatalf("history once gone = %+v", h)
 		}
 		// The transcript a client reads names them.
-		tr, err := m.Open(context.Background(), msg("websocket:ann", ""), -1, 100)
+		tr, err := m.Conversations().Open(context.Background(), msg("websocket:ann", ""), -1, 100)
 		if err != nil || len(tr.Entries[0].Attachments) != 1 || tr.Entries[0].Attachments[0].Hash != "h1" {
 			t.Fatalf("transcript = %+v, %v", tr, err)
 		}

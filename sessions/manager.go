@@ -328,6 +328,9 @@ type Manager struct {
 	asks *askRegistry
 	// choices caches the models keys chose.
 	choices *modelChoices
+	// convs: what channels read and change of conversations outside a
+	// turn (Manager.Conversations).
+	convs *Conversations
 }
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown
@@ -408,6 +411,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 	}
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.relay.m = m
+	m.convs = newConversations(st, m, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
 	m.unwatch = st.Observe(watcher{m})

@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,7 +11,7 @@ import (
 )
 
 // ReplyEvent tells that another replica stored a turn's reply. Load it
-// with StoredReply; the event itself carries no text.
+// with Conversations.StoredReply; the event itself carries no text.
 type ReplyEvent struct {
 	Channel        string
 	SessionKey     string
@@ -46,34 +45,6 @@ func (m *Manager) OnReply(fn func(ReplyEvent)) {
 	m.relay.mu.Lock()
 	m.relay.replies = append(m.relay.replies, fn)
 	m.relay.mu.Unlock()
-}
-
-// StoredReply returns a stored reply (with the client ids it covers) and
-// the client message id of the user message it answers: what a channel
-// sends for a ReplyEvent.
-func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (string, Reply, error) {
-	reply, err := m.store.Message(ctx, convID, replySeq)
-	if err != nil {
-		return "", Reply{}, err
-	}
-	if reply == nil || reply.ReplyTo != userSeq {
-		return "", Reply{}, fmt.Errorf("reply %d to %s/%d: %w", replySeq, convID, userSeq, ErrNoReply)
-	}
-	um, err := m.store.Message(ctx, convID, userSeq)
-	if err != nil {
-		return "", Reply{}, err
-	}
-	clientID := ""
-	if um != nil && um.ClientMsgID != nil {
-		clientID = *um.ClientMsgID
-	}
-	r := toReply(reply)
-	covers, err := m.store.Covers(ctx, convID, userSeq)
-	if err != nil {
-		return "", Reply{}, err
-	}
-	r.Covers = clientIDs(covers)
-	return clientID, r, nil
 }
 
 // Cross-replica events, the manager's side: replicas sharing a PostgreSQL

@@ -97,7 +97,7 @@ func TestRepliesAndResetsReachTheOtherReplica(t *testing.T) {
 		ev.Seq != out.UserSeq || ev.ReplySeq != out.Reply.Seq || ev.State != TurnAnswered || ev.Missed {
 		t.Fatalf("reply event on B = %+v, outcome on A = %+v", ev, out)
 	}
-	id, reply, err := b.StoredReply(context.Background(), ev.ConversationID, ev.Seq, ev.ReplySeq)
+	id, reply, err := b.Conversations().StoredReply(context.Background(), ev.ConversationID, ev.Seq, ev.ReplySeq)
 	if err != nil || id != "c-1" || !reflect.DeepEqual(reply, out.Reply) {
 		t.Fatalf("StoredReply on B = %q, %+v, %v; want c-1, %+v", id, reply, err, out.Reply)
 	}

@@ -60,8 +60,8 @@ const reopenAttempts = 5
 // now too when it began before the latest boundary, for the same reason.
 // The published ResetEvent (reason resume) reaches every listener here
 // and, through the other replicas, their clients.
-func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, error) {
-	return m.resume(ctx, in, "")
+func (c *Conversations) ResumePrevious(ctx context.Context, in Inbound) (Resumed, error) {
+	return c.resume(ctx, in, "")
 }
 
 // ResumeConversation is ResumePrevious for a caller that names the
@@ -71,36 +71,36 @@ func (m *Manager) ResumePrevious(ctx context.Context, in Inbound) (Resumed, erro
 // recently archived conversation with messages), and otherwise returns
 // ErrAlreadyActive (conv is the key's active conversation), ErrNotYours
 // (conv is another key's) or ErrNotPrevious, changing nothing.
-func (m *Manager) ResumeConversation(ctx context.Context, in Inbound, conv string) (Resumed, error) {
+func (c *Conversations) ResumeConversation(ctx context.Context, in Inbound, conv string) (Resumed, error) {
 	if conv == "" {
 		return Resumed{}, ErrBadInbound
 	}
-	return m.resume(ctx, in, conv)
+	return c.resume(ctx, in, conv)
 }
 
 // resume is ResumePrevious, and ResumeConversation when want is set.
-func (m *Manager) resume(ctx context.Context, in Inbound, want string) (Resumed, error) {
+func (c *Conversations) resume(ctx context.Context, in Inbound, want string) (Resumed, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return Resumed{}, ErrBadInbound
 	}
-	release, err := m.acquire(ctx, in.SessionKey)
+	release, err := c.turns.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return Resumed{}, err
 	}
 	defer release()
-	policy := m.Policy(in.Channel)
+	policy := c.turns.Policy(in.Channel)
 	for attempt := 1; ; attempt++ {
-		now := m.now()
-		cur, err := m.store.ActiveConversation(ctx, in.SessionKey)
+		now := c.now()
+		cur, err := c.store.ActiveConversation(ctx, in.SessionKey)
 		if err != nil {
 			return Resumed{}, err
 		}
-		prev, err := m.store.LastArchived(ctx, in.SessionKey)
+		prev, err := c.store.LastArchived(ctx, in.SessionKey)
 		if err != nil {
 			return Resumed{}, err
 		}
 		if want != "" && (prev == nil || prev.ID != want) {
-			return Resumed{}, m.notPrevious(ctx, in.SessionKey, cur, want)
+			return Resumed{}, c.notPrevious(ctx, in.SessionKey, cur, want)
 		}
 		if prev == nil {
 			return Resumed{}, ErrNothingToResume
@@ -112,13 +112,13 @@ func (m *Manager) resume(ctx context.Context, in Inbound, want string) (Resumed,
 		if policy.Reset.daily() && prev.StartedAt.Before(policy.Reset.Boundary(now)) {
 			r.StartedAt = &now
 		}
-		err = m.store.Reopen(ctx, r)
+		err = c.store.Reopen(ctx, r)
 		if errors.Is(err, ledger.ErrStale) && attempt < reopenAttempts && ctx.Err() == nil {
-			m.hot.Remove(in.SessionKey)
+			c.hot.Remove(in.SessionKey)
 			continue
 		}
 		// Whatever happened, the cached copy may be the archived one.
-		m.hot.Remove(in.SessionKey)
+		c.hot.Remove(in.SessionKey)
 		if err != nil {
 			return Resumed{}, fmt.Errorf("resume previous conversation of %s: %w", in.SessionKey, err)
 		}
@@ -132,24 +132,24 @@ func (m *Manager) resume(ctx context.Context, in Inbound, want string) (Resumed,
 		if cur != nil {
 			ev.OldMessages = cur.LastSeq
 		}
-		m.log.Info("conversation resumed", slog.String("session_key", in.SessionKey),
+		c.log.Info("conversation resumed", slog.String("session_key", in.SessionKey),
 			slog.String("archived", ev.OldConversation), slog.String("conversation", conv.ID))
-		m.publish(ev)
+		c.turns.publish(ev)
 		return Resumed{Event: ev, Conversation: conv}, nil
 	}
 }
 
 // notPrevious says why conversation want is not the key's to go back to:
 // it is active already, another key's (or not stored), or passed over.
-func (m *Manager) notPrevious(ctx context.Context, key string, cur *ledger.Conversation, want string) error {
+func (c *Conversations) notPrevious(ctx context.Context, key string, cur *ledger.Conversation, want string) error {
 	if cur != nil && cur.ID == want {
 		return ErrAlreadyActive
 	}
-	c, err := m.store.Conversation(ctx, want)
+	got, err := c.store.Conversation(ctx, want)
 	switch {
 	case err != nil:
 		return err
-	case c != nil && c.SessionKey != key:
+	case got != nil && got.SessionKey != key:
 		return ErrNotYours
 	}
 	return ErrNotPrevious
@@ -162,11 +162,11 @@ func (m *Manager) notPrevious(ctx context.Context, key string, cur *ledger.Conve
 // empty) in a channel that resets on its own, and the hook is set; the
 // archive it reports is the key's latest of a conversation with messages,
 // if a sweep made it (a user's own /new is not reported).
-func (m *Manager) tellEarlierReset(ctx context.Context, t *Ticket, hc *hotConv, policy Policy) error {
+func (c *Conversations) tellEarlierReset(ctx context.Context, t *Ticket, hc *hotConv, policy Policy) error {
 	if t.reset != nil || t.hooks.OnReset == nil || hc.conv.LastSeq != 0 || (!policy.Reset.idle() && !policy.Reset.daily()) {
 		return nil
 	}
-	prev, err := m.store.LastArchived(ctx, t.in.SessionKey)
+	prev, err := c.store.LastArchived(ctx, t.in.SessionKey)
 	if err != nil || prev == nil {
 		return err
 	}
@@ -177,22 +177,4 @@ func (m *Manager) tellEarlierReset(ctx context.Context, t *Ticket, hc *hotConv, 
 		NewConversation: hc.conv.ID, Reason: prev.ResetReason, OldMessages: prev.LastSeq, Earlier: true}
 	t.hooks.OnReset(*t.reset)
 	return nil
-}
-
-// ConversationTranscript returns the lines of a conversation, active or
-// archived, read from its last limit messages: what a client switching to
-// it (after ResumePrevious) is shown.
-func (m *Manager) ConversationTranscript(ctx context.Context, convID string, limit int) (Transcript, error) {
-	conv, err := m.store.Conversation(ctx, convID)
-	if err != nil {
-		return Transcript{}, err
-	}
-	if conv == nil {
-		return Transcript{}, fmt.Errorf("conversation %s is not stored", convID)
-	}
-	msgs, err := m.store.RecentMessages(ctx, convID, limit)
-	if err != nil {
-		return Transcript{}, err
-	}
-	return toTranscript(conv, msgs), nil
 }

@@ -43,7 +43,7 @@ func TestResumePreviousReopensTheArchivedConversation(t *testing.T) {
 			t.Fatalf("after reset: %q", second.Reply.Text)
 		}
 
-		res, err := m.ResumePrevious(context.Background(), msg(key, ""))
+		res, err := m.Conversations().ResumePrevious(context.Background(), msg(key, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestResumePreviousReopensTheArchivedConversation(t *testing.T) {
 		}
 
 		// Again: back to the one just left.
-		res, err = m.ResumePrevious(context.Background(), msg(key, ""))
+		res, err = m.Conversations().ResumePrevious(context.Background(), msg(key, ""))
 		if err != nil || res.Event.NewConversation != second.ConversationID {
 			t.Fatalf("second resume = %+v, %v", res, err)
 		}
@@ -92,17 +92,17 @@ func TestResumePreviousWithNothingArchived(t *testing.T) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		const key = "websocket:bob"
-		if _, err := m.ResumePrevious(context.Background(), msg(key, "")); !errors.Is(err, ErrNothingToResume) {
+		if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); !errors.Is(err, ErrNothingToResume) {
 			t.Fatalf("new key: %v, want ErrNothingToResume", err)
 		}
 		out := handle(t, m, msg(key, "hi"))
-		if _, err := m.ResumePrevious(context.Background(), msg(key, "")); !errors.Is(err, ErrNothingToResume) {
+		if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); !errors.Is(err, ErrNothingToResume) {
 			t.Fatalf("only an active conversation: %v", err)
 		}
 		if got := activeOf(t, db, key); got != out.ConversationID {
 			t.Fatalf("active = %s, want %s untouched", got, out.ConversationID)
 		}
-		if _, err := m.ResumePrevious(context.Background(), Inbound{Channel: "websocket"}); !errors.Is(err, ErrBadInbound) {
+		if _, err := m.Conversations().ResumePrevious(context.Background(), Inbound{Channel: "websocket"}); !errors.Is(err, ErrBadInbound) {
 			t.Fatalf("no key: %v", err)
 		}
 	})
@@ -124,7 +124,7 @@ func TestResumedConversationIsNotSweptAtOnce(t *testing.T) {
 		if n, err := m.SweepIdle(context.Background()); n != 1 || err != nil {
 			t.Fatalf("sweep = %d, %v", n, err)
 		}
-		res, err := m.ResumePrevious(context.Background(), msg(key, ""))
+		res, err := m.Conversations().ResumePrevious(context.Background(), msg(key, ""))
 		if err != nil || res.Event.NewConversation != first.ConversationID || res.Event.OldConversation != "" {
 			t.Fatalf("resume after the sweep = %+v, %v", res, err)
 		}
@@ -153,7 +153,7 @@ func TestResumedConversationSurvivesTheDailyCheck(t *testing.T) {
 	if out := handle(t, m, msg(key, "today")); out.Reset == nil || out.Reset.Reason != ReasonDaily {
 		t.Fatalf("no daily reset: %+v", out)
 	}
-	if _, err := m.ResumePrevious(context.Background(), msg(key, "")); err != nil {
+	if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); err != nil {
 		t.Fatal(err)
 	}
 	out := handle(t, m, msg(key, "still yesterday's"))
@@ -235,7 +235,7 @@ func TestResumePreviousWithConcurrentTurns(t *testing.T) {
 			})
 			if i%5 == 0 {
 				wg.Go(func() {
-					if _, err := m.ResumePrevious(context.Background(), msg(key, "")); err != nil {
+					if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); err != nil {
 						t.Error(err)
 					}
 				})
@@ -285,7 +285,7 @@ func TestResumePreviousReachesTheOtherReplica(t *testing.T) {
 		t.Fatalf("B got %+v", ev)
 	}
 	second := handle(t, b, msg(key, "on B")) // B caches the new conversation
-	res, err := a.ResumePrevious(context.Background(), msg(key, ""))
+	res, err := a.Conversations().ResumePrevious(context.Background(), msg(key, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,14 +317,14 @@ func TestResumeConversationOnlyWhileItIsThePreviousOne(t *testing.T) {
 		}
 		second := handle(t, m, msg(key, "two"))
 		clock.Advance(time.Minute)
-		if _, err := m.ResumeConversation(ctx, msg("websocket:bob", ""), first.ConversationID); !errors.Is(err, ErrNotYours) {
+		if _, err := m.Conversations().ResumeConversation(ctx, msg("websocket:bob", ""), first.ConversationID); !errors.Is(err, ErrNotYours) {
 			t.Fatalf("another key's resume: %v, want ErrNotYours", err)
 		}
-		res, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID)
+		res, err := m.Conversations().ResumeConversation(ctx, msg(key, ""), first.ConversationID)
 		if err != nil || res.Event.NewConversation != first.ConversationID || res.Event.OldConversation != second.ConversationID {
 			t.Fatalf("resume = %+v, %v", res, err)
 		}
-		if _, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID); !errors.Is(err, ErrAlreadyActive) {
+		if _, err := m.Conversations().ResumeConversation(ctx, msg(key, ""), first.ConversationID); !errors.Is(err, ErrAlreadyActive) {
 			t.Fatalf("second resume of it: %v, want ErrAlreadyActive", err)
 		}
 		// The key moves on: a reset archives the first one again, and a
@@ -334,17 +334,17 @@ func TestResumeConversationOnlyWhileItIsThePreviousOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		handle(t, m, msg(key, "three"))
-		if _, err := m.ResumeConversation(ctx, msg(key, ""), second.ConversationID); !errors.Is(err, ErrNotPrevious) {
+		if _, err := m.Conversations().ResumeConversation(ctx, msg(key, ""), second.ConversationID); !errors.Is(err, ErrNotPrevious) {
 			t.Fatalf("resume of an older archive: %v, want ErrNotPrevious", err)
 		}
-		if _, err := m.ResumeConversation(ctx, msg(key, ""), "no-such-conversation"); !errors.Is(err, ErrNotPrevious) {
+		if _, err := m.Conversations().ResumeConversation(ctx, msg(key, ""), "no-such-conversation"); !errors.Is(err, ErrNotPrevious) {
 			t.Fatalf("resume of an unknown conversation: %v, want ErrNotPrevious", err)
 		}
 		third := activeOf(t, db, key)
 		if third == first.ConversationID || third == second.ConversationID {
 			t.Fatalf("a refused resume changed the active conversation to %s", third)
 		}
-		if res, err := m.ResumeConversation(ctx, msg(key, ""), first.ConversationID); err != nil || activeOf(t, db, key) != first.ConversationID {
+		if res, err := m.Conversations().ResumeConversation(ctx, msg(key, ""), first.ConversationID); err != nil || activeOf(t, db, key) != first.ConversationID {
 			t.Fatalf("resume of the previous one = %+v, %v", res, err)
 		}
 	})

@@ -19,7 +19,7 @@ func TestOpenTranscript(t *testing.T) {
 		c := newClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 		m := newManager(t, db, &recorder{}, c, nil)
 		in := msg("websocket:ann", "")
-		first, err := m.Open(ctx, in, -1, 10)
+		first, err := m.Conversations().Open(ctx, in, -1, 10)
 		if err != nil || first.Conversation == "" || first.LastSeq != 0 || len(first.Entries) != 0 {
 			t.Fatalf("Open of a new key = %+v, %v", first, err)
 		}
@@ -45,15 +45,15 @@ func TestOpenTranscript(t *testing.T) {
 			{Seq: 4, Role: "assistant", Text: "Sunny.", Status: MsgOK, ReplyTo: 1},
 			{Seq: 5, Role: "user", Text: "and tomorrow?", Status: MsgOK},
 		}
-		all, err := m.Open(ctx, in, -1, 10)
+		all, err := m.Conversations().Open(ctx, in, -1, 10)
 		if err != nil || all.Conversation != conv.ID || all.LastSeq != 6 || !reflect.DeepEqual(all.Entries, want) {
 			t.Fatalf("Open(-1, 10) = %+v, %v; want last seq 6 and %+v", all, err, want)
 		}
-		after, err := m.Open(ctx, in, 1, 3)
+		after, err := m.Conversations().Open(ctx, in, 1, 3)
 		if err != nil || after.LastSeq != 6 || !reflect.DeepEqual(after.Entries, want[1:2]) {
 			t.Fatalf("Open(1, 3) = %+v, %v; want %+v", after, err, want[1:2])
 		}
-		tail, err := m.Open(ctx, in, -1, 2)
+		tail, err := m.Conversations().Open(ctx, in, -1, 2)
 		if err != nil || tail.LastSeq != 6 || !reflect.DeepEqual(tail.Entries, want[2:]) {
 			t.Fatalf("Open(-1, 2) = %+v, %v; want %+v", tail, err, want[2:])
 		}

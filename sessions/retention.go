@@ -86,7 +86,7 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 					if err := m.store.SetState(ctx, r.Key, b.encode(now)); err != nil {
 						return n, err
 					}
-				case m.expired(b, now):
+				case b.expired(m.opts.ResumeTTL, now):
 					dead = append(dead, r.Key)
 				case now.Sub(b.Issued) > resumeGrace:
 					k := WebSocketKey(b.Principal)

@@ -24,11 +24,11 @@ func TestPurgeRemovesDeadChannelStates(t *testing.T) {
 		t.Cleanup(func() { m.Shutdown(context.Background()) })
 		issue := func(principal string) string {
 			t.Helper()
-			tok, err := m.NewResumeToken(ctx, "websocket", principal)
+			tok, err := m.Conversations().NewResumeToken(ctx, "websocket", principal)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.Open(ctx, msg(WebSocketKey(principal), ""), -1, 10); err != nil {
+			if _, err := m.Conversations().Open(ctx, msg(WebSocketKey(principal), ""), -1, 10); err != nil {
 				t.Fatal(err)
 			}
 			return tok
@@ -37,10 +37,10 @@ func TestPurgeRemovesDeadChannelStates(t *testing.T) {
 		c.Set(t0)
 		guest := issue("guest-0123456789abcdef")
 		bob := issue("bob")
-		if p, err := m.ResumePrincipal(ctx, "websocket", eve); !errors.Is(err, ErrResumeExpired) || p != "" {
+		if p, err := m.Conversations().ResumePrincipal(ctx, "websocket", eve); !errors.Is(err, ErrResumeExpired) || p != "" {
 			t.Fatalf("expired token resolved to %q, %v", p, err)
 		}
-		if err := m.SetChannelState(ctx, "telegram:offset", "42"); err != nil {
+		if err := m.Conversations().SetChannelState(ctx, "telegram:offset", "42"); err != nil {
 			t.Fatal(err)
 		}
 		// A binding written before bindings carried their issue time.
@@ -71,13 +71,13 @@ func TestPurgeRemovesDeadChannelStates(t *testing.T) {
 			t.Fatalf("bob's conversation: %+v", got)
 		}
 		for tok, who := range map[string]string{bob: "bob", carol: "carol", "legacy-token": "dave", guest: "", eve: ""} {
-			if p, err := m.ResumePrincipal(ctx, "websocket", tok); err != nil || p != who {
+			if p, err := m.Conversations().ResumePrincipal(ctx, "websocket", tok); err != nil || p != who {
 				t.Fatalf("token of %q resolves to %q, %v", who, p, err)
 			}
 		}
 		// The legacy binding was stamped at the purge: it expires one TTL on.
 		c.Advance(61 * 24 * time.Hour)
-		if _, err := m.ResumePrincipal(ctx, "websocket", "legacy-token"); !errors.Is(err, ErrResumeExpired) {
+		if _, err := m.Conversations().ResumePrincipal(ctx, "websocket", "legacy-token"); !errors.Is(err, ErrResumeExpired) {
 			t.Fatalf("legacy token after a TTL: %v", err)
 		}
 	})

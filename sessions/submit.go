@@ -217,7 +217,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 			t.hooks.OnReset(*t.reset)
 		}
 		m.publish(*t.reset)
-	} else if err := m.tellEarlierReset(ctx, t, hc, policy); err != nil {
+	} else if err := m.convs.tellEarlierReset(ctx, t, hc, policy); err != nil {
 		return err
 	}
 	// Stored pending, owned by this replica: if it dies before a turn

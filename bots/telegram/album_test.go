@@ -199,7 +199,7 @@ func TestAlbumGivenBackAfterItWasStoredRunsOnce(t *testing.T) {
 	api.Replay(firstUpdate)
 	clock, opts = albumClock()
 	h2 := start(t, api, dir, setup{agent: ag, opts: opts, beforeStart: func(h *harness) {
-		if err := h.mgr.SetChannelState(context.Background(), fmt.Sprintf("telegram:%d:offset", telegramtest.BotID), ""); err != nil {
+		if err := h.mgr.Conversations().SetChannelState(context.Background(), fmt.Sprintf("telegram:%d:offset", telegramtest.BotID), ""); err != nil {
 			t.Fatal(err)
 		}
 	}})

@@ -162,6 +162,8 @@ func TestEmptyReplySaysSo(t *testing.T) {
 // stored.
 type holdFirstDelivery struct {
 	*sessions.Manager
+	// ChannelStates are the manager's, whose SetChannelState it watches.
+	ChannelStates
 	forMsg   string
 	once     *sync.Once
 	release  chan struct{}
@@ -175,7 +177,7 @@ func (h holdFirstDelivery) Delivered(ctx context.Context, t sessions.TurnRef, re
 }
 
 func (h holdFirstDelivery) SetChannelState(ctx context.Context, key, value string) error {
-	err := h.Manager.SetChannelState(ctx, key, value)
+	err := h.ChannelStates.SetChannelState(ctx, key, value)
 	if strings.Contains(key, ":preview:") && strings.Contains(value, `"for":"`+h.forMsg+`"`) {
 		h.rec.Do(func() { close(h.recorded) })
 	}
@@ -210,7 +212,12 @@ func TestPreviewRecordOfTheNextReplyIsKept(t *testing.T) {
 		t.Fatal("message ids are not 1 and 2")
 	}
 	h := start(t, api, dir, setup{agent: mixed, policies: queued, opts: Options{Streaming: StreamEdits},
-		sess: func(m *sessions.Manager) Sessions { hold.Manager = m; return allDoors(hold) }})
+		sess: func(m *sessions.Manager) Sessions {
+			hold.Manager, hold.ChannelStates = m, m.Conversations()
+			s := allDoors(hold)
+			s.ChannelStates = hold
+			return s
+		}})
 	<-second.started
 	select {
 	case <-hold.recorded:

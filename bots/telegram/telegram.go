@@ -34,6 +34,7 @@ const Channel = "telegram"
 type Sessions struct {
 	Turns
 	Transcripts
+	Policies
 	Deliveries
 	ChannelStates
 	Standing
@@ -42,9 +43,12 @@ type Sessions struct {
 	ToolApprovals
 }
 
-// SessionsOf is every door of the bot on m.
+// SessionsOf is every door of the bot on m; Transcripts and
+// ChannelStates open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
-	return Sessions{Turns: m, Transcripts: m, Deliveries: m, ChannelStates: m, Standing: m, Storage: m, Registry: m, ToolApprovals: m}
+	c := m.Conversations()
+	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m, Storage: m, Registry: m,
+		ToolApprovals: m}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.
@@ -71,6 +75,11 @@ type Transcripts interface {
 	// names the conversation it goes back to (Bot.backTap).
 	ResumeConversation(ctx context.Context, in sessions.Inbound, conv string) (sessions.Resumed, error)
 	Open(ctx context.Context, in sessions.Inbound, afterSeq int64, limit int) (sessions.Transcript, error)
+}
+
+// Policies are the channel's conversation policy: a reset notice tells
+// how long a conversation idles before it is reset (Bot.resetNotice).
+type Policies interface {
 	Policy(channel string) sessions.Policy
 }
 

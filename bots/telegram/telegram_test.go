@@ -310,16 +310,19 @@ func TestIdleResetWithFakeClock(t *testing.T) {
 }
 
 // allDoors opens every door of the bot on x: a session manager, or a
-// test's wrapper of one that changes what one of its methods does.
+// test's wrapper of one that changes what one of its methods does;
+// Transcripts and ChannelStates open on its Conversations.
 func allDoors(x interface {
 	Turns
-	Transcripts
+	Policies
 	Deliveries
-	ChannelStates
 	Standing
 	Storage
 	Registry
 	ToolApprovals
+	Conversations() *sessions.Conversations
 }) Sessions {
-	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x, ToolApprovals: x}
+	c := x.Conversations()
+	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x, Storage: x, Registry: x,
+		ToolApprovals: x}
 }

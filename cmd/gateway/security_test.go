@@ -116,11 +116,11 @@ func TestSessionsPurgeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := sessions.New(db, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
-	live, err := m.NewResumeToken(ctx, "websocket", "ann")
+	live, err := m.Conversations().NewResumeToken(ctx, "websocket", "ann")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Open(ctx, sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann"}, -1, 10); err != nil {
+	if _, err := m.Conversations().Open(ctx, sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann"}, -1, 10); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SetState(ctx, "websocket:resume:old", `{"principal":"ann","issued":"2020-01-01T00:00:00Z"}`); err != nil {
@@ -141,7 +141,7 @@ func TestSessionsPurgeCommand(t *testing.T) {
 	defer db.Close()
 	m = sessions.New(db, agent.Echo{}, sessions.Options{ResumeTTL: time.Hour})
 	defer m.Shutdown(ctx)
-	if p, err := m.ResumePrincipal(ctx, "websocket", live); err != nil || p != "ann" {
+	if p, err := m.Conversations().ResumePrincipal(ctx, "websocket", live); err != nil || p != "ann" {
 		t.Fatalf("the live token after the purge: %q, %v", p, err)
 	}
 	if v, _ := db.GetState(ctx, "websocket:resume:old"); v != "" {
