@@ -317,9 +317,9 @@ type Manager struct {
 	health    health
 	bursts    map[string]*burst
 	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
-	// compacting: conversations a summary is being made for, and whether
-	// to look again when it is done (Manager.compactLater).
-	compacting map[string]bool
+	// compaction makes the summaries of conversations that outgrow
+	// their history window.
+	compaction *compaction
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
@@ -400,12 +400,16 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		draining: draining, drain: drain,
 		running:  map[string]context.CancelCauseFunc{},
 		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
-		compacting: map[string]bool{},
-		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
-		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		turnLocks: locks.New(locks.Options{Now: opts.Now}),
+		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
 		choices: newModelChoices(), asks: newAskRegistry(),
 	}
+	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.closing
+	}})
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.relay.m = m
 	m.live.Store(live)

@@ -249,7 +249,7 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 			// Only a turn that called the model grows what a summary
 			// folds; one refused (budget), expired or stopped before it
 			// ran causes no model call, a summary's included.
-			m.compactLater(t.in, t.conv)
+			m.compaction.later(t.in, t.conv)
 		}
 		return msgs, state, nil
 	}
