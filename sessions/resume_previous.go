@@ -134,7 +134,7 @@ func (m *Manager) resume(ctx context.Context, in Inbound, want string) (Resumed,
 		}
 		m.log.Info("conversation resumed", slog.String("session_key", in.SessionKey),
 			slog.String("archived", ev.OldConversation), slog.String("conversation", conv.ID))
-		m.publish(ev)
+		m.relay.publish(ev)
 		return Resumed{Event: ev, Conversation: conv}, nil
 	}
 }

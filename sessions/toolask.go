@@ -2,7 +2,7 @@ package sessions
 
 // Approval of tool calls (approve: ask). The call is put up as asking, with
 // its expiry, in the ledger — so a restart asks again — and the channel
-// asks the user whose turn it is (OnToolAsk). A decision (DecideTool)
+// asks the user whose turn it is (Route.Ask). A decision (DecideTool)
 // moves the stored call, on whichever replica it arrives; the waiting
 // turn hears of it at once when it runs here and within toolPoll when it
 // runs elsewhere. An ask nobody answers in time counts as denied.
@@ -21,45 +21,15 @@ import (
 // decision made on another replica reaches it within this.
 const toolPoll = time.Second
 
-// toolAsker is a channel's way to ask, and to take its ask back once the
-// call was decided or expired.
-type toolAsker struct {
-	ask     ToolAsker
-	settled func(ctx context.Context, a ToolAsk, ref string)
-}
-
-// OnToolAsk registers how a channel asks its user to allow or deny a
-// call, and (settled, which may be nil) how it takes the ask back once
-// the call is decided or expired — a.Call.Status says how — such as
-// removing the buttons. Register before turns run.
-func (m *Manager) OnToolAsk(channel string, ask ToolAsker, settled func(ctx context.Context, a ToolAsk, ref string)) {
-	m.asks.register(channel, toolAsker{ask: ask, settled: settled})
-}
-
-// askRegistry is how each channel asks, and the turns waiting for a
-// decision, each woken when its call is decided here.
+// askRegistry is the turns waiting for a decision, each woken when its
+// call is decided here.
 type askRegistry struct {
-	mu     sync.Mutex
-	askers map[string]toolAsker
-	waits  map[int64]chan struct{}
+	mu    sync.Mutex
+	waits map[int64]chan struct{}
 }
 
 func newAskRegistry() *askRegistry {
-	return &askRegistry{askers: map[string]toolAsker{}, waits: map[int64]chan struct{}{}}
-}
-
-func (r *askRegistry) register(channel string, a toolAsker) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.askers[channel] = a
-}
-
-// asker is the channel's way to ask; false before it registered.
-func (r *askRegistry) asker(channel string) (toolAsker, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a, ok := r.askers[channel]
-	return a, ok
+	return &askRegistry{waits: map[int64]chan struct{}{}}
 }
 
 // waiter is a channel that wakes the turn waiting for call id, and how
@@ -133,12 +103,12 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if asked || !m.now().Before(expires) {
 			return
 		}
-		asker, ok := m.asks.asker(tt.in.Channel)
-		if !ok {
+		rt, _ := m.routes.route(tt.in.Channel)
+		if rt.Ask == nil {
 			return
 		}
 		asked = true
-		got, err := asker.ask(ctx, a)
+		got, err := rt.Ask(ctx, a)
 		if err != nil {
 			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
 				slog.String("tool", c.Name), slog.String("error", err.Error()))
@@ -159,8 +129,8 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
 		}
-		asker, ok := m.asks.asker(tt.in.Channel)
-		if !ok || asker.settled == nil || (!asked && ref == "") {
+		rt, _ := m.routes.route(tt.in.Channel)
+		if rt.AskSettled == nil || (!asked && ref == "") {
 			return
 		}
 		a.Call.Status = c.State
@@ -170,7 +140,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		case c.DecidedBy == ledger.ToolExpiredBy:
 			a.Call.Status = ToolExpired
 		}
-		asker.settled(context.WithoutCancel(ctx), a, ref)
+		rt.AskSettled(context.WithoutCancel(ctx), a, ref)
 	}
 	poll := time.NewTicker(toolPoll)
 	defer poll.Stop()

@@ -28,17 +28,16 @@ func (r *toolRig) askManager(t *testing.T, replica string, clock *clocktest.Cloc
 	}
 	m := sessions.New(r.db, r.model, opts)
 	settled := make(chan sessions.ToolAsk, 8)
-	m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	delivered := make(chan sessions.Delivery, 4)
+	m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
 		r.asks <- a
 		return "ask-" + replica, nil
-	}, func(ctx context.Context, a sessions.ToolAsk, ref string) {
+	}, AskSettled: func(ctx context.Context, a sessions.ToolAsk, ref string) {
 		settled <- a
-	})
-	delivered := make(chan sessions.Delivery, 4)
-	m.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+	}, Deliver: func(ctx context.Context, d sessions.Delivery) (string, error) {
 		delivered <- d
 		return "", nil
-	})
+	}})
 	return m, settled, delivered
 }
 

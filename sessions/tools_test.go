@@ -57,11 +57,14 @@ func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, 
 	}
 	opts.RescueEvery, opts.RetryPause = 20*time.Millisecond, 10*time.Millisecond
 	m := sessions.New(r.db, r.model, opts)
-	m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
-		r.asks <- a
-		return "ask-" + fmt.Sprint(a.Call.ID), nil
-	}, nil)
+	m.Routes().Register("websocket", sessions.Route{Ask: r.ask})
 	return m
+}
+
+// ask is the rig's channel asking its user: the ask goes to r.asks.
+func (r *toolRig) ask(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	r.asks <- a
+	return "ask-" + fmt.Sprint(a.Call.ID), nil
 }
 
 // next is the next start (or another replica): a manager that runs
@@ -71,10 +74,10 @@ func (r *toolRig) next(t *testing.T, replica string) (*sessions.Manager, chan se
 	m := r.manager(t, replica, nil, sessions.Options{})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	delivered := make(chan sessions.Delivery, 4)
-	m.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+	m.Routes().Register("websocket", sessions.Route{Ask: r.ask, Deliver: func(ctx context.Context, d sessions.Delivery) (string, error) {
 		delivered <- d
 		return "", nil
-	})
+	}})
 	startRescuer(t, m)
 	return m, delivered
 }
@@ -514,10 +517,10 @@ func TestToolAskWaitsForItsChannel(t *testing.T) {
 				break // stored asking, with nobody to ask yet
 			}
 		}
-		m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+		m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
 			r.asks <- a
 			return "", nil
-		}, nil)
+		}})
 		a := <-r.asks
 		if _, err := m.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
 			t.Fatal(err)

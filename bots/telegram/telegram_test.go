@@ -318,8 +318,8 @@ func allDoors(x interface {
 	ChannelStates
 	Standing
 	Storage
-	Registry
+	Routes() *sessions.Routes
 	ToolApprovals
 }) Sessions {
-	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x, ToolApprovals: x}
+	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x.Routes(), ToolApprovals: x}
 }
