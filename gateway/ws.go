@@ -42,7 +42,7 @@ type Sessions struct {
 
 // SessionsOf is every door of the WebSocket channel on m.
 func SessionsOf(m *sessions.Manager) Sessions {
-	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m, ToolDecisions: m, Registry: m.Routes()}
+	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m, ToolDecisions: m.Approvals(), Registry: m.Routes()}
 }
 
 // Turns are the frames that start, change or stop a turn.

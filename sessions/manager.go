@@ -321,8 +321,9 @@ type Manager struct {
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
-	// asks: the turns waiting for a decision on a tool call.
-	asks *askRegistry
+	// asks: the users' decisions on tool calls, and the turns waiting
+	// for them.
+	asks *Approvals
 	// choices caches the models keys chose.
 	choices *modelChoices
 }
@@ -400,8 +401,9 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
-		choices: newModelChoices(), asks: newAskRegistry(),
+		choices: newModelChoices(),
 	}
+	m.asks = newApprovals(st, m.now)
 	m.routes = newRoutes(m.tr, opts.Logger, m.Delivered, func() { m.rescanAll.Store(true); m.Wake() })
 	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
 		m.mu.Lock()
@@ -422,6 +424,10 @@ func (m *Manager) ReplicaID() string { return m.opts.ReplicaID }
 // Routes are the channels' routes: how a turn's work finds its way back
 // to each channel. A channel registers its own when it is built.
 func (m *Manager) Routes() *Routes { return m.routes }
+
+// Approvals are the users' decisions on the tool calls they are asked
+// about.
+func (m *Manager) Approvals() *Approvals { return m.asks }
 
 // Policy returns the policy applied to a channel.
 func (m *Manager) Policy(channel string) Policy {

@@ -319,7 +319,7 @@ func allDoors(x interface {
 	Standing
 	Storage
 	Routes() *sessions.Routes
-	ToolApprovals
+	Approvals() *sessions.Approvals
 }) Sessions {
-	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x.Routes(), ToolApprovals: x}
+	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x.Routes(), ToolApprovals: x.Approvals()}
 }
