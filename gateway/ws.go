@@ -45,7 +45,7 @@ type Sessions struct {
 // and Principals open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
-	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m, ToolDecisions: m, Registry: m}
+	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m, ToolDecisions: m.Approvals(), Registry: m.Routes()}
 }
 
 // Turns are the frames that start, change or stop a turn.
@@ -111,15 +111,11 @@ type ToolDecisions interface {
 }
 
 // Registry is how the session manager's work finds its way back to this
-// channel, registered once when the channel is built: resets, replies
-// delivered (here and from other replicas), tool asks, and the fetch of
-// stored images.
+// channel: its one route (sessions.Route), registered once when the
+// channel is built — replies delivered outside a live turn, those other
+// replicas stored, resets, tool asks, and the fetch of stored images.
 type Registry interface {
-	OnReset(fn func(sessions.ResetEvent))
-	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
-	OnReply(fn func(sessions.ReplyEvent))
-	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
-	OnFetch(channel string, f sessions.Fetcher)
+	Register(channel string, r sessions.Route)
 }
 
 // WSOptions configures the WebSocket channel.
@@ -190,7 +186,7 @@ type WebSocket struct {
 	cur    atomic.Pointer[wsLive] // what a reload changes (Reconfigure)
 }
 
-// NewWebSocket returns the channel and subscribes it to reset notices.
+// NewWebSocket returns the channel and registers its route.
 func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	if opts.MaxFrameBytes <= 0 {
 		opts.MaxFrameBytes = 64 << 10
@@ -235,9 +231,6 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		limits: newLimits(opts),
 	}
 	ws.cur.Store(liveOf(opts))
-	// Stored images are fetched again through the channel for every turn
-	// that needs them.
-	sess.OnFetch(Channel, ws.images.fetch)
 	ws.upgrader = websocket.Upgrader{
 		ReadBufferSize:  1024,
 		WriteBufferSize: 1024,
@@ -245,10 +238,15 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 		WriteBufferPool: &sync.Pool{},
 		CheckOrigin:     ws.checkOrigin,
 	}
-	sess.OnReset(ws.onReset)
-	sess.OnDeliver(Channel, false, ws.deliverStored)
-	sess.OnReply(ws.onReply)
-	sess.OnToolAsk(Channel, ws.askTool, ws.toolSettled)
+	sess.Register(Channel, sessions.Route{
+		Deliver: ws.deliverStored, // untracked: a client that missed it reads it on resume
+		Reply:   ws.onReply,
+		Reset:   ws.onReset,
+		Ask:     ws.askTool, AskSettled: ws.toolSettled,
+		// Stored images are fetched again through the channel for every
+		// turn that needs them.
+		Fetch: ws.images.fetch,
+	})
 	ws.stopPings = make(chan struct{})
 	go ws.pingLoop()
 	return ws

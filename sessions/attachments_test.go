@@ -43,7 +43,7 @@ func TestAttachmentsAreStoredAndFetchedPerTurn(t *testing.T) {
 		rec := &recorder{}
 		m := newManager(t, db, seeing{rec}, newClock(time.Now()), nil)
 		im := &images{byHash: map[string][]byte{"h1": []byte("png-1")}}
-		m.OnFetch("websocket", im.fetch)
+		m.Routes().Register("websocket", Route{Fetch: im.fetch})
 
 		in := msg("websocket:ann", "look")
 		in.Attachments = []agent.Attachment{{Kind: agent.KindImage, Mime: "image/png", Hash: "h1", Size: 5, Data: []byte("never stored")}}
@@ -107,8 +107,7 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 		}
 		rec := &recorder{}
 		m := newManager(t, db, seeing{rec}, newClock(now), nil)
-		m.OnDeliver("websocket", false, noopDeliver)
-		m.OnFetch("websocket", (&images{byHash: map[string][]byte{"h2": []byte("jpg")}}).fetch)
+		m.Routes().Register("websocket", Route{Deliver: noopDeliver, Fetch: (&images{byHash: map[string][]byte{"h2": []byte("jpg")}}).fetch})
 		if ran, _, err := m.Recover(ctx, time.Hour); ran != 1 || err != nil {
 			t.Fatalf("Recover = %d, %v", ran, err)
 		}
@@ -128,7 +127,7 @@ func TestATurnFetchesTheNewestImagesOnly(t *testing.T) {
 	rec := &recorder{}
 	m := newManager(t, db, seeing{rec}, newClock(time.Now()), nil)
 	im := &images{byHash: map[string][]byte{}}
-	m.OnFetch("websocket", im.fetch)
+	m.Routes().Register("websocket", Route{Fetch: im.fetch})
 	n := MaxTurnImages + 2
 	for i := range n {
 		hash := string(rune('a' + i))

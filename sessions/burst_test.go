@@ -225,7 +225,7 @@ func TestInterruptAnswersEverythingInOneNewTurn(t *testing.T) {
 		}
 		// Both messages are answered: nothing is claimable after a restart.
 		m2 := newManager(t, db, agent.Echo{}, newClock(t0.Add(time.Minute)), nil)
-		m2.OnDeliver("websocket", false, noopDeliver)
+		m2.Routes().Register("websocket", Route{Deliver: noopDeliver})
 		if ran, _, err := m2.Recover(context.Background(), time.Hour); ran != 0 || err != nil {
 			t.Fatalf("Recover ran %d (%v) after the interrupt, want 0", ran, err)
 		}
@@ -349,12 +349,12 @@ func TestShutdownDuringABurst(t *testing.T) {
 		m2 := newManager(t, db, rec, c, busyPolicy(BusyPolicy{}))
 		var got []Delivery
 		var mu sync.Mutex
-		m2.OnDeliver("websocket", false, func(_ context.Context, d Delivery) (string, error) {
+		m2.Routes().Register("websocket", Route{Deliver: func(_ context.Context, d Delivery) (string, error) {
 			mu.Lock()
 			got = append(got, d)
 			mu.Unlock()
 			return "", nil
-		})
+		}})
 		ran, _, err := m2.Recover(context.Background(), time.Hour)
 		if err != nil || ran != 1 || rec.calls.Load() != 1 {
 			t.Fatalf("Recover ran %d turns with %d calls (%v), want one turn for the three messages", ran, rec.calls.Load(), err)
@@ -378,7 +378,7 @@ func TestBurstSplitAcrossReplicasIsOneTurn(t *testing.T) {
 	a := newManager(t, openStore(t, store.DriverPostgres, dsn), ag, c, policy)
 	b := newManager(t, openStore(t, store.DriverPostgres, dsn), ag, c, policy)
 	for _, m := range []*Manager{a, b} {
-		m.OnDeliver("websocket", false, noopDeliver)
+		m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 	}
 	first := submit(t, a, withID(msg("websocket:split", "first"), "c-0"))
 	<-ag.started

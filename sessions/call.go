@@ -64,7 +64,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.Turn = tt.turn()
 				req.NoMoreTools = tt.n >= maxRounds
 			}
-			m.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
+			m.routes.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
 			sink := &deltaSink{next: h.OnDelta}
 			deltas, callCtx := sink.add, turnCtx
 			if results != nil {

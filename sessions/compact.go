@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
@@ -66,42 +67,92 @@ const (
 	compactRows = 10_000
 )
 
-// compactLater makes the summary conversation conv needs, if it needs
-// one, in the background: called once a turn's reply is stored. One
-// summary at a time per conversation; a call while one is made makes it
-// look again when done. The drain waits for it.
-func (m *Manager) compactLater(in Inbound, conv string) {
-	if !m.Policy(in.Channel).Compaction.Enabled {
+// compaction makes the summaries: in the background once a turn's reply
+// is stored (later), or at once when a user asks (atOnce). What it needs
+// of the turn path — the key's state lock, its cached conversation, the
+// budget — is compactTurns; the drain counts its background work
+// (drainCount).
+type compaction struct {
+	store Store
+	hot   *hotCache
+	tr    *tracing
+	log   *slog.Logger
+	now   func() time.Time
+	base  context.Context // parent of the background summaries (Manager.base)
+	turns compactTurns
+	drain drainCount
+
+	mu sync.Mutex
+	// compacting: conversations a summary is being made for, and whether
+	// to look again when it is done (compaction.later).
+	compacting map[string]bool
+}
+
+// compactTurns is what compaction needs of the turn path: the policy and
+// the agent, the key's state lock and its cached conversation, where the
+// user stands against their budget and the tally of what a summary spent.
+type compactTurns interface {
+	Policy(channel string) Policy
+	settings() *liveSettings
+	lockState(ctx context.Context, key string, drainEnds bool) (func(), error)
+	hotFor(ctx context.Context, in Inbound, conv string) (*hotConv, error)
+	overBudget(ctx context.Context, in Inbound, p Policy) *UsageStanding
+	usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage
+}
+
+// drainCount is how background work is counted for the drain: enter
+// counts one, false once Shutdown has begun (Manager.enterSweep); leave
+// ends it; closing reports whether Shutdown has begun.
+type drainCount struct {
+	enter   func() bool
+	leave   func()
+	closing func() bool
+}
+
+func newCompaction(store Store, hot *hotCache, tr *tracing, log *slog.Logger, now func() time.Time, base context.Context,
+	turns compactTurns, drain drainCount) *compaction {
+	return &compaction{store: store, hot: hot, tr: tr, log: log, now: now, base: base, turns: turns, drain: drain,
+		compacting: map[string]bool{}}
+}
+
+// later makes the summary conversation conv needs, if it needs one, in
+// the background: called once a turn's reply is stored. One summary at a
+// time per conversation; a call while one is made makes it look again
+// when done. The drain waits for it.
+func (c *compaction) later(in Inbound, conv string) {
+	if !c.turns.Policy(in.Channel).Compaction.Enabled {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if again, busy := m.compacting[conv]; busy || m.closing {
-		if busy && !again {
-			m.compacting[conv] = true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if again, busy := c.compacting[conv]; busy {
+		if !again {
+			c.compacting[conv] = true
 		}
 		return
 	}
-	m.compacting[conv] = false
-	m.sweeps.Add(1)
+	if !c.drain.enter() {
+		return
+	}
+	c.compacting[conv] = false
 	go func() {
-		defer m.sweeps.Done()
+		defer c.drain.leave()
 		for {
-			if _, err := m.compact(m.base, in, conv, false); errors.Is(err, ErrOverBudget) {
-				m.log.Debug("compaction waits: the user is over their budget", slog.String("session_key", in.SessionKey),
+			if _, err := c.compact(c.base, in, conv, false); errors.Is(err, ErrOverBudget) {
+				c.log.Debug("compaction waits: the user is over their budget", slog.String("session_key", in.SessionKey),
 					slog.String("conversation", conv))
 			} else if err != nil {
-				m.log.Warn("compaction failed; the history is trimmed and the next turn tries again",
+				c.log.Warn("compaction failed; the history is trimmed and the next turn tries again",
 					slog.String("session_key", in.SessionKey), slog.String("conversation", conv), slog.String("error", err.Error()))
 			}
-			m.mu.Lock()
-			again := m.compacting[conv] && !m.closing
+			c.mu.Lock()
+			again := c.compacting[conv] && !c.drain.closing()
 			if !again {
-				delete(m.compacting, conv)
+				delete(c.compacting, conv)
 			} else {
-				m.compacting[conv] = false
+				c.compacting[conv] = false
 			}
-			m.mu.Unlock()
+			c.mu.Unlock()
 			if !again {
 				return
 			}
@@ -115,22 +166,27 @@ func (m *Manager) compactLater(in Inbound, conv string) {
 // channel's policy must have compaction on (else ErrCompactionOff), and
 // the user must be within their budget (else an OverBudgetError).
 func (m *Manager) Compact(ctx context.Context, in Inbound) (int, error) {
-	if !m.Policy(in.Channel).Compaction.Enabled {
+	return m.compaction.atOnce(ctx, in)
+}
+
+// atOnce is Manager.Compact.
+func (c *compaction) atOnce(ctx context.Context, in Inbound) (int, error) {
+	if !c.turns.Policy(in.Channel).Compaction.Enabled {
 		return 0, ErrCompactionOff
 	}
-	c, err := m.store.ActiveConversation(ctx, in.SessionKey)
-	if err != nil || c == nil {
+	conv, err := c.store.ActiveConversation(ctx, in.SessionKey)
+	if err != nil || conv == nil {
 		return 0, err
 	}
-	return m.compact(ctx, in, c.ID, true)
+	return c.compact(ctx, in, conv.ID, true)
 }
 
 // compact summarises what of conversation conv falls out of the history
 // window — with now, everything but the last exchange — and stores the
 // summary. It reports how many messages the summary took in.
-func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool) (int, error) {
-	p := m.Policy(in.Channel)
-	rows, active, err := m.cachedRows(ctx, in, conv)
+func (c *compaction) compact(ctx context.Context, in Inbound, conv string, now bool) (int, error) {
+	p := c.turns.Policy(in.Channel)
+	rows, active, err := c.cachedRows(ctx, in, conv)
 	if err != nil || !active {
 		return 0, err
 	}
@@ -141,7 +197,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	}
 	if len(rows) == 0 || rows[0].Seq > from+1 {
 		// The window does not reach back to the summary: read the rest.
-		if rows, err = m.store.MessagesAfter(ctx, conv, from, compactRows); err != nil {
+		if rows, err = c.store.MessagesAfter(ctx, conv, from, compactRows); err != nil {
 			return 0, err
 		}
 	}
@@ -183,11 +239,11 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	// A summary is a model call the user causes: tallied as theirs, and
 	// not made while they are over their budget. The turn that crossed
 	// it is their last model call until the budget frees up.
-	if s := m.overBudget(ctx, in, p); s != nil {
+	if s := c.turns.overBudget(ctx, in, p); s != nil {
 		return 0, &OverBudgetError{Standing: *s}
 	}
 
-	live := m.settings()
+	live := c.turns.settings()
 	ag := live.compactor
 	if ag == nil {
 		ag = live.agent
@@ -198,7 +254,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	}
 	cctx, cancel := context.WithTimeout(ctx, compactTimeout)
 	defer cancel()
-	cctx, end := m.tr.startSpanCtx(cctx, "compaction")
+	cctx, end := c.tr.startSpanCtx(cctx, "compaction")
 	reply, err := ag.Reply(cctx, agent.Request{SessionKey: in.SessionKey, Instructions: prompt, Input: compactionInput(earlier, fold), Unstreamed: true}, nil)
 	end(err)
 	if err != nil {
@@ -211,9 +267,9 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	if text == "" {
 		return 0, errors.New("summary call: the model wrote nothing")
 	}
-	row := ledger.Message{ConversationID: conv, Role: RoleSummary, Content: text, ReplyTo: upTo, Status: ledger.MsgOK, CreatedAt: m.now(),
+	row := ledger.Message{ConversationID: conv, Role: RoleSummary, Content: text, ReplyTo: upTo, Status: ledger.MsgOK, CreatedAt: c.now(),
 		PromptTokens: reply.Usage.PromptTokens, CompletionTkns: reply.Usage.CompletionTokens, Cost: reply.Cost}
-	if err := m.storeSummary(ctx, in, conv, row, reply.Usage.TotalTokens, reply.Model); err != nil {
+	if err := c.storeSummary(ctx, in, conv, row, reply.Usage.TotalTokens, reply.Model); err != nil {
 		return 0, err
 	}
 	return len(fold), nil
@@ -221,13 +277,13 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 
 // cachedRows returns a copy of the cached window of conversation conv,
 // and whether the conversation is active.
-func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]ledger.Message, bool, error) {
-	release, err := m.lockState(ctx, in.SessionKey, false)
+func (c *compaction) cachedRows(ctx context.Context, in Inbound, conv string) ([]ledger.Message, bool, error) {
+	release, err := c.turns.lockState(ctx, in.SessionKey, false)
 	if err != nil {
 		return nil, false, err
 	}
 	defer release()
-	hc, err := m.hotFor(ctx, in, conv)
+	hc, err := c.turns.hotFor(ctx, in, conv)
 	if err != nil {
 		return nil, false, err
 	}
@@ -239,14 +295,14 @@ func (m *Manager) cachedRows(ctx context.Context, in Inbound, conv string) ([]le
 // a summary covering as much is there already (another replica's). The
 // append leaves the conversation's activity time as it was: a summary is
 // no activity of the user's.
-func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row ledger.Message, tokens int64, model string) error {
+func (c *compaction) storeSummary(ctx context.Context, in Inbound, conv string, row ledger.Message, tokens int64, model string) error {
 	key := in.SessionKey
 	for range 3 {
-		release, err := m.lockState(ctx, key, false)
+		release, err := c.turns.lockState(ctx, key, false)
 		if err != nil {
 			return err
 		}
-		hc, err := m.hotFor(ctx, in, conv)
+		hc, err := c.turns.hotFor(ctx, in, conv)
 		if err != nil {
 			release()
 			return err
@@ -256,14 +312,14 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 			return nil
 		}
 		row.Seq = hc.conv.LastSeq + 1
-		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
+		err = c.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
 			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
-			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0, false)})
+			Usage: c.turns.usageFor(&hc.conv, []ledger.Message{row}, model, c.now(), 0, false)})
 		if err == nil {
 			hc.push(row)
-			m.hot.Update(key, hc)
+			c.hot.Update(key, hc)
 		} else {
-			m.hot.Remove(key) // read afresh: the try may have landed
+			c.hot.Remove(key) // read afresh: the try may have landed
 		}
 		release()
 		if !errors.Is(err, ledger.ErrStale) {

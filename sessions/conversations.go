@@ -22,6 +22,9 @@ import (
 type Conversations struct {
 	store conversationStore
 	turns turnPath
+	// publish tells a reset to its channel's route and the other
+	// replicas (relay.publish).
+	publish func(ResetEvent)
 	// hot is the turn path's cache of active conversations: a resume
 	// drops the key's copy, which may be the one it archived.
 	hot       *hotCache
@@ -48,20 +51,18 @@ type conversationStore interface {
 // key's state lock, held while a conversation is opened or reopened so
 // that no message of the key is stored meanwhile on this replica
 // (acquire, which also counts for the drain); the load, or creation, of
-// the key's active conversation (load); a channel's policy (Policy); and
-// a reset told to the listeners and the other replicas (publish).
+// the key's active conversation (load); and a channel's policy (Policy).
 type turnPath interface {
 	acquire(ctx context.Context, key string) (release func(), err error)
 	load(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error)
 	Policy(channel string) Policy
-	publish(ev ResetEvent)
 }
 
 // newConversations returns the Conversations of a manager: st its store,
-// turns its turn path, hot its cache of active conversations, now its
+// turns its turn path, publish how a reset is told, hot its cache of active conversations, now its
 // clock, resumeTTL how long a resume token is valid (0: no expiry).
-func newConversations(st conversationStore, turns turnPath, hot *hotCache, now func() time.Time, log *slog.Logger, resumeTTL time.Duration) *Conversations {
-	return &Conversations{store: st, turns: turns, hot: hot, now: now, log: log, resumeTTL: resumeTTL}
+func newConversations(st conversationStore, turns turnPath, publish func(ResetEvent), hot *hotCache, now func() time.Time, log *slog.Logger, resumeTTL time.Duration) *Conversations {
+	return &Conversations{store: st, turns: turns, publish: publish, hot: hot, now: now, log: log, resumeTTL: resumeTTL}
 }
 
 // Conversations returns what channels read and change of conversations

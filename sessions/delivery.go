@@ -1,8 +1,8 @@
 package sessions
 
 // Delivery: how a stored reply reaches a channel outside a live turn
-// (the rescuer's, or one whose delivery never completed), and the
-// channels' deliverers.
+// (the rescuer's, or one whose delivery never completed), through the
+// channel's Route.Deliver.
 
 import (
 	"context"
@@ -32,59 +32,26 @@ type Delivery struct {
 // good, any other is retried later.
 type DeliverFunc func(ctx context.Context, d Delivery) (ref string, err error)
 
-type deliverer struct {
-	fn    DeliverFunc
-	track bool
-}
-
-// OnDeliver registers how a channel delivers replies outside a live turn.
-// With track, the channel confirms delivery: its turns stay open after
-// they are answered until Delivered is called, and a delivery that did not
-// complete (the process died) is claimed and made again — at most one
-// duplicate, in the window between a send and its mark. Register before
-// turns run.
-func (m *Manager) OnDeliver(channel string, track bool, fn DeliverFunc) {
-	m.mu.Lock()
-	m.delivery[channel] = deliverer{fn: fn, track: track}
-	m.mu.Unlock()
-	// Turns of this channel that passes left alone may be claimable now.
-	m.rescanAll.Store(true)
-	m.Wake()
-}
-
-func (m *Manager) deliverer(channel string) (deliverer, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	d, ok := m.delivery[channel]
-	return d, ok
-}
-
-// tracks reports whether the channel confirms delivery.
-func (m *Manager) tracks(channel string) bool {
-	d, ok := m.deliverer(channel)
-	return ok && d.track
-}
-
-// deliverTurn hands a reply nobody here waits for to its channel and,
-// when the channel confirms delivery, records the outcome under the
-// claim d.Turn.
-func (m *Manager) deliverTurn(ctx context.Context, d Delivery) {
-	dv, ok := m.deliverer(d.Channel)
-	if !ok {
+// deliver hands a reply nobody here waits for to its channel's
+// Route.Deliver and, when the channel confirms delivery, records the
+// outcome under the claim d.Turn.
+func (r *Routes) deliver(ctx context.Context, d Delivery) {
+	rt, _ := r.route(d.Channel)
+	if rt.Deliver == nil {
 		// No channel here to deliver it: a claim for delivering is given
 		// back for a replica (or a later start) that has one.
 		if d.Turn.Claim != "" {
-			m.Delivered(ctx, d.Turn, "", errors.New("no channel to deliver it here"))
+			r.delivered(ctx, d.Turn, "", errors.New("no channel to deliver it here"))
 		}
 		return
 	}
-	dctx, endDelivery := m.tr.startSpanCtx(ctx, "delivery")
-	sent, err := dv.fn(dctx, d)
+	dctx, endDelivery := r.tr.startSpanCtx(ctx, "delivery")
+	sent, err := rt.Deliver(dctx, d)
 	endDelivery(err)
 	if d.Turn.Claim == "" {
 		return
 	}
-	if err := m.Delivered(ctx, d.Turn, sent, err); err != nil {
-		m.log.Warn("recording a delivery failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
+	if err := r.delivered(ctx, d.Turn, sent, err); err != nil {
+		r.log.Warn("recording a delivery failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
 	}
 }

@@ -35,7 +35,7 @@ func TestDeliveryMarkLandsAfterTheDrainDeadline(t *testing.T) {
 		db := open()
 		ag := slowWhenAsked{started: make(chan struct{}, 1)}
 		m := New(db, ag, Options{Logger: quiet, Events: db.Events(), InterruptGrace: 5 * time.Second})
-		m.OnDeliver("telegram", true, func(context.Context, Delivery) (string, error) { return "sent", nil })
+		m.Routes().Register("telegram", Route{Deliver: func(context.Context, Delivery) (string, error) { return "sent", nil }, Track: true})
 		in := func(user int64, text string) Inbound {
 			return Inbound{Channel: "telegram", SessionKey: TelegramDMKey(user), UserID: "u", ChatID: "c", Text: text}
 		}

@@ -204,10 +204,10 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 			shown[c]++
 		}
 	}
-	m.OnDeliver(sc.channel, track, func(ctx context.Context, d sessions.Delivery) (string, error) {
+	m.Routes().Register(sc.channel, sessions.Route{Deliver: func(ctx context.Context, d sessions.Delivery) (string, error) {
 		show(d.Reply, d.ClientMsgID)
 		return "sent", nil
-	})
+	}, Track: track})
 	startRescuer(t, m)
 	defer m.Shutdown(context.Background())
 

@@ -25,15 +25,10 @@ const (
 	fetchParallel = 4
 )
 
-// OnFetch registers the channel's fetcher of images. Without one, the
-// channel's images reach the agent as no longer available.
-func (m *Manager) OnFetch(channel string, f Fetcher) {
-	m.fetchers.Store(channel, f)
-}
-
 // fetchImages fills in the bytes of the request's images (inputs, then
-// history, newest first) when the agent reads images.
-func (m *Manager) fetchImages(ctx context.Context, ag agent.Agent, channel string, req *agent.Request) {
+// history, newest first) through the channel's Route.Fetch, when the
+// agent reads images.
+func (r *Routes) fetchImages(ctx context.Context, ag agent.Agent, channel string, req *agent.Request) {
 	if !agent.ReadsImages(ag) {
 		return
 	}
@@ -60,8 +55,8 @@ func (m *Manager) fetchImages(ctx context.Context, ag agent.Agent, channel strin
 	if len(want) > MaxTurnImages {
 		want = want[:MaxTurnImages]
 	}
-	f, _ := m.fetchers.Load(channel)
-	fetch, _ := f.(Fetcher)
+	rt, _ := r.route(channel)
+	fetch := rt.Fetch
 	if fetch == nil {
 		return
 	}
@@ -77,7 +72,7 @@ func (m *Manager) fetchImages(ctx context.Context, ag agent.Agent, channel strin
 			defer func() { <-sem }()
 			data, err := fetch(ctx, *a)
 			if err != nil || len(data) == 0 {
-				m.log.Info("an image could not be fetched; the model is told it is no longer available",
+				r.log.Info("an image could not be fetched; the model is told it is no longer available",
 					slog.String("channel", channel), slog.String("session_key", req.SessionKey), slog.Any("error", err))
 				return
 			}

@@ -92,7 +92,7 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 		die(t, db, m1)
 		db2 := open()
 		m2 := newManager(t, db2, agent.Echo{}, c, nil)
-		m2.OnDeliver("websocket", false, noopDeliver)
+		m2.Routes().Register("websocket", Route{Deliver: noopDeliver})
 		if err := m2.hb.ensure(); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
 			b = newManager(t, open(), rec, c, nil)
 		}
 		for _, m := range []*Manager{a, b} {
-			m.OnDeliver("websocket", false, noopDeliver)
+			m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 		}
 		var wg sync.WaitGroup
 		var resend Outcome
@@ -308,7 +308,7 @@ func TestToolCallsFailTheTurnOnce(t *testing.T) {
 		c := newClock(t0)
 		ag := &toolCaller{}
 		m := newManager(t, db, ag, c, nil)
-		m.OnDeliver("websocket", false, noopDeliver)
+		m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 		out := handle(t, m, msg("websocket:ann", "look it up"))
 		if out.Reply.Status != MsgFailed || out.Reply.Text != ToolCallsText || out.Reply.Error != "model returned tool calls: search" {
 			t.Fatalf("outcome = %+v", out)
@@ -339,12 +339,12 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 		var mu sync.Mutex
 		manager := func() *Manager {
 			m := newManager(t, db, agent.Echo{}, c, nil)
-			m.OnDeliver("telegram", true, func(_ context.Context, d Delivery) (string, error) {
+			m.Routes().Register("telegram", Route{Deliver: func(_ context.Context, d Delivery) (string, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				delivered = append(delivered, d)
 				return fmt.Sprintf("tg-%d", len(delivered)), nil
-			})
+			}, Track: true})
 			return m
 		}
 		m1 := manager()
@@ -451,7 +451,7 @@ func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
 		}
 		rec := &recorder{}
 		m := newManager(t, db, rec, newClock(now), nil)
-		m.OnDeliver("websocket", false, noopDeliver)
+		m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 		if ran, expired, err := m.Recover(ctx, time.Hour); ran != 1 || expired != 0 || err != nil {
 			t.Fatalf("Recover = %d, %d, %v; want the unanswered one run", ran, expired, err)
 		}
@@ -504,7 +504,7 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	c.Advance(time.Minute)
 	g := &gate{started: make(chan struct{}, 2*users), release: make(chan struct{})}
 	m := New(db, g, Options{Now: c.Now, Logger: quiet, RecoveryConcurrency: concurrency, Policies: queued})
-	m.OnDeliver("websocket", false, noopDeliver)
+	m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 	done := make(chan int)
 	go func() {
 		ran, _, _ := m.Recover(context.Background(), time.Hour)
@@ -539,7 +539,7 @@ func TestUnstorableReplyIsKeptUntilStored(t *testing.T) {
 	rec := &recorder{}
 	m := New(db, rec, Options{Now: c.Now, Logger: quiet, LeaseTTL: 300 * time.Millisecond, RescueEvery: 20 * time.Millisecond})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
-	m.OnDeliver("websocket", false, noopDeliver)
+	m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 	startRescuer(t, m)
 	refuse := `CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN NEW.role = 'assistant'
 		BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END`

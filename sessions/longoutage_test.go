@@ -64,7 +64,7 @@ func TestOutageLongerThanTheLeaseRunsEachTurnOnce(t *testing.T) {
 		m := sessions.New(f.db, ag, sessions.Options{Policies: policy, Logger: slog.New(slog.DiscardHandler), Events: f.db.Events(),
 			LeaseTTL: ttl, RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond})
 		// Both serve the channel: either could deliver the turn.
-		m.OnDeliver("websocket", false, func(context.Context, sessions.Delivery) (string, error) { return "", nil })
+		m.Routes().Register("websocket", sessions.Route{Deliver: func(context.Context, sessions.Delivery) (string, error) { return "", nil }})
 		startRescuer(t, m)
 		t.Cleanup(func() { fs.Heal(); m.Shutdown(context.Background()) })
 		return m

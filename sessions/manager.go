@@ -300,9 +300,7 @@ type Manager struct {
 	turns     sync.WaitGroup
 	sweeps    sync.WaitGroup // running cron sweeps and purges
 	running   map[string]context.CancelCauseFunc
-	listeners []func(ResetEvent)
-	delivery  map[string]deliverer
-	fetchers  sync.Map           // channel → Fetcher (OnFetch)
+	routes    *Routes            // how work finds its way back to each channel
 	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
 	owed      *owedSet           // conversations to look at again
 	wake      chan struct{}
@@ -317,15 +315,15 @@ type Manager struct {
 	health    health
 	bursts    map[string]*burst
 	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
-	// compacting: conversations a summary is being made for, and whether
-	// to look again when it is done (Manager.compactLater).
-	compacting map[string]bool
+	// compaction makes the summaries of conversations that outgrow
+	// their history window.
+	compaction *compaction
 	// turnLocks: one turn at a time per key on this replica (the live
 	// runner and the rescuer); the lease does it across replicas.
 	turnLocks *locks.Cache
-	// asks: how channels ask their users about tool calls, and the
-	// turns waiting for a decision.
-	asks *askRegistry
+	// asks: the users' decisions on tool calls, and the turns waiting
+	// for them.
+	asks *Approvals
 	// choices caches the models keys chose.
 	choices *modelChoices
 	// convs: what channels read and change of conversations outside a
@@ -401,17 +399,23 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot, earlySendWait: earlySendWait,
 		base: base, cancel: cancel,
 		draining: draining, drain: drain,
-		running:  map[string]context.CancelCauseFunc{},
-		delivery: map[string]deliverer{}, claims: map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
-		compacting: map[string]bool{},
-		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
-		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
+		running: map[string]context.CancelCauseFunc{},
+		claims:  map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
+		turnLocks: locks.New(locks.Options{Now: opts.Now}),
+		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
 		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
-		choices: newModelChoices(), asks: newAskRegistry(),
+		choices: newModelChoices(),
 	}
+	m.asks = newApprovals(st, m.now)
+	m.routes = newRoutes(m.tr, opts.Logger, m.Delivered, func() { m.rescanAll.Store(true); m.Wake() })
+	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.closing
+	}})
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.relay.m = m
-	m.convs = newConversations(st, m, hot, m.now, opts.Logger, opts.ResumeTTL)
+	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
 	m.unwatch = st.Observe(watcher{m})
@@ -421,6 +425,14 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 // ReplicaID is the id this gateway claims turns and leases under.
 func (m *Manager) ReplicaID() string { return m.opts.ReplicaID }
 
+// Routes are the channels' routes: how a turn's work finds its way back
+// to each channel. A channel registers its own when it is built.
+func (m *Manager) Routes() *Routes { return m.routes }
+
+// Approvals are the users' decisions on the tool calls they are asked
+// about.
+func (m *Manager) Approvals() *Approvals { return m.asks }
+
 // Policy returns the policy applied to a channel.
 func (m *Manager) Policy(channel string) Policy {
 	s := m.settings()
@@ -428,26 +440,6 @@ func (m *Manager) Policy(channel string) Policy {
 		return p
 	}
 	return s.def
-}
-
-// OnReset registers a listener for every archive: manual, lazy and swept,
-// and for every return to an earlier conversation (reason resume).
-// Listeners run synchronously and must be quick.
-func (m *Manager) OnReset(fn func(ResetEvent)) {
-	m.mu.Lock()
-	m.listeners = append(m.listeners, fn)
-	m.mu.Unlock()
-}
-
-func (m *Manager) publish(ev ResetEvent) {
-	m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
-	m.relay.announceReset(ev)
-	m.mu.Lock()
-	ls := m.listeners
-	m.mu.Unlock()
-	for _, fn := range ls {
-		fn(ev)
-	}
 }
 
 // enterSweep counts a sweep or purge for the drain; false once Shutdown

@@ -241,7 +241,9 @@ func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
 		})
 		var events []ResetEvent
 		var mu sync.Mutex
-		m.OnReset(func(e ResetEvent) { mu.Lock(); events = append(events, e); mu.Unlock() })
+		record := func(e ResetEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }
+		m.Routes().Register("websocket", Route{Reset: record})
+		m.Routes().Register("telegram", Route{Reset: record})
 
 		ann := handle(t, m, msg("websocket:ann", "hi"))
 		c.Advance(20 * time.Minute)
@@ -320,7 +322,7 @@ func TestManualReset(t *testing.T) {
 		db := open()
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		var published []ResetEvent
-		m.OnReset(func(e ResetEvent) { published = append(published, e) })
+		m.Routes().Register("websocket", Route{Reset: func(e ResetEvent) { published = append(published, e) }})
 		first := handle(t, m, msg("websocket:ann", "hi"))
 		ev, err := m.Reset(context.Background(), msg("websocket:ann", ""))
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -29,22 +28,12 @@ type ReplyEvent struct {
 var ErrNoReply = errors.New("reply not stored")
 
 // relay is the manager's side of cross-replica events: it subscribes to
-// the other replicas' (listen), hands each to what it concerns (on), and
-// publishes this replica's while another one lives (announce).
+// the other replicas' (listen), hands each to what it concerns (on: the
+// Routes of the channels among others), and tells this replica's resets
+// to the channel's route and, while another replica lives, to the others
+// (publish, announce).
 type relay struct {
-	m       *Manager
-	mu      sync.Mutex
-	replies []func(ReplyEvent)
-}
-
-// OnReply registers fn for replies other replicas store, so that a channel
-// delivers them to its clients connected here. fn runs on the goroutine
-// receiving events and must be quick. Replies this replica stores are not
-// reported: its channels deliver them themselves.
-func (m *Manager) OnReply(fn func(ReplyEvent)) {
-	m.relay.mu.Lock()
-	m.relay.replies = append(m.relay.replies, fn)
-	m.relay.mu.Unlock()
+	m *Manager
 }
 
 // Cross-replica events, the manager's side: replicas sharing a PostgreSQL
@@ -82,7 +71,7 @@ func (r *relay) on(ev ledger.Event) {
 		// chosen another model.
 		m.choices.forget("")
 		m.Wake()
-		r.toReplies(ReplyEvent{Missed: true})
+		m.routes.reply(ReplyEvent{Missed: true})
 		return
 	}
 	if ev.Origin == m.opts.ReplicaID {
@@ -104,27 +93,20 @@ func (r *relay) on(ev ledger.Event) {
 		if ev.State == ledger.TurnInterrupted {
 			m.Wake() // a shutdown left it claimable: run it here, now
 		}
-		r.toReplies(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
+		m.routes.reply(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
 			Seq: ev.Seq, ReplySeq: ev.Reply, State: ev.State})
 	case ledger.EventReset:
-		r := ResetEvent{Channel: ev.Channel, SessionKey: ev.Key, OldConversation: ev.Old, NewConversation: ev.Conv,
-			Reason: ev.Reason, Remote: true}
-		m.mu.Lock()
-		ls := m.listeners
-		m.mu.Unlock()
-		for _, fn := range ls {
-			fn(r)
-		}
+		m.routes.reset(ResetEvent{Channel: ev.Channel, SessionKey: ev.Key, OldConversation: ev.Old, NewConversation: ev.Conv,
+			Reason: ev.Reason, Remote: true})
 	}
 }
 
-func (r *relay) toReplies(ev ReplyEvent) {
-	r.mu.Lock()
-	ls := r.replies
-	r.mu.Unlock()
-	for _, fn := range ls {
-		fn(ev)
-	}
+// publish tells a reset made here to the metrics, to the other replicas
+// and to the route of its channel.
+func (r *relay) publish(ev ResetEvent) {
+	r.m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
+	r.announceReset(ev)
+	r.m.routes.reset(ev)
 }
 
 // announce publishes an event of this replica, when the store carries

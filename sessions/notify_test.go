@@ -26,7 +26,8 @@ func replica(t *testing.T, dsn string, ag agent.Agent, c *clock, opts Options) (
 	return m, db
 }
 
-// events collects a manager's events of other replicas.
+// eventLog collects the events of other replicas that reach a manager's
+// websocket route (watch).
 type eventLog struct {
 	replies chan ReplyEvent
 	resets  chan ResetEvent
@@ -34,8 +35,7 @@ type eventLog struct {
 
 func watch(m *Manager) *eventLog {
 	l := &eventLog{replies: make(chan ReplyEvent, 64), resets: make(chan ResetEvent, 64)}
-	m.OnReply(func(ev ReplyEvent) { l.replies <- ev })
-	m.OnReset(func(ev ResetEvent) { l.resets <- ev })
+	m.Routes().Register("websocket", Route{Reply: func(ev ReplyEvent) { l.replies <- ev }, Reset: func(ev ResetEvent) { l.resets <- ev }})
 	return l
 }
 
@@ -166,10 +166,10 @@ func TestInterruptedTurnWakesTheOtherReplica(t *testing.T) {
 	b, _ := replica(t, dsn, agent.Echo{}, c, Options{RescueEvery: time.Hour})
 	delivered := make(chan Delivery, 4)
 	for _, m := range []*Manager{a, b} {
-		m.OnDeliver("websocket", false, func(_ context.Context, d Delivery) (string, error) {
+		m.Routes().Register("websocket", Route{Deliver: func(_ context.Context, d Delivery) (string, error) {
 			delivered <- d
 			return "", nil
-		})
+		}})
 	}
 	startRescuer(t, b) // its first pass finds nothing
 

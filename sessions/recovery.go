@@ -34,10 +34,9 @@ func (m *Manager) Wake() {
 
 // Listen subscribes the manager to the other replicas' events, when its
 // store carries them (PostgreSQL): they wake the Rescuer and reach the
-// OnReply and OnReset listeners. It writes the heartbeat first: a
-// replica that listens (and takes turns over) is one the others must see
-// alive, and publish to. Register the channels' deliverers and
-// listeners first.
+// channels' routes (Route.Reply, Route.Reset). It writes the heartbeat
+// first: a replica that listens (and takes turns over) is one the others
+// must see alive, and publish to. Register the channels' routes first.
 func (m *Manager) Listen() {
 	if err := m.hb.ensure(); err != nil {
 		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
@@ -150,7 +149,7 @@ func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error 
 				continue
 			}
 			p.seen[k] = true
-			if _, ok := p.m.deliverer(d.Channel); !ok {
+			if !p.m.routes.delivering(d.Channel) {
 				// No channel here to deliver it (yet): left to a replica that
 				// has one, or to a later pass. Due turns are read by every
 				// pass; orphans only by a full one, so one comes again.
@@ -273,7 +272,7 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 	if t.ClientMsgID != nil {
 		clientID = *t.ClientMsgID
 	}
-	m.deliverTurn(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
+	m.routes.deliver(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
 		ClientMsgID: clientID, UserSeq: t.Seq, Reply: out.Reply, Turn: c.Ref()})
 	return ledger.TurnAnswered, nil
 }

@@ -54,12 +54,12 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 		m2 := newManager(t, db, agent.Echo{}, c, nil)
 		var mu sync.Mutex
 		var got []Delivery
-		m2.OnDeliver("websocket", false, func(_ context.Context, d Delivery) (string, error) {
+		m2.Routes().Register("websocket", Route{Deliver: func(_ context.Context, d Delivery) (string, error) {
 			mu.Lock()
 			got = append(got, d)
 			mu.Unlock()
 			return "", nil
-		})
+		}})
 		ran, expired, err := m2.Recover(context.Background(), time.Hour)
 		if err != nil || ran != 2 || expired != 0 {
 			t.Fatalf("Recover = %d ran, %d expired, %v; want 2, 0", ran, expired, err)
@@ -101,7 +101,7 @@ func TestRecoverMarksOldTurns(t *testing.T) {
 		c.Advance(2 * time.Hour)
 		rec := &recorder{}
 		m := newManager(t, db, rec, c, nil)
-		m.OnDeliver("websocket", false, func(context.Context, Delivery) (string, error) { return "", nil })
+		m.Routes().Register("websocket", Route{Deliver: func(context.Context, Delivery) (string, error) { return "", nil }})
 		ran, expired, err := m.Recover(context.Background(), time.Hour)
 		if err != nil || ran != 0 || expired != 1 || rec.calls.Load() != 0 {
 			t.Fatalf("Recover = %d, %d, %v (agent calls %d); want 0, 1", ran, expired, err, rec.calls.Load())

@@ -73,7 +73,7 @@ func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 
 	db := openStore(t, store.DriverSQLite, path)
 	b := newManager(t, db, &recorder{}, newClock(t0.Add(time.Minute)), queued)
-	b.OnDeliver("websocket", false, func(context.Context, Delivery) (string, error) { return "", nil })
+	b.Routes().Register("websocket", Route{Deliver: func(context.Context, Delivery) (string, error) { return "", nil }})
 	d := ledger.DueTurn{ConversationID: last.ConversationID(), Seq: last.Seq(), SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann"}
 	if _, err := b.rescueTurn(context.Background(), d, 0, false); err != nil {
 		t.Fatal(err)

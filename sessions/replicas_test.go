@@ -61,8 +61,8 @@ func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 	var mu sync.Mutex
 	events := 0
 	count := func(ResetEvent) { mu.Lock(); events++; mu.Unlock() }
-	a.OnReset(count)
-	b.OnReset(count)
+	a.Routes().Register("websocket", Route{Reset: count})
+	b.Routes().Register("websocket", Route{Reset: count})
 	var wg sync.WaitGroup
 	for _, m := range []*Manager{a, b} {
 		wg.Add(1)

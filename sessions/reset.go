@@ -173,7 +173,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 	ev.NewConversation = hc.conv.ID
 	m.log.Info("conversation reset", slog.String("session_key", in.SessionKey), slog.String("reason", ledger.ReasonManual),
 		slog.String("archived", ev.OldConversation), slog.String("conversation", ev.NewConversation))
-	m.publish(ev)
+	m.relay.publish(ev)
 	return ev, nil
 }
 

@@ -134,7 +134,7 @@ func (c *Conversations) resume(ctx context.Context, in Inbound, want string) (Re
 		}
 		c.log.Info("conversation resumed", slog.String("session_key", in.SessionKey),
 			slog.String("archived", ev.OldConversation), slog.String("conversation", conv.ID))
-		c.turns.publish(ev)
+		c.publish(ev)
 		return Resumed{Event: ev, Conversation: conv}, nil
 	}
 }

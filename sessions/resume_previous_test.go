@@ -31,7 +31,7 @@ func TestResumePreviousReopensTheArchivedConversation(t *testing.T) {
 		m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 		var published []ResetEvent
 		var mu sync.Mutex
-		m.OnReset(func(e ResetEvent) { mu.Lock(); published = append(published, e); mu.Unlock() })
+		m.Routes().Register("websocket", Route{Reset: func(e ResetEvent) { mu.Lock(); published = append(published, e); mu.Unlock() }})
 		const key = "websocket:ann"
 		first := handle(t, m, msg(key, "one"))
 		handle(t, m, msg(key, "two"))

@@ -216,7 +216,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		if t.hooks.OnReset != nil {
 			t.hooks.OnReset(*t.reset)
 		}
-		m.publish(*t.reset)
+		m.relay.publish(*t.reset)
 	} else if err := m.convs.tellEarlierReset(ctx, t, hc, policy); err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 			m.request(rows, historyFor(priorOf(hc.window, seqSet{um.Seq}, um.Seq), policy), in, live.instructions, model))
 	}
 	if early != nil {
-		ledger.ClaimAtStore(&um, m.tracks(in.Channel))
+		ledger.ClaimAtStore(&um, m.routes.tracks(in.Channel))
 	}
 	batch := []ledger.Message{um}
 	endStore := m.tr.startSpan(ctx, "store")

@@ -153,7 +153,7 @@ func (m *Manager) afterSweep(reason string) func([]ledger.Archived) {
 	return func(archived []ledger.Archived) {
 		for _, c := range archived {
 			m.hot.Remove(c.SessionKey)
-			m.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})
+			m.relay.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})
 		}
 	}
 }

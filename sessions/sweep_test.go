@@ -45,7 +45,7 @@ func TestSweepArchivesInChunks(t *testing.T) {
 		seedConversations(t, db, "fresh", 2, c.Now().Add(-10*time.Minute))
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
 		var got []string
-		m.OnReset(func(e ResetEvent) { got = append(got, e.OldConversation) })
+		m.Routes().Register("websocket", Route{Reset: func(e ResetEvent) { got = append(got, e.OldConversation) }})
 
 		if n, err := m.SweepIdle(context.Background()); err != nil || n != 7 {
 			t.Fatalf("idle sweep archived %d (%v), want 7 in chunks of 3", n, err)
@@ -127,7 +127,7 @@ func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
 			archived int64 = -1
 			turnErr  error
 		)
-		m.OnReset(func(ResetEvent) {
+		m.Routes().Register("websocket", Route{Reset: func(ResetEvent) {
 			events++
 			if events != 1 {
 				return
@@ -145,7 +145,7 @@ func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Error("a turn waited for the whole sweep")
 			}
-		})
+		}})
 		if n, err := m.SweepIdle(context.Background()); err != nil || n != 5 {
 			t.Fatalf("sweep archived %d (%v), want 5", n, err)
 		}
@@ -177,12 +177,12 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		m := New(db, agent.Echo{}, Options{Policies: idle, Now: c.Now, Logger: slog.New(logs)})
 		inChunk, release := make(chan struct{}), make(chan struct{})
 		var events atomic.Int32
-		m.OnReset(func(ResetEvent) {
+		m.Routes().Register("websocket", Route{Reset: func(ResetEvent) {
 			if events.Add(1) == 1 {
 				close(inChunk) // the first chunk has committed
 				<-release
 			}
-		})
+		}})
 		swept := make(chan sweepResult, 1)
 		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
@@ -249,12 +249,12 @@ func TestShutdownLetsASweepFinishBeforeTheDeadline(t *testing.T) {
 		m := newManager(t, db, agent.Echo{}, c, map[string]Policy{"websocket": {MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}})
 		inChunk, release := make(chan struct{}), make(chan struct{})
 		var events atomic.Int32
-		m.OnReset(func(ResetEvent) {
+		m.Routes().Register("websocket", Route{Reset: func(ResetEvent) {
 			if events.Add(1) == 1 {
 				close(inChunk)
 				<-release
 			}
-		})
+		}})
 		swept := make(chan sweepResult, 1)
 		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk

@@ -2,7 +2,7 @@ package sessions
 
 // Approval of tool calls (approve: ask). The call is put up as asking, with
 // its expiry, in the ledger — so a restart asks again — and the channel
-// asks the user whose turn it is (OnToolAsk). A decision (DecideTool)
+// asks the user whose turn it is (Route.Ask). A decision (Approvals.DecideTool)
 // moves the stored call, on whichever replica it arrives; the waiting
 // turn hears of it at once when it runs here and within toolPoll when it
 // runs elsewhere. An ask nobody answers in time counts as denied.
@@ -21,50 +21,25 @@ import (
 // decision made on another replica reaches it within this.
 const toolPoll = time.Second
 
-// toolAsker is a channel's way to ask, and to take its ask back once the
-// call was decided or expired.
-type toolAsker struct {
-	ask     ToolAsker
-	settled func(ctx context.Context, a ToolAsk, ref string)
+// Approvals are the users' decisions on tool calls: DecideTool records
+// one, on whichever replica it arrives, and wakes the turn waiting for it
+// when that turn runs here; PendingToolAsks are the asks still open. The
+// ask itself is the channel's (Route.Ask).
+type Approvals struct {
+	store ToolLedger
+	now   func() time.Time
+
+	mu    sync.Mutex
+	waits map[int64]chan struct{} // call id → the turn waiting here for its decision
 }
 
-// OnToolAsk registers how a channel asks its user to allow or deny a
-// call, and (settled, which may be nil) how it takes the ask back once
-// the call is decided or expired — a.Call.Status says how — such as
-// removing the buttons. Register before turns run.
-func (m *Manager) OnToolAsk(channel string, ask ToolAsker, settled func(ctx context.Context, a ToolAsk, ref string)) {
-	m.asks.register(channel, toolAsker{ask: ask, settled: settled})
-}
-
-// askRegistry is how each channel asks, and the turns waiting for a
-// decision, each woken when its call is decided here.
-type askRegistry struct {
-	mu     sync.Mutex
-	askers map[string]toolAsker
-	waits  map[int64]chan struct{}
-}
-
-func newAskRegistry() *askRegistry {
-	return &askRegistry{askers: map[string]toolAsker{}, waits: map[int64]chan struct{}{}}
-}
-
-func (r *askRegistry) register(channel string, a toolAsker) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.askers[channel] = a
-}
-
-// asker is the channel's way to ask; false before it registered.
-func (r *askRegistry) asker(channel string) (toolAsker, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a, ok := r.askers[channel]
-	return a, ok
+func newApprovals(store ToolLedger, now func() time.Time) *Approvals {
+	return &Approvals{store: store, now: now, waits: map[int64]chan struct{}{}}
 }
 
 // waiter is a channel that wakes the turn waiting for call id, and how
 // to stop waiting.
-func (r *askRegistry) waiter(id int64) (<-chan struct{}, func()) {
+func (r *Approvals) waiter(id int64) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	r.mu.Lock()
 	r.waits[id] = ch
@@ -79,7 +54,7 @@ func (r *askRegistry) waiter(id int64) (<-chan struct{}, func()) {
 }
 
 // wake wakes the turn waiting for call id, if it waits here.
-func (r *askRegistry) wake(id int64) {
+func (r *Approvals) wake(id int64) {
 	r.mu.Lock()
 	ch := r.waits[id]
 	r.mu.Unlock()
@@ -133,12 +108,12 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if asked || !m.now().Before(expires) {
 			return
 		}
-		asker, ok := m.asks.asker(tt.in.Channel)
-		if !ok {
+		rt, _ := m.routes.route(tt.in.Channel)
+		if rt.Ask == nil {
 			return
 		}
 		asked = true
-		got, err := asker.ask(ctx, a)
+		got, err := rt.Ask(ctx, a)
 		if err != nil {
 			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
 				slog.String("tool", c.Name), slog.String("error", err.Error()))
@@ -159,8 +134,8 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
 		}
-		asker, ok := m.asks.asker(tt.in.Channel)
-		if !ok || asker.settled == nil || (!asked && ref == "") {
+		rt, _ := m.routes.route(tt.in.Channel)
+		if rt.AskSettled == nil || (!asked && ref == "") {
 			return
 		}
 		a.Call.Status = c.State
@@ -170,7 +145,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		case c.DecidedBy == ledger.ToolExpiredBy:
 			a.Call.Status = ToolExpired
 		}
-		asker.settled(context.WithoutCancel(ctx), a, ref)
+		rt.AskSettled(context.WithoutCancel(ctx), a, ref)
 	}
 	poll := time.NewTicker(toolPoll)
 	defer poll.Stop()
@@ -225,8 +200,8 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 // whose turn it is may decide (in a group, others' taps are refused,
 // ErrToolNotYours); an expired ask is refused with ErrToolExpired, and a
 // call decided or cancelled already with ErrToolDecided.
-func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, error) {
-	c, err := m.store.ToolCall(ctx, d.ID)
+func (r *Approvals) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, error) {
+	c, err := r.store.ToolCall(ctx, d.ID)
 	if err != nil {
 		return ToolEvent{}, err
 	}
@@ -238,7 +213,7 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 		return ev, ErrToolNotYours
 	}
 	switch {
-	case c.DecidedBy == ledger.ToolExpiredBy || (c.State == ledger.ToolAsking && c.ExpiresAt != nil && !m.now().Before(*c.ExpiresAt)):
+	case c.DecidedBy == ledger.ToolExpiredBy || (c.State == ledger.ToolAsking && c.ExpiresAt != nil && !r.now().Before(*c.ExpiresAt)):
 		return ev, ErrToolExpired
 	case c.State != ledger.ToolAsking:
 		return ev, ErrToolDecided
@@ -247,12 +222,12 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 	if by == "" {
 		by = d.SessionKey
 	}
-	moved, err := m.store.DecideTool(ctx, c.ID, d.Allow, by, ToolDeniedText, m.now())
+	moved, err := r.store.DecideTool(ctx, c.ID, d.Allow, by, ToolDeniedText, r.now())
 	if err != nil {
 		return ev, err
 	}
 	if !moved {
-		if got, err := m.store.ToolCall(ctx, c.ID); err == nil && got != nil && got.DecidedBy == ledger.ToolExpiredBy {
+		if got, err := r.store.ToolCall(ctx, c.ID); err == nil && got != nil && got.DecidedBy == ledger.ToolExpiredBy {
 			return ev, ErrToolExpired
 		}
 		return ev, ErrToolDecided
@@ -261,7 +236,7 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 	if d.Allow {
 		ev.Status = ToolStarted
 	}
-	m.asks.wake(c.ID)
+	r.wake(c.ID)
 	return ev, nil
 }
 
@@ -270,13 +245,13 @@ func (m *Manager) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, er
 // client's hello) — the turn waiting for them needs no new ask. An ask
 // past its deadline is not among them: it counts as denied, whether or
 // not a turn is there to store that yet.
-func (m *Manager) PendingToolAsks(ctx context.Context, key string) ([]ToolAsk, error) {
-	calls, err := m.store.AskingToolCalls(ctx, key)
+func (r *Approvals) PendingToolAsks(ctx context.Context, key string) ([]ToolAsk, error) {
+	calls, err := r.store.AskingToolCalls(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ToolAsk, 0, len(calls))
-	now := m.now()
+	now := r.now()
 	for _, c := range calls {
 		if c.ExpiresAt != nil && !now.Before(*c.ExpiresAt) {
 			continue

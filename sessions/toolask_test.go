@@ -28,17 +28,16 @@ func (r *toolRig) askManager(t *testing.T, replica string, clock *clocktest.Cloc
 	}
 	m := sessions.New(r.db, r.model, opts)
 	settled := make(chan sessions.ToolAsk, 8)
-	m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	delivered := make(chan sessions.Delivery, 4)
+	m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
 		r.asks <- a
 		return "ask-" + replica, nil
-	}, func(ctx context.Context, a sessions.ToolAsk, ref string) {
+	}, AskSettled: func(ctx context.Context, a sessions.ToolAsk, ref string) {
 		settled <- a
-	})
-	delivered := make(chan sessions.Delivery, 4)
-	m.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+	}, Deliver: func(ctx context.Context, d sessions.Delivery) (string, error) {
 		delivered <- d
 		return "", nil
-	})
+	}})
 	return m, settled, delivered
 }
 
@@ -85,11 +84,11 @@ func TestACutTurnCancelsItsAsk(t *testing.T) {
 				if len(rows) != 1 || rows[0].State != ledger.ToolCancelled || rows[0].Result != c.text {
 					t.Fatalf("tool calls = %+v, want the ask cancelled", rows)
 				}
-				pending, err := m.PendingToolAsks(context.Background(), key)
+				pending, err := m.Approvals().PendingToolAsks(context.Background(), key)
 				if err != nil || len(pending) != 0 {
 					t.Fatalf("asks pending after the cut: %+v %v", pending, err)
 				}
-				if _, err := m.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: key, UserID: "u1", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolDecided {
+				if _, err := m.Approvals().DecideTool(context.Background(), sessions.ToolDecision{SessionKey: key, UserID: "u1", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolDecided {
 					t.Fatalf("allowing the cancelled call: %v, want ErrToolDecided", err)
 				}
 				// The session goes on, and the call never ran.
@@ -154,7 +153,7 @@ func TestAnAskKeepsItsDeadlineAcrossRestarts(t *testing.T) {
 					}
 				default:
 				}
-				if _, err := b.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: key, UserID: "u1", ID: first.Call.ID, Allow: true}); err != sessions.ErrToolExpired {
+				if _, err := b.Approvals().DecideTool(context.Background(), sessions.ToolDecision{SessionKey: key, UserID: "u1", ID: first.Call.ID, Allow: true}); err != sessions.ErrToolExpired {
 					t.Fatalf("allowing an expired call: %v, want ErrToolExpired", err)
 				}
 				rows := toolCalls(t, r.db)
@@ -181,11 +180,11 @@ func TestPendingAsksLeaveOutExpiredOnes(t *testing.T) {
 		a.Shutdown(cut) // stays asking, with nobody waiting for it
 		b, _, _ := r.askManager(t, "b", clock, sessions.BusyQueue)
 		defer b.Shutdown(context.Background())
-		if pending, err := b.PendingToolAsks(context.Background(), key); err != nil || len(pending) != 1 {
+		if pending, err := b.Approvals().PendingToolAsks(context.Background(), key); err != nil || len(pending) != 1 {
 			t.Fatalf("before its deadline: %+v %v, want the ask", pending, err)
 		}
 		clock.Advance(31 * time.Second)
-		if pending, err := b.PendingToolAsks(context.Background(), key); err != nil || len(pending) != 0 {
+		if pending, err := b.Approvals().PendingToolAsks(context.Background(), key); err != nil || len(pending) != 0 {
 			t.Fatalf("past its deadline: %+v %v, want none", pending, err)
 		}
 	})

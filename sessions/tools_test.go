@@ -57,11 +57,14 @@ func (r *toolRig) manager(t *testing.T, replica string, clock *clocktest.Clock, 
 	}
 	opts.RescueEvery, opts.RetryPause = 20*time.Millisecond, 10*time.Millisecond
 	m := sessions.New(r.db, r.model, opts)
-	m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
-		r.asks <- a
-		return "ask-" + fmt.Sprint(a.Call.ID), nil
-	}, nil)
+	m.Routes().Register("websocket", sessions.Route{Ask: r.ask})
 	return m
+}
+
+// ask is the rig's channel asking its user: the ask goes to r.asks.
+func (r *toolRig) ask(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	r.asks <- a
+	return "ask-" + fmt.Sprint(a.Call.ID), nil
 }
 
 // next is the next start (or another replica): a manager that runs
@@ -71,10 +74,10 @@ func (r *toolRig) next(t *testing.T, replica string) (*sessions.Manager, chan se
 	m := r.manager(t, replica, nil, sessions.Options{})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	delivered := make(chan sessions.Delivery, 4)
-	m.OnDeliver("websocket", false, func(ctx context.Context, d sessions.Delivery) (string, error) {
+	m.Routes().Register("websocket", sessions.Route{Ask: r.ask, Deliver: func(ctx context.Context, d sessions.Delivery) (string, error) {
 		delivered <- d
 		return "", nil
-	})
+	}})
 	startRescuer(t, m)
 	return m, delivered
 }
@@ -349,13 +352,13 @@ func TestToolApproval(t *testing.T) {
 		if a.Call.Name != "t__counter" || a.UserID != "u1" || a.Call.ExpiresAt.IsZero() {
 			t.Fatalf("ask = %+v", a)
 		}
-		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: sessions.WebSocketKey("u2"), UserID: "u2", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolNotYours {
+		if _, err := m.Approvals().DecideTool(ctx, sessions.ToolDecision{SessionKey: sessions.WebSocketKey("u2"), UserID: "u2", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolNotYours {
 			t.Fatalf("another user's decision: %v, want ErrToolNotYours", err)
 		}
-		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
+		if _, err := m.Approvals().DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: false}); err != sessions.ErrToolDecided {
+		if _, err := m.Approvals().DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: false}); err != sessions.ErrToolDecided {
 			t.Fatalf("a second decision: %v, want ErrToolDecided", err)
 		}
 		if out := wait(t, tk); out.Reply.Text != "answer: 1 | free" {
@@ -365,7 +368,7 @@ func TestToolApproval(t *testing.T) {
 		// Denied: it never runs, and the model is told.
 		tk = r.submit(t, m, "u1", "m2", "count again")
 		a = <-r.asks
-		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID}); err != nil {
+		if _, err := m.Approvals().DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID}); err != nil {
 			t.Fatal(err)
 		}
 		if out := wait(t, tk); out.Reply.Text != "answer: "+sessions.ToolDeniedText+" | free" {
@@ -380,7 +383,7 @@ func TestToolApproval(t *testing.T) {
 			t.Fatalf("reply = %q", out.Reply.Text)
 		}
 		// A tap after the expiry is told so, and changes nothing.
-		if _, err := m.DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolExpired {
+		if _, err := m.Approvals().DecideTool(ctx, sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != sessions.ErrToolExpired {
 			t.Fatalf("a decision after the expiry: %v, want ErrToolExpired", err)
 		}
 		if n := r.srv.Count(); n != 1 {
@@ -408,7 +411,7 @@ func TestToolAskSurvivesARestart(t *testing.T) {
 		if again.Call.ID != first.Call.ID {
 			t.Fatalf("asked again about call %d, want %d", again.Call.ID, first.Call.ID)
 		}
-		if _, err := b.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: again.SessionKey, UserID: "u1", ID: again.Call.ID, Allow: true}); err != nil {
+		if _, err := b.Approvals().DecideTool(context.Background(), sessions.ToolDecision{SessionKey: again.SessionKey, UserID: "u1", ID: again.Call.ID, Allow: true}); err != nil {
 			t.Fatal(err)
 		}
 		if d := <-delivered; d.Reply.Text != "answer: 1" {
@@ -514,12 +517,12 @@ func TestToolAskWaitsForItsChannel(t *testing.T) {
 				break // stored asking, with nobody to ask yet
 			}
 		}
-		m.OnToolAsk("websocket", func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+		m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
 			r.asks <- a
 			return "", nil
-		}, nil)
+		}})
 		a := <-r.asks
-		if _, err := m.DecideTool(context.Background(), sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
+		if _, err := m.Approvals().DecideTool(context.Background(), sessions.ToolDecision{SessionKey: a.SessionKey, UserID: "u1", ID: a.Call.ID, Allow: true}); err != nil {
 			t.Fatal(err)
 		}
 		if out := wait(t, tk); out.Reply.Text != "answer: 1" {

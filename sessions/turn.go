@@ -98,7 +98,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	b := claimed
 	if b == nil {
 		b, err = m.store.ClaimBatch(ctx, ledger.Claim{ConversationID: conv, Owner: m.opts.ReplicaID, Held: m.heldSeqs(key, conv),
-			TakeOver: alive != nil, Alive: alive, Now: t.now, Limit: busy.MaxBatch, Track: m.tracks(in.Channel)})
+			TakeOver: alive != nil, Alive: alive, Now: t.now, Limit: busy.MaxBatch, Track: m.routes.tracks(in.Channel)})
 	} else {
 		b.LastSeq, b.Epoch = hc.conv.LastSeq, hc.conv.Epoch // stored by this process, under this lock
 	}
@@ -249,7 +249,7 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 			// Only a turn that called the model grows what a summary
 			// folds; one refused (budget), expired or stopped before it
 			// ran causes no model call, a summary's included.
-			m.compactLater(t.in, t.conv)
+			m.compaction.later(t.in, t.conv)
 		}
 		return msgs, state, nil
 	}
@@ -301,7 +301,7 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 		out.Trace = trace.SpanContextFromContext(ctx)
 	}
 	m.tr.traceStatus(ctx, final.Status)
-	if state != ledger.TurnInterrupted && m.tracks(t.in.Channel) {
+	if state != ledger.TurnInterrupted && m.routes.tracks(t.in.Channel) {
 		out.Turn = b.Ref()
 	}
 	for _, tk := range t.tickets {
@@ -325,7 +325,7 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 		// to another replica, or to an earlier process): the channel
 		// delivers it.
 		last := b.Rows[len(b.Rows)-1]
-		m.deliverTurn(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
+		m.routes.deliver(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
 			ClientMsgID: last.ClientMsgID, UserSeq: lead, Reply: final, Turn: out.Turn})
 	}
 }

@@ -45,7 +45,7 @@ func (b *Bot) connect(ctx context.Context) bool {
 			// Only now can the bot deliver what the rescuer finds: until
 			// here its turns are left for later (or another replica).
 			b.registerOnce.Do(func() {
-				b.sess.OnDeliver(Channel, true, b.deliverStored)
+				b.sess.Register(Channel, b.route(true))
 				close(b.connected)
 			})
 			return true

@@ -355,7 +355,7 @@ func (b *Bot) fetch(ctx context.Context, a agent.Attachment) ([]byte, error) {
 }
 
 // Fetcher is the bot's fetcher of stored images, for the session manager
-// (sessions.Manager.OnFetch).
+// (sessions.Route.Fetch).
 func (b *Bot) Fetcher() sessions.Fetcher { return b.fetch }
 
 // byteSize is n for people: "5 MiB", "300 KiB", "512 bytes".

@@ -14,7 +14,7 @@ import (
 
 // Reset notices at once (channels.telegram.notify_resets). A sweep may
 // archive a hundred thousand conversations in one run; it hands each
-// archive to the bot's OnReset listener on its own goroutine, so the
+// archive to the bot's route (Route.Reset) on its own goroutine, so the
 // listener only queues a notice — never blocks, never allocates past the
 // queue's bound — and one sender sends them at a steady pace, through the
 // bot's normal send path (429 retry_after waited out), leaving the rest of
@@ -68,7 +68,8 @@ func (b *Bot) NoticeStats() NoticeStats {
 	return NoticeStats{Sent: b.notices.sent.Load(), Dropped: b.notices.dropped.Load(), Failed: b.notices.failed.Load()}
 }
 
-// startNotices subscribes the bot to resets and starts the sender.
+// startNotices starts the sender; the bot's route hands it the resets
+// (Bot.onSweep).
 func (b *Bot) startNotices() {
 	perSecond, size := b.opts.NoticesPerSecond, b.opts.NoticeQueue
 	if perSecond <= 0 {
@@ -82,7 +83,6 @@ func (b *Bot) startNotices() {
 		limiter: rate.NewLimiter(rate.Limit(perSecond), 1),
 		done:    make(chan struct{}),
 	}
-	b.sess.OnReset(b.onSweep)
 	go b.sendNotices()
 }
 

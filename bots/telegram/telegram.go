@@ -47,8 +47,8 @@ type Sessions struct {
 // ChannelStates open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
-	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m, Storage: m, Registry: m,
-		ToolApprovals: m}
+	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m, Storage: m, Registry: m.Routes(),
+		ToolApprovals: m.Approvals()}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.
@@ -83,10 +83,9 @@ type Policies interface {
 	Policy(channel string) sessions.Policy
 }
 
-// Deliveries are how replies reach the bot to be sent, and how it says
-// it sent them.
+// Deliveries are how the bot says it sent a reply delivered outside a
+// live turn (its route's Deliver, Bot.deliverStored).
 type Deliveries interface {
-	OnDeliver(channel string, track bool, fn sessions.DeliverFunc)
 	Delivered(ctx context.Context, t sessions.TurnRef, ref string, err error) error
 }
 
@@ -116,12 +115,11 @@ type Storage interface {
 	StorageDown() (time.Time, bool)
 }
 
-// Registry is how the session manager's other work reaches the bot,
-// registered once when it is built: resets made by sweeps
-// (Bot.onSweep), and the fetch of stored images.
+// Registry is how the session manager's work finds its way back to the
+// bot: its one route (sessions.Route, Bot.route), registered when it is
+// built and again, with the delivery of replies, once it is connected.
 type Registry interface {
-	OnReset(fn func(sessions.ResetEvent))
-	OnFetch(channel string, f sessions.Fetcher)
+	Register(channel string, r sessions.Route)
 }
 
 // Elector hands out the bot's poller role (sessions.Elector): Lead
@@ -256,7 +254,7 @@ type Bot struct {
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup
-	registerOnce  sync.Once // the deliverer, once connected
+	registerOnce  sync.Once // the route with its delivery, once connected
 	// draftsRefused is set once the Bot API answered that it has no
 	// sendMessageDraft: previews are edits from then on.
 	draftsRefused atomic.Bool
@@ -297,14 +295,31 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	// The library's constructor calls getMe; the bot is built without it.
 	b.api = &tgbotapi.BotAPI{Token: opts.Token, Client: b.ctx, Buffer: 100}
 	b.api.SetAPIEndpoint(strings.TrimRight(opts.APIURL, "/") + "/bot%s/%s")
-	// Stored images are fetched again through the bot for every turn that
-	// needs them.
-	sess.OnFetch(Channel, b.fetch)
-	b.registerTools(sess)
+	b.tools = sess.ToolApprovals
 	if opts.NotifyResets {
 		b.startNotices()
 	}
+	sess.Register(Channel, b.route(false))
 	return b, nil
+}
+
+// route is how the session manager's work reaches the bot: the fetch of
+// stored images, again for every turn that needs them; its tool asks,
+// when it can take the decisions (ToolApprovals); the notices of
+// conversations sweeps archived (NotifyResets); and, once connected, the
+// delivery of replies outside a live turn, which it confirms (Delivered).
+func (b *Bot) route(connected bool) sessions.Route {
+	r := sessions.Route{Fetch: b.fetch}
+	if b.tools != nil {
+		r.Ask, r.AskSettled = b.askTool, b.toolSettled
+	}
+	if b.notices != nil {
+		r.Reset = b.onSweep
+	}
+	if connected {
+		r.Deliver, r.Track = b.deliverStored, true
+	}
+	return r
 }
 
 // withDefaults fills in what o leaves unset, so that only the token is

@@ -318,11 +318,11 @@ func allDoors(x interface {
 	Deliveries
 	Standing
 	Storage
-	Registry
-	ToolApprovals
 	Conversations() *sessions.Conversations
+	Routes() *sessions.Routes
+	Approvals() *sessions.Approvals
 }) Sessions {
 	c := x.Conversations()
-	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x, Storage: x, Registry: x,
-		ToolApprovals: x}
+	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x, Storage: x, Registry: x.Routes(),
+		ToolApprovals: x.Approvals()}
 }

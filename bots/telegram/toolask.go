@@ -32,11 +32,10 @@ import (
 	"github.com/chatgate/chatgate/sessions"
 )
 
-// ToolApprovals is what the bot needs of the session manager to ask its
-// users to allow or deny tool calls. A bot built without it asks nothing
-// (its calls wait for their expiry).
+// ToolApprovals is what the bot needs of the session manager to take
+// its users' decisions on tool calls. A bot built without it asks
+// nothing (its route has no Ask, and its calls wait for their expiry).
 type ToolApprovals interface {
-	OnToolAsk(channel string, ask sessions.ToolAsker, settled func(ctx context.Context, a sessions.ToolAsk, ref string))
 	DecideTool(ctx context.Context, d sessions.ToolDecision) (sessions.ToolEvent, error)
 }
 
@@ -86,16 +85,6 @@ type toolAsks struct {
 func newToolAsks() toolAsks {
 	return toolAsks{outcomes: must(lru.New[int64, string](maxTracked)), askedOf: must(lru.New[int64, int64](maxTracked)),
 		names: must(lru.New[int64, string](maxTracked))}
-}
-
-// registerTools asks the session manager to route this channel's tool
-// asks to the bot, when it can.
-func (b *Bot) registerTools(sess Sessions) {
-	if sess.ToolApprovals == nil {
-		return
-	}
-	b.tools = sess.ToolApprovals
-	b.tools.OnToolAsk(Channel, b.askTool, b.toolSettled)
 }
 
 // noteName remembers how to call a user who wrote, for "Only Ann can

@@ -137,7 +137,7 @@ func TestToolAskAllowedRunsOnce(t *testing.T) {
 
 // failDecisions fails the first n decisions, as a database that is down.
 type failDecisions struct {
-	*sessions.Manager
+	*sessions.Approvals
 	n *atomic.Int32
 }
 
@@ -145,7 +145,7 @@ func (f failDecisions) DecideTool(ctx context.Context, d sessions.ToolDecision) 
 	if f.n.Add(-1) >= 0 {
 		return sessions.ToolEvent{}, errors.New("database is down")
 	}
-	return f.Manager.DecideTool(ctx, d)
+	return f.Approvals.DecideTool(ctx, d)
 }
 
 // A denied call never runs and the model is told; a tap whose decision
@@ -154,7 +154,11 @@ func TestToolAskDeniedNeverRuns(t *testing.T) {
 	s, srv := toolSetup(t, nil, Options{}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
 	var fails atomic.Int32
 	fails.Store(1)
-	s.sess = func(m *sessions.Manager) Sessions { return allDoors(failDecisions{Manager: m, n: &fails}) }
+	s.sess = func(m *sessions.Manager) Sessions {
+		doors := allDoors(m)
+		doors.ToolApprovals = failDecisions{Approvals: m.Approvals(), n: &fails}
+		return doors
+	}
 	api := telegramtest.New(t)
 	h := start(t, api, t.TempDir(), s)
 	api.Push(telegramtest.DM(7, "count"))
