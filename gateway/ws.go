@@ -42,7 +42,7 @@ type Sessions struct {
 
 // SessionsOf is every door of the WebSocket channel on m.
 func SessionsOf(m *sessions.Manager) Sessions {
-	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m, ToolDecisions: m, Registry: m}
+	return Sessions{Turns: m, Transcripts: m, Principals: m, Standing: m.Standing(), ToolDecisions: m, Registry: m}
 }
 
 // Turns are the frames that start, change or stop a turn.

@@ -183,7 +183,7 @@ func (m *Manager) compact(ctx context.Context, in Inbound, conv string, now bool
 	// A summary is a model call the user causes: tallied as theirs, and
 	// not made while they are over their budget. The turn that crossed
 	// it is their last model call until the budget frees up.
-	if s := m.overBudget(ctx, in, p); s != nil {
+	if s := m.standing.overBudget(ctx, in, p); s != nil {
 		return 0, &OverBudgetError{Standing: *s}
 	}
 
@@ -258,7 +258,7 @@ func (m *Manager) storeSummary(ctx context.Context, in Inbound, conv string, row
 		row.Seq = hc.conv.LastSeq + 1
 		err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
 			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
-			Usage: m.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0, false)})
+			Usage: m.standing.usageFor(&hc.conv, []ledger.Message{row}, model, m.now(), 0, false)})
 		if err == nil {
 			hc.push(row)
 			m.hot.Update(key, hc)

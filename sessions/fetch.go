@@ -86,8 +86,3 @@ func (m *Manager) fetchImages(ctx context.Context, ag agent.Agent, channel strin
 	}
 	wg.Wait()
 }
-
-// ReadsImages reports whether the agent is given the images users send;
-// without it they are stored and the model is told of them only, and a
-// channel can tell its users so.
-func (m *Manager) ReadsImages() bool { return agent.ReadsImages(m.settings().agent) }

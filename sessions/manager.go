@@ -167,7 +167,7 @@ type Observer interface {
 	// the first of them was stored.
 	TurnStarted(channel string, messages int, wait time.Duration)
 	// Spent: an append that stored what model calls spent landed (its
-	// tally with it: Manager.usageFor).
+	// tally with it: Standing.usageFor).
 	Spent(channel, model string, promptTokens, completionTokens int64, cost float64)
 	// BudgetRefused: a turn was answered with BudgetText, its user over
 	// budget (tokens_per_day, cost_per_day or cost_per_month).
@@ -264,7 +264,7 @@ type Options struct {
 	// denied (default DefaultApproveTimeout).
 	ApproveTimeout time.Duration
 	// Models are the models a session key may choose (agent.models; none:
-	// no choice; Manager.ChooseModel); ContextTokens is the context
+	// no choice; Standing.ChooseModel); ContextTokens is the context
 	// window of the agent's own model, for Status (0: unknown).
 	Models        []Model
 	ContextTokens int
@@ -284,7 +284,6 @@ type Manager struct {
 	log     *slog.Logger
 	tr      *tracing // the spans of messages and turns
 	hot     *hotCache
-	days    dayKeys                      // a day's key, formatted once (Manager.usageFor)
 	live    atomic.Pointer[liveSettings] // policies, instructions, agent (Reconfigure)
 	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
@@ -326,8 +325,8 @@ type Manager struct {
 	// asks: how channels ask their users about tool calls, and the
 	// turns waiting for a decision.
 	asks *askRegistry
-	// choices caches the models keys chose.
-	choices *modelChoices
+	// standing: status, usage and budgets, models, the replica's load.
+	standing *Standing
 }
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown
@@ -403,11 +402,13 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		compacting: map[string]bool{},
 		turnLocks:  locks.New(locks.Options{Now: opts.Now}),
 		wake:       make(chan struct{}, 1), stopLoops: make(chan struct{}),
-		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
-		choices: newModelChoices(), asks: newAskRegistry(),
+		tr:   &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
+		asks: newAskRegistry(),
 	}
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
 	m.relay.m = m
+	m.standing = newStanding(st, m, managerLoad{m}, hot, m.relay.announce,
+		standingConfig{ReplicaID: opts.ReplicaID, LeaseTTL: opts.LeaseTTL, Now: m.now, Logger: opts.Logger})
 	m.live.Store(live)
 	m.SetDelayNotice(opts.DelayNotice)
 	m.unwatch = st.Observe(watcher{m})

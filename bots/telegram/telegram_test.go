@@ -316,10 +316,10 @@ func allDoors(x interface {
 	Transcripts
 	Deliveries
 	ChannelStates
-	Standing
+	Standing() *sessions.Standing
 	Storage
 	Registry
 	ToolApprovals
 }) Sessions {
-	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x, ToolApprovals: x}
+	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x.Standing(), Storage: x, Registry: x, ToolApprovals: x}
 }
