@@ -425,8 +425,8 @@ type Stats struct {
 
 func (a *Admin) stats(w http.ResponseWriter, r *http.Request, who string) {
 	a.logAction(r, who, "stats", "")
-	s := Stats{Replica: a.opts.Manager.ReplicaID(), RunningTurns: a.opts.Manager.RunningTurns()}
-	s.WaitingMessages, s.WaitingSessions = a.opts.Manager.WaitingMessages()
+	s := Stats{Replica: a.opts.Manager.ReplicaID(), RunningTurns: a.opts.Manager.Standing().RunningTurns()}
+	s.WaitingMessages, s.WaitingSessions = a.opts.Manager.Standing().WaitingMessages()
 	s.WaitingOnStorage = a.opts.Manager.WaitingOnStorage()
 	if since, down := a.opts.Manager.StorageDown(); down {
 		s.StorageDownSince = &since
@@ -440,7 +440,7 @@ func (a *Admin) stats(w http.ResponseWriter, r *http.Request, who string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	alive, err := a.opts.Manager.AliveReplicas(ctx)
+	alive, err := a.opts.Manager.Standing().AliveReplicas(ctx)
 	if err != nil {
 		a.storeError(w, err)
 		return

@@ -3,7 +3,7 @@ package gateway
 import "github.com/prometheus/client_golang/prometheus"
 
 // usageMetrics count what turns spend with the model, as the usage
-// tallies store it (sessions.Manager.usageFor), and the turns a budget
+// tallies store it (sessions.Standing.usageFor), and the turns a budget
 // refused.
 type usageMetrics struct {
 	tokens  *prometheus.CounterVec

@@ -45,7 +45,7 @@ type Sessions struct {
 // and Principals open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
-	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m, ToolDecisions: m.Approvals(), Registry: m.Routes()}
+	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes()}
 }
 
 // Turns are the frames that start, change or stop a turn.

@@ -59,7 +59,7 @@ func TestBudgetBoundsCompaction(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no summary after the second turn")
 		}
-		st, err := m.Usage(context.Background(), "websocket", key)
+		st, err := m.Standing().Usage(context.Background(), "websocket", key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestStoppedRepliesCountAgainstTheBudget(t *testing.T) {
 			t.Fatalf("over budget after %d stops: the estimate is too big (%+v)", stops-1, before)
 		}
 		t.Logf("over budget after %d stopped answers: %+v", stops-1, before)
-		st, err := m.Usage(context.Background(), "websocket", key)
+		st, err := m.Standing().Usage(context.Background(), "websocket", key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func TestStoppedRepliesCountAgainstTheBudget(t *testing.T) {
 // handle: a refused message streams nothing to stop.
 func handle0(t *testing.T, m *Manager, key, text string, stop func(string) Outcome) Outcome {
 	t.Helper()
-	st, err := m.Usage(context.Background(), "websocket", key)
+	st, err := m.Standing().Usage(context.Background(), "websocket", key)
 	if err != nil {
 		t.Fatal(err)
 	}

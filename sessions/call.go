@@ -203,7 +203,7 @@ func (s *deltaSink) add(d string) {
 // request is the agent request of a turn answering rows after hist — the
 // history before its lead without its own messages (historyFor of
 // priorOf), then each of them as a user message — on model (nil: the
-// agent's own; Manager.modelSpec).
+// agent's own; Standing.modelSpec).
 // Its pictures are not fetched yet (fetchImages does that, outside any
 // lock).
 func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string, model *agent.ModelSpec) agent.Request {

@@ -69,9 +69,9 @@ const (
 
 // compaction makes the summaries: in the background once a turn's reply
 // is stored (later), or at once when a user asks (atOnce). What it needs
-// of the turn path — the key's state lock, its cached conversation, the
-// budget — is compactTurns; the drain counts its background work
-// (drainCount).
+// of the turn path — the key's state lock, its cached conversation — is
+// compactTurns; of the user's standing — the budget and the tally — is
+// compactSpend; the drain counts its background work (drainCount).
 type compaction struct {
 	store Store
 	hot   *hotCache
@@ -80,6 +80,7 @@ type compaction struct {
 	now   func() time.Time
 	base  context.Context // parent of the background summaries (Manager.base)
 	turns compactTurns
+	spend compactSpend
 	drain drainCount
 
 	mu sync.Mutex
@@ -89,13 +90,17 @@ type compaction struct {
 }
 
 // compactTurns is what compaction needs of the turn path: the policy and
-// the agent, the key's state lock and its cached conversation, where the
-// user stands against their budget and the tally of what a summary spent.
+// the agent, the key's state lock and its cached conversation.
 type compactTurns interface {
 	Policy(channel string) Policy
 	settings() *liveSettings
 	lockState(ctx context.Context, key string, drainEnds bool) (func(), error)
 	hotFor(ctx context.Context, in Inbound, conv string) (*hotConv, error)
+}
+
+// compactSpend is what compaction needs of Standing: where the user
+// stands against their budget, and the tally of what a summary spent.
+type compactSpend interface {
 	overBudget(ctx context.Context, in Inbound, p Policy) *UsageStanding
 	usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage
 }
@@ -110,8 +115,8 @@ type drainCount struct {
 }
 
 func newCompaction(store Store, hot *hotCache, tr *tracing, log *slog.Logger, now func() time.Time, base context.Context,
-	turns compactTurns, drain drainCount) *compaction {
-	return &compaction{store: store, hot: hot, tr: tr, log: log, now: now, base: base, turns: turns, drain: drain,
+	turns compactTurns, spend compactSpend, drain drainCount) *compaction {
+	return &compaction{store: store, hot: hot, tr: tr, log: log, now: now, base: base, turns: turns, spend: spend, drain: drain,
 		compacting: map[string]bool{}}
 }
 
@@ -239,7 +244,7 @@ func (c *compaction) compact(ctx context.Context, in Inbound, conv string, now b
 	// A summary is a model call the user causes: tallied as theirs, and
 	// not made while they are over their budget. The turn that crossed
 	// it is their last model call until the budget frees up.
-	if s := c.turns.overBudget(ctx, in, p); s != nil {
+	if s := c.spend.overBudget(ctx, in, p); s != nil {
 		return 0, &OverBudgetError{Standing: *s}
 	}
 
@@ -314,7 +319,7 @@ func (c *compaction) storeSummary(ctx context.Context, in Inbound, conv string, 
 		row.Seq = hc.conv.LastSeq + 1
 		err = c.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true,
 			Messages: []ledger.Message{row}, At: hc.conv.LastActivityAt, Tokens: tokens, Cost: row.Cost,
-			Usage: c.turns.usageFor(&hc.conv, []ledger.Message{row}, model, c.now(), 0, false)})
+			Usage: c.spend.usageFor(&hc.conv, []ledger.Message{row}, model, c.now(), 0, false)})
 		if err == nil {
 			hc.push(row)
 			c.hot.Update(key, hc)

@@ -81,8 +81,3 @@ func (r *Routes) fetchImages(ctx context.Context, ag agent.Agent, channel string
 	}
 	wg.Wait()
 }
-
-// ReadsImages reports whether the agent is given the images users send;
-// without it they are stored and the model is told of them only, and a
-// channel can tell its users so.
-func (m *Manager) ReadsImages() bool { return agent.ReadsImages(m.settings().agent) }

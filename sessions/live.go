@@ -16,7 +16,7 @@ type liveSettings struct {
 	instructions string
 	agent        agent.Agent
 	compactor    agent.Agent // writes summaries; nil: agent does
-	// models are the models a key may choose (Manager.ChooseModel), and
+	// models are the models a key may choose (Standing.ChooseModel), and
 	// contextTokens the context window of the agent's own model (0:
 	// unknown). They follow the agent.
 	models        []Model

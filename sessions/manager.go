@@ -167,7 +167,7 @@ type Observer interface {
 	// the first of them was stored.
 	TurnStarted(channel string, messages int, wait time.Duration)
 	// Spent: an append that stored what model calls spent landed (its
-	// tally with it: Manager.usageFor).
+	// tally with it: Standing.usageFor).
 	Spent(channel, model string, promptTokens, completionTokens int64, cost float64)
 	// BudgetRefused: a turn was answered with BudgetText, its user over
 	// budget (tokens_per_day, cost_per_day or cost_per_month).
@@ -264,7 +264,7 @@ type Options struct {
 	// denied (default DefaultApproveTimeout).
 	ApproveTimeout time.Duration
 	// Models are the models a session key may choose (agent.models; none:
-	// no choice; Manager.ChooseModel); ContextTokens is the context
+	// no choice; Standing.ChooseModel); ContextTokens is the context
 	// window of the agent's own model, for Status (0: unknown).
 	Models        []Model
 	ContextTokens int
@@ -284,7 +284,6 @@ type Manager struct {
 	log     *slog.Logger
 	tr      *tracing // the spans of messages and turns
 	hot     *hotCache
-	days    dayKeys                      // a day's key, formatted once (Manager.usageFor)
 	live    atomic.Pointer[liveSettings] // policies, instructions, agent (Reconfigure)
 	base    context.Context              // parent of every turn; cancelled at the end of a drain
 	cancel  context.CancelCauseFunc
@@ -329,6 +328,8 @@ type Manager struct {
 	// convs: what channels read and change of conversations outside a
 	// turn (Manager.Conversations).
 	convs *Conversations
+	// standing: status, usage and budgets, models, the replica's load.
+	standing *Standing
 }
 
 // New returns a Manager. Call Start to run the reset sweeps, and Shutdown
@@ -403,12 +404,13 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		claims:  map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
-		tr:      &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
-		choices: newModelChoices(),
+		tr: &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
 	}
 	m.asks = newApprovals(st, m.now)
+	m.standing = newStanding(st, m, managerLoad{m}, hot, m.relay.announce,
+		standingConfig{ReplicaID: opts.ReplicaID, LeaseTTL: opts.LeaseTTL, Now: m.now, Logger: opts.Logger})
 	m.routes = newRoutes(m.tr, opts.Logger, m.Delivered, func() { m.rescanAll.Store(true); m.Wake() })
-	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
+	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, m.standing, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.closing

@@ -134,38 +134,48 @@ func (st ModelState) spec() *agent.ModelSpec {
 	return &agent.ModelSpec{ID: st.Current.ID, PricePer1KPrompt: st.Current.PricePer1KPrompt, PricePer1KCompletion: st.Current.PricePer1KCompletion}
 }
 
+// forgetChoice drops the key's cached choice of model ("": every key's),
+// read again at its next turn: another replica chose, or choices were
+// purged.
+func (s *Standing) forgetChoice(key string) { s.choices.forget(key) }
+
 // OffersModels reports whether session keys may choose a model
 // (agent.models is set).
-func (m *Manager) OffersModels() bool { return len(m.settings().models) > 0 }
+func (s *Standing) OffersModels() bool { return len(s.turns.settings().models) > 0 }
+
+// ReadsImages reports whether the agent is given the images users send;
+// without it they are stored and the model is told of them only, and a
+// channel can tell its users so.
+func (s *Standing) ReadsImages() bool { return agent.ReadsImages(s.turns.settings().agent) }
 
 // chosenModel is the name of the model the key chose ("" none). Called
 // under the key's state lock; no storage call without agent.models.
-func (m *Manager) chosenModel(ctx context.Context, key string, live *liveSettings) (string, error) {
+func (s *Standing) chosenModel(ctx context.Context, key string, live *liveSettings) (string, error) {
 	if len(live.models) == 0 {
 		return "", nil
 	}
-	if name, ok := m.choices.cache.Get(key); ok {
+	if name, ok := s.choices.cache.Get(key); ok {
 		return name, nil
 	}
-	gen := m.choices.gen.Load()
-	name, err := m.store.ModelChoice(ctx, key)
+	gen := s.choices.gen.Load()
+	name, err := s.store.ModelChoice(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	if m.choices.gen.Load() == gen {
-		m.choices.cache.Add(key, name)
+	if s.choices.gen.Load() == gen {
+		s.choices.cache.Add(key, name)
 	}
 	return name, nil
 }
 
 // modelSpec is the model the key's next turn asks for (nil: the agent's
 // own). Called under the key's state lock.
-func (m *Manager) modelSpec(ctx context.Context, key string) (*agent.ModelSpec, error) {
-	live := m.settings()
+func (s *Standing) modelSpec(ctx context.Context, key string) (*agent.ModelSpec, error) {
+	live := s.turns.settings()
 	if len(live.models) == 0 {
 		return nil, nil
 	}
-	chosen, err := m.chosenModel(ctx, key, live)
+	chosen, err := s.chosenModel(ctx, key, live)
 	if err != nil {
 		return nil, err
 	}
@@ -174,17 +184,17 @@ func (m *Manager) modelSpec(ctx context.Context, key string) (*agent.ModelSpec, 
 
 // Models reports the models the key may choose, the one it chose and the
 // one its next turn uses.
-func (m *Manager) Models(ctx context.Context, in Inbound) (ModelState, error) {
+func (s *Standing) Models(ctx context.Context, in Inbound) (ModelState, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return ModelState{}, ErrBadInbound
 	}
-	release, err := m.acquire(ctx, in.SessionKey)
+	release, err := s.turns.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return ModelState{}, err
 	}
 	defer release()
-	live := m.settings()
-	chosen, err := m.chosenModel(ctx, in.SessionKey, live)
+	live := s.turns.settings()
+	chosen, err := s.chosenModel(ctx, in.SessionKey, live)
 	if err != nil {
 		return ModelState{}, err
 	}
@@ -194,11 +204,11 @@ func (m *Manager) Models(ctx context.Context, in Inbound) (ModelState, error) {
 // ChooseModel stores the key's choice of the offered model name (any
 // case; "" goes back to the default) for its next turns, across resets.
 // A turn running now finishes on the model it started with.
-func (m *Manager) ChooseModel(ctx context.Context, in Inbound, name string) (ModelState, error) {
+func (s *Standing) ChooseModel(ctx context.Context, in Inbound, name string) (ModelState, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return ModelState{}, ErrBadInbound
 	}
-	live := m.settings()
+	live := s.turns.settings()
 	if len(live.models) == 0 {
 		return ModelState{}, ErrNoModels
 	}
@@ -210,18 +220,18 @@ func (m *Manager) ChooseModel(ctx context.Context, in Inbound, name string) (Mod
 		}
 		chosen = md.Name
 	}
-	release, err := m.acquire(ctx, in.SessionKey)
+	release, err := s.turns.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return ModelState{}, err
 	}
 	defer release()
-	if err := m.store.SetModelChoice(ctx, in.SessionKey, chosen, m.now()); err != nil {
+	if err := s.store.SetModelChoice(ctx, in.SessionKey, chosen, s.now()); err != nil {
 		// It may have landed: the next turn reads it again.
-		m.choices.cache.Remove(in.SessionKey)
+		s.choices.cache.Remove(in.SessionKey)
 		return ModelState{}, err
 	}
-	m.choices.cache.Add(in.SessionKey, chosen)
-	m.relay.announce(ledger.Event{Kind: ledger.EventModel, Channel: in.Channel, Key: in.SessionKey})
+	s.choices.cache.Add(in.SessionKey, chosen)
+	s.announce(ledger.Event{Kind: ledger.EventModel, Channel: in.Channel, Key: in.SessionKey})
 	return live.stateOf(chosen), nil
 }
 

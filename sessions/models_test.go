@@ -42,10 +42,10 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		rec := &recorder{}
 		m := modelManager(t, db, rec, c, Options{Models: testModels})
 		in := msg("websocket:ann", "one")
-		if !m.OffersModels() {
+		if !m.Standing().OffersModels() {
 			t.Fatal("OffersModels = false with models")
 		}
-		st, err := m.Models(ctx, in)
+		st, err := m.Standing().Models(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if got := rec.last().Model; got != nil {
 			t.Fatalf("before a choice the request asks for %+v", got)
 		}
-		st, err = m.ChooseModel(ctx, in, "smart")
+		st, err = m.Standing().ChooseModel(ctx, in, "smart")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if got := rec.last().Model; got != nil {
 			t.Fatalf("bob's request asks for %+v", got)
 		}
-		if _, err := m.ChooseModel(ctx, in, "Nope"); !errors.Is(err, ErrUnknownModel) {
+		if _, err := m.Standing().ChooseModel(ctx, in, "Nope"); !errors.Is(err, ErrUnknownModel) {
 			t.Fatalf("choosing an unknown model: %v", err)
 		}
 
@@ -97,7 +97,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if got := rec2.last().Model; !reflect.DeepEqual(got, want) {
 			t.Fatalf("after a restart: %+v, want %+v", got, want)
 		}
-		if st, err := m2.ChooseModel(ctx, in, ""); err != nil || st.Chosen != "" || !st.UsesDefault {
+		if st, err := m2.Standing().ChooseModel(ctx, in, ""); err != nil || st.Chosen != "" || !st.UsesDefault {
 			t.Fatalf("back to the default: %+v, %v", st, err)
 		}
 		handle(t, m2, msg("websocket:ann", "four"))
@@ -122,12 +122,12 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 		m := modelManager(t, db, ag, newClock(t0), Options{Models: models, Policies: map[string]Policy{"websocket": {MaxHistory: 100,
 			Budget: BudgetPolicy{Default: Budget{CostPerDay: 500, CostPerMonth: 1000}}}}})
 		in := msg("websocket:ann", "hi")
-		st, err := m.Models(ctx, in)
+		st, err := m.Standing().Models(ctx, in)
 		if err != nil || st.Current.Name != "Mini" || !st.UsesDefault {
 			t.Fatalf("default: %+v, %v", st, err)
 		}
 		out := handle(t, m, in)
-		if _, err := m.ChooseModel(ctx, in, "Fast"); err != nil {
+		if _, err := m.Standing().ChooseModel(ctx, in, "Fast"); err != nil {
 			t.Fatal(err)
 		}
 		handle(t, m, msg("websocket:ann", "again"))
@@ -146,7 +146,7 @@ func TestChosenModelPricesTheReply(t *testing.T) {
 			t.Fatalf("Fast's cost = %v, want %v", got, want)
 		}
 		// Status tells the day's and the month's spend against the budget.
-		status, err := m.Status(ctx, in)
+		status, err := m.Standing().Status(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,13 +162,13 @@ func TestNoModelsOffered(t *testing.T) {
 	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
 	m := newManager(t, db, agent.Echo{}, newClock(t0), nil)
 	in := msg("websocket:ann", "hi")
-	if m.OffersModels() {
+	if m.Standing().OffersModels() {
 		t.Fatal("OffersModels = true without models")
 	}
-	if _, err := m.ChooseModel(context.Background(), in, "Fast"); !errors.Is(err, ErrNoModels) {
+	if _, err := m.Standing().ChooseModel(context.Background(), in, "Fast"); !errors.Is(err, ErrNoModels) {
 		t.Fatalf("ChooseModel without models: %v", err)
 	}
-	st, err := m.Models(context.Background(), in)
+	st, err := m.Standing().Models(context.Background(), in)
 	if err != nil || len(st.Models) != 0 || st.Current != (Model{ID: "echo"}) {
 		t.Fatalf("Models = %+v, %v", st, err)
 	}
@@ -188,14 +188,14 @@ func TestModelChoiceReachesTheOtherReplica(t *testing.T) {
 	knowPeers(t, a, b)
 	ctx := context.Background()
 	in := msg("websocket:ann", "hi")
-	if _, err := b.ChooseModel(ctx, in, "Fast"); err != nil {
+	if _, err := b.Standing().ChooseModel(ctx, in, "Fast"); err != nil {
 		t.Fatal(err)
 	}
 	handle(t, b, in)
 	if got := recB.last().Model; got == nil || got.ID != "fast-1" {
 		t.Fatalf("B's turn asks for %+v", got)
 	}
-	if _, err := a.ChooseModel(ctx, in, "Smart"); err != nil {
+	if _, err := a.Standing().ChooseModel(ctx, in, "Smart"); err != nil {
 		t.Fatal(err)
 	}
 	// Notifications arrive in order: once B hears of A's next reset, it
@@ -223,7 +223,7 @@ func TestStatus(t *testing.T) {
 		m := modelManager(t, db, agent.Echo{}, c, Options{Models: testModels, ContextTokens: 500,
 			Instructions: "Be brief.", Policies: map[string]Policy{"websocket": policy}})
 		in := msg("websocket:ann", "")
-		st, err := m.Status(ctx, in)
+		st, err := m.Standing().Status(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestStatus(t *testing.T) {
 			handle(t, m, msg("websocket:ann", text))
 			c.Advance(time.Minute)
 		}
-		st, err = m.Status(ctx, in)
+		st, err = m.Standing().Status(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,10 +273,10 @@ func TestStatus(t *testing.T) {
 		if err != nil || n == 0 {
 			t.Fatalf("Compact = %d, %v", n, err)
 		}
-		if _, err := m.ChooseModel(ctx, in, "Smart"); err != nil {
+		if _, err := m.Standing().ChooseModel(ctx, in, "Smart"); err != nil {
 			t.Fatal(err)
 		}
-		st, err = m.Status(ctx, in)
+		st, err = m.Standing().Status(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func TestStatus(t *testing.T) {
 		// Daily only: the next 04:00 in Berlin after the conversation started.
 		policy.Reset.Mode = ResetDaily
 		m.Reconfigure(Settings{Policies: map[string]Policy{"websocket": policy}, Instructions: "Be brief."})
-		st, err = m.Status(ctx, in)
+		st, err = m.Standing().Status(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}

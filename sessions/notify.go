@@ -69,7 +69,7 @@ func (r *relay) on(ev ledger.Event) {
 		// A turn may have become claimable meanwhile, and replies may
 		// have been stored for clients connected here; a key may have
 		// chosen another model.
-		m.choices.forget("")
+		m.standing.forgetChoice("")
 		m.Wake()
 		m.routes.reply(ReplyEvent{Missed: true})
 		return
@@ -82,7 +82,7 @@ func (r *relay) on(ev ledger.Event) {
 		return // (a want is the store's, for its kept leases)
 	}
 	if ev.Kind == ledger.EventModel {
-		m.choices.forget(ev.Key) // read again at the key's next turn
+		m.standing.forgetChoice(ev.Key) // read again at the key's next turn
 		return
 	}
 	// Another replica changed the key's conversation: the cached copy

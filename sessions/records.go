@@ -40,7 +40,7 @@ const (
 	InterruptedByUser          = ledger.InterruptedByUser
 	InterruptedByMessage       = ledger.InterruptedByMessage
 	InterruptedByShutdownFinal = ledger.InterruptedByShutdownFinal
-	// OverBudgetPrefix starts the error of a budget reply (Manager.overBudget's).
+	// OverBudgetPrefix starts the error of a budget reply (Standing.overBudget's).
 	OverBudgetPrefix = ledger.OverBudgetPrefix
 )
 

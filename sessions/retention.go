@@ -152,7 +152,7 @@ func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err er
 	// for the retention period after it was made.
 	c, err := m.store.PurgeModelChoices(ctx, m.now().AddDate(0, 0, -m.opts.RetentionDays))
 	if c > 0 {
-		m.choices.forget("")
+		m.standing.forgetChoice("")
 	}
 	return convs, states + c, err
 }

@@ -5,18 +5,19 @@ import (
 	"fmt"
 )
 
-// RunningTurns is how many turns run on this replica now (an agent call
-// in progress, or storing its reply).
-func (m *Manager) RunningTurns() int {
+// managerLoad is a Manager's turnLoad: its running turns and its bursts'
+// waiting messages, read under its mu.
+type managerLoad struct{ m *Manager }
+
+func (l managerLoad) runningTurns() int {
+	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.running)
 }
 
-// WaitingMessages is how many stored user messages wait on this replica
-// for their turn to start (debounce, or the turn before them), and across
-// how many session keys.
-func (m *Manager) WaitingMessages() (messages, keys int) {
+func (l managerLoad) waitingMessages() (messages, keys int) {
+	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, b := range m.bursts {
@@ -36,10 +37,19 @@ func (m *Manager) WaitingMessages() (messages, keys int) {
 	return messages, keys
 }
 
+// RunningTurns is how many turns run on this replica now (an agent call
+// in progress, or storing its reply).
+func (s *Standing) RunningTurns() int { return s.load.runningTurns() }
+
+// WaitingMessages is how many stored user messages wait on this replica
+// for their turn to start (debounce, or the turn before them), and across
+// how many session keys.
+func (s *Standing) WaitingMessages() (messages, keys int) { return s.load.waitingMessages() }
+
 // AliveReplicas lists the gateways sharing the database whose heartbeat
 // is fresh, this one first.
-func (m *Manager) AliveReplicas(ctx context.Context) ([]string, error) {
-	_, alive, err := m.store.Replicas(ctx, m.opts.ReplicaID, m.opts.LeaseTTL)
+func (s *Standing) AliveReplicas(ctx context.Context) ([]string, error) {
+	_, alive, err := s.store.Replicas(ctx, s.replica, s.leaseTTL)
 	if err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
 	}

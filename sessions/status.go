@@ -88,60 +88,60 @@ func (p ResetPolicy) Next(c *ledger.Conversation) (time.Time, string) {
 func (p ResetPolicy) TimeZone() *time.Location { return p.location() }
 
 // Status reports the key's standing. It opens no conversation.
-func (m *Manager) Status(ctx context.Context, in Inbound) (Status, error) {
+func (s *Standing) Status(ctx context.Context, in Inbound) (Status, error) {
 	if in.Channel == "" || in.SessionKey == "" {
 		return Status{}, ErrBadInbound
 	}
-	release, err := m.acquire(ctx, in.SessionKey)
+	release, err := s.turns.acquire(ctx, in.SessionKey)
 	if err != nil {
 		return Status{}, err
 	}
 	defer release()
-	policy, live := m.Policy(in.Channel), m.settings()
+	policy, live := s.turns.Policy(in.Channel), s.turns.settings()
 	st := Status{Busy: policy.Busy.withDefaults().Mode, Reset: policy.Reset}
-	chosen, err := m.chosenModel(ctx, in.SessionKey, live)
+	chosen, err := s.chosenModel(ctx, in.SessionKey, live)
 	if err != nil {
 		return Status{}, err
 	}
 	st.Model = live.stateOf(chosen)
-	if st.Usage, err = m.standing(ctx, policy, in.SessionKey); err != nil {
+	if st.Usage, err = s.standing(ctx, policy, in.SessionKey); err != nil {
 		return Status{}, err
 	}
-	hc, err := m.peek(ctx, in, policy)
+	hc, err := s.peek(ctx, in, policy)
 	if err != nil || hc == nil {
 		return st, err
 	}
 	c := &hc.conv
 	st.Conversation, st.StartedAt, st.LastActivityAt = c.ID, c.StartedAt, c.LastActivityAt
 	st.NextReset, st.NextResetReason = policy.Reset.Next(c)
-	if st.Messages, err = m.store.MessageCount(ctx, c.ID); err != nil {
+	if st.Messages, err = s.store.MessageCount(ctx, c.ID); err != nil {
 		return Status{}, err
 	}
 	window := priorOf(hc.window, nil, c.LastSeq)
 	hist := historyFor(window, policy)
 	st.HistoryMessages, st.HistoryTokens = len(hist), estimateRequest(live.instructions, hist)
-	if s := newestSummary(window); s != nil && policy.Compaction.Enabled {
+	if sum := newestSummary(window); sum != nil && policy.Compaction.Enabled {
 		st.HistoryMessages-- // the summary is not a message
-		st.Summary = &Summary{Text: s.Content, Through: s.ReplyTo, At: s.CreatedAt}
+		st.Summary = &Summary{Text: sum.Content, Through: sum.ReplyTo, At: sum.CreatedAt}
 	}
 	return st, nil
 }
 
 // peek is the key's active conversation, cached, or nil when it has none.
 // Called under the key's state lock.
-func (m *Manager) peek(ctx context.Context, in Inbound, policy Policy) (*hotConv, error) {
-	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == ledger.StatusActive {
+func (s *Standing) peek(ctx context.Context, in Inbound, policy Policy) (*hotConv, error) {
+	if hc, ok := s.hot.Get(in.SessionKey); ok && hc.conv.Status == ledger.StatusActive {
 		return hc, nil
 	}
-	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
+	conv, err := s.store.ActiveConversation(ctx, in.SessionKey)
 	if err != nil || conv == nil {
 		return nil, err
 	}
 	hc := &hotConv{conv: *conv, cap: windowCap(policy)}
-	if hc.window, err = m.store.RecentMessages(ctx, conv.ID, hc.cap); err != nil {
+	if hc.window, err = s.store.RecentMessages(ctx, conv.ID, hc.cap); err != nil {
 		return nil, err
 	}
-	m.hot.Add(in.SessionKey, hc)
+	s.hot.Add(in.SessionKey, hc)
 	return hc, nil
 }
 

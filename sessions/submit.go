@@ -238,7 +238,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		TurnState: ledger.TurnPending, TurnOwner: m.opts.ReplicaID,
 	}
 	// A user with a budget is not called early: their tally is read
-	// first, when the turn runs (Manager.overBudget).
+	// first, when the turn runs (Standing.overBudget).
 	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any()
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
@@ -250,7 +250,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		// Its own turn, this replica's before the commit lands: the agent
 		// call starts now, from the history before it (Manager.startEarly), on the
 		// key's model.
-		model, err := m.modelSpec(ctx, in.SessionKey)
+		model, err := m.standing.modelSpec(ctx, in.SessionKey)
 		if err != nil {
 			return err
 		}

@@ -130,7 +130,7 @@ func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.M
 				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 			}
 			failed = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: m.now(),
-				Tokens: tokens, Cost: cost, Model: model, TurnSeq: tt.claim.Lead, Usage: m.usageFor(&hc.conv, msgs, model, m.now(), 0, false)})
+				Tokens: tokens, Cost: cost, Model: model, TurnSeq: tt.claim.Lead, Usage: m.standing.usageFor(&hc.conv, msgs, model, m.now(), 0, false)})
 			if failed == nil {
 				hc.push(msgs...)
 				m.hot.Update(key, hc)

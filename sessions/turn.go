@@ -90,7 +90,7 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	}
 	if early != nil {
 		t.model = early.model
-	} else if t.model, err = m.modelSpec(ctx, key); err != nil {
+	} else if t.model, err = m.standing.modelSpec(ctx, key); err != nil {
 		release()
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 	}
 	if t.early == nil {
 		// (A turn started early had no budget to check: Manager.Submit.)
-		if s := m.overBudget(ctx, t.in, t.policy); s != nil {
+		if s := m.standing.overBudget(ctx, t.in, t.policy); s != nil {
 			m.opts.Observer.BudgetRefused(t.in.Channel, s.Over())
 			return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: BudgetText(*s, t.now),
 				ReplyTo: lead, Status: ledger.MsgFailed, Error: OverBudgetPrefix + s.Over(), CreatedAt: t.now}}, agent.Reply{}, ledger.TurnFailed
@@ -451,7 +451,7 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 				turns = 1
 			}
 			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: usage.TotalTokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)})
+				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.standing.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)

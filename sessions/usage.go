@@ -13,7 +13,7 @@ package sessions
 // turns already running when they reached it — one, since a user's
 // turns run one at a time (their topics' aside). Every other model call
 // a user causes checks it too (a summary: Manager.compact; a voice
-// message's transcription, which the channels ask Manager.Usage about
+// message's transcription, which the channels ask Standing.Usage about
 // before they make it), and a turn refused for the budget starts none.
 
 import (
@@ -164,7 +164,7 @@ func budgetLocation(p Policy) *time.Location {
 // conversation conv at at: nil when it spent nothing and answers no turn.
 // estimated says their tokens are the gateway's estimate (agent.Usage's
 // Estimated): the tally keeps them as such.
-func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage {
+func (s *Standing) usageFor(conv *ledger.Conversation, msgs []ledger.Message, model string, at time.Time, turns int64, estimated bool) *ledger.Usage {
 	u := ledger.Usage{Turns: turns}
 	for i := range msgs {
 		u.PromptTokens += msgs[i].PromptTokens
@@ -181,46 +181,47 @@ func (m *Manager) usageFor(conv *ledger.Conversation, msgs []ledger.Message, mod
 		model = conv.Model
 	}
 	u.User, u.Channel, u.Model = ledger.UsageUser(conv.SessionKey), conv.Channel, model
-	u.Day = m.days.key(at, budgetLocation(m.Policy(conv.Channel)))
+	u.Day = s.days.key(at, budgetLocation(s.turns.Policy(conv.Channel)))
 	return &u
 }
 
 // Usage is where the user of a channel's session key stands.
-func (m *Manager) Usage(ctx context.Context, channel, sessionKey string) (UsageStanding, error) {
-	return m.standing(ctx, m.Policy(channel), sessionKey)
+func (s *Standing) Usage(ctx context.Context, channel, sessionKey string) (UsageStanding, error) {
+	return s.standing(ctx, s.turns.Policy(channel), sessionKey)
 }
 
-func (m *Manager) standing(ctx context.Context, p Policy, sessionKey string) (UsageStanding, error) {
+// standing is where the user of sessionKey stands under policy p.
+func (s *Standing) standing(ctx context.Context, p Policy, sessionKey string) (UsageStanding, error) {
 	user := ledger.UsageUser(sessionKey)
 	loc := budgetLocation(p)
-	now := m.now().In(loc)
+	now := s.now().In(loc)
 	day := ledger.UsageDayKey(now, loc)
-	s := UsageStanding{User: user, Budget: p.Budget.For(user), Location: loc,
+	us := UsageStanding{User: user, Budget: p.Budget.For(user), Location: loc,
 		DayEnds:   time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, loc),
 		MonthEnds: time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, loc)}
 	var err error
-	s.Day, s.Month, err = m.store.UserUsage(ctx, user, day, ledger.UsageMonthStart(day))
-	return s, err
+	us.Day, us.Month, err = s.store.UserUsage(ctx, user, day, ledger.UsageMonthStart(day))
+	return us, err
 }
 
 // overBudget is the standing of the turn's user when they are over their
 // budget, nil when they may go on (or have no budget). A tally that
 // cannot be read lets the turn go on: the message is answered, and the
 // failure is logged.
-func (m *Manager) overBudget(ctx context.Context, in Inbound, p Policy) *UsageStanding {
+func (s *Standing) overBudget(ctx context.Context, in Inbound, p Policy) *UsageStanding {
 	if !p.Budget.For(ledger.UsageUser(in.SessionKey)).Any() {
 		return nil
 	}
-	s, err := m.standing(ctx, p, in.SessionKey)
+	us, err := s.standing(ctx, p, in.SessionKey)
 	if err != nil {
-		m.log.WarnContext(ctx, "reading the user's usage failed; the turn runs without its budget check",
+		s.log.WarnContext(ctx, "reading the user's usage failed; the turn runs without its budget check",
 			slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
 		return nil
 	}
-	if s.Over() == "" {
+	if us.Over() == "" {
 		return nil
 	}
-	return &s
+	return &us
 }
 
 // dayKeys keeps the last day key made, so that a turn formats no date.

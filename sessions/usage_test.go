@@ -211,7 +211,7 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 		if out := handle(t, m, msg("websocket:bob", "hello")); out.Reply.Status != MsgOK {
 			t.Fatalf("another user: %+v", out.Reply)
 		}
-		st, err := m.Usage(context.Background(), "websocket", "websocket:ann")
+		st, err := m.Standing().Usage(context.Background(), "websocket", "websocket:ann")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestBudgetRefusesWithoutCallingTheModel(t *testing.T) {
 		if out := handle(t, m, msg("websocket:ann", "next day")); out.Reply.Status != MsgOK || ag.Calls() != calls+4 {
 			t.Fatalf("the next day: %+v (%d calls), want answered", out.Reply, ag.Calls()-calls)
 		}
-		st, err = m.Usage(context.Background(), "websocket", "websocket:ann")
+		st, err = m.Standing().Usage(context.Background(), "websocket", "websocket:ann")
 		if err != nil {
 			t.Fatal(err)
 		}

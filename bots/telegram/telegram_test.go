@@ -316,13 +316,13 @@ func allDoors(x interface {
 	Turns
 	Policies
 	Deliveries
-	Standing
+	Standing() *sessions.Standing
 	Storage
 	Conversations() *sessions.Conversations
 	Routes() *sessions.Routes
 	Approvals() *sessions.Approvals
 }) Sessions {
 	c := x.Conversations()
-	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x, Storage: x, Registry: x.Routes(),
+	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x.Standing(), Storage: x, Registry: x.Routes(),
 		ToolApprovals: x.Approvals()}
 }
