@@ -109,7 +109,7 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 		m := newManager(t, db, seeing{rec}, newClock(now), nil)
 		m.OnDeliver("websocket", false, noopDeliver)
 		m.OnFetch("websocket", (&images{byHash: map[string][]byte{"h2": []byte("jpg")}}).fetch)
-		if ran, _, err := m.Recover(ctx, time.Hour); ran != 1 || err != nil {
+		if ran, _, err := m.Rescuer().Recover(ctx, time.Hour); ran != 1 || err != nil {
 			t.Fatalf("Recover = %d, %v", ran, err)
 		}
 		req := rec.last()

@@ -76,18 +76,17 @@ func (m *Manager) compactLater(in Inbound, conv string) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if again, busy := m.compacting[conv]; busy || m.closing {
+	if again, busy := m.compacting[conv]; busy || !m.life.enterSweep() {
 		if busy && !again {
 			m.compacting[conv] = true
 		}
 		return
 	}
 	m.compacting[conv] = false
-	m.sweeps.Add(1)
 	go func() {
-		defer m.sweeps.Done()
+		defer m.life.leaveSweep()
 		for {
-			if _, err := m.compact(m.base, in, conv, false); errors.Is(err, ErrOverBudget) {
+			if _, err := m.compact(m.life.base, in, conv, false); errors.Is(err, ErrOverBudget) {
 				m.log.Debug("compaction waits: the user is over their budget", slog.String("session_key", in.SessionKey),
 					slog.String("conversation", conv))
 			} else if err != nil {
@@ -95,7 +94,7 @@ func (m *Manager) compactLater(in Inbound, conv string) {
 					slog.String("session_key", in.SessionKey), slog.String("conversation", conv), slog.String("error", err.Error()))
 			}
 			m.mu.Lock()
-			again := m.compacting[conv] && !m.closing
+			again := m.compacting[conv] && !m.life.closed()
 			if !again {
 				delete(m.compacting, conv)
 			} else {

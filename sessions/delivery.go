@@ -48,8 +48,7 @@ func (m *Manager) OnDeliver(channel string, track bool, fn DeliverFunc) {
 	m.delivery[channel] = deliverer{fn: fn, track: track}
 	m.mu.Unlock()
 	// Turns of this channel that passes left alone may be claimable now.
-	m.rescanAll.Store(true)
-	m.Wake()
+	m.rescue.rescan()
 }
 
 func (m *Manager) deliverer(channel string) (deliverer, bool) {

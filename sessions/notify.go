@@ -34,6 +34,7 @@ var ErrNoReply = errors.New("reply not stored")
 // publishes this replica's while another one lives (announce).
 type relay struct {
 	m       *Manager
+	events  Events // nil: no other replica to tell (Options.Events)
 	mu      sync.Mutex
 	replies []func(ReplyEvent)
 }
@@ -89,17 +90,17 @@ func (m *Manager) StoredReply(ctx context.Context, convID string, userSeq, reply
 // connection; past that, listening starts when the database answers.
 func (r *relay) listen() {
 	m := r.m
-	if m.events == nil {
+	if r.events == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(m.base, 10*time.Second)
+	ctx, cancel := context.WithTimeout(m.life.base, 10*time.Second)
 	defer cancel()
-	if err := m.events.Listen(ctx, r.on); err != nil {
+	if err := r.events.Listen(ctx, r.on); err != nil {
 		m.log.Warn("not yet receiving events of other replicas: their replies reach clients here on resume", slog.String("error", err.Error()))
 	}
 	// Replicas publish only while another one lives (peers): this one
 	// tells them it does, rather than wait for their next look.
-	m.events.Publish(ledger.Event{Kind: ledger.EventHello, Origin: m.opts.ReplicaID})
+	r.events.Publish(ledger.Event{Kind: ledger.EventHello, Origin: m.opts.ReplicaID})
 }
 
 // on handles an event of any replica.
@@ -110,7 +111,7 @@ func (r *relay) on(ev ledger.Event) {
 		// have been stored for clients connected here; a key may have
 		// chosen another model.
 		m.choices.forget("")
-		m.Wake()
+		m.rescue.Wake()
 		r.toReplies(ReplyEvent{Missed: true})
 		return
 	}
@@ -131,7 +132,7 @@ func (r *relay) on(ev ledger.Event) {
 	switch ev.Kind {
 	case ledger.EventReply:
 		if ev.State == ledger.TurnInterrupted {
-			m.Wake() // a shutdown left it claimable: run it here, now
+			m.rescue.Wake() // a shutdown left it claimable: run it here, now
 		}
 		r.toReplies(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
 			Seq: ev.Seq, ReplySeq: ev.Reply, State: ev.State})
@@ -160,11 +161,11 @@ func (r *relay) toReplies(ev ReplyEvent) {
 // events.
 func (r *relay) announce(ev ledger.Event) {
 	m := r.m
-	if !m.hb.peers.Load() || m.events == nil {
+	if !m.hb.peers.Load() || r.events == nil {
 		return // nobody else to tell; the rows stay the truth
 	}
 	ev.Origin = m.opts.ReplicaID
-	m.events.Publish(ev)
+	r.events.Publish(ev)
 }
 
 // announceReply tells other replicas that the turn of user message

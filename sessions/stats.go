@@ -8,9 +8,7 @@ import (
 // RunningTurns is how many turns run on this replica now (an agent call
 // in progress, or storing its reply).
 func (m *Manager) RunningTurns() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.running)
+	return m.life.runningTurns()
 }
 
 // WaitingMessages is how many stored user messages wait on this replica

@@ -44,7 +44,7 @@ type Sessions struct {
 
 // SessionsOf is every door of the bot on m.
 func SessionsOf(m *sessions.Manager) Sessions {
-	return Sessions{Turns: m, Transcripts: m, Deliveries: m, ChannelStates: m, Standing: m, Storage: m, Registry: m, ToolApprovals: m}
+	return Sessions{Turns: m, Transcripts: m, Deliveries: m, ChannelStates: m, Standing: m, Storage: m.Health(), Registry: m, ToolApprovals: m}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.

@@ -317,9 +317,9 @@ func allDoors(x interface {
 	Deliveries
 	ChannelStates
 	Standing
-	Storage
 	Registry
 	ToolApprovals
+	Health() *sessions.StorageHealth
 }) Sessions {
-	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x, Registry: x, ToolApprovals: x}
+	return Sessions{Turns: x, Transcripts: x, Deliveries: x, ChannelStates: x, Standing: x, Storage: x.Health(), Registry: x, ToolApprovals: x}
 }
