@@ -428,7 +428,7 @@ func (a *Admin) stats(w http.ResponseWriter, r *http.Request, who string) {
 	s := Stats{Replica: a.opts.Manager.ReplicaID(), RunningTurns: a.opts.Manager.Standing().RunningTurns()}
 	s.WaitingMessages, s.WaitingSessions = a.opts.Manager.Standing().WaitingMessages()
 	s.WaitingOnStorage = a.opts.Manager.WaitingOnStorage()
-	if since, down := a.opts.Manager.StorageDown(); down {
+	if since, down := a.opts.Manager.Health().StorageDown(); down {
 		s.StorageDownSince = &since
 	}
 	if a.opts.Turns != nil {

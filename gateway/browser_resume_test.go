@@ -54,7 +54,7 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour)
-	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
+	if n, err := sessions.NewSweeper(e.mgr, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
 	if err := chromedp.Do(ctx,
@@ -69,7 +69,7 @@ func TestPreviousConversationInBrowser(t *testing.T) {
 
 	// An idle sweep: the notice says why and offers the conversation back.
 	clock.Advance(time.Hour)
-	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
+	if n, err := sessions.NewSweeper(e.mgr, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
 	if err := chromedp.Do(ctx,

@@ -88,7 +88,7 @@ func TestIdleResetFrameSaysHowLong(t *testing.T) {
 	c.send(map[string]any{"type": "message", "text": "hi"})
 	c.expect("reply")
 	clock.Advance(time.Hour)
-	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
+	if n, err := sessions.NewSweeper(e.mgr, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
 	if r := c.expect("reset"); r["reason"] != "idle" || num(r["idle_minutes"]) != 45 {

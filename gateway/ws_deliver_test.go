@@ -66,7 +66,7 @@ func TestPolicyResetNotice(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
-	if n, err := e.mgr.SweepIdle(context.Background()); n != 1 || err != nil {
+	if n, err := sessions.NewSweeper(e.mgr, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
 	r := c.expect("reset")
@@ -95,7 +95,7 @@ func TestRecoveredReplyReachesConnectedClient(t *testing.T) {
 		}}); err != nil {
 		t.Fatal(err)
 	}
-	if ran, _, err := e.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+	if ran, _, err := e.mgr.Rescuer().Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("Recover = %d, %v", ran, err)
 	}
 	// One turn answers both (busy mode collect); its reply covers them.

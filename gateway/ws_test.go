@@ -81,8 +81,8 @@ func serveEnv(t *testing.T, db *store.DB, mgr *sessions.Manager, opts WSOptions,
 	opts.Logger = quiet
 	ws := NewWebSocket(SessionsOf(mgr), opts)
 	if rescue {
-		mgr.Listen()
-		r := sessions.NewRescuer(mgr, sessions.RescuerConfig{})
+		r := mgr.Rescuer()
+		r.Listen()
 		r.Start()
 		t.Cleanup(r.Stop)
 	}

@@ -108,7 +108,7 @@ func TestAttachmentsAfterUpgradeAndRescue(t *testing.T) {
 		rec := &recorder{}
 		m := newManager(t, db, seeing{rec}, newClock(now), nil)
 		m.Routes().Register("websocket", Route{Deliver: noopDeliver, Fetch: (&images{byHash: map[string][]byte{"h2": []byte("jpg")}}).fetch})
-		if ran, _, err := m.Recover(ctx, time.Hour); ran != 1 || err != nil {
+		if ran, _, err := m.Rescuer().Recover(ctx, time.Hour); ran != 1 || err != nil {
 			t.Fatalf("Recover = %d, %v", ran, err)
 		}
 		req := rec.last()

@@ -245,5 +245,5 @@ func handle0(t *testing.T, m *Manager, key, text string, stop func(string) Outco
 // summaries'.)
 func waitNoCompaction(t *testing.T, m *Manager) {
 	t.Helper()
-	m.sweeps.Wait()
+	m.life.sweeps.Wait()
 }

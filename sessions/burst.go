@@ -62,7 +62,7 @@ func minTime(a, b time.Time) time.Time {
 func (m *Manager) idle(key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, running := m.running[key]
+	running := m.life.isRunning(key)
 	b := m.bursts[key]
 	return !running && (b == nil || len(b.waiting) == 0)
 }
@@ -81,7 +81,7 @@ func (m *Manager) enqueue(t *Ticket) {
 	if started {
 		b = &burst{key: key, kick: make(chan struct{}, 1)}
 		m.bursts[key] = b
-		m.turns.Add(1) // the runner, on a goroutine of the pool (internal/gopool)
+		m.life.join() // the runner, on a goroutine of the pool (internal/gopool)
 		gopool.Go(func() { m.runBurst(b) })
 	}
 	b.policy = m.Policy(t.in.Channel).Busy.withDefaults()
@@ -93,9 +93,7 @@ func (m *Manager) enqueue(t *Ticket) {
 	if b.policy.Mode == BusyInterrupt && !t.resend && t.claimed == nil {
 		// (A message stored claimed interrupts nothing: nothing of the key
 		// ran; what runs is its own early call.)
-		if cancel, ok := m.running[key]; ok {
-			cancel(errNewMessage)
-		}
+		m.life.cancelTurn(key, errNewMessage)
 	}
 	if started {
 		return // the new runner reads the burst as it is
@@ -110,7 +108,7 @@ func (m *Manager) enqueue(t *Ticket) {
 // starts once the debounce has passed (at once while draining), takes
 // the key's turn lock, and claims what it answers.
 func (m *Manager) runBurst(b *burst) {
-	defer m.turns.Done()
+	defer m.life.leave()
 	for {
 		m.mu.Lock()
 		if len(b.waiting) == 0 {
@@ -120,12 +118,12 @@ func (m *Manager) runBurst(b *burst) {
 		}
 		at, stop := b.startAt(), b.stop
 		m.mu.Unlock()
-		if wait := at.Sub(m.now()); wait > 0 && !stop && m.draining.Err() == nil {
+		if wait := at.Sub(m.now()); wait > 0 && !stop && m.life.draining.Err() == nil {
 			select {
 			case <-m.opts.After(wait):
 			case <-b.kick:
 				continue // a new message: the wait starts again
-			case <-m.draining.Done():
+			case <-m.life.draining.Done():
 			}
 		}
 		err := m.runNext(b)
@@ -156,7 +154,7 @@ func (m *Manager) runBurst(b *burst) {
 		backoff := time.NewTimer(wait)
 		select {
 		case <-backoff.C:
-		case <-m.base.Done():
+		case <-m.life.base.Done():
 			backoff.Stop()
 		}
 	}
@@ -168,7 +166,7 @@ func (m *Manager) runBurst(b *burst) {
 // with a burst of waiting messages is told once), through the first of
 // the key's tickets that has an OnDelay hook.
 func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
-	if d := m.DelayNotice(); d <= 0 || m.now().Sub(since) < d {
+	if d := m.health.DelayNotice(); d <= 0 || m.now().Sub(since) < d {
 		return
 	}
 	for _, t := range tickets {
@@ -176,10 +174,7 @@ func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
 			continue
 		}
 		key := t.in.SessionKey
-		m.mu.Lock()
-		told := m.told[key]
-		m.told[key] = true
-		m.mu.Unlock()
+		told := m.health.tell(key)
 		t.delayed.Store(true)
 		if !told {
 			t.hooks.OnDelay(Delay{ConversationID: t.ref.conv, Seq: t.ref.seq, Since: since})
@@ -189,9 +184,7 @@ func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
 
 // delayOver: a turn of key was stored; a later delay is told again.
 func (m *Manager) delayOver(key string) {
-	m.mu.Lock()
-	delete(m.told, key)
-	m.mu.Unlock()
+	m.health.untell(key)
 }
 
 // runNext runs the turn of the burst's oldest message. An error means
@@ -213,7 +206,7 @@ func (m *Manager) runNext(b *burst) error {
 	if early != nil {
 		ctx, endTurn = early.trace, early.endTrace // begun with its call
 	} else {
-		ctx, endTurn = m.tr.traceTurn(m.base, in)
+		ctx, endTurn = m.tr.traceTurn(m.life.base, in)
 	}
 	endLock := m.tr.startSpan(ctx, "lock wait")
 	var release func()
@@ -221,7 +214,7 @@ func (m *Manager) runNext(b *burst) error {
 	if early != nil {
 		release = early.unlock // taken with the call, before the commit
 	} else {
-		release, err = m.lockTurn(m.base, in.SessionKey, 0)
+		release, err = m.lockTurn(m.life.base, in.SessionKey, 0)
 	}
 	endLock(err)
 	defer func() { endTurn(err) }()

@@ -226,7 +226,7 @@ func TestInterruptAnswersEverythingInOneNewTurn(t *testing.T) {
 		// Both messages are answered: nothing is claimable after a restart.
 		m2 := newManager(t, db, agent.Echo{}, newClock(t0.Add(time.Minute)), nil)
 		m2.Routes().Register("websocket", Route{Deliver: noopDeliver})
-		if ran, _, err := m2.Recover(context.Background(), time.Hour); ran != 0 || err != nil {
+		if ran, _, err := m2.Rescuer().Recover(context.Background(), time.Hour); ran != 0 || err != nil {
 			t.Fatalf("Recover ran %d (%v) after the interrupt, want 0", ran, err)
 		}
 	})
@@ -355,14 +355,14 @@ func TestShutdownDuringABurst(t *testing.T) {
 			mu.Unlock()
 			return "", nil
 		}})
-		ran, _, err := m2.Recover(context.Background(), time.Hour)
+		ran, _, err := m2.Rescuer().Recover(context.Background(), time.Hour)
 		if err != nil || ran != 1 || rec.calls.Load() != 1 {
 			t.Fatalf("Recover ran %d turns with %d calls (%v), want one turn for the three messages", ran, rec.calls.Load(), err)
 		}
 		if len(got) != 1 || got[0].Reply.Text != "echo: first\na\nb (history: 0)" || got[0].UserSeq != 3 {
 			t.Fatalf("delivered = %+v", got)
 		}
-		if ran, _, _ := m2.Recover(context.Background(), time.Hour); ran != 0 {
+		if ran, _, _ := m2.Rescuer().Recover(context.Background(), time.Hour); ran != 0 {
 			t.Fatalf("a second pass ran %d", ran)
 		}
 	})

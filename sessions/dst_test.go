@@ -144,7 +144,7 @@ func TestDailySweepOnDSTDays(t *testing.T) {
 				sweep := func(at time.Time, want int) {
 					t.Helper()
 					c.Set(at)
-					if n, err := m.RunSweep("daily:websocket"); err != nil || n != want {
+					if n, err := sw.RunSweep("daily:websocket"); err != nil || n != want {
 						t.Fatalf("sweep at %s archived %d (%v), want %d", at, n, err, want)
 					}
 				}

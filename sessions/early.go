@@ -75,12 +75,12 @@ const earlyLeaseWait = 50 * time.Millisecond
 // lock; nil when not started.
 func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req agent.Request) *earlyCall {
 	key := in.SessionKey
-	unlock, err := m.lockTurn(m.base, key, earlyLeaseWait)
+	unlock, err := m.lockTurn(m.life.base, key, earlyLeaseWait)
 	if err != nil {
 		return nil // the turn runs after the commit, once its lock and lease are free
 	}
-	tctx, endTrace := m.tr.traceTurn(m.base, in)
-	ctx, end := m.startTurn(key)
+	tctx, endTrace := m.tr.traceTurn(m.life.base, in)
+	ctx, end := m.life.startTurn(key)
 	ctx = m.tr.withTurn(tctx, ctx)
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	e.held = e.heldBuf[:0]

@@ -80,10 +80,10 @@ func (m *Manager) Edit(ctx context.Context, in Inbound, originalID string, h Hoo
 // editInPlace replaces the original's text under the key's state lock
 // when its turn has not started, and otherwise returns its stored text.
 func (m *Manager) editInPlace(ctx context.Context, in Inbound, originalID string) (string, EditOutcome, error) {
-	if !m.enter() {
+	if !m.life.enter() {
 		return "", EditOutcome{}, ErrShuttingDown
 	}
-	defer m.turns.Done()
+	defer m.life.leave()
 	release, err := m.lockState(ctx, in.SessionKey, true)
 	if err != nil {
 		return "", EditOutcome{}, err

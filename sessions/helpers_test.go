@@ -168,8 +168,8 @@ func events(db Store) Events {
 // as the gateway's wiring does; it stops with the test.
 func startRescuer(t testing.TB, m *Manager) {
 	t.Helper()
-	m.Listen()
-	r := NewRescuer(m, RescuerConfig{})
+	r := m.Rescuer()
+	r.Listen()
 	r.Start()
 	t.Cleanup(r.Stop)
 }

@@ -60,7 +60,7 @@ func noopDeliver(context.Context, Delivery) (string, error) { return "", nil }
 // SQLite every other replica is a process that ended).
 func die(t *testing.T, db *store.DB, m *Manager) {
 	t.Helper()
-	m.endLoops()
+	m.rescue.endLoops()
 	m.hb.halt()
 	if db.Driver() == store.DriverPostgres {
 		if err := db.Gorm().Exec("UPDATE replicas SET heartbeat_at = now() - interval '1 hour' WHERE id = ?", m.ReplicaID()).Error; err != nil {
@@ -96,7 +96,7 @@ func TestTurnsOfAGoneReplicaAreTakenOver(t *testing.T) {
 		if err := m2.hb.ensure(); err != nil {
 			t.Fatal(err)
 		}
-		if ran, _, err := m2.rescuePass(context.Background(), time.Hour, false); ran != 1 || err != nil {
+		if ran, _, err := m2.rescue.rescuePass(context.Background(), time.Hour, false); ran != 1 || err != nil {
 			t.Fatalf("periodic pass ran %d (%v), want the gone replica's turn", ran, err)
 		}
 		var left int64
@@ -141,7 +141,7 @@ func TestClaimableTurnRunsOnceWhicheverPathWins(t *testing.T) {
 		for _, m := range []*Manager{a, b} {
 			go func() {
 				defer wg.Done()
-				if _, _, err := m.Recover(context.Background(), time.Hour); err != nil {
+				if _, _, err := m.Rescuer().Recover(context.Background(), time.Hour); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -245,7 +245,7 @@ func TestResendAfterSweepIsAnsweredFromStorage(t *testing.T) {
 		in.ClientMsgID = "c-1"
 		first := handle(t, m, in)
 		c.Advance(2 * time.Minute)
-		if n, err := m.SweepIdle(context.Background()); n != 1 || err != nil {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 			t.Fatalf("sweep = %d, %v", n, err)
 		}
 		again := handle(t, m, in)
@@ -321,7 +321,7 @@ func TestToolCallsFailTheTurnOnce(t *testing.T) {
 			t.Fatalf("turn = %+v", tn)
 		}
 		c.Advance(time.Hour)
-		if ran, _, _ := m.Recover(context.Background(), 2*time.Hour); ran != 0 || ag.calls.Load() != 1 {
+		if ran, _, _ := m.Rescuer().Recover(context.Background(), 2*time.Hour); ran != 0 || ag.calls.Load() != 1 {
 			t.Fatalf("recovery ran %d, agent calls %d; want 0, 1", ran, ag.calls.Load())
 		}
 	})
@@ -381,7 +381,7 @@ func TestTrackedDeliveryIsMadeOnce(t *testing.T) {
 		die(t, db, m2)
 		m3 := manager()
 		for range 2 {
-			if _, _, err := m3.Recover(context.Background(), time.Hour); err != nil {
+			if _, _, err := m3.Rescuer().Recover(context.Background(), time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -452,7 +452,7 @@ func TestUpgradeGivesEarlierMessagesTheirTurns(t *testing.T) {
 		rec := &recorder{}
 		m := newManager(t, db, rec, newClock(now), nil)
 		m.Routes().Register("websocket", Route{Deliver: noopDeliver})
-		if ran, expired, err := m.Recover(ctx, time.Hour); ran != 1 || expired != 0 || err != nil {
+		if ran, expired, err := m.Rescuer().Recover(ctx, time.Hour); ran != 1 || expired != 0 || err != nil {
 			t.Fatalf("Recover = %d, %d, %v; want the unanswered one run", ran, expired, err)
 		}
 		if rec.last().Input != "unanswered" {
@@ -507,7 +507,7 @@ func TestRecoveryRunsTurnsInParallel(t *testing.T) {
 	m.Routes().Register("websocket", Route{Deliver: noopDeliver})
 	done := make(chan int)
 	go func() {
-		ran, _, _ := m.Recover(context.Background(), time.Hour)
+		ran, _, _ := m.Rescuer().Recover(context.Background(), time.Hour)
 		done <- ran
 	}()
 	for range concurrency {

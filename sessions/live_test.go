@@ -60,7 +60,7 @@ func TestReconfigureAppliesToTheNextTurn(t *testing.T) {
 	if p := m.Policy("websocket"); p.MaxHistory != 3 || p.Reset.Mode != ResetIdle {
 		t.Fatalf("policy after reconfigure = %+v", p)
 	}
-	if got := fmt.Sprint(m.Schedules()); got != "[idle: * * * * *]" {
+	if got := fmt.Sprint(sw.Schedules()); got != "[idle: * * * * *]" {
 		t.Fatalf("schedules after reconfigure = %s", got)
 	}
 	if entries := len(sw.entries()); entries != 1 {

@@ -234,7 +234,7 @@ type Options struct {
 	// partial reply) instead of running it again.
 	NoRerun bool
 	// RescueEvery is how often the rescuer looks for claimable turns
-	// (default 5s); Wake makes it look at once.
+	// (default 5s); Rescuer.Wake makes it look at once.
 	RescueEvery time.Duration
 	// InterruptGrace is how long Shutdown waits, once its deadline has
 	// passed and it has cancelled what still runs, for interrupted turns to
@@ -250,7 +250,8 @@ type Options struct {
 	// DelayNotice: a stored message whose turn has waited on the
 	// database this long gets Hooks.OnDelay, once (0: never). A
 	// channel that could not store a message yet tells its user after
-	// as long (Manager.DelayNotice). SetDelayNotice changes it.
+	// as long (StorageHealth.DelayNotice); StorageHealth.SetDelayNotice
+	// changes it.
 	DelayNotice time.Duration
 	// TracerProvider makes the turn spans; unset, tracing is
 	// off and costs a nil check.
@@ -275,45 +276,30 @@ const DefaultInterruptGrace = 3 * time.Second
 
 // Manager is the BotSessionManager.
 type Manager struct {
-	store   Store // every ledger call watched (by watcher)
-	unwatch func()
-	events  Events // nil: no other replica to tell (Options.Events)
-	opts    Options
-	locks   *locks.Cache
-	now     func() time.Time
-	log     *slog.Logger
-	tr      *tracing // the spans of messages and turns
-	hot     *hotCache
-	live    atomic.Pointer[liveSettings] // policies, instructions, agent (Reconfigure)
-	base    context.Context              // parent of every turn; cancelled at the end of a drain
-	cancel  context.CancelCauseFunc
+	store Store // every ledger call watched (by watcher)
+	opts  Options
+	locks *locks.Cache
+	now   func() time.Time
+	log   *slog.Logger
+	tr    *tracing // the spans of messages and turns
+	hot   *hotCache
+	live  atomic.Pointer[liveSettings] // policies, instructions, agent (Reconfigure)
+	life  *lifecycle                   // the drain: the work under way, and the contexts Shutdown ends
+	// rescue runs what nobody runs: owed conversations, due turns, the
+	// settles storage refused (started by the gateway's wiring).
+	rescue *Rescuer
+	hb     *heartbeat     // this replica's lease keeper
+	relay  relay          // events of other replicas
+	health *StorageHealth // the database's health, and what waits on it
 
 	// earlySendWait bounds a message's commit's wait for its early call's
 	// request (earlyCall.wrote); tests lengthen it.
 	earlySendWait time.Duration
 
-	mu        sync.Mutex
-	closing   bool
-	draining  context.Context // done when Shutdown starts: lock waits end
-	drain     context.CancelFunc
-	turns     sync.WaitGroup
-	sweeps    sync.WaitGroup // running cron sweeps and purges
-	running   map[string]context.CancelCauseFunc
-	routes    *Routes            // how work finds its way back to each channel
-	claims    map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
-	owed      *owedSet           // conversations to look at again
-	wake      chan struct{}
-	rescanAll atomic.Bool    // the next rescuer pass reads the whole horizon
-	hb        *heartbeat     // this replica's lease keeper
-	loops     sync.WaitGroup // the settles' retries
-	stopLoops chan struct{}
-	stopOnce  sync.Once
-	relay     relay        // events of other replicas
-	unstored  atomic.Int64 // replies waiting in appendReply for storage
-	delay     atomic.Int64 // the delay notice (Options.DelayNotice), reloadable
-	health    health
-	bursts    map[string]*burst
-	told      map[string]bool // keys told of a delay, until a turn of theirs is stored
+	mu     sync.Mutex
+	routes *Routes            // how work finds its way back to each channel
+	claims map[string][]int64 // conversation → seqs a run of this replica holds now (a set: few, where a map a conversation allocated twice a turn)
+	bursts map[string]*burst
 	// compaction makes the summaries of conversations that outgrow
 	// their history window.
 	compaction *compaction
@@ -323,8 +309,6 @@ type Manager struct {
 	// asks: the users' decisions on tool calls, and the turns waiting
 	// for them.
 	asks *Approvals
-	// choices caches the models keys chose.
-	choices *modelChoices
 	// convs: what channels read and change of conversations outside a
 	// turn (Manager.Conversations).
 	convs *Conversations
@@ -332,8 +316,8 @@ type Manager struct {
 	standing *Standing
 }
 
-// New returns a Manager. Call Start to run the reset sweeps, and Shutdown
-// to drain.
+// New returns a Manager, with its Rescuer not yet started. Call Start to
+// write its heartbeat, and Shutdown to drain.
 func New(st Store, ag agent.Agent, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -393,36 +377,46 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 	hot := newHotCache(opts.HotConversations, opts.CacheBytes)
 	live := &liveSettings{policies: opts.Policies, def: opts.DefaultPolicy, instructions: opts.Instructions, agent: ag, compactor: opts.Compactor,
 		models: slices.Clone(opts.Models), contextTokens: opts.ContextTokens}
-	base, cancel := context.WithCancelCause(context.Background())
-	draining, drain := context.WithCancel(context.Background())
 	m := &Manager{
-		store: st, events: opts.Events, opts: opts, locks: opts.Locks,
+		store: st, opts: opts, locks: opts.Locks,
 		now: func() time.Time { return opts.Now().UTC() }, log: opts.Logger, hot: hot, earlySendWait: earlySendWait,
-		base: base, cancel: cancel,
-		draining: draining, drain: drain,
-		running: map[string]context.CancelCauseFunc{},
-		claims:  map[string][]int64{}, owed: newOwedSet(opts.RetryPause), bursts: map[string]*burst{}, told: map[string]bool{},
+		life:   newLifecycle(),
+		claims: map[string][]int64{}, bursts: map[string]*burst{},
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
-		wake:      make(chan struct{}, 1), stopLoops: make(chan struct{}),
-		tr: &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
+		tr:        &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
 	}
 	m.asks = newApprovals(st, m.now)
 	m.standing = newStanding(st, m, managerLoad{m}, hot, m.relay.announce,
 		standingConfig{ReplicaID: opts.ReplicaID, LeaseTTL: opts.LeaseTTL, Now: m.now, Logger: opts.Logger})
-	m.routes = newRoutes(m.tr, opts.Logger, m.Delivered, func() { m.rescanAll.Store(true); m.Wake() })
-	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, base, m, m.standing, drainCount{enter: m.enterSweep, leave: m.sweeps.Done, closing: func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.closing
-	}})
+	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, m.life.base, m, m.standing,
+		drainCount{enter: m.life.enterSweep, leave: m.life.leaveSweep, closing: m.life.closed})
 	m.hb = newHeartbeat(st, opts.ReplicaID, opts.LeaseTTL, opts.Logger)
-	m.relay.m = m
+	m.health = newStorageHealth(st, opts.ReplicaID, opts.LeaseTTL, opts.DelayNotice)
+	m.relay.m, m.relay.events = m, opts.Events
+	m.routes = newRoutes(m.tr, opts.Logger, m.Delivered, func() { m.rescue.rescan() })
+	m.rescue = newRescuer(st, m, m.routes, m.life, m.hb, &m.relay, m.health, m.tr, opts.Observer, m.now, rescuerConfig{
+		replica: opts.ReplicaID, every: opts.RescueEvery, maxAge: opts.RecoveryMaxAge, concurrency: opts.RecoveryConcurrency,
+		pause: opts.RetryPause, log: opts.Logger})
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.live.Store(live)
-	m.SetDelayNotice(opts.DelayNotice)
-	m.unwatch = st.Observe(watcher{m})
+	m.life.unwatch = st.Observe(watcher{m})
 	return m
 }
+
+// Start writes this replica's heartbeat and keeps it: the heartbeat is
+// the lease of every turn this replica takes, written before the first
+// one. (The sweeps run on the Sweeper's schedules, the recovery passes on
+// the Rescuer's.)
+func (m *Manager) Start() error {
+	if err := m.hb.ensure(); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
+}
+
+// Rescuer is the manager's Rescuer: the gateway's wiring subscribes it to
+// the other replicas' events and starts it once the channels registered.
+func (m *Manager) Rescuer() *Rescuer { return m.rescue }
 
 // ReplicaID is the id this gateway claims turns and leases under.
 func (m *Manager) ReplicaID() string { return m.opts.ReplicaID }
@@ -442,29 +436,6 @@ func (m *Manager) Policy(channel string) Policy {
 		return p
 	}
 	return s.def
-}
-
-// enterSweep counts a sweep or purge for the drain; false once Shutdown
-// has begun.
-func (m *Manager) enterSweep() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closing {
-		return false
-	}
-	m.sweeps.Add(1)
-	return true
-}
-
-// enter counts a turn for the drain; false once Shutdown has begun.
-func (m *Manager) enter() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closing {
-		return false
-	}
-	m.turns.Add(1)
-	return true
 }
 
 // maxUnstored bounds how many replies that could not be stored yet are
@@ -487,17 +458,13 @@ const ToolCallsText = "Sorry, the assistant tried to use a tool, which this serv
 // Options.InterruptGrace for them to be stored. So it returns at most
 // InterruptGrace after ctx ends; an error says something still ran then.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.mu.Lock()
-	m.closing = true
-	m.mu.Unlock()
-	m.drain()
+	m.life.close()
 	done := make(chan struct{})
 	go func() {
-		m.turns.Wait()
-		m.sweeps.Wait()
-		m.endLoops()
+		m.life.wait()
+		m.rescue.endLoops()
 		m.hb.end()
-		m.unwatch()
+		m.life.unwatch()
 		close(done)
 	}()
 	select {
@@ -505,10 +472,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	m.mu.Lock()
-	n := len(m.running)
-	m.mu.Unlock()
-	m.cancel(errShutdown)
+	n := m.life.interrupt()
 	msg := "drain deadline passed: interrupted the running turns and sweeps"
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		msg = "drain cut short: interrupted the running turns and sweeps"

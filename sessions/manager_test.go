@@ -251,10 +251,10 @@ func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
 		tg := handle(t, m, Inbound{Channel: "telegram", SessionKey: "telegram:dm:7", Text: "hi"})
 
 		c.Advance(10 * time.Minute) // ann idle 30m, bob 10m
-		if n, err := m.SweepIdle(context.Background()); err != nil || n != 1 {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); err != nil || n != 1 {
 			t.Fatalf("idle sweep archived %d (%v), want 1", n, err)
 		}
-		if n, _ := m.SweepIdle(context.Background()); n != 0 {
+		if n, _ := NewSweeper(m, nil).SweepIdle(context.Background()); n != 0 {
 			t.Fatalf("repeated idle sweep archived %d, want 0", n)
 		}
 		if len(events) != 1 || events[0].SessionKey != "websocket:ann" || events[0].Reason != ReasonIdle {
@@ -270,20 +270,20 @@ func TestSweepsAreIdempotentAndReachHotConversations(t *testing.T) {
 		// Daily: telegram's conversation started 09:20 UTC on 2026-03-10;
 		// the next boundary is 04:00 Berlin = 03:00 UTC on 2026-03-11.
 		c.Set(time.Date(2026, 3, 11, 2, 59, 0, 0, time.UTC))
-		if n, _ := m.SweepDaily(context.Background(), "telegram"); n != 0 {
+		if n, _ := NewSweeper(m, nil).SweepDaily(context.Background(), "telegram"); n != 0 {
 			t.Fatalf("daily sweep before the boundary archived %d", n)
 		}
 		c.Set(time.Date(2026, 3, 11, 3, 0, 0, 0, time.UTC))
-		if n, _ := m.SweepDaily(context.Background(), "telegram"); n != 1 {
+		if n, _ := NewSweeper(m, nil).SweepDaily(context.Background(), "telegram"); n != 1 {
 			t.Fatalf("daily sweep at the boundary archived %d, want 1", n)
 		}
-		if n, _ := m.SweepDaily(context.Background(), "telegram"); n != 0 {
+		if n, _ := NewSweeper(m, nil).SweepDaily(context.Background(), "telegram"); n != 0 {
 			t.Fatalf("repeated daily sweep archived %d", n)
 		}
 		if conv, _ := db.Conversation(context.Background(), tg.ConversationID); conv.Status != StatusArchived || conv.ResetReason != ReasonDaily {
 			t.Fatalf("telegram conversation = %+v", conv)
 		}
-		if n, _ := m.SweepDaily(context.Background(), "websocket"); n != 0 {
+		if n, _ := NewSweeper(m, nil).SweepDaily(context.Background(), "websocket"); n != 0 {
 			t.Fatal("daily sweep ran for a channel without a daily policy")
 		}
 	})
@@ -295,7 +295,7 @@ func TestSchedules(t *testing.T) {
 		"websocket": {Reset: ResetPolicy{Mode: ResetBoth, IdleFor: time.Hour, AtHour: 4, Location: berlin}},
 		"telegram":  {Reset: ResetPolicy{Mode: ResetNone}},
 	}, RetentionDays: 30})
-	got := fmt.Sprint(m.Schedules())
+	got := fmt.Sprint(NewSweeper(m, nil).Schedules())
 	want := "[idle: * * * * * daily:websocket: daily at 04:00 Europe/Berlin purge: @hourly]"
 	if got != want {
 		t.Fatalf("schedules = %s, want %s", got, want)

@@ -33,7 +33,8 @@ var ErrNoReply = errors.New("reply not stored")
 // to the channel's route and, while another replica lives, to the others
 // (publish, announce).
 type relay struct {
-	m *Manager
+	m      *Manager
+	events Events // nil: no other replica to tell (Options.Events)
 }
 
 // Cross-replica events, the manager's side: replicas sharing a PostgreSQL
@@ -49,17 +50,17 @@ type relay struct {
 // connection; past that, listening starts when the database answers.
 func (r *relay) listen() {
 	m := r.m
-	if m.events == nil {
+	if r.events == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(m.base, 10*time.Second)
+	ctx, cancel := context.WithTimeout(m.life.base, 10*time.Second)
 	defer cancel()
-	if err := m.events.Listen(ctx, r.on); err != nil {
+	if err := r.events.Listen(ctx, r.on); err != nil {
 		m.log.Warn("not yet receiving events of other replicas: their replies reach clients here on resume", slog.String("error", err.Error()))
 	}
 	// Replicas publish only while another one lives (peers): this one
 	// tells them it does, rather than wait for their next look.
-	m.events.Publish(ledger.Event{Kind: ledger.EventHello, Origin: m.opts.ReplicaID})
+	r.events.Publish(ledger.Event{Kind: ledger.EventHello, Origin: m.opts.ReplicaID})
 }
 
 // on handles an event of any replica.
@@ -70,7 +71,7 @@ func (r *relay) on(ev ledger.Event) {
 		// have been stored for clients connected here; a key may have
 		// chosen another model.
 		m.standing.forgetChoice("")
-		m.Wake()
+		m.rescue.Wake()
 		m.routes.reply(ReplyEvent{Missed: true})
 		return
 	}
@@ -91,7 +92,7 @@ func (r *relay) on(ev ledger.Event) {
 	switch ev.Kind {
 	case ledger.EventReply:
 		if ev.State == ledger.TurnInterrupted {
-			m.Wake() // a shutdown left it claimable: run it here, now
+			m.rescue.Wake() // a shutdown left it claimable: run it here, now
 		}
 		m.routes.reply(ReplyEvent{Channel: ev.Channel, SessionKey: ev.Key, ConversationID: ev.Conv,
 			Seq: ev.Seq, ReplySeq: ev.Reply, State: ev.State})
@@ -113,11 +114,11 @@ func (r *relay) publish(ev ResetEvent) {
 // events.
 func (r *relay) announce(ev ledger.Event) {
 	m := r.m
-	if !m.hb.peers.Load() || m.events == nil {
+	if !m.hb.peers.Load() || r.events == nil {
 		return // nobody else to tell; the rows stay the truth
 	}
 	ev.Origin = m.opts.ReplicaID
-	m.events.Publish(ev)
+	r.events.Publish(ev)
 }
 
 // announceReply tells other replicas that the turn of user message

@@ -227,7 +227,7 @@ func TestFaultInjectedReplicaHearsEvents(t *testing.T) {
 	if _, err := b.Handle(context.Background(), msg("websocket:bob", "while down"), Hooks{}); err == nil {
 		t.Fatal("B stored a message with every store call failing")
 	}
-	if _, down := b.StorageDown(); !down {
+	if _, down := b.Health().StorageDown(); !down {
 		t.Fatal("B's watcher did not see the injected failures")
 	}
 }

@@ -114,36 +114,36 @@ func (s *owedSet) count() int {
 // rescueOwed looks at every owed conversation that is due: it claims
 // again, and runs or delivers, each turn this replica owns there that no
 // runner here holds.
-func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int) {
-	due := m.owed.due()
+func (r *Rescuer) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int) {
+	due := r.owed.due()
 	if len(due) == 0 {
 		return 0
 	}
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
-		sem = make(chan struct{}, m.opts.RecoveryConcurrency)
+		sem = make(chan struct{}, r.cfg.concurrency)
 	)
-	for _, r := range due {
-		turns, err := m.store.OwnTurns(ctx, r.conv, m.opts.ReplicaID)
+	for _, o := range due {
+		turns, err := r.store.OwnTurns(ctx, o.conv, r.cfg.replica)
 		if err != nil {
-			m.owed.paid(r, false)
+			r.owed.paid(o, false)
 			continue
 		}
 		var free []ledger.DueTurn
 		for _, d := range turns {
-			if !m.holding(turnKey{d.ConversationID, d.Seq}) {
+			if !r.turns.holding(turnKey{d.ConversationID, d.Seq}) {
 				free = append(free, d)
 			}
 		}
 		if len(free) == 0 {
-			m.owed.paid(r, true)
+			r.owed.paid(o, true)
 			continue
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			m.owed.paid(r, false)
+			r.owed.paid(o, false)
 			continue
 		}
 		wg.Add(1)
@@ -152,11 +152,11 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 			defer func() { <-sem }()
 			done := true
 			for _, d := range free {
-				kind, err := m.rescueTurn(ctx, d, maxAge, true)
+				kind, err := r.rescueTurn(ctx, d, maxAge, true)
 				if err != nil {
 					done = false
 					if !errors.Is(err, errBusy) && !errors.Is(err, ErrShuttingDown) && ctx.Err() == nil {
-						m.log.Warn("claiming an own turn again failed; retried", "session_key", d.SessionKey, "seq", d.Seq, "error", err.Error())
+						r.cfg.log.Warn("claiming an own turn again failed; retried", "session_key", d.SessionKey, "seq", d.Seq, "error", err.Error())
 					}
 					break // the user's later turns wait behind it
 				}
@@ -166,7 +166,7 @@ func (m *Manager) rescueOwed(ctx context.Context, maxAge time.Duration) (ran int
 					mu.Unlock()
 				}
 			}
-			m.owed.paid(r, done)
+			r.owed.paid(o, done)
 		}()
 	}
 	wg.Wait()

@@ -86,7 +86,7 @@ type Store interface {
 	Shared() bool
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
-	// Retention of states and guests (Manager.PurgeStates, Manager.PurgeGuests).
+	// Retention of states and guests (Sweeper.PurgeStates, Sweeper.PurgeGuests).
 	StateRows(ctx context.Context, prefix, after string, limit int) ([]ledger.ChannelState, error)
 	DeleteStates(ctx context.Context, names []string) (int64, error)
 	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)

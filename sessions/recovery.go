@@ -1,10 +1,10 @@
 package sessions
 
-// Recovery: this replica's heartbeat, and the passes the Rescuer runs
-// every RescueEvery (and whenever woken) that run what nobody runs — this
-// replica's owed conversations first, then turns that are due, then the
-// turns of replicas whose heartbeat stopped — each through the same
-// conditional claim as every other runner.
+// Recovery: the passes the Rescuer runs every RescueEvery (and whenever
+// woken) that run what nobody runs — this replica's owed conversations
+// first, then turns that are due, then the turns of replicas whose
+// heartbeat stopped — each through the same conditional claim as every
+// other runner.
 
 import (
 	"context"
@@ -23,33 +23,6 @@ const ExpiredText = "Sorry, this message arrived while the assistant was restart
 // blocked the bot, the chat is gone): the turn is closed with the error.
 var ErrUndeliverable = errors.New("undeliverable")
 
-// Wake makes the rescuer look for claimable turns now (another replica
-// released some, or a notification says so).
-func (m *Manager) Wake() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Listen subscribes the manager to the other replicas' events, when its
-// store carries them (PostgreSQL): they wake the Rescuer and reach the
-// channels' routes (Route.Reply, Route.Reset). It writes the heartbeat
-// first: a replica that listens (and takes turns over) is one the others
-// must see alive, and publish to. Register the channels' routes first.
-func (m *Manager) Listen() {
-	if err := m.hb.ensure(); err != nil {
-		m.log.Warn("first heartbeat failed; retried with the next turn", slog.String("error", err.Error()))
-	}
-	m.relay.listen()
-}
-
-// endLoops ends the settles' retries.
-func (m *Manager) endLoops() {
-	m.stopOnce.Do(func() { close(m.stopLoops) })
-	m.loops.Wait()
-}
-
 // recoveryPage is how many turns one scan of the rescuer reads.
 const recoveryPage = 256
 
@@ -62,53 +35,53 @@ const recoveryPage = 256
 // are not run; the user is asked to send again. Up to RecoveryConcurrency
 // turns run at once, each user's in order. It returns how many turns it
 // ran and how many it marked expired.
-func (m *Manager) Recover(ctx context.Context, maxAge time.Duration) (int, int, error) {
-	return m.rescuePass(ctx, maxAge, true)
+func (r *Rescuer) Recover(ctx context.Context, maxAge time.Duration) (int, int, error) {
+	return r.rescuePass(ctx, maxAge, true)
 }
 
 // rescuePass claims the due turns and, when a replica is gone (or, with
 // full, over the whole recovery horizon), the turns nobody alive holds. A
 // pass that had to leave turns alone (no channel here to deliver them
 // yet, or a failure) makes the next one full again.
-func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full bool) (int, int, error) {
-	full = m.rescanAll.Swap(false) || full
+func (r *Rescuer) rescuePass(ctx context.Context, maxAge time.Duration, full bool) (int, int, error) {
+	full = r.rescanAll.Swap(false) || full
 	// This replica's own turns that nobody here holds first: they wait on
 	// nothing but this pass.
-	owedRan := m.rescueOwed(ctx, maxAge)
-	p := &pass{m: m, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, m.opts.RecoveryConcurrency)}
-	err := p.drain(false, func() ([]ledger.DueTurn, error) { return m.store.DueTurns(ctx, m.now(), recoveryPage) })
+	owedRan := r.rescueOwed(ctx, maxAge)
+	p := &pass{r: r, ctx: ctx, maxAge: maxAge, seen: map[turnKey]bool{}, sem: make(chan struct{}, r.cfg.concurrency)}
+	err := p.drain(false, func() ([]ledger.DueTurn, error) { return r.store.DueTurns(ctx, r.now(), recoveryPage) })
 	if err == nil {
-		gone, alive, rerr := m.replicas(ctx)
+		gone, alive, rerr := r.health.replicas(ctx)
 		err = rerr
 		if rerr == nil && len(alive) > 1 {
-			m.hb.setPeers(true)
+			r.hb.setPeers(true)
 		}
-		since := m.now().Add(-ledger.RecoveryHorizon)
+		since := r.now().Add(-ledger.RecoveryHorizon)
 		if !full {
-			for i, r := range gone {
-				if i == 0 || r.StartedAt.Before(since) {
-					since = r.StartedAt
+			for i, g := range gone {
+				if i == 0 || g.StartedAt.Before(since) {
+					since = g.StartedAt
 				}
 			}
 		}
 		if err == nil && (full || len(gone) > 0) {
-			err = p.drain(true, func() ([]ledger.DueTurn, error) { return m.store.OrphanTurns(ctx, since, alive, recoveryPage) })
+			err = p.drain(true, func() ([]ledger.DueTurn, error) { return r.store.OrphanTurns(ctx, since, alive, recoveryPage) })
 			p.wg.Wait()
-			for _, r := range gone {
+			for _, g := range gone {
 				if err == nil && p.failed == 0 && p.skipped == 0 {
-					err = m.store.ForgetReplica(ctx, r.ID, r.HeartbeatAt)
+					err = r.store.ForgetReplica(ctx, g.ID, g.HeartbeatAt)
 				}
 			}
 		}
 	}
 	p.wg.Wait()
 	if full && (err != nil || p.failed > 0 || p.skipped > 0) {
-		m.rescanAll.Store(true)
+		r.rescanAll.Store(true)
 	}
 	p.ran += owedRan
-	m.opts.Observer.RecoveryPass(p.ran, p.expired)
+	r.observer.RecoveryPass(p.ran, p.expired)
 	if p.ran+p.expired > 0 {
-		m.log.Info("recovered turns", slog.Int("ran", p.ran), slog.Int("expired", p.expired))
+		r.cfg.log.Info("recovered turns", slog.Int("ran", p.ran), slog.Int("expired", p.expired))
 	}
 	if err == nil {
 		err = ctx.Err()
@@ -118,7 +91,7 @@ func (m *Manager) rescuePass(ctx context.Context, maxAge time.Duration, full boo
 
 // pass is one rescuer pass: the turns it dispatched and what came of them.
 type pass struct {
-	m      *Manager
+	r      *Rescuer
 	ctx    context.Context
 	maxAge time.Duration
 	seen   map[turnKey]bool
@@ -149,7 +122,7 @@ func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error 
 				continue
 			}
 			p.seen[k] = true
-			if !p.m.routes.delivering(d.Channel) {
+			if !p.r.routes.delivering(d.Channel) {
 				// No channel here to deliver it (yet): left to a replica that
 				// has one, or to a later pass. Due turns are read by every
 				// pass; orphans only by a full one, so one comes again.
@@ -175,7 +148,7 @@ func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error 
 				defer p.wg.Done()
 				defer func() { <-p.sem }()
 				for _, d := range turns {
-					kind, err := p.m.rescueTurn(p.ctx, d, p.maxAge, false)
+					kind, err := p.r.rescueTurn(p.ctx, d, p.maxAge, false)
 					p.mu.Lock()
 					switch {
 					case err != nil:
@@ -187,7 +160,7 @@ func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error 
 					}
 					p.mu.Unlock()
 					if err != nil && !errors.Is(err, ErrShuttingDown) && p.ctx.Err() == nil {
-						p.m.log.Error("recovering a turn failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.Seq), slog.String("error", err.Error()))
+						p.r.cfg.log.Error("recovering a turn failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.Seq), slog.String("error", err.Error()))
 					}
 				}
 			}(byKey[key])
@@ -206,32 +179,32 @@ func (p *pass) drain(orphans bool, page func() ([]ledger.DueTurn, error)) error 
 // what it did: running (ran it), expired, answered (delivered only), or
 // "" (someone else had it). With try, a turn lock that is busy is not
 // waited for (errBusy).
-func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.Duration, try bool) (string, error) {
-	if !m.enter() {
+func (r *Rescuer) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.Duration, try bool) (string, error) {
+	if !r.life.enter() {
 		return "", ErrShuttingDown
 	}
-	defer m.turns.Done()
-	if err := m.hb.ensure(); err != nil {
+	defer r.life.leave()
+	if err := r.hb.ensure(); err != nil {
 		return "", err
 	}
 	var release func()
 	var err error
 	if try {
-		release, err = m.lockTurn(ctx, d.SessionKey, time.Second)
+		release, err = r.turns.lockTurn(ctx, d.SessionKey, time.Second)
 	} else {
-		release, err = m.lockTurn(ctx, d.SessionKey, 0)
+		release, err = r.turns.lockTurn(ctx, d.SessionKey, 0)
 	}
 	if err != nil {
 		return "", err
 	}
 	defer release()
 	in := Inbound{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID}
-	t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq)
+	t, err := r.store.TurnAt(ctx, d.ConversationID, d.Seq)
 	if err != nil || t == nil {
 		return "", errors.Join(errors.New("turn vanished"), err)
 	}
 	if !t.Settled() {
-		_, alive, err := m.replicas(ctx)
+		_, alive, err := r.health.replicas(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -241,8 +214,8 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 		// mode queue): run turns until this one's is done.
 		ran := ""
 		for {
-			tctx, endTurn := m.tr.traceTurn(ctx, in)
-			kind, _, err := m.runBatch(tctx, in, d.ConversationID, alive, maxAge, nil, nil)
+			tctx, endTurn := r.tr.traceTurn(ctx, in)
+			kind, _, err := r.turns.runBatch(tctx, in, d.ConversationID, alive, maxAge, nil, nil)
 			endTurn(err)
 			if kind != "" && ran != ledger.TurnRunning {
 				ran = kind
@@ -250,29 +223,29 @@ func (m *Manager) rescueTurn(ctx context.Context, d ledger.DueTurn, maxAge time.
 			if err != nil || kind == "" {
 				return ran, err
 			}
-			if t, err := m.store.TurnAt(ctx, d.ConversationID, d.Seq); err != nil || t == nil || t.Settled() {
+			if t, err := r.store.TurnAt(ctx, d.ConversationID, d.Seq); err != nil || t == nil || t.Settled() {
 				return ran, err
 			}
 		}
 	}
-	if !t.Track || t.State == ledger.TurnDelivered || t.Lead != t.Seq || m.holding(turnKey{t.ConversationID, t.Seq}) {
+	if !t.Track || t.State == ledger.TurnDelivered || t.Lead != t.Seq || r.turns.holding(turnKey{t.ConversationID, t.Seq}) {
 		return "", nil // (a delivery of this replica's in progress, or its mark)
 	}
 	// Answered before; only its delivery is due.
-	c, err := m.claim(ctx, d.ConversationID, d.Seq, d.Owner, d.Attempt)
+	c, err := r.turns.claim(ctx, d.ConversationID, d.Seq, d.Owner, d.Attempt)
 	if err != nil || c == nil {
 		return "", err
 	}
-	out, err := m.storedOutcome(ctx, t)
+	out, err := r.turns.storedOutcome(ctx, t)
 	if err != nil {
-		m.unhold(turnKey{c.ConversationID, c.Seq})
+		r.turns.unhold(turnKey{c.ConversationID, c.Seq})
 		return "", err
 	}
 	clientID := ""
 	if t.ClientMsgID != nil {
 		clientID = *t.ClientMsgID
 	}
-	m.routes.deliver(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
+	r.routes.deliver(ctx, Delivery{Channel: d.Channel, SessionKey: d.SessionKey, UserID: d.UserID, ChatID: d.ChatID,
 		ClientMsgID: clientID, UserSeq: t.Seq, Reply: out.Reply, Turn: c.Ref()})
 	return ledger.TurnAnswered, nil
 }

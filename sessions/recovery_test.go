@@ -60,7 +60,7 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 			mu.Unlock()
 			return "", nil
 		}})
-		ran, expired, err := m2.Recover(context.Background(), time.Hour)
+		ran, expired, err := m2.Rescuer().Recover(context.Background(), time.Hour)
 		if err != nil || ran != 2 || expired != 0 {
 			t.Fatalf("Recover = %d ran, %d expired, %v; want 2, 0", ran, expired, err)
 		}
@@ -80,7 +80,7 @@ func TestRecoverRerunsInterruptedTurnsOnce(t *testing.T) {
 			t.Fatalf("resend after recovery = %+v", out)
 		}
 		// Once: a second pass finds nothing.
-		if ran, expired, _ := m2.Recover(context.Background(), time.Hour); ran != 0 || expired != 0 {
+		if ran, expired, _ := m2.Rescuer().Recover(context.Background(), time.Hour); ran != 0 || expired != 0 {
 			t.Fatalf("second Recover = %d, %d", ran, expired)
 		}
 		if b := conversations(t, db, "websocket:b")[0]; len(transcript(t, db, b.ID)) != 2 {
@@ -102,7 +102,7 @@ func TestRecoverMarksOldTurns(t *testing.T) {
 		rec := &recorder{}
 		m := newManager(t, db, rec, c, nil)
 		m.Routes().Register("websocket", Route{Deliver: func(context.Context, Delivery) (string, error) { return "", nil }})
-		ran, expired, err := m.Recover(context.Background(), time.Hour)
+		ran, expired, err := m.Rescuer().Recover(context.Background(), time.Hour)
 		if err != nil || ran != 0 || expired != 1 || rec.calls.Load() != 0 {
 			t.Fatalf("Recover = %d, %d, %v (agent calls %d); want 0, 1", ran, expired, err, rec.calls.Load())
 		}

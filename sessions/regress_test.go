@@ -75,7 +75,7 @@ func TestQueueRescueRunsUntilItsTurnIsAnswered(t *testing.T) {
 	b := newManager(t, db, &recorder{}, newClock(t0.Add(time.Minute)), queued)
 	b.Routes().Register("websocket", Route{Deliver: func(context.Context, Delivery) (string, error) { return "", nil }})
 	d := ledger.DueTurn{ConversationID: last.ConversationID(), Seq: last.Seq(), SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann"}
-	if _, err := b.rescueTurn(context.Background(), d, 0, false); err != nil {
+	if _, err := b.rescue.rescueTurn(context.Background(), d, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"q0", "q1", "q2"} {

@@ -66,7 +66,7 @@ func TestSweepOnTwoReplicasArchivesOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, m := range []*Manager{a, b} {
 		wg.Add(1)
-		go func() { defer wg.Done(); m.RunSweep("idle") }()
+		go func() { defer wg.Done(); NewSweeper(m, nil).RunSweep("idle") }()
 	}
 	wg.Wait()
 	if events != 5 {

@@ -10,8 +10,8 @@ import (
 // as the gateway's wiring does; it stops with the test.
 func startRescuer(t testing.TB, m *sessions.Manager) {
 	t.Helper()
-	m.Listen()
-	r := sessions.NewRescuer(m, sessions.RescuerConfig{})
+	r := m.Rescuer()
+	r.Listen()
 	r.Start()
 	t.Cleanup(r.Stop)
 }

@@ -185,8 +185,7 @@ func (m *Manager) Reset(ctx context.Context, in Inbound) (ResetEvent, error) {
 func (m *Manager) Stop(key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cancel, ok := m.running[key]; ok {
-		cancel(errStoppedByUser)
+	if m.life.cancelTurn(key, errStoppedByUser) {
 		return true
 	}
 	if b := m.bursts[key]; b != nil && len(b.waiting) > 0 {

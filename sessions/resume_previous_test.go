@@ -121,14 +121,14 @@ func TestResumedConversationIsNotSweptAtOnce(t *testing.T) {
 		const key = "websocket:cy"
 		first := handle(t, m, msg(key, "before"))
 		c.Advance(2 * time.Hour)
-		if n, err := m.SweepIdle(context.Background()); n != 1 || err != nil {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); n != 1 || err != nil {
 			t.Fatalf("sweep = %d, %v", n, err)
 		}
 		res, err := m.Conversations().ResumePrevious(context.Background(), msg(key, ""))
 		if err != nil || res.Event.NewConversation != first.ConversationID || res.Event.OldConversation != "" {
 			t.Fatalf("resume after the sweep = %+v, %v", res, err)
 		}
-		if n, err := m.SweepIdle(context.Background()); n != 0 || err != nil {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); n != 0 || err != nil {
 			t.Fatalf("sweep right after the resume archived %d, %v", n, err)
 		}
 		c.Advance(30 * time.Minute)
@@ -190,7 +190,7 @@ func TestFirstMessageAfterASweepIsToldWhy(t *testing.T) {
 			t.Fatalf("hooks before any reset: %+v", got)
 		}
 		c.Advance(2 * time.Hour)
-		if n, _ := m.SweepIdle(context.Background()); n != 1 {
+		if n, _ := NewSweeper(m, nil).SweepIdle(context.Background()); n != 1 {
 			t.Fatalf("sweep archived %d", n)
 		}
 		out := send("three")

@@ -23,26 +23,26 @@ const resumeGrace = time.Hour
 // longer than the retention period (archived ones go with Purge). Each is
 // deleted under its session key's lock and dropped from the cache, so a
 // guest who comes back exactly then starts a new conversation.
-func (m *Manager) PurgeGuests(ctx context.Context) (int64, error) {
-	if m.opts.RetentionDays <= 0 {
+func (s *Sweeper) PurgeGuests(ctx context.Context) (int64, error) {
+	if s.cfg.retentionDays <= 0 {
 		return 0, nil
 	}
-	cutoff := m.now().AddDate(0, 0, -m.opts.RetentionDays)
+	cutoff := s.now().AddDate(0, 0, -s.cfg.retentionDays)
 	var n int64
 	for {
-		convs, err := m.store.IdleActive(ctx, "websocket", guestKeyPrefix, cutoff, 500)
+		convs, err := s.store.IdleActive(ctx, "websocket", guestKeyPrefix, cutoff, 500)
 		if err != nil {
 			return n, err
 		}
 		gone := 0
 		for _, c := range convs {
-			release, err := m.lockState(ctx, c.SessionKey, false)
+			release, err := s.host.lockState(ctx, c.SessionKey, false)
 			if err != nil {
 				return n, err
 			}
-			ok, err := m.store.DeleteIdle(ctx, c.ID, cutoff)
+			ok, err := s.store.DeleteIdle(ctx, c.ID, cutoff)
 			if ok {
-				m.hot.Remove(c.SessionKey)
+				s.hot.Remove(c.SessionKey)
 				n++
 				gone++
 			}
@@ -62,14 +62,14 @@ func (m *Manager) PurgeGuests(ctx context.Context) (int64, error) {
 // every conversation has been purged. Other rows (Telegram's offset) stay.
 // A binding written before tokens carried their issue time is stamped
 // with now, so it expires one TTL from its first purge.
-func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
-	now := m.now()
+func (s *Sweeper) PurgeStates(ctx context.Context) (int64, error) {
+	now := s.now()
 	var n int64
 	for _, channel := range []string{"websocket"} {
 		prefix := resumePrefix(channel)
 		after := prefix
 		for {
-			rows, err := m.store.StateRows(ctx, prefix, after, 1000)
+			rows, err := s.store.StateRows(ctx, prefix, after, 1000)
 			if err != nil {
 				return n, err
 			}
@@ -83,10 +83,10 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 				b, legacy := parseBinding(r.Value)
 				switch {
 				case legacy:
-					if err := m.store.SetState(ctx, r.Key, b.encode(now)); err != nil {
+					if err := s.store.SetState(ctx, r.Key, b.encode(now)); err != nil {
 						return n, err
 					}
-				case b.expired(m.opts.ResumeTTL, now):
+				case b.expired(s.cfg.resumeTTL, now):
 					dead = append(dead, r.Key)
 				case now.Sub(b.Issued) > resumeGrace:
 					k := WebSocketKey(b.Principal)
@@ -97,7 +97,7 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 			for k := range owners {
 				keys = append(keys, k)
 			}
-			live, err := m.store.KeysWithConversations(ctx, keys)
+			live, err := s.store.KeysWithConversations(ctx, keys)
 			if err != nil {
 				return n, err
 			}
@@ -106,7 +106,7 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 					dead = append(dead, names...)
 				}
 			}
-			d, err := m.store.DeleteStates(ctx, dead)
+			d, err := s.store.DeleteStates(ctx, dead)
 			n += d
 			if err != nil {
 				return n, err
@@ -121,10 +121,10 @@ func (m *Manager) PurgeStates(ctx context.Context) (int64, error) {
 
 // retention runs the hourly purge: archived conversations past the
 // retention period, idle guests, then the states that pointed at them.
-func (m *Manager) retention(ctx context.Context) (int64, error) {
-	n, s, err := m.RunRetention(ctx)
-	if s > 0 {
-		m.log.Info("purged channel states", slog.Int64("rows", s))
+func (s *Sweeper) retention(ctx context.Context) (int64, error) {
+	n, states, err := s.RunRetention(ctx)
+	if states > 0 {
+		s.log.Info("purged channel states", slog.Int64("rows", states))
 	}
 	return n, err
 }
@@ -134,25 +134,25 @@ func (m *Manager) retention(ctx context.Context) (int64, error) {
 // channel_states rows nobody can use any more and the choices of model of
 // keys left with no conversation. It returns how many conversations and
 // state rows (choices among them) it deleted.
-func (m *Manager) RunRetention(ctx context.Context) (convs, states int64, err error) {
-	convs, err = m.Purge(ctx)
+func (s *Sweeper) RunRetention(ctx context.Context) (convs, states int64, err error) {
+	convs, err = s.Purge(ctx)
 	if err != nil {
 		return convs, 0, err
 	}
-	g, err := m.PurgeGuests(ctx)
+	g, err := s.PurgeGuests(ctx)
 	convs += g
 	if err != nil {
 		return convs, 0, err
 	}
-	states, err = m.PurgeStates(ctx)
-	if err != nil || m.opts.RetentionDays <= 0 {
+	states, err = s.PurgeStates(ctx)
+	if err != nil || s.cfg.retentionDays <= 0 {
 		return convs, states, err
 	}
 	// A choice stays as long as its key has a conversation; without one,
 	// for the retention period after it was made.
-	c, err := m.store.PurgeModelChoices(ctx, m.now().AddDate(0, 0, -m.opts.RetentionDays))
+	c, err := s.store.PurgeModelChoices(ctx, s.now().AddDate(0, 0, -s.cfg.retentionDays))
 	if c > 0 {
-		m.standing.forgetChoice("")
+		s.choices.forgetChoice("")
 	}
 	return convs, states + c, err
 }

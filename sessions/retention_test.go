@@ -49,7 +49,7 @@ func TestPurgeRemovesDeadChannelStates(t *testing.T) {
 		}
 		c.Advance(31 * 24 * time.Hour)
 		carol := issue("carol")
-		if _, err := m.retention(ctx); err != nil {
+		if _, err := NewSweeper(m, nil).retention(ctx); err != nil {
 			t.Fatal(err)
 		}
 		var names []string

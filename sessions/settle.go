@@ -30,7 +30,7 @@ func (m *Manager) claimIfFree(ctx context.Context, t *ledger.Turn) (*ledger.Clai
 			return nil, nil
 		}
 	case t.Owned():
-		_, alive, err := m.replicas(ctx)
+		_, alive, err := m.health.replicas(ctx)
 		if err != nil || slices.Contains(alive, t.Owner) {
 			return nil, err
 		}
@@ -98,39 +98,24 @@ func (m *Manager) Delivered(ctx context.Context, t ledger.TurnRef, ref string, e
 // holding it. The first attempt's error is returned.
 //
 // The first attempt is not cut at once by the drain deadline, which
-// cancels the turns still running (m.base): what it records — a reply a
-// channel already sent, a turn handed back — is no running work, and a
-// mark lost there has the replica that takes this one's turns over send
-// the reply again. It gets Options.InterruptGrace past the deadline, as
-// an interrupted turn's partial reply does; the retries stop with the
-// gateway.
+// cancels the turns still running (lifecycle.base): what it records — a
+// reply a channel already sent, a turn handed back — is no running work,
+// and a mark lost there has the replica that takes this one's turns over
+// send the reply again. It gets Options.InterruptGrace past the deadline,
+// as an interrupted turn's partial reply does; the retries
+// (Rescuer.keepTrying) stop with the gateway.
 func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) error {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(m.base))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(m.life.base))
 	defer cancel()
-	stop := context.AfterFunc(m.base, func() { time.AfterFunc(m.opts.InterruptGrace, cancel) })
+	stop := context.AfterFunc(m.life.base, func() { time.AfterFunc(m.opts.InterruptGrace, cancel) })
 	err := write(ctx)
 	stop()
 	if err == nil || definite(err) {
 		unhold()
-		m.Wake()
+		m.rescue.Wake()
 		return err
 	}
-	m.loops.Add(1)
-	go func() {
-		defer m.loops.Done()
-		defer unhold()
-		for wait := m.opts.RetryPause; ; wait = min(wait*2, 20*m.opts.RetryPause) {
-			select {
-			case <-m.stopLoops:
-				return
-			case <-time.After(wait):
-			}
-			if err := write(m.base); err == nil || definite(err) {
-				m.Wake()
-				return
-			}
-		}
-	}()
+	m.rescue.keepTrying(unhold, write)
 	return fmt.Errorf("%w (kept, and retried until storage answers)", err)
 }
 

@@ -10,10 +10,7 @@ import (
 type managerLoad struct{ m *Manager }
 
 func (l managerLoad) runningTurns() int {
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.running)
+	return l.m.life.runningTurns()
 }
 
 func (l managerLoad) waitingMessages() (messages, keys int) {

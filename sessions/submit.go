@@ -91,7 +91,7 @@ func (t *Ticket) resolve(out Outcome, err error) {
 			t.m.unhold(t.ref) // settled or handed on; else the channel delivers under it
 		}
 		close(t.done)
-		t.m.turns.Done()
+		t.m.life.leave()
 	})
 }
 
@@ -112,7 +112,7 @@ func (m *Manager) submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, err
 	if err := m.check(in); err != nil {
 		return nil, err
 	}
-	if !m.enter() {
+	if !m.life.enter() {
 		return nil, ErrShuttingDown
 	}
 	t := &Ticket{m: m, in: in, hooks: h, started: time.Now(), done: make(chan struct{})}

@@ -13,7 +13,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// Schedule is one cron job the manager runs.
+// Schedule is one cron job a Sweeper runs.
 type Schedule struct {
 	Name string // "idle", "daily:<channel>", "purge"
 	// Spec is the robfig/cron spec of the job; for a daily sweep, whose
@@ -37,9 +37,9 @@ func (d dailySchedule) Next(t time.Time) time.Time { return d.p.NextBoundary(t) 
 // every minute when any channel resets on idleness, a daily sweep per daily
 // channel at its hour in its time zone, and an hourly purge when a retention
 // period or a resume token TTL is set.
-func (m *Manager) Schedules() []Schedule {
+func (s *Sweeper) Schedules() []Schedule {
 	var out []Schedule
-	policies := m.settings().policies
+	policies := s.host.settings().policies
 	channels := make([]string, 0, len(policies))
 	for ch := range policies {
 		channels = append(channels, ch)
@@ -57,77 +57,67 @@ func (m *Manager) Schedules() []Schedule {
 	if idle {
 		out = append([]Schedule{{Name: "idle", Spec: "* * * * *"}}, out...)
 	}
-	if m.opts.RetentionDays > 0 || m.opts.ResumeTTL > 0 {
+	if s.cfg.retentionDays > 0 || s.cfg.resumeTTL > 0 {
 		out = append(out, Schedule{Name: "purge", Spec: "@hourly"})
 	}
 	return out
-}
-
-// Start writes this replica's heartbeat and keeps it: the heartbeat is
-// the lease of every turn this replica takes, written before the first
-// one. (The sweeps run on the Sweeper's schedules.)
-func (m *Manager) Start() error {
-	if err := m.hb.ensure(); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	return nil
 }
 
 // RunSweep runs one scheduled sweep or purge of Schedules by its name,
 // counted for the drain, and returns how many conversations it archived
 // or purged. Shutdown ends it at its next chunk once the drain's deadline
 // has passed; after Shutdown began it runs nothing (ErrShuttingDown).
-func (m *Manager) RunSweep(name string) (int, error) {
-	if !m.enterSweep() {
+func (s *Sweeper) RunSweep(name string) (int, error) {
+	if !s.life.enterSweep() {
 		return 0, ErrShuttingDown
 	}
-	defer m.sweeps.Done()
-	ctx, cancel := context.WithTimeout(m.base, 10*time.Minute)
+	defer s.life.leaveSweep()
+	ctx, cancel := context.WithTimeout(s.life.base, 10*time.Minute)
 	defer cancel()
 	if name == "idle" {
-		m.locks.Sweep()
+		s.locks.Sweep()
 	}
 	var n int
 	// With several replicas on one PostgreSQL database, one runs each sweep;
 	// the sweeps are idempotent anyway, this only saves the work.
-	_, err := m.store.Exclusive(ctx, "sweep:"+name, func() (err error) {
+	_, err := s.store.Exclusive(ctx, "sweep:"+name, func() (err error) {
 		switch {
 		case name == "idle":
-			n, err = m.SweepIdle(ctx)
+			n, err = s.SweepIdle(ctx)
 		case name == "purge":
 			var p int64
-			p, err = m.retention(ctx)
+			p, err = s.retention(ctx)
 			n = int(p)
 		case strings.HasPrefix(name, "daily:"):
-			n, err = m.SweepDaily(ctx, strings.TrimPrefix(name, "daily:"))
+			n, err = s.SweepDaily(ctx, strings.TrimPrefix(name, "daily:"))
 		}
 		return err
 	})
 	switch {
-	case err != nil && m.base.Err() != nil:
+	case err != nil && s.life.base.Err() != nil:
 		// Sweeps are idempotent: the next run, after the restart, goes on.
-		m.log.Warn("sweep stopped by the shutdown", slog.String("sweep", name), slog.Int("conversations", n))
+		s.log.Warn("sweep stopped by the shutdown", slog.String("sweep", name), slog.Int("conversations", n))
 		return n, err
 	case err != nil:
-		m.log.Error("sweep failed", slog.String("sweep", name), slog.Int("conversations", n), slog.String("error", err.Error()))
+		s.log.Error("sweep failed", slog.String("sweep", name), slog.Int("conversations", n), slog.String("error", err.Error()))
 		return n, err
 	}
 	if n > 0 {
-		m.log.Info("sweep archived conversations", slog.String("sweep", name), slog.Int("conversations", n))
+		s.log.Info("sweep archived conversations", slog.String("sweep", name), slog.Int("conversations", n))
 	}
 	return n, nil
 }
 
 // SweepIdle archives, in every idle-resetting channel, the conversations
 // idle for the channel's idle period. It returns how many it archived.
-func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
-	now := m.now()
+func (s *Sweeper) SweepIdle(ctx context.Context) (int, error) {
+	now := s.now()
 	total := 0
-	for ch, p := range m.settings().policies {
+	for ch, p := range s.host.settings().policies {
 		if !p.Reset.idle() {
 			continue
 		}
-		n, err := m.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now, m.afterSweep(ledger.ReasonIdle))
+		n, err := s.store.SweepIdle(ctx, ch, now.Add(-p.Reset.IdleFor), now, s.afterSweep(ledger.ReasonIdle))
 		total += n
 		if err != nil {
 			return total, err
@@ -138,30 +128,30 @@ func (m *Manager) SweepIdle(ctx context.Context) (int, error) {
 
 // SweepDaily archives the channel's conversations started before its latest
 // daily boundary.
-func (m *Manager) SweepDaily(ctx context.Context, channel string) (int, error) {
-	p, ok := m.settings().policies[channel]
+func (s *Sweeper) SweepDaily(ctx context.Context, channel string) (int, error) {
+	p, ok := s.host.settings().policies[channel]
 	if !ok || !p.Reset.daily() {
 		return 0, nil
 	}
-	now := m.now()
-	return m.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now, m.afterSweep(ledger.ReasonDaily))
+	now := s.now()
+	return s.store.SweepDaily(ctx, channel, p.Reset.Boundary(now), now, s.afterSweep(ledger.ReasonDaily))
 }
 
 // afterSweep drops each archived conversation's hot state and announces
 // its reset, one committed chunk at a time.
-func (m *Manager) afterSweep(reason string) func([]ledger.Archived) {
+func (s *Sweeper) afterSweep(reason string) func([]ledger.Archived) {
 	return func(archived []ledger.Archived) {
 		for _, c := range archived {
-			m.hot.Remove(c.SessionKey)
-			m.relay.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})
+			s.hot.Remove(c.SessionKey)
+			s.publish(ResetEvent{Channel: c.Channel, SessionKey: c.SessionKey, OldConversation: c.ID, Reason: reason, OldMessages: c.LastSeq})
 		}
 	}
 }
 
 // Purge deletes archived conversations older than the retention period.
-func (m *Manager) Purge(ctx context.Context) (int64, error) {
-	if m.opts.RetentionDays <= 0 {
+func (s *Sweeper) Purge(ctx context.Context) (int64, error) {
+	if s.cfg.retentionDays <= 0 {
 		return 0, nil
 	}
-	return m.store.Purge(ctx, m.now().AddDate(0, 0, -m.opts.RetentionDays))
+	return s.store.Purge(ctx, s.now().AddDate(0, 0, -s.cfg.retentionDays))
 }

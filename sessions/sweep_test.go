@@ -47,14 +47,14 @@ func TestSweepArchivesInChunks(t *testing.T) {
 		var got []string
 		m.Routes().Register("websocket", Route{Reset: func(e ResetEvent) { got = append(got, e.OldConversation) }})
 
-		if n, err := m.SweepIdle(context.Background()); err != nil || n != 7 {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); err != nil || n != 7 {
 			t.Fatalf("idle sweep archived %d (%v), want 7 in chunks of 3", n, err)
 		}
 		sort.Strings(got)
 		if fmt.Sprint(got) != fmt.Sprint(due) {
 			t.Fatalf("reset events for %v, want %v", got, due)
 		}
-		if n, err := m.SweepIdle(context.Background()); err != nil || n != 0 {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); err != nil || n != 0 {
 			t.Fatalf("repeated sweep archived %d (%v)", n, err)
 		}
 		var active int64
@@ -146,7 +146,7 @@ func TestTurnsCommitBetweenSweepChunks(t *testing.T) {
 				t.Error("a turn waited for the whole sweep")
 			}
 		}})
-		if n, err := m.SweepIdle(context.Background()); err != nil || n != 5 {
+		if n, err := NewSweeper(m, nil).SweepIdle(context.Background()); err != nil || n != 5 {
 			t.Fatalf("sweep archived %d (%v), want 5", n, err)
 		}
 		if turnErr != nil || archived != 2 {
@@ -184,7 +184,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 			}
 		}})
 		swept := make(chan sweepResult, 1)
-		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
+		go func() { n, err := NewSweeper(m, nil).RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
 
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second)) // the drain's deadline has passed
@@ -213,7 +213,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		if archived != 2 || events.Load() != 2 {
 			t.Fatalf("%d archived, %d reset events; want the first chunk's 2", archived, events.Load())
 		}
-		if n, err := m.RunSweep("idle"); !errors.Is(err, ErrShuttingDown) || n != 0 {
+		if n, err := NewSweeper(m, nil).RunSweep("idle"); !errors.Is(err, ErrShuttingDown) || n != 0 {
 			t.Fatalf("sweep after Shutdown = %d, %v; want ErrShuttingDown", n, err)
 		}
 
@@ -225,7 +225,7 @@ func TestShutdownStopsASweepAtItsNextChunk(t *testing.T) {
 		next := newManager(t, db, agent.Echo{}, c, idle)
 		total := 0
 		for deadline := time.Now().Add(10 * time.Second); total == 0; time.Sleep(20 * time.Millisecond) {
-			n, err := next.RunSweep("idle")
+			n, err := NewSweeper(next, nil).RunSweep("idle")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,12 +256,12 @@ func TestShutdownLetsASweepFinishBeforeTheDeadline(t *testing.T) {
 			}
 		}})
 		swept := make(chan sweepResult, 1)
-		go func() { n, err := m.RunSweep("idle"); swept <- sweepResult{n, err} }()
+		go func() { n, err := NewSweeper(m, nil).RunSweep("idle"); swept <- sweepResult{n, err} }()
 		<-inChunk
 
 		stopped := make(chan error, 1)
 		go func() { stopped <- m.Shutdown(context.Background()) }()
-		<-m.draining.Done() // the drain has begun
+		<-m.life.draining.Done() // the drain has begun
 		close(release)
 		if err := <-stopped; err != nil {
 			t.Fatal(err)

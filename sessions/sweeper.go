@@ -1,46 +1,83 @@
 package sessions
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/chatgate/chatgate/locks"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
-// SweepJobs is what a Sweeper runs: the jobs the channels' policies need
-// now, and one run of a job by its name. The session manager implements
-// it: a sweep archives conversations under their keys' locks, and is
-// counted for its drain.
-type SweepJobs interface {
-	Schedules() []Schedule
-	RunSweep(name string) (int, error)
-}
-
-// Sweeper runs the reset sweeps and the retention purge at their times,
-// on robfig/cron in UTC (a daily sweep's instants come from its policy,
-// DST handled); a run still going when its next is due skips that one.
-// The sweeps are set-based and idempotent, so a run that is late,
+// Sweeper runs the reset sweeps and the retention purge, at their times
+// (Schedules), on robfig/cron in UTC (a daily sweep's instants come from
+// its policy, DST handled); a run still going when its next is due skips
+// that one. Each run (RunSweep) is counted for the session manager's
+// drain. The sweeps are set-based and idempotent, so a run that is late,
 // repeated, or concurrent with another replica's archives nothing twice,
 // and the check on every message keeps resets exact even when a run is
 // missed. It is built and started in the gateway's wiring, rescheduled by
 // a reload, and stopped before the session manager's drain.
 type Sweeper struct {
-	jobs SweepJobs
-	log  *slog.Logger
+	store   sweepStore
+	host    sweepHost        // the turn path: the Manager
+	publish func(ResetEvent) // tells a reset to its channel's route and the other replicas (relay.publish)
+	life    *lifecycle
+	locks   *locks.Cache // the session keys' state locks, swept of idle entries
+	hot     *hotCache
+	choices *Standing // the cached choices of model, forgotten when purged
+	now     func() time.Time
+	log     *slog.Logger
+	cfg     sweepConfig
 
 	mu   sync.Mutex // guards cron and ids against a reload's Reschedule
 	cron *cron.Cron
 	ids  map[string]cron.EntryID
 }
 
-// NewSweeper returns the Sweeper of jobs, not yet started.
-func NewSweeper(jobs SweepJobs, log *slog.Logger) *Sweeper {
+// sweepConfig configures a Sweeper; NewSweeper fills it from the
+// manager's Options.
+type sweepConfig struct {
+	retentionDays int           // Options.RetentionDays: archived conversations and idle guests older than this are purged (0 keeps)
+	resumeTTL     time.Duration // Options.ResumeTTL: older resume tokens are purged (0: no expiry)
+}
+
+// sweepHost is what sweeps and purges need of the turn path (the
+// Manager): the policies in force, and a session key's state lock (a
+// guest's conversation is deleted under it, as a reset is made).
+type sweepHost interface {
+	settings() *liveSettings
+	lockState(ctx context.Context, key string, drainEnds bool) (func(), error)
+}
+
+// sweepStore is what sweeps and purges do in the database.
+type sweepStore interface {
+	Exclusive(ctx context.Context, name string, fn func() error) (bool, error)
+	SweepIdle(ctx context.Context, channel string, cutoff, at time.Time, each func([]ledger.Archived)) (int, error)
+	SweepDaily(ctx context.Context, channel string, boundary, at time.Time, each func([]ledger.Archived)) (int, error)
+	Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
+	IdleActive(ctx context.Context, channel, keyPrefix string, cutoff time.Time, limit int) ([]ledger.Conversation, error)
+	DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (bool, error)
+	StateRows(ctx context.Context, prefix, after string, limit int) ([]ledger.ChannelState, error)
+	SetState(ctx context.Context, key, value string) error
+	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
+	DeleteStates(ctx context.Context, names []string) (int64, error)
+	PurgeModelChoices(ctx context.Context, cutoff time.Time) (int64, error)
+}
+
+// NewSweeper returns the Sweeper of m's conversations, configured by m's
+// Options (RetentionDays, ResumeTTL), not yet started; log defaults to
+// the manager's logger.
+func NewSweeper(m *Manager, log *slog.Logger) *Sweeper {
 	if log == nil {
-		log = slog.Default()
+		log = m.log
 	}
-	return &Sweeper{jobs: jobs, log: log}
+	return &Sweeper{store: m.store, host: m, publish: m.relay.publish, life: m.life, locks: m.locks, hot: m.hot, choices: m.standing, now: m.now, log: log,
+		cfg: sweepConfig{retentionDays: m.opts.RetentionDays, resumeTTL: m.opts.ResumeTTL}}
 }
 
 // Start schedules the jobs and starts running them at their times.
@@ -86,9 +123,9 @@ func (s *Sweeper) Stop() {
 
 // add adds the jobs to c; mu is held or c not yet shared.
 func (s *Sweeper) add(c *cron.Cron) error {
-	for _, sc := range s.jobs.Schedules() {
+	for _, sc := range s.Schedules() {
 		name := sc.Name
-		job := cron.FuncJob(func() { s.jobs.RunSweep(name) })
+		job := cron.FuncJob(func() { s.RunSweep(name) })
 		if sc.Every != nil {
 			s.ids[name] = c.Schedule(sc.Every, job)
 			continue

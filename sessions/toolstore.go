@@ -159,7 +159,7 @@ func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.M
 		case errors.Is(err, ledger.ErrLostClaim) || errors.Is(err, ledger.ErrClosed):
 			return nil, err
 		}
-		if m.base.Err() != nil {
+		if m.life.base.Err() != nil {
 			return nil, err // the drain's deadline passed: the next run finishes the round
 		}
 		m.log.WarnContext(ctx, "storing a tool round failed; retried until storage answers", slog.String("conversation", hc.conv.ID),
@@ -251,7 +251,7 @@ func (m *Manager) untilStored(ctx context.Context, what string, step func() erro
 		if ctx.Err() != nil {
 			return errors.Join(context.Cause(ctx), err)
 		}
-		if m.base.Err() != nil {
+		if m.life.base.Err() != nil {
 			return err // the drain's deadline passed: the next run finds what is stored
 		}
 		if !warned {

@@ -204,7 +204,7 @@ func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration
 	if t.early != nil {
 		turnCtx, endTurn = t.early.ctx, t.early.stop
 	} else {
-		turnCtx, endTurn = m.startTurn(t.in.SessionKey)
+		turnCtx, endTurn = m.life.startTurn(t.in.SessionKey)
 	}
 	turnCtx = m.tr.withTurn(ctx, turnCtx)
 	t.called = true
@@ -391,8 +391,8 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 		due := now // (a copy: taking now's address would move it to the heap on every call)
 		release = &ledger.Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &due}
 	}
-	kept := m.unstored.Add(1) <= maxUnstored
-	defer m.unstored.Add(-1)
+	kept, unstored := m.health.keepUnstored()
+	defer unstored()
 	giveUp := time.Now().Add(m.opts.LeaseTTL)
 	expired := func() bool { return !kept && time.Now().After(giveUp) }
 	wait := min(50*time.Millisecond, m.opts.RetryPause)
@@ -409,7 +409,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 			return err
 		}
 		failed = err
-		if errors.Is(err, ledger.ErrClosed) || expired() || m.base.Err() != nil {
+		if errors.Is(err, ledger.ErrClosed) || expired() || m.life.base.Err() != nil {
 			return err
 		}
 		if failing.IsZero() {
@@ -427,7 +427,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-m.base.Done():
+		case <-m.life.base.Done():
 			t.Stop()
 		}
 		wait = min(wait*2, 4*m.opts.RetryPause)

@@ -12,34 +12,19 @@ import (
 // acquire counts work for the drain and takes the session key's state
 // lock; the returned func gives both back.
 func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
-	if !m.enter() {
+	if !m.life.enter() {
 		return nil, ErrShuttingDown
 	}
 	if err := m.hb.ensure(); err != nil {
-		m.turns.Done()
+		m.life.leave()
 		return nil, err
 	}
 	release, err := m.lockState(ctx, key, true)
 	if err != nil {
-		m.turns.Done()
+		m.life.leave()
 		return nil, err
 	}
-	return func() { release(); m.turns.Done() }, nil
-}
-
-// startTurn returns the context of a running turn, which Stop and Shutdown
-// cancel, and the func that ends it.
-func (m *Manager) startTurn(key string) (context.Context, func()) {
-	turnCtx, cancel := context.WithCancelCause(m.base)
-	m.mu.Lock()
-	m.running[key] = cancel
-	m.mu.Unlock()
-	return turnCtx, func() {
-		m.mu.Lock()
-		delete(m.running, key)
-		m.mu.Unlock()
-		cancel(nil)
-	}
+	return func() { release(); m.life.leave() }, nil
 }
 
 // lockState takes the session key's state lock, which guards its cached
@@ -47,7 +32,7 @@ func (m *Manager) startTurn(key string) (context.Context, func()) {
 // moments (never across an agent call); waiting ends when ctx does and,
 // with drainEnds (new work), when a shutdown starts.
 func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (func(), error) {
-	if ctx.Err() == nil && (!drainEnds || m.draining.Err() == nil) {
+	if ctx.Err() == nil && (!drainEnds || m.life.draining.Err() == nil) {
 		// Free, and nobody waits for it: taken at once, with no
 		// cancellable wait to set up (most locks, on every turn).
 		if release, ok := m.locks.TryAcquire(key); ok {
@@ -57,7 +42,7 @@ func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (fu
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if drainEnds {
-		stop := context.AfterFunc(m.draining, cancel)
+		stop := context.AfterFunc(m.life.draining, cancel)
 		defer stop()
 	}
 	release, err := m.locks.Acquire(waitCtx, key)

@@ -55,7 +55,7 @@ func (w watcher) After(ctx context.Context, c ledger.Call, err error) error {
 		w.m.opts.Observer.Spent(u.Channel, u.Model, u.PromptTokens, u.CompletionTokens, u.Cost)
 	}
 	if err != nil && c.Conv != "" && !definite(err) {
-		w.m.owed.owe(c.Conv)
+		w.m.rescue.owe(c.Conv)
 	}
 	return err
 }

@@ -139,7 +139,7 @@ func TestGoBackButtonOfASweepNoticeAndInAGroup(t *testing.T) {
 	api.WaitSent(t, 2)
 	swept := active(t, h, sessions.TelegramDMKey(7))
 	clock.Advance(31 * time.Minute)
-	if n, err := h.mgr.SweepIdle(context.Background()); n != 2 || err != nil {
+	if n, err := sessions.NewSweeper(h.mgr, nil).SweepIdle(context.Background()); n != 2 || err != nil {
 		t.Fatalf("sweep archived %d, %v", n, err)
 	}
 	waitNotices(t, done, 1)

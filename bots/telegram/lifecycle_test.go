@@ -142,7 +142,7 @@ func TestRestartMidBatch(t *testing.T) {
 
 	h2 := start(t, api, dir, setup{})
 	waitConnected(t, h2.bot) // the rescuer leaves Telegram's turns until the bot can deliver
-	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+	if ran, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("recovery ran %d (%v), want a2 and a3 as one turn", ran, err)
 	}
 	api.WaitSent(t, 4)

@@ -68,7 +68,7 @@ func TestSweepNoticesGoToPrivateChatsOnly(t *testing.T) {
 	api.Push(telegramtest.DM(11, "/new")) // an empty conversation
 	api.WaitSent(t, 4)
 	clock.Advance(31 * time.Minute)
-	if n, err := h.mgr.SweepIdle(context.Background()); n != 4 || err != nil {
+	if n, err := sessions.NewSweeper(h.mgr, nil).SweepIdle(context.Background()); n != 4 || err != nil {
 		t.Fatalf("sweep archived %d, %v; want 4", n, err)
 	}
 	// The sweep queued its notices before it returned, in one go; once two
@@ -119,7 +119,7 @@ func TestSweepNoticesOverTheQueueAreDroppedAndToldLater(t *testing.T) {
 				h.store(u, "hello")
 			}
 			clock.Advance(time.Hour)
-			if n, err := h.mgr.SweepIdle(context.Background()); n != len(users) || err != nil {
+			if n, err := sessions.NewSweeper(h.mgr, nil).SweepIdle(context.Background()); n != len(users) || err != nil {
 				t.Fatalf("sweep archived %d, %v", n, err)
 			}
 		}})
@@ -151,7 +151,7 @@ func TestSweptConversationIsToldOnTheNextMessage(t *testing.T) {
 	api.Push(telegramtest.DM(7, "before"))
 	api.WaitSent(t, 1)
 	clock.Advance(45 * time.Minute)
-	if n, _ := h.mgr.SweepIdle(context.Background()); n != 1 {
+	if n, _ := sessions.NewSweeper(h.mgr, nil).SweepIdle(context.Background()); n != 1 {
 		t.Fatalf("sweep archived %d", n)
 	}
 	api.Push(telegramtest.DM(7, "after"))

@@ -229,7 +229,7 @@ func TestPreviewRecordOfTheNextReplyIsKept(t *testing.T) {
 
 	h2 := start(t, api, dir, setup{policies: queued, opts: Options{Streaming: StreamEdits}})
 	waitConnected(t, h2.bot)
-	if ran, _, err := h2.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+	if ran, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("recovery ran %d (%v), want the interrupted turn", ran, err)
 	}
 	reply, _ := stored(t, h2, sessions.TelegramDMKey(7))

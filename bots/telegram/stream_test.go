@@ -572,7 +572,7 @@ func TestStoredReplyReplacesPreview(t *testing.T) {
 	ag2 := &streamAgent{chunks: chunks(8, 40), step: 250 * time.Millisecond}
 	s2 := startStreaming(t, api, dir, StreamEdits, ag2)
 	waitConnected(t, s2.h.bot)
-	if ran, _, err := s2.h.mgr.Recover(context.Background(), time.Hour); ran != 1 || err != nil {
+	if ran, _, err := s2.h.mgr.Rescuer().Recover(context.Background(), time.Hour); ran != 1 || err != nil {
 		t.Fatalf("recovery ran %d (%v), want the interrupted turn", ran, err)
 	}
 	reply, ref := stored(t, s2.h, sessions.TelegramDMKey(7))

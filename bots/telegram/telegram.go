@@ -47,7 +47,7 @@ type Sessions struct {
 // ChannelStates open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
-	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m, Registry: m.Routes(),
+	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m.Health(), Registry: m.Routes(),
 		ToolApprovals: m.Approvals()}
 }
 

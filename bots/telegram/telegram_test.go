@@ -317,12 +317,12 @@ func allDoors(x interface {
 	Policies
 	Deliveries
 	Standing() *sessions.Standing
-	Storage
+	Health() *sessions.StorageHealth
 	Conversations() *sessions.Conversations
 	Routes() *sessions.Routes
 	Approvals() *sessions.Approvals
 }) Sessions {
 	c := x.Conversations()
-	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x.Standing(), Storage: x, Registry: x.Routes(),
+	return Sessions{Turns: x, Transcripts: c, Policies: x, Deliveries: x, ChannelStates: c, Standing: x.Standing(), Storage: x.Health(), Registry: x.Routes(),
 		ToolApprovals: x.Approvals()}
 }

@@ -274,9 +274,10 @@ func serveGatewayWith(db *store.DB, closeDB func(), rescue bool, ag agent.Agent,
 		Policies: map[string]sessions.Policy{gateway.Channel: policy}, Tools: toolbox})
 	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{RatePerSecond: 1e6, RateBurst: 1 << 20, HistoryLimit: 20, Logger: discard})
 	if rescue {
-		mgr.Listen()
+		r := mgr.Rescuer()
+		r.Listen()
 		// It ends with the manager's drain, below.
-		sessions.NewRescuer(mgr, sessions.RescuerConfig{}).Start()
+		r.Start()
 	}
 	srv := gateway.New(discard)
 	srv.Handle("GET /ws", ws)
@@ -349,7 +350,7 @@ func sweep(ctx context.Context, driver string, o options) (sweepResult, error) {
 	mgr := sessions.New(db, agent.Echo{}, sessions.Options{Logger: discard, Now: func() time.Time { return now },
 		Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 10, Reset: sessions.ResetPolicy{Mode: sessions.ResetDaily, AtHour: 4, Location: time.UTC}}}})
 	start := time.Now()
-	n, err := mgr.SweepDaily(ctx, "websocket")
+	n, err := sessions.NewSweeper(mgr, nil).SweepDaily(ctx, "websocket")
 	took := time.Since(start)
 	if err != nil {
 		return sweepResult{}, err

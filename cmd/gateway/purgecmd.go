@@ -19,7 +19,7 @@ func purge(ctx context.Context, cfg *config.Config, db *store.DB, stdout, stderr
 		RetentionDays: cfg.Storage.RetentionDays,
 		ResumeTTL:     cfg.Channels.WebSocket.ResumeTTL.D(),
 	})
-	convs, states, err := m.RunRetention(ctx)
+	convs, states, err := sessions.NewSweeper(m, nil).RunRetention(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -13,7 +13,7 @@ import (
 // storageCheck is the readiness check of the store: it answers a ping.
 func storageCheck(db *store.DB, mgr *sessions.Manager) func() error {
 	return func() error {
-		if since, down := mgr.StorageDown(); down {
+		if since, down := mgr.Health().StorageDown(); down {
 			// Every storage call of a turn has failed since then: the
 			// turns wait (kept), and run once it answers again.
 			return fmt.Errorf("unreachable since %s", since.UTC().Format(time.RFC3339))

@@ -118,7 +118,7 @@ func (r *reloader) apply(cfg *config.Config) {
 		r.tools.follow(cfg)
 	}
 	if old.DelayNotice() != cfg.DelayNotice() {
-		r.mgr.SetDelayNotice(cfg.DelayNotice())
+		r.mgr.Health().SetDelayNotice(cfg.DelayNotice())
 	}
 	// The channels take their settings on every reload: they are cheap
 	// to hand over, and the bot sets its command menu again when the

@@ -142,7 +142,7 @@ func runningOf(s *server) running {
 	live := s.mgr.Settings()
 	r := running{Policies: map[string]sessions.Policy{}, Zones: map[string]string{}, Tools: map[string][]string{},
 		Instructions: live.Instructions, Agent: describeAgent(live.Agent), Models: live.Models, ContextTokens: live.ContextTokens,
-		WebSocket: s.ws.Settings(), DelayNotice: s.mgr.DelayNotice(), Level: s.level.Level()}
+		WebSocket: s.ws.Settings(), DelayNotice: s.mgr.Health().DelayNotice(), Level: s.level.Level()}
 	if live.Compactor != nil {
 		r.Compactor = describeAgent(live.Compactor)
 	}

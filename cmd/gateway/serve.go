@@ -124,8 +124,8 @@ func (s *server) start(ctx context.Context) error {
 	s.markStarted()
 	// The channels have registered how they deliver and their listeners:
 	// the other replicas' events may come in, and the rescuer run.
-	s.mgr.Listen()
-	rescuer := sessions.NewRescuer(s.mgr, sessions.RescuerConfig{})
+	rescuer := s.mgr.Rescuer()
+	rescuer.Listen()
 	rescuer.Start()
 	s.services = append(s.services, rescuer.Stop)
 	return nil
