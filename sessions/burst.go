@@ -160,33 +160,6 @@ func (m *Manager) runBurst(b *burst) {
 	}
 }
 
-// noticeDelay tells the users of tickets whose turn has waited on the
-// database since since, when that is longer than Options.DelayNotice:
-// once per session key until a turn of the key is stored again (a user
-// with a burst of waiting messages is told once), through the first of
-// the key's tickets that has an OnDelay hook.
-func (m *Manager) noticeDelay(tickets []*Ticket, since time.Time) {
-	if d := m.health.DelayNotice(); d <= 0 || m.now().Sub(since) < d {
-		return
-	}
-	for _, t := range tickets {
-		if t.hooks.OnDelay == nil || t.delayed.Load() {
-			continue
-		}
-		key := t.in.SessionKey
-		told := m.health.tell(key)
-		t.delayed.Store(true)
-		if !told {
-			t.hooks.OnDelay(Delay{ConversationID: t.ref.conv, Seq: t.ref.seq, Since: since})
-		}
-	}
-}
-
-// delayOver: a turn of key was stored; a later delay is told again.
-func (m *Manager) delayOver(key string) {
-	m.health.untell(key)
-}
-
 // runNext runs the turn of the burst's oldest message. An error means
 // nothing was claimed (storage failed) and the burst waits as it was.
 func (m *Manager) runNext(b *burst) error {
@@ -247,38 +220,43 @@ func (m *Manager) runNext(b *burst) error {
 	return err
 }
 
-// takeTickets removes from the key's burst the tickets of conversation
-// conv that pick chooses and returns them. A ticket leaves the burst only
-// for the batch that holds its message, or for a claim that found its
-// message taken: never on the guess that another runner has it.
-func (m *Manager) takeTickets(key, conv string, pick func(*Ticket) bool) []*Ticket {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b := m.bursts[key]
-	if b == nil {
-		return nil
-	}
-	var took []*Ticket
-	kept := b.waiting[:0]
-	for _, t := range b.waiting {
-		if t.ref.conv == conv && pick(t) {
-			took = append(took, t)
-		} else {
-			kept = append(kept, t)
+// lockTurn takes the session key's turn lock, then the replicas' lease,
+// so that one user's turns never overlap, here or across gateways sharing
+// a database; the returned func gives both back. With leaseWait 0 it
+// waits for both as long as ctx lasts. With leaseWait > 0 it does not
+// wait for the turn lock (errBusy when the key's turn runs here) and waits
+// at most leaseWait for the lease (errBusy when another replica holds it
+// longer). It is the one way a turn is locked: the burst runner waits,
+// the rescuer tries, an early call tries for one statement's time.
+func (m *Manager) lockTurn(ctx context.Context, key string, leaseWait time.Duration) (func(), error) {
+	var release func()
+	if leaseWait > 0 {
+		var ok bool
+		if release, ok = m.turnLocks.TryAcquire(key); !ok {
+			return nil, errBusy
+		}
+	} else {
+		var err error
+		if release, err = m.turnLocks.Acquire(ctx, key); err != nil {
+			return nil, ErrShuttingDown
 		}
 	}
-	clear(b.waiting[len(kept):])
-	b.waiting = kept
-	return took
-}
-
-// takeStop consumes a Stop that came while the key's burst waited.
-func (m *Manager) takeStop(key string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if b := m.bursts[key]; b != nil && b.stop {
-		b.stop = false
-		return true
+	lctx := ctx
+	if leaseWait > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, leaseWait)
+		defer cancel()
 	}
-	return false
+	releaseLease, err := m.store.Lease(lctx, key, m.opts.ReplicaID, m.opts.LeaseTTL)
+	if err != nil {
+		release()
+		switch {
+		case ctx.Err() != nil:
+			return nil, ErrShuttingDown
+		case lctx.Err() != nil:
+			return nil, errBusy
+		}
+		return nil, err
+	}
+	return func() { releaseLease(); release() }, nil
 }

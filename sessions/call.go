@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -301,4 +302,57 @@ func (m *Manager) callAgent(ctx context.Context, ag agent.Agent, req agent.Reque
 		}
 	}()
 	return ag.Reply(ctx, req, onDelta)
+}
+
+// callTurn is the call: the agent's answer to the batch, or the stored
+// answer of a turn that is not run — too old to run (expired), or stopped
+// while it waited. It returns the turn's kind, the messages to store, the
+// agent's reply and the state the turn settles in.
+func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration) (string, []ledger.Message, agent.Reply, string) {
+	b, lead := t.b, t.b.Lead()
+	switch {
+	case maxAge > 0 && b.Rows[0].CreatedAt.Before(t.now.Add(-maxAge)):
+		return ledger.TurnExpired, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: ExpiredText,
+			ReplyTo: lead, Status: ledger.MsgFailed, Error: ledger.NotRunPrefix + " older than recovery.max_age", CreatedAt: t.now}}, agent.Reply{}, ledger.TurnExpired
+	case t.early == nil && m.takeStop(t.in.SessionKey):
+		// (A Stop reaches an early call through its running context.)
+		// Stopped while it waited: settled as stopped, the agent not called.
+		return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
+			Error: ledger.InterruptedByUser, CreatedAt: t.now}}, agent.Reply{}, ledger.TurnAnswered
+	}
+	if t.early == nil {
+		// (A turn started early had no budget to check: Manager.Submit.)
+		if s := m.standing.overBudget(ctx, t.in, t.policy); s != nil {
+			m.opts.Observer.BudgetRefused(t.in.Channel, s.Over())
+			return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: BudgetText(*s, t.now),
+				ReplyTo: lead, Status: ledger.MsgFailed, Error: OverBudgetPrefix + s.Over(), CreatedAt: t.now}}, agent.Reply{}, ledger.TurnFailed
+		}
+	}
+	var hooks Hooks
+	if t.lead != nil {
+		hooks = t.lead.hooks
+	}
+	var turnCtx context.Context
+	var endTurn func()
+	if t.early != nil {
+		turnCtx, endTurn = t.early.ctx, t.early.stop
+	} else {
+		turnCtx, endTurn = m.life.startTurn(t.in.SessionKey)
+	}
+	turnCtx = m.tr.withTurn(ctx, turnCtx)
+	t.called = true
+	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
+	endTurn()
+	return ledger.TurnRunning, msgs, reply, state
+}
+
+// takeStop consumes a Stop that came while the key's burst waited.
+func (m *Manager) takeStop(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b := m.bursts[key]; b != nil && b.stop {
+		b.stop = false
+		return true
+	}
+	return false
 }

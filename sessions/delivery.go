@@ -1,15 +1,21 @@
 package sessions
 
-// Delivery: how a stored reply reaches a channel outside a live turn
-// (the rescuer's, or one whose delivery never completed), through the
-// channel's Route.Deliver.
+// A turn's outcome delivered (runBatch's last step): to the tickets
+// waiting here, or through the channel's Route.Deliver
+// (deliverOutcome); a tracked channel's confirmation is stored
+// (Delivered). Also how a stored reply reaches a channel outside a live
+// turn (the rescuer's, or one whose delivery never completed).
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
+	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Delivery is a stored reply that a channel delivers outside a live turn:
@@ -53,5 +59,83 @@ func (r *Routes) deliver(ctx context.Context, d Delivery) {
 	}
 	if err := r.delivered(ctx, d.Turn, sent, err); err != nil {
 		r.log.Warn("recording a delivery failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
+	}
+}
+
+// Delivered records the outcome of delivering a turn's reply under the
+// claim the caller holds (Outcome.Turn): nil closes the turn as delivered
+// with ref; an error wrapping ErrUndeliverable closes it with the error;
+// any other error gives the claim back, and the rescuer delivers again a
+// minute later. When storage fails, the record is kept in memory and
+// retried until it lands — the turn stays held meanwhile, so that nobody
+// delivers it again — and the error says so.
+func (m *Manager) Delivered(ctx context.Context, t ledger.TurnRef, ref string, err error) error {
+	if t.Claim == "" {
+		return nil
+	}
+	k := turnKey{t.ConversationID, t.Seq}
+	attempt, perr := strconv.Atoi(t.Claim)
+	if perr != nil {
+		m.unhold(k)
+		return fmt.Errorf("delivered: bad claim %q", t.Claim)
+	}
+	now := m.now()
+	var record func(ctx context.Context) error
+	switch {
+	case err == nil:
+		record = func(ctx context.Context) error {
+			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, "", now)
+		}
+	case errors.Is(err, ErrUndeliverable):
+		record = func(ctx context.Context) error {
+			return m.store.MarkDelivered(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, ref, err.Error(), now)
+		}
+	default:
+		why := "delivery failed: " + err.Error()
+		record = func(ctx context.Context) error {
+			return m.store.ReleaseTurn(ctx, t.ConversationID, t.Seq, m.opts.ReplicaID, attempt, m.now().Add(time.Minute), why)
+		}
+	}
+	return m.settle(func() { m.unhold(k) }, record)
+}
+
+// deliverOutcome is the delivery: the stored reply goes to the lead's
+// ticket, the merged messages' tickets learn they were answered with it,
+// and a reply nobody here waits for goes out through the channel.
+func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.Message, state string) {
+	b, conv, lead := t.b, t.conv, t.b.Lead()
+	final := toReply(&msgs[len(msgs)-1])
+	final.Covers = clientIDs(b.Rows)
+	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
+	if m.tr.tracer != nil {
+		out.Trace = trace.SpanContextFromContext(ctx)
+	}
+	m.tr.traceStatus(ctx, final.Status)
+	if state != ledger.TurnInterrupted && m.routes.tracks(t.in.Channel) {
+		out.Turn = b.Ref()
+	}
+	for _, tk := range t.tickets {
+		if tk != t.lead {
+			tk.resolve(Outcome{ConversationID: conv, UserSeq: tk.ref.seq, Reply: final, Merged: true,
+				Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}, nil)
+		}
+	}
+	for _, r := range b.Rows {
+		if r.Seq != lead || out.Turn.Claim == "" {
+			m.unhold(turnKey{conv, r.Seq})
+		}
+	}
+	switch {
+	case t.lead != nil:
+		t.lead.resolve(out, nil)
+	case state == ledger.TurnInterrupted:
+		// Claimable again; whoever runs it delivers.
+	default:
+		// Nobody here waits for this turn's reply (its newest message came
+		// to another replica, or to an earlier process): the channel
+		// delivers it.
+		last := b.Rows[len(b.Rows)-1]
+		m.routes.deliver(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
+			ClientMsgID: last.ClientMsgID, UserSeq: lead, Reply: final, Turn: out.Turn})
 	}
 }

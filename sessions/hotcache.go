@@ -2,13 +2,8 @@ package sessions
 
 import (
 	"container/list"
-	"context"
-	"errors"
 	"sync"
-	"time"
 	"unsafe"
-
-	"github.com/google/uuid"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
@@ -198,26 +193,6 @@ func (h *hotConv) byClientID(id string) *ledger.Message {
 	return nil
 }
 
-// load returns the session key's active conversation, creating one if none.
-func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
-	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == ledger.StatusActive {
-		return hc, nil
-	}
-	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
-	if err != nil {
-		return nil, err
-	}
-	if conv == nil {
-		return m.create(ctx, in, policy, now)
-	}
-	hc := &hotConv{conv: *conv, cap: windowCap(policy)}
-	if hc.window, err = m.store.RecentMessages(ctx, conv.ID, hc.cap); err != nil {
-		return nil, err
-	}
-	m.hot.Add(in.SessionKey, hc)
-	return hc, nil
-}
-
 // windowCap is how many recent messages a hot conversation keeps: the
 // history window plus room for messages History leaves out — with
 // compaction, the summaries among them too (one a turn at most).
@@ -227,34 +202,4 @@ func windowCap(p Policy) int {
 		n += p.MaxHistory/2 + 1
 	}
 	return n
-}
-
-func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
-	ag := m.settings().agent
-	conv := ledger.Conversation{
-		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: ledger.StatusActive,
-		StartedAt: now, LastActivityAt: now, AgentName: ag.Name(), Model: ag.Model(),
-		UserID: in.UserID, ChatID: in.ChatID,
-	}
-	if err := m.store.CreateConversation(ctx, &conv); err != nil {
-		if errors.Is(err, ledger.ErrStale) {
-			// Another process opened one first: use theirs.
-			m.hot.Remove(in.SessionKey)
-			existing, lerr := m.store.ActiveConversation(ctx, in.SessionKey)
-			if lerr != nil || existing == nil {
-				return nil, errors.Join(err, lerr)
-			}
-			hc := &hotConv{conv: *existing, cap: windowCap(policy)}
-			hc.window, lerr = m.store.RecentMessages(ctx, existing.ID, hc.cap)
-			if lerr != nil {
-				return nil, lerr
-			}
-			m.hot.Add(in.SessionKey, hc)
-			return hc, nil
-		}
-		return nil, err
-	}
-	hc := &hotConv{conv: conv, cap: windowCap(policy)}
-	m.hot.Add(in.SessionKey, hc)
-	return hc, nil
 }

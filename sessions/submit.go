@@ -1,9 +1,13 @@
 package sessions
 
 // A message's way in: Submit stores it (or finds it stored, for a
-// resend) under the key's state lock, acknowledges it and hands it to
-// the key's burst (Manager.enqueue); its Ticket yields the outcome of the turn
-// that answers it.
+// resend) under the key's state lock (lockState), in the key's active
+// conversation (load, create), claimed at once when the key's line is
+// free (claimIfFree); it acknowledges it and hands it to the key's line
+// (Manager.enqueue); its Ticket yields the outcome of the turn that
+// answers it. The locks of a session key: the state lock (storing a
+// message, starting a turn; acquire) and the turn lock (Manager.lockTurn:
+// one turn at a time, here and, through a lease, across replicas).
 
 import (
 	"context"
@@ -22,6 +26,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/google/uuid"
 )
 
 // Ticket is a stored message waiting for the turn that answers it.
@@ -424,4 +429,122 @@ func (m *Manager) Handle(ctx context.Context, in Inbound, h Hooks) (Outcome, err
 		return Outcome{}, err
 	}
 	return t.Wait(context.Background())
+}
+
+// load returns the session key's active conversation, creating one if none.
+func (m *Manager) load(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
+	if hc, ok := m.hot.Get(in.SessionKey); ok && hc.conv.Status == ledger.StatusActive {
+		return hc, nil
+	}
+	conv, err := m.store.ActiveConversation(ctx, in.SessionKey)
+	if err != nil {
+		return nil, err
+	}
+	if conv == nil {
+		return m.create(ctx, in, policy, now)
+	}
+	hc := &hotConv{conv: *conv, cap: windowCap(policy)}
+	if hc.window, err = m.store.RecentMessages(ctx, conv.ID, hc.cap); err != nil {
+		return nil, err
+	}
+	m.hot.Add(in.SessionKey, hc)
+	return hc, nil
+}
+
+func (m *Manager) create(ctx context.Context, in Inbound, policy Policy, now time.Time) (*hotConv, error) {
+	ag := m.settings().agent
+	conv := ledger.Conversation{
+		ID: uuid.NewString(), SessionKey: in.SessionKey, Channel: in.Channel, Status: ledger.StatusActive,
+		StartedAt: now, LastActivityAt: now, AgentName: ag.Name(), Model: ag.Model(),
+		UserID: in.UserID, ChatID: in.ChatID,
+	}
+	if err := m.store.CreateConversation(ctx, &conv); err != nil {
+		if errors.Is(err, ledger.ErrStale) {
+			// Another process opened one first: use theirs.
+			m.hot.Remove(in.SessionKey)
+			existing, lerr := m.store.ActiveConversation(ctx, in.SessionKey)
+			if lerr != nil || existing == nil {
+				return nil, errors.Join(err, lerr)
+			}
+			hc := &hotConv{conv: *existing, cap: windowCap(policy)}
+			hc.window, lerr = m.store.RecentMessages(ctx, existing.ID, hc.cap)
+			if lerr != nil {
+				return nil, lerr
+			}
+			m.hot.Add(in.SessionKey, hc)
+			return hc, nil
+		}
+		return nil, err
+	}
+	hc := &hotConv{conv: conv, cap: windowCap(policy)}
+	m.hot.Add(in.SessionKey, hc)
+	return hc, nil
+}
+
+// claimIfFree claims a turn a resend found, unless a live runner holds
+// it: it is due, or its owner is gone (another replica that stopped
+// heartbeating, or this one's own turn that no run holds any more).
+func (m *Manager) claimIfFree(ctx context.Context, t *ledger.Turn) (*ledger.Claimed, error) {
+	now := m.now()
+	switch {
+	case t.DueAt != nil && !t.DueAt.After(now):
+	case t.Owned() && t.Owner == m.opts.ReplicaID:
+		if m.holding(turnKey{t.ConversationID, t.Seq}) {
+			return nil, nil
+		}
+	case t.Owned():
+		_, alive, err := m.health.replicas(ctx)
+		if err != nil || slices.Contains(alive, t.Owner) {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	return m.claim(ctx, t.ConversationID, t.Seq, t.Owner, t.Attempts)
+}
+
+// acquire counts work for the drain and takes the session key's state
+// lock; the returned func gives both back.
+func (m *Manager) acquire(ctx context.Context, key string) (func(), error) {
+	if !m.life.enter() {
+		return nil, ErrShuttingDown
+	}
+	if err := m.hb.ensure(); err != nil {
+		m.life.leave()
+		return nil, err
+	}
+	release, err := m.lockState(ctx, key, true)
+	if err != nil {
+		m.life.leave()
+		return nil, err
+	}
+	return func() { release(); m.life.leave() }, nil
+}
+
+// lockState takes the session key's state lock, which guards its cached
+// conversation and every store of a message to it. It is held for
+// moments (never across an agent call); waiting ends when ctx does and,
+// with drainEnds (new work), when a shutdown starts.
+func (m *Manager) lockState(ctx context.Context, key string, drainEnds bool) (func(), error) {
+	if ctx.Err() == nil && (!drainEnds || m.life.draining.Err() == nil) {
+		// Free, and nobody waits for it: taken at once, with no
+		// cancellable wait to set up (most locks, on every turn).
+		if release, ok := m.locks.TryAcquire(key); ok {
+			return release, nil
+		}
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if drainEnds {
+		stop := context.AfterFunc(m.life.draining, cancel)
+		defer stop()
+	}
+	release, err := m.locks.Acquire(waitCtx, key)
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil, ErrShuttingDown
+		}
+		return nil, err
+	}
+	return release, nil
 }

@@ -1,24 +1,37 @@
 package sessions
 
-// One turn, start to end: claim the burst's messages (runBatch), call
-// the agent with the history window, store the reply — kept in memory
-// and retried while the database does not answer — and hand the outcome
-// to the tickets or the channel. The state machine of a turn is here;
-// its claims and settling are Manager.claim and Manager.settle, its SQL
-// store.DB.ClaimTurn and its kin.
+// One turn, start to end. A message arrives and is stored (Manager.Submit,
+// Manager.accept), its model call perhaps begun early
+// (Manager.startEarly); it waits in its key's line (Manager.enqueue,
+// Manager.runNext); then runBatch runs the turn in four steps, each in
+// the file after this one: claim the burst's messages (claimTurn, here,
+// with the holds and hand-backs of claims), call the agent
+// (Manager.callTurn), store the reply — kept in memory and retried while
+// the database does not answer (Manager.storeTurn) — and deliver the
+// outcome to the tickets or the channel (Manager.deliverOutcome). Its SQL
+// is store.DB.ClaimTurn and its kin.
+//
+// Which turns a runner of this process holds (hold, heldSeqs), and
+// settling — hand-backs and delivery marks retried until they land, the
+// turn held meanwhile — are here too: with owedSet and watcher they keep
+// the invariant that a turn not settled is held by a runner here, or due.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
+
+// turnKey names a turn in memory.
+type turnKey struct {
+	conv string
+	seq  int64
+}
 
 // runBatch claims the claimable turns of conversation conv, oldest first,
 // as one turn, runs it and delivers its reply: to the local tickets of its
@@ -171,48 +184,6 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	return t, nil
 }
 
-// callTurn is the call: the agent's answer to the batch, or the stored
-// answer of a turn that is not run — too old to run (expired), or stopped
-// while it waited. It returns the turn's kind, the messages to store, the
-// agent's reply and the state the turn settles in.
-func (m *Manager) callTurn(ctx context.Context, t *turnRun, maxAge time.Duration) (string, []ledger.Message, agent.Reply, string) {
-	b, lead := t.b, t.b.Lead()
-	switch {
-	case maxAge > 0 && b.Rows[0].CreatedAt.Before(t.now.Add(-maxAge)):
-		return ledger.TurnExpired, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: ExpiredText,
-			ReplyTo: lead, Status: ledger.MsgFailed, Error: ledger.NotRunPrefix + " older than recovery.max_age", CreatedAt: t.now}}, agent.Reply{}, ledger.TurnExpired
-	case t.early == nil && m.takeStop(t.in.SessionKey):
-		// (A Stop reaches an early call through its running context.)
-		// Stopped while it waited: settled as stopped, the agent not called.
-		return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, ReplyTo: lead, Status: ledger.MsgInterrupted,
-			Error: ledger.InterruptedByUser, CreatedAt: t.now}}, agent.Reply{}, ledger.TurnAnswered
-	}
-	if t.early == nil {
-		// (A turn started early had no budget to check: Manager.Submit.)
-		if s := m.standing.overBudget(ctx, t.in, t.policy); s != nil {
-			m.opts.Observer.BudgetRefused(t.in.Channel, s.Over())
-			return ledger.TurnRunning, []ledger.Message{{ConversationID: t.conv, Role: agent.RoleAssistant, Content: BudgetText(*s, t.now),
-				ReplyTo: lead, Status: ledger.MsgFailed, Error: OverBudgetPrefix + s.Over(), CreatedAt: t.now}}, agent.Reply{}, ledger.TurnFailed
-		}
-	}
-	var hooks Hooks
-	if t.lead != nil {
-		hooks = t.lead.hooks
-	}
-	var turnCtx context.Context
-	var endTurn func()
-	if t.early != nil {
-		turnCtx, endTurn = t.early.ctx, t.early.stop
-	} else {
-		turnCtx, endTurn = m.life.startTurn(t.in.SessionKey)
-	}
-	turnCtx = m.tr.withTurn(ctx, turnCtx)
-	t.called = true
-	msgs, reply, state := m.callFor(turnCtx, t.hc, b, t.hist, t.model, t.in, hooks, t.early)
-	endTurn()
-	return ledger.TurnRunning, msgs, reply, state
-}
-
 // RejectedText is the reply of a turn whose reply the database rejected
 // for good (ledger.ErrRejected): what the turn produced cannot be kept.
 const RejectedText = "Sorry — I couldn't save this answer, so it was dropped. Please try again, or ask differently."
@@ -220,59 +191,6 @@ const RejectedText = "Sorry — I couldn't save this answer, so it was dropped. 
 // RejectedPrefix starts the stored error of a turn settled failed because
 // the database rejected what it was to store.
 const RejectedPrefix = "storage rejected the turn's data: "
-
-// storeTurn is the store: the reply's append is the transition — it lands
-// only while no claim moved the conversation's epoch. An interrupted turn
-// is handed back with its partial reply, due at once; a tracked channel's
-// delivery stays claimed: the channel sends, then marks it. A reply the
-// database rejects for good (ledger.ErrRejected) is replaced by a failure
-// notice, RejectedText, and the turn settles failed with it (an
-// interrupted one is handed back without its partial text). A reply that
-// could not be stored fails the batch's tickets, and the turn is handed
-// back (or left to the runner that took it over). It returns what was
-// stored and the state the turn settled in.
-func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Message, reply agent.Reply, state string) ([]ledger.Message, string, error) {
-	key, b := t.in.SessionKey, t.b
-	endStore := m.tr.startSpan(ctx, "store reply")
-	waiting := func(since time.Time) { m.noticeDelay(t.tickets, since) }
-	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
-	if errors.Is(err, ledger.ErrRejected) {
-		m.log.ErrorContext(ctx, "the reply was rejected by the database; the turn fails", slog.String("session_key", key),
-			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()), slog.String("error", err.Error()))
-		msgs, state = rejectedReply(msgs, state, err)
-		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, "", b.Seqs(), b.Attempt, state, waiting)
-	}
-	endStore(err)
-	if err == nil {
-		m.delayOver(key)
-		if state != ledger.TurnInterrupted && t.called {
-			// Only a turn that called the model grows what a summary
-			// folds; one refused (budget), expired or stopped before it
-			// ran causes no model call, a summary's included.
-			m.compaction.later(t.in, t.conv)
-		}
-		return msgs, state, nil
-	}
-	m.hot.Remove(key)
-	lost := errors.Is(err, ledger.ErrLostClaim)
-	if lost {
-		m.log.WarnContext(ctx, "turn was taken over by another runner; this reply is dropped", slog.String("session_key", key),
-			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()))
-	} else {
-		m.log.ErrorContext(ctx, "storing reply failed; the turn is handed back to run again", slog.String("session_key", key),
-			slog.String("conversation", t.conv), slog.String("error", err.Error()))
-	}
-	err = fmt.Errorf("%w: %w", ErrReplyNotStored, err)
-	for _, tk := range t.tickets {
-		tk.resolve(Outcome{ConversationID: t.conv, UserSeq: tk.ref.seq}, err)
-	}
-	if lost {
-		m.unholdBatch(b)
-	} else {
-		m.handBack(b) // under the turn lock still: no claim of this replica comes between
-	}
-	return msgs, state, err
-}
 
 // rejectedReply is what a turn stores in place of msgs, which the
 // database rejected (err): a failure notice that settles it failed; or,
@@ -287,47 +205,6 @@ func rejectedReply(msgs []ledger.Message, state string, err error) ([]ledger.Mes
 	}
 	notice.Content, notice.Status, notice.Error = RejectedText, ledger.MsgFailed, RejectedPrefix+err.Error()
 	return []ledger.Message{notice}, ledger.TurnFailed
-}
-
-// deliverOutcome is the delivery: the stored reply goes to the lead's
-// ticket, the merged messages' tickets learn they were answered with it,
-// and a reply nobody here waits for goes out through the channel.
-func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.Message, state string) {
-	b, conv, lead := t.b, t.conv, t.b.Lead()
-	final := toReply(&msgs[len(msgs)-1])
-	final.Covers = clientIDs(b.Rows)
-	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
-	if m.tr.tracer != nil {
-		out.Trace = trace.SpanContextFromContext(ctx)
-	}
-	m.tr.traceStatus(ctx, final.Status)
-	if state != ledger.TurnInterrupted && m.routes.tracks(t.in.Channel) {
-		out.Turn = b.Ref()
-	}
-	for _, tk := range t.tickets {
-		if tk != t.lead {
-			tk.resolve(Outcome{ConversationID: conv, UserSeq: tk.ref.seq, Reply: final, Merged: true,
-				Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}, nil)
-		}
-	}
-	for _, r := range b.Rows {
-		if r.Seq != lead || out.Turn.Claim == "" {
-			m.unhold(turnKey{conv, r.Seq})
-		}
-	}
-	switch {
-	case t.lead != nil:
-		t.lead.resolve(out, nil)
-	case state == ledger.TurnInterrupted:
-		// Claimable again; whoever runs it delivers.
-	default:
-		// Nobody here waits for this turn's reply (its newest message came
-		// to another replica, or to an earlier process): the channel
-		// delivers it.
-		last := b.Rows[len(b.Rows)-1]
-		m.routes.deliver(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
-			ClientMsgID: last.ClientMsgID, UserSeq: lead, Reply: final, Turn: out.Turn})
-	}
 }
 
 func (m *Manager) unholdBatch(b *ledger.Batch) {
@@ -366,147 +243,145 @@ func (m *Manager) hotFor(ctx context.Context, in Inbound, conv string) (*hotConv
 	return hc, nil
 }
 
-// appendReply stores agent output after the conversation's last message,
-// as the runner of the turn of user messages answers (oldest first, the
-// last the lead, userSeq) under claim attempt;
-// state interrupted hands the turn back in the same transaction. It does
-// not require the conversation to be active: a sweep may archive it while
-// the agent works, and the reply still belongs there. A storage failure
-// is retried, with backoff, until storage answers: the reply the model
-// wrote is kept in memory (up to maxUnstored replies at once; past that,
-// for as long as the turn's lease would last, and the turn is handed
-// back), so the model is not paid twice for it; one the database rejects
-// for good (ledger.ErrRejected) is not retried. The claim is this
-// replica's unless somebody took it over — another replica that saw this
-// one's heartbeat stop — which moves the conversation's epoch: the append
-// then fails, and nothing is stored twice (ErrLostClaim). It gives up
-// when the drain's deadline has passed (the process ends; the others, or
-// its next start, run the turn). waiting is told, after each failure,
-// since when the reply has waited.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
-	userSeq := answers[len(answers)-1]
-	ctx := context.WithoutCancel(turnCtx)
-	var release *ledger.Settle
-	if state == ledger.TurnInterrupted {
-		due := now // (a copy: taking now's address would move it to the heap on every call)
-		release = &ledger.Settle{Owner: m.opts.ReplicaID, Attempt: attempt, DueAt: &due}
+// claim claims a turn as seen (owner, attempt) for this replica; nil when
+// it moved on meanwhile. A won claim is held until unhold.
+func (m *Manager) claim(ctx context.Context, convID string, seq int64, seenOwner string, seenAttempt int) (*ledger.Claimed, error) {
+	ref := turnKey{convID, seq}
+	m.hold(ref)
+	c, err := m.store.ClaimTurn(ctx, convID, seq, seenOwner, seenAttempt, m.opts.ReplicaID, m.now())
+	if err != nil || c == nil {
+		m.unhold(ref)
 	}
-	kept, unstored := m.health.keepUnstored()
-	defer unstored()
-	giveUp := time.Now().Add(m.opts.LeaseTTL)
-	expired := func() bool { return !kept && time.Now().After(giveUp) }
-	wait := min(50*time.Millisecond, m.opts.RetryPause)
-	var failing time.Time
-	var failed error // the last try's storage error: it may have landed
-	for {
-		// Each try under the key's state lock, which guards hc; not held
-		// while waiting, so that the user's next messages are stored
-		// meanwhile whenever storage takes them.
-		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
-		done, err := m.tryAppendReply(ctx, hc, msgs, now, usage, cost, model, answers, attempt, state, release, expired, failed)
-		unlock()
-		if done {
-			return err
-		}
-		failed = err
-		if errors.Is(err, ledger.ErrClosed) || expired() || m.life.base.Err() != nil {
-			return err
-		}
-		if failing.IsZero() {
-			failing = m.now()
-			m.log.WarnContext(turnCtx, "storing reply failed; kept and retried until storage answers", slog.String("conversation", hc.conv.ID),
-				slog.Int64("seq", userSeq), slog.String("error", err.Error()))
-		}
-		if waiting != nil {
-			waiting(failing)
-		}
-		// The next try first asks whether this one landed after all: the
-		// cached conversation may have been refreshed meanwhile (by the
-		// user's next message, or another turn), so the same append again
-		// need not find the conversation moved.
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-m.life.base.Done():
-			t.Stop()
-		}
-		wait = min(wait*2, 4*m.opts.RetryPause)
-	}
+	return c, err
 }
 
-// tryAppendReply is one try of appendReply, under the key's state lock:
-// done with the outcome, or not done with the storage error to wait on.
-// After a try that failed (failed: its error), the turn is read first:
-// that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
-	userSeq := answers[len(answers)-1]
-	err := failed
-	for {
-		if err == nil {
-			for i := range msgs {
-				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
-			}
-			var turns int64
-			if release == nil && msgs[len(msgs)-1].Status == ledger.MsgOK {
-				turns = 1
-			}
-			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: usage.TotalTokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.standing.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)})
-			if err == nil {
-				hc.push(msgs...)
-				m.hot.Update(hc.conv.SessionKey, hc)
-				m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
-				return true, nil
-			}
-			if errors.Is(err, ledger.ErrRejected) {
-				return true, err // refused, not lost: it did not land, and never will
-			}
-			if !errors.Is(err, ledger.ErrStale) && !errors.Is(err, ledger.ErrLostClaim) {
-				return false, err
-			}
-		}
-		// The conversation moved on — another append, or a claim moved
-		// its epoch — or the hand-back found the claim gone, or the last
-		// try failed unseen: is the turn still this runner's?
-		t, lerr := m.store.TurnAt(ctx, hc.conv.ID, userSeq)
-		switch {
-		case lerr != nil:
-			return false, lerr // storage again: wait, and ask again
-		case t == nil:
-			return true, fmt.Errorf("%w: the message vanished", err)
-		case t.Attempts == attempt && ((release == nil && t.Owner == m.opts.ReplicaID && t.ReplySeq > 0) ||
-			(release != nil && t.Owner == "" && t.State == ledger.TurnInterrupted)):
-			// An earlier try landed after all (its commit's answer was
-			// lost): only the holder of the claim appends replies.
-			if t.ReplySeq > 0 {
-				for i := range msgs {
-					msgs[i].Seq = t.ReplySeq - int64(len(msgs)-1-i)
-				}
-			}
-			m.hot.Remove(hc.conv.SessionKey)
-			m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
-			return true, nil
-		case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
-			return true, fmt.Errorf("%w (%v)", ledger.ErrLostClaim, err)
-		case expired():
-			return true, err
-		}
-		// Still this runner's: others stored messages meanwhile (the user
-		// writing on, here or on another replica). Append after them.
-		fresh, lerr := m.store.Conversation(ctx, hc.conv.ID)
-		if lerr == nil && fresh == nil {
-			return true, fmt.Errorf("%w: the conversation vanished", err)
-		}
-		var window []ledger.Message
-		if lerr == nil {
-			// The tail moved: the window follows, so the next turn's
-			// history has what was stored meanwhile.
-			window, lerr = m.store.RecentMessages(ctx, fresh.ID, hc.cap)
-		}
-		if lerr != nil {
-			return false, lerr
-		}
-		hc.reset(*fresh, window)
-		err = nil
+// settle makes a claim-guarded write that gives up a turn this replica
+// holds (a delivery mark, a hand-back). If it fails for any reason but
+// the claim being gone, the turn stays held and the write is retried in
+// the background, with backoff, until it lands, the claim turns out taken
+// over, or the gateway stops (its heartbeat then stops too, and the
+// others take the turn over): a turn is never left owned with nobody
+// holding it. The first attempt's error is returned.
+//
+// The first attempt is not cut at once by the drain deadline, which
+// cancels the turns still running (lifecycle.base): what it records — a
+// reply a channel already sent, a turn handed back — is no running work,
+// and a mark lost there has the replica that takes this one's turns over
+// send the reply again. It gets Options.InterruptGrace past the deadline,
+// as an interrupted turn's partial reply does; the retries
+// (Rescuer.keepTrying) stop with the gateway.
+func (m *Manager) settle(unhold func(), write func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(m.life.base))
+	defer cancel()
+	stop := context.AfterFunc(m.life.base, func() { time.AfterFunc(m.opts.InterruptGrace, cancel) })
+	err := write(ctx)
+	stop()
+	if err == nil || definite(err) {
+		unhold()
+		m.rescue.Wake()
+		return err
 	}
+	m.rescue.keepTrying(unhold, write)
+	return fmt.Errorf("%w (kept, and retried until storage answers)", err)
+}
+
+// handBack gives a batch this replica claimed and could not finish (its
+// reply could not be stored) back to the ledger, due at once, so that the
+// rescuer — here or on another replica — runs it again; see settle. Its
+// messages stay held until the hand-back lands.
+func (m *Manager) handBack(b *ledger.Batch) {
+	for _, r := range b.Rows {
+		m.hold(turnKey{b.ConversationID, r.Seq})
+	}
+	m.settle(func() { m.unholdBatch(b) }, func(ctx context.Context) error {
+		return m.store.ReleaseTurn(ctx, b.ConversationID, b.Lead(), m.opts.ReplicaID, b.Attempt, m.now(), "reply could not be stored")
+	})
+}
+
+// hold notes that a run of this replica holds a turn now, so that a
+// resend arriving meanwhile does not take it for abandoned, and no claim
+// of this replica takes it again (heldSeqs).
+func (m *Manager) hold(k turnKey) {
+	m.mu.Lock()
+	if seqs := m.claims[k.conv]; !slices.Contains(seqs, k.seq) {
+		m.claims[k.conv] = append(seqs, k.seq)
+	}
+	m.mu.Unlock()
+}
+
+// unhold: the turn is settled or handed on.
+func (m *Manager) unhold(k turnKey) {
+	m.mu.Lock()
+	seqs := m.claims[k.conv]
+	if i := slices.Index(seqs, k.seq); i >= 0 {
+		seqs[i] = seqs[len(seqs)-1]
+		if seqs = seqs[:len(seqs)-1]; len(seqs) == 0 {
+			delete(m.claims, k.conv)
+		} else {
+			m.claims[k.conv] = seqs
+		}
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) holding(k turnKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.claims[k.conv], k.seq)
+}
+
+// heldSeqs are the messages of conversation conv that a runner of this
+// replica holds: turns running or delivering, and messages stored as
+// their own turn whose runner has not taken them yet. A message waiting
+// in the key's burst to be claimed is not among them — its runner claims
+// it, whatever state an earlier, failed claim left it in. Every other
+// turn this replica owns in conv is nobody's here, and its claims take
+// it again. Called under the key's state lock.
+func (m *Manager) heldSeqs(key, conv string) []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seqs := m.claims[conv]
+	if len(seqs) == 0 {
+		return nil
+	}
+	waiting := map[int64]bool{}
+	if b := m.bursts[key]; b != nil {
+		for _, t := range b.waiting {
+			if t.ref.conv == conv && t.claimed == nil {
+				waiting[t.ref.seq] = true
+			}
+		}
+	}
+	out := make([]int64, 0, len(seqs))
+	for _, seq := range seqs {
+		if !waiting[seq] {
+			out = append(out, seq)
+		}
+	}
+	return out
+}
+
+// takeTickets removes from the key's burst the tickets of conversation
+// conv that pick chooses and returns them. A ticket leaves the burst only
+// for the batch that holds its message, or for a claim that found its
+// message taken: never on the guess that another runner has it.
+func (m *Manager) takeTickets(key, conv string, pick func(*Ticket) bool) []*Ticket {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.bursts[key]
+	if b == nil {
+		return nil
+	}
+	var took []*Ticket
+	kept := b.waiting[:0]
+	for _, t := range b.waiting {
+		if t.ref.conv == conv && pick(t) {
+			took = append(took, t)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	clear(b.waiting[len(kept):])
+	b.waiting = kept
+	return took
 }
