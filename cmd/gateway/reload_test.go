@@ -166,7 +166,9 @@ func TestSIGHUPReloadsLive(t *testing.T) {
 			t.Logf("gateway log:\n%s", p.stderr.String())
 		}
 	})
-	waitHealthy(t, "http://"+addr)
+	// Ready: the pid file is written before readiness turns on
+	// (server.markStarted); /healthz answers as soon as it listens.
+	waitReadyz(t, "http://"+addr, http.StatusOK, "ready\n")
 	path := filepath.Join(dir, "bot.yaml")
 	pidFile := filepath.Join(dir, "gateway.pid")
 	if data, err := os.ReadFile(pidFile); err != nil || strings.TrimSpace(string(data)) != fmt.Sprint(p.cmd.Process.Pid) {

@@ -318,15 +318,16 @@ func (s *server) buildBot() *telegram.Bot {
 	return bot
 }
 
-// markStarted turns readiness on and writes the pid file, from which on
-// `gateway reload` finds this process; SIGHUP reloads from here on.
+// markStarted writes the pid file, from which on `gateway reload` finds
+// this process, and then turns readiness on: whoever sees the gateway
+// ready finds its pid file written. SIGHUP reloads from here on.
 func (s *server) markStarted() {
-	s.srv.Started()
 	removePid, err := writePidFile(s.cfg.Gateway.PidFile)
 	if err != nil {
 		s.log.Warn("gateway.pid_file: cannot write it; `gateway reload` will not find this process (kill -HUP still reloads)", slog.String("error", err.Error()))
 	}
 	s.onExit(removePid)
+	s.srv.Started()
 	hups, stopCtx, reloads := s.hups, s.stopCtx, s.reloads
 	go func() {
 		for {
