@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/query"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -69,7 +70,7 @@ func SetUsageOrder(f *store.UsageFilter, order string) error {
 	case "desc":
 		f.Desc = true
 	case "":
-		f.Desc = slices.Contains(store.UsageSums, f.Sort)
+		f.Desc = slices.Contains(query.UsageSums, f.Sort)
 	default:
 		return fmt.Errorf("order: want asc or desc, got %q", order)
 	}
@@ -184,12 +185,12 @@ func (a *Admin) usageCSV(w http.ResponseWriter, r *http.Request, f store.UsageFi
 
 // UsageColumns are a report's columns: by's groups, then the sums.
 func UsageColumns(by []string) []string {
-	return append(slices.Clone(by), store.UsageSums...)
+	return append(slices.Clone(by), query.UsageSums...)
 }
 
 // UsageCells is a row's cells, in the order of UsageColumns(by).
 func UsageCells(by []string, r store.UsageRow) []string {
-	cells := make([]string, 0, len(by)+len(store.UsageSums))
+	cells := make([]string, 0, len(by)+len(query.UsageSums))
 	for _, g := range by {
 		cells = append(cells, map[string]string{"user": r.User, "day": r.Day, "model": r.Model, "channel": r.Channel}[g])
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chatgate/chatgate/admin"
 	"github.com/chatgate/chatgate/config"
+	"github.com/chatgate/chatgate/sessions/query"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -123,7 +124,7 @@ func relativeDay(name, s string, today time.Time) (string, error) {
 
 // printUsage prints a report as a table: keys to the left, sums to the
 // right, and a totals line of the whole report when it is grouped.
-func printUsage(w io.Writer, by []string, rows []store.UsageRow, sum store.UsageSummary) {
+func printUsage(w io.Writer, by []string, rows []store.UsageRow, sum query.UsageSummary) {
 	head := admin.UsageColumns(by)
 	for i, c := range head {
 		head[i] = strings.ToUpper(strings.ReplaceAll(c, "_", " "))
