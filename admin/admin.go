@@ -3,7 +3,9 @@
 // running session manager, export and purge conversations, watch live
 // stats, report usage (tokens and cost by user, day and model, as JSON or
 // CSV), and drain this replica. Every API call needs a bearer token of
-// admin.tokens; the token's name is logged with every action.
+// admin.tokens; the token's name is logged with every action. It reads
+// the database through the roles of the query port it uses (Store),
+// and resets through the running session manager.
 package admin
 
 import (
@@ -22,14 +24,24 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/query"
 )
+
+// Store is what the admin API reads, and purges, stored conversations
+// and usage through: the roles of the query port it uses. store.DB
+// implements them; the admin API imports no store.
+type Store interface {
+	query.Conversations
+	query.Exports
+	query.UsageReports
+	query.Purges
+}
 
 // Options configures the admin API.
 type Options struct {
 	// Tokens maps an operator's name to their bearer token.
 	Tokens  map[string]string
-	Store   *store.DB
+	Store   Store
 	Manager *sessions.Manager
 	// Turns counts finished turns for the turns-per-second figure; nil
 	// reports none.
@@ -212,7 +224,7 @@ type sessionList struct {
 
 func (a *Admin) listSessions(w http.ResponseWriter, r *http.Request, who string) {
 	q := r.URL.Query()
-	f := store.ListFilter{SessionKey: q.Get("key"), KeyContains: q.Get("q"), Channel: q.Get("channel"),
+	f := query.ListFilter{SessionKey: q.Get("key"), KeyContains: q.Get("q"), Channel: q.Get("channel"),
 		UserID: q.Get("user"), Status: q.Get("status")}
 	switch f.Status {
 	case "", sessions.StatusActive, sessions.StatusArchived:
@@ -253,7 +265,7 @@ func (a *Admin) listSessions(w http.ResponseWriter, r *http.Request, who string)
 }
 
 // loadExport reads a conversation, answering 404 when there is none.
-func (a *Admin) loadExport(w http.ResponseWriter, r *http.Request) *store.Export {
+func (a *Admin) loadExport(w http.ResponseWriter, r *http.Request) *query.Export {
 	id := r.PathValue("id")
 	t, err := a.opts.Store.ExportConversation(r.Context(), id)
 	if err != nil {
@@ -276,12 +288,12 @@ func (a *Admin) transcript(w http.ResponseWriter, r *http.Request, who string) {
 func (a *Admin) export(w http.ResponseWriter, r *http.Request, who string) {
 	format := r.URL.Query().Get("format")
 	if format == "" {
-		format = store.FormatJSON
+		format = query.FormatJSON
 	}
 	ctype := map[string]string{
-		store.FormatJSON:     "application/json; charset=utf-8",
-		store.FormatMarkdown: "text/markdown; charset=utf-8",
-		store.FormatText:     "text/plain; charset=utf-8",
+		query.FormatJSON:     "application/json; charset=utf-8",
+		query.FormatMarkdown: "text/markdown; charset=utf-8",
+		query.FormatText:     "text/plain; charset=utf-8",
 	}[format]
 	if ctype == "" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("format: want json, markdown or text, got %q", format))
@@ -293,7 +305,7 @@ func (a *Admin) export(w http.ResponseWriter, r *http.Request, who string) {
 	if t == nil {
 		return
 	}
-	ext := map[string]string{store.FormatJSON: "json", store.FormatMarkdown: "md", store.FormatText: "txt"}[format]
+	ext := map[string]string{query.FormatJSON: "json", query.FormatMarkdown: "md", query.FormatText: "txt"}[format]
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="conversation-%s.%s"`, safeName(id), ext))
 	if err := t.Write(w, format); err != nil {

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
 // Usage report limits: a JSON answer is a page (default 100 rows); a CSV
@@ -34,7 +34,7 @@ type usageReport struct {
 	Until  string             `json:"until,omitempty"`
 	Sort   string             `json:"sort,omitempty"`
 	Order  string             `json:"order"`
-	Rows   []store.UsageRow   `json:"rows"`
+	Rows   []query.UsageRow   `json:"rows"`
 	Totals ledger.UsageTotals `json:"totals"`
 	// TotalRows is how many rows the report has over all its pages.
 	TotalRows  int64 `json:"total_rows"`
@@ -45,7 +45,7 @@ type usageReport struct {
 
 // ParseUsageBy reads a comma-separated list of groups ("user,day");
 // empty items are skipped, so "" groups by nothing. The groups are
-// checked by store.UsageFilter.Validate.
+// checked by query.UsageFilter.Validate.
 func ParseUsageBy(s string) []string {
 	by := []string{}
 	for _, g := range strings.Split(s, ",") {
@@ -59,7 +59,7 @@ func ParseUsageBy(s string) []string {
 // SetUsageOrder sets f's order from an order of "asc", "desc" or "":
 // without one, keys sort up and sums (the biggest spenders first) down;
 // an order without a column sorts by the first group.
-func SetUsageOrder(f *store.UsageFilter, order string) error {
+func SetUsageOrder(f *query.UsageFilter, order string) error {
 	if f.Sort == "" && order != "" && len(f.By) > 0 {
 		f.Sort = f.By[0]
 	}
@@ -69,7 +69,7 @@ func SetUsageOrder(f *store.UsageFilter, order string) error {
 	case "desc":
 		f.Desc = true
 	case "":
-		f.Desc = slices.Contains(store.UsageSums, f.Sort)
+		f.Desc = slices.Contains(query.UsageSums, f.Sort)
 	default:
 		return fmt.Errorf("order: want asc or desc, got %q", order)
 	}
@@ -78,9 +78,9 @@ func SetUsageOrder(f *store.UsageFilter, order string) error {
 
 // usageFilter reads a report's filter from the query; format is "json"
 // or "csv".
-func usageFilter(r *http.Request) (f store.UsageFilter, format string, limitSet bool, err error) {
+func usageFilter(r *http.Request) (f query.UsageFilter, format string, limitSet bool, err error) {
 	q := r.URL.Query()
-	f = store.UsageFilter{Since: q.Get("since"), Until: q.Get("until"), User: q.Get("user"), Channel: q.Get("channel"),
+	f = query.UsageFilter{Since: q.Get("since"), Until: q.Get("until"), User: q.Get("user"), Channel: q.Get("channel"),
 		Model: q.Get("model"), Sort: q.Get("sort"), By: DefaultUsageBy}
 	if q.Has("by") {
 		f.By = ParseUsageBy(q.Get("by"))
@@ -141,7 +141,7 @@ func (a *Admin) usage(w http.ResponseWriter, r *http.Request, who string) {
 		out.Order = "desc"
 	}
 	if out.Rows == nil {
-		out.Rows = []store.UsageRow{}
+		out.Rows = []query.UsageRow{}
 	}
 	for i := range out.Rows {
 		out.Rows[i].UsageTotals = RoundUsage(out.Rows[i].UsageTotals)
@@ -155,7 +155,7 @@ func (a *Admin) usage(w http.ResponseWriter, r *http.Request, who string) {
 // usageCSV sends the report as a CSV download: the whole report, unless
 // a limit asks for a page; one over maxUsageCSV rows is refused rather
 // than cut short.
-func (a *Admin) usageCSV(w http.ResponseWriter, r *http.Request, f store.UsageFilter, limitSet bool) {
+func (a *Admin) usageCSV(w http.ResponseWriter, r *http.Request, f query.UsageFilter, limitSet bool) {
 	if !limitSet {
 		f.Limit = maxUsageCSV + 1
 	}
@@ -184,12 +184,12 @@ func (a *Admin) usageCSV(w http.ResponseWriter, r *http.Request, f store.UsageFi
 
 // UsageColumns are a report's columns: by's groups, then the sums.
 func UsageColumns(by []string) []string {
-	return append(slices.Clone(by), store.UsageSums...)
+	return append(slices.Clone(by), query.UsageSums...)
 }
 
 // UsageCells is a row's cells, in the order of UsageColumns(by).
-func UsageCells(by []string, r store.UsageRow) []string {
-	cells := make([]string, 0, len(by)+len(store.UsageSums))
+func UsageCells(by []string, r query.UsageRow) []string {
+	cells := make([]string, 0, len(by)+len(query.UsageSums))
 	for _, g := range by {
 		cells = append(cells, map[string]string{"user": r.User, "day": r.Day, "model": r.Model, "channel": r.Channel}[g])
 	}
@@ -202,7 +202,7 @@ func UsageCells(by []string, r store.UsageRow) []string {
 // summing a column counts each spend once. Cells are written as stored:
 // a user key starts with its channel's name, so a spreadsheet never
 // reads one as a formula.
-func WriteUsageCSV(w io.Writer, by []string, rows []store.UsageRow) error {
+func WriteUsageCSV(w io.Writer, by []string, rows []query.UsageRow) error {
 	cw := csv.NewWriter(w)
 	cw.Write(UsageColumns(by))
 	for _, r := range rows {

@@ -12,15 +12,18 @@ import (
 // module is this repository's module path.
 const module = "github.com/chatgate/chatgate"
 
-// portPackages are the domain, the channels and the ports they consume:
-// they depend on interfaces they declare (or that agent and tools
-// declare), never on an SDK or a database driver.
+// portPackages are the domain, the channels, the admin API and the
+// ports they consume: they depend on interfaces they declare (or that
+// agent, tools and sessions/query declare), never on an SDK or a
+// database driver.
 var portPackages = []string{
 	module + "/sessions",
 	module + "/sessions/ledger",
+	module + "/sessions/query",
 	module + "/locks",
 	module + "/gateway",
 	module + "/bots/telegram",
+	module + "/admin",
 	module + "/agent",
 	module + "/tools",
 }
@@ -37,10 +40,10 @@ var adapterModules = []string{
 	"github.com/ncruces/go-sqlite3",
 }
 
-// The domain and the channels reach no SDK and no driver, directly or
-// through another package: each of portPackages is listed with `go list
-// -deps`, and a package of adapterModules among its dependencies fails
-// the test with the chain of imports that reaches it. The wiring itself
+// The domain, the channels and the admin API reach no SDK and no
+// driver, directly or through another package: each of portPackages is
+// listed with `go list -deps`, and a package of adapterModules among its
+// dependencies fails the test with the chain of imports that reaches it. The wiring itself
 // (this package) must reach every one of them, or the listing is not
 // the real one.
 func TestPortsReachNoSDKOrDriver(t *testing.T) {

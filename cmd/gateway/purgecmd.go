@@ -9,11 +9,11 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/sessions/store"
 )
 
-// purge runs the retention purge the gateway runs hourly, once, now.
-func purge(ctx context.Context, cfg *config.Config, db *store.DB, stdout, stderr io.Writer) int {
+// purge runs the retention purge the gateway runs hourly, once, now,
+// through a session manager of its own on db.
+func purge(ctx context.Context, cfg *config.Config, db sessions.Store, stdout, stderr io.Writer) int {
 	m := sessions.New(db, agent.Echo{}, sessions.Options{
 		Logger:        slog.New(slog.DiscardHandler),
 		RetentionDays: cfg.Storage.RetentionDays,

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
 // storageCheck is the readiness check of the store: it answers a ping.
-func storageCheck(db *store.DB, mgr *sessions.Manager) func() error {
+func storageCheck(db query.Pinger, mgr *sessions.Manager) func() error {
 	return func() error {
 		if since, down := mgr.Health().StorageDown(); down {
 			// Every storage call of a turn has failed since then: the

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
 // sessionsCmd reads and resets stored conversations. It opens the same
-// database as the gateway and can run while the gateway does.
+// database as the gateway and can run while the gateway does; each
+// subcommand reads and writes through the roles of the query port it
+// needs (package query), purge through a session manager of its own.
 func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, "gateway sessions: want list, show, export, reset or purge\n\n"+usage)
@@ -46,12 +48,7 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	switch sub {
 	case "list":
-		convs, err := db.ListConversations(ctx, store.ListFilter{SessionKey: *key, Status: *status, Limit: *limit})
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		printConversations(stdout, convs)
+		return list(ctx, db, query.ListFilter{SessionKey: *key, Status: *status, Limit: *limit}, stdout, stderr)
 	case "show":
 		if !needArg("a conversation id or session key") {
 			return 2
@@ -66,22 +63,38 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if !needArg("a session key") {
 			return 2
 		}
-		conv, err := db.ResetKey(ctx, arg, time.Now().UTC())
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		if conv == nil {
-			fmt.Fprintf(stdout, "%s has no active conversation\n", arg)
-			return 0
-		}
-		fmt.Fprintf(stdout, "archived %s (%d messages); the next message from %s starts a new conversation\n", conv.ID, conv.LastSeq, arg)
+		return reset(ctx, db, arg, stdout, stderr)
 	case "purge":
 		return purge(ctx, cfg, db, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "gateway sessions: unknown subcommand %q\n", sub)
 		return 2
 	}
+}
+
+// list prints the conversations f selects.
+func list(ctx context.Context, q query.Conversations, f query.ListFilter, stdout, stderr io.Writer) int {
+	convs, err := q.ListConversations(ctx, f)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	printConversations(stdout, convs)
+	return 0
+}
+
+// reset archives key's active conversation.
+func reset(ctx context.Context, q query.Resets, key string, stdout, stderr io.Writer) int {
+	conv, err := q.ResetKey(ctx, key, time.Now().UTC())
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if conv == nil {
+		fmt.Fprintf(stdout, "%s has no active conversation\n", key)
+		return 0
+	}
+	fmt.Fprintf(stdout, "archived %s (%d messages); the next message from %s starts a new conversation\n", conv.ID, conv.LastSeq, key)
 	return 0
 }
 
@@ -95,14 +108,22 @@ func printConversations(w io.Writer, convs []sessions.Conversation) {
 	tw.Flush()
 }
 
-func show(ctx context.Context, db *store.DB, arg string, stdout, stderr io.Writer) int {
-	conv, err := db.Conversation(ctx, arg)
+// transcripts are the roles of the query port that show reads through.
+type transcripts interface {
+	query.Conversations
+	query.Exports
+}
+
+// show prints a conversation, by its id, or a session key's
+// conversations and the newest one's transcript.
+func show(ctx context.Context, q transcripts, arg string, stdout, stderr io.Writer) int {
+	conv, err := q.Conversation(ctx, arg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if conv == nil {
-		convs, err := db.ListConversations(ctx, store.ListFilter{SessionKey: arg, Limit: 1000})
+		convs, err := q.ListConversations(ctx, query.ListFilter{SessionKey: arg, Limit: 1000})
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -115,17 +136,18 @@ func show(ctx context.Context, db *store.DB, arg string, stdout, stderr io.Write
 		conv = &convs[0]
 		fmt.Fprintln(stdout)
 	}
-	return export(ctx, db, conv.ID, "text", stdout, stderr)
+	return export(ctx, q, conv.ID, "text", stdout, stderr)
 }
 
-func export(ctx context.Context, db *store.DB, id, format string, stdout, stderr io.Writer) int {
+// export writes a conversation's transcript in a format (query.Export.Write).
+func export(ctx context.Context, q query.Exports, id, format string, stdout, stderr io.Writer) int {
 	switch format {
-	case store.FormatJSON, store.FormatText, store.FormatMarkdown:
+	case query.FormatJSON, query.FormatText, query.FormatMarkdown:
 	default:
 		fmt.Fprintf(stderr, "unknown export format %q (want json, text or markdown)\n", format)
 		return 2
 	}
-	t, err := db.ExportConversation(ctx, id)
+	t, err := q.ExportConversation(ctx, id)
 	if err == nil && t == nil {
 		err = fmt.Errorf("no conversation %q", id)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chatgate/chatgate/admin"
 	"github.com/chatgate/chatgate/config"
-	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
 // usageCmd prints the usage report of the admin API's GET
@@ -40,7 +40,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	today := time.Now().In(usageLocation(cfg, *channel))
-	f := store.UsageFilter{User: *user, Channel: *channel, Model: *model, By: admin.ParseUsageBy(*by), Sort: *sortCol, Limit: *limit}
+	f := query.UsageFilter{User: *user, Channel: *channel, Model: *model, By: admin.ParseUsageBy(*by), Sort: *sortCol, Limit: *limit}
 	var err error
 	if f.Since, err = relativeDay("since", *since, today); err == nil {
 		f.Until, err = relativeDay("until", *until, today)
@@ -62,19 +62,24 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	defer db.Close()
-	rows, err := db.UsageReport(ctx, f)
+	return report(ctx, db, f, *asCSV, stdout, stderr)
+}
+
+// report prints the usage report f selects, as a table or as CSV.
+func report(ctx context.Context, q query.UsageReports, f query.UsageFilter, asCSV bool, stdout, stderr io.Writer) int {
+	rows, err := q.UsageReport(ctx, f)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if *asCSV {
+	if asCSV {
 		if err := admin.WriteUsageCSV(stdout, f.By, rows); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		return 0
 	}
-	sum, err := db.UsageSummary(ctx, f)
+	sum, err := q.UsageSummary(ctx, f)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -123,7 +128,7 @@ func relativeDay(name, s string, today time.Time) (string, error) {
 
 // printUsage prints a report as a table: keys to the left, sums to the
 // right, and a totals line of the whole report when it is grouped.
-func printUsage(w io.Writer, by []string, rows []store.UsageRow, sum store.UsageSummary) {
+func printUsage(w io.Writer, by []string, rows []query.UsageRow, sum query.UsageSummary) {
 	head := admin.UsageColumns(by)
 	for i, c := range head {
 		head[i] = strings.ToUpper(strings.ReplaceAll(c, "_", " "))
@@ -138,7 +143,7 @@ func printUsage(w io.Writer, by []string, rows []store.UsageRow, sum store.Usage
 		if int64(len(rows)) < sum.Rows {
 			total[0] = fmt.Sprintf("TOTAL (all %d rows)", sum.Rows)
 		}
-		lines = append(lines, append(total, admin.UsageCells(nil, store.UsageRow{UsageTotals: sum.UsageTotals})...))
+		lines = append(lines, append(total, admin.UsageCells(nil, query.UsageRow{UsageTotals: sum.UsageTotals})...))
 	}
 	widths := make([]int, len(head))
 	for _, l := range lines {

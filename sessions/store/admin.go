@@ -9,22 +9,26 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
-// ListFilter selects conversations for ListConversations. Empty fields
-// select everything.
-type ListFilter struct {
-	SessionKey  string // exact key
-	KeyContains string // part of the key (case-sensitive)
-	Channel     string // websocket, telegram, …
-	UserID      string // the channel's user id
-	Status      string // active | archived
-	Limit       int    // 0: 100
-	Offset      int    // skip that many of the matches
-}
+// DB implements every role of the query port that the admin API and the
+// command line read through.
+var (
+	_ query.Conversations = (*DB)(nil)
+	_ query.Exports       = (*DB)(nil)
+	_ query.UsageReports  = (*DB)(nil)
+	_ query.Purges        = (*DB)(nil)
+	_ query.Resets        = (*DB)(nil)
+	_ query.Pinger        = (*DB)(nil)
+)
 
-// where applies the filter's conditions (not its page) to q.
-func (f ListFilter) where(q *gorm.DB) *gorm.DB {
+// ListFilter is query.ListFilter, the filter of ListConversations and
+// CountConversations, under the name the store's callers know it by.
+type ListFilter = query.ListFilter
+
+// listWhere applies f's conditions (not its page) to q.
+func listWhere(q *gorm.DB, f query.ListFilter) *gorm.DB {
 	if f.SessionKey != "" {
 		q = q.Where("session_key = ?", f.SessionKey)
 	}
@@ -45,12 +49,13 @@ func (f ListFilter) where(q *gorm.DB) *gorm.DB {
 	return q
 }
 
-// ListConversations returns conversations, most recently active first.
-func (s *DB) ListConversations(ctx context.Context, f ListFilter) ([]ledger.Conversation, error) {
+// ListConversations returns conversations, most recently active first
+// (query.Conversations).
+func (s *DB) ListConversations(ctx context.Context, f query.ListFilter) ([]ledger.Conversation, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	q := f.where(s.read.WithContext(maintenance(ctx))).Order("last_activity_at DESC, id").Limit(f.Limit)
+	q := listWhere(s.read.WithContext(maintenance(ctx)), f).Order("last_activity_at DESC, id").Limit(f.Limit)
 	if f.Offset > 0 {
 		q = q.Offset(f.Offset)
 	}
@@ -63,9 +68,9 @@ func (s *DB) ListConversations(ctx context.Context, f ListFilter) ([]ledger.Conv
 
 // CountConversations counts the conversations the filter selects, ignoring
 // its Limit and Offset.
-func (s *DB) CountConversations(ctx context.Context, f ListFilter) (int64, error) {
+func (s *DB) CountConversations(ctx context.Context, f query.ListFilter) (int64, error) {
 	var n int64
-	if err := f.where(s.read.WithContext(maintenance(ctx)).Model(&ledger.Conversation{})).Count(&n).Error; err != nil {
+	if err := listWhere(s.read.WithContext(maintenance(ctx)).Model(&ledger.Conversation{}), f).Count(&n).Error; err != nil {
 		return 0, fmt.Errorf("count conversations: %w", err)
 	}
 	return n, nil

@@ -3,73 +3,25 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"strings"
-	"time"
 
-	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
-// Export is one conversation with all its messages, as the CLI's
-// `gateway sessions export` and the admin API write it.
-type Export struct {
-	Conversation ledger.Conversation `json:"conversation"`
-	Messages     []ExportMessage     `json:"messages"`
-}
+// Export is query.Export, the answer of ExportConversation, under the
+// name the store's callers know it by.
+type Export = query.Export
 
-// ExportMessage is one message of an Export. A user message carries its
-// turn (see package ledger): its state as the ledger derives it (answered,
-// failed or expired once its final reply is stored), owner replica,
-// attempt, and the seq of the reply that answers it.
-type ExportMessage struct {
-	Seq         int64           `json:"seq"`
-	Role        string          `json:"role"`
-	Content     string          `json:"content"`
-	ToolCalls   json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID  string          `json:"tool_call_id,omitempty"`
-	ClientMsgID string          `json:"client_msg_id,omitempty"`
-	// Quote is the text a user message replies to or quotes, as stored
-	// with it (the model reads it before the message).
-	Quote       string          `json:"quote,omitempty"`
-	Attachments json.RawMessage `json:"attachments,omitempty"` // metadata, as stored
-	ReplyTo     int64           `json:"reply_to,omitempty"`
-	// Covers is a summary's span of seqs [first, last]: the messages it
-	// stands for in the history a model gets (they stay stored).
-	Covers      []int64    `json:"covers,omitempty"`
-	Status      string     `json:"status"`
-	Error       string     `json:"error,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	TurnState   string     `json:"turn_state,omitempty"`
-	TurnOwner   string     `json:"turn_owner,omitempty"`
-	TurnAttempt int        `json:"turn_attempt,omitempty"`
-	ReplySeq    int64      `json:"reply_seq,omitempty"`
-	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
-	// Calls are where the tool calls of an assistant message stand in the
-	// ledger (ledger.ToolCall), in the order the model asked for them.
-	Calls []ExportCall `json:"calls,omitempty"`
-}
+// Export formats: query's, under the names the store's callers know.
+const (
+	FormatJSON     = query.FormatJSON
+	FormatText     = query.FormatText
+	FormatMarkdown = query.FormatMarkdown
+)
 
-// ExportCall is one tool call as the ledger holds it.
-type ExportCall struct {
-	ID         int64      `json:"id"`
-	CallID     string     `json:"call_id"`
-	Name       string     `json:"name"`
-	Arguments  string     `json:"arguments"`
-	State      string     `json:"state"`
-	Runs       int        `json:"runs"`
-	Result     string     `json:"result,omitempty"`
-	IsError    bool       `json:"is_error,omitempty"`
-	DecidedBy  string     `json:"decided_by,omitempty"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	EndedAt    *time.Time `json:"ended_at,omitempty"`
-	DurationMS int64      `json:"duration_ms,omitempty"`
-}
-
-func exportCall(c *ledger.ToolCall) ExportCall {
-	e := ExportCall{ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, State: c.State, Runs: c.Runs,
+// exportCall is a tool call as an export shows it.
+func exportCall(c *ledger.ToolCall) query.ExportCall {
+	e := query.ExportCall{ID: c.ID, CallID: c.CallID, Name: c.Name, Arguments: c.Arguments, State: c.State, Runs: c.Runs,
 		Result: c.Result, IsError: c.IsError, DecidedBy: c.DecidedBy, ExpiresAt: c.ExpiresAt, StartedAt: c.StartedAt, EndedAt: c.EndedAt}
 	if c.StartedAt != nil && c.EndedAt != nil {
 		e.DurationMS = c.EndedAt.Sub(*c.StartedAt).Milliseconds()
@@ -77,16 +29,9 @@ func exportCall(c *ledger.ToolCall) ExportCall {
 	return e
 }
 
-// Export formats.
-const (
-	FormatJSON     = "json"
-	FormatText     = "text"
-	FormatMarkdown = "markdown"
-)
-
 // ExportConversation reads a conversation and its messages; nil when there is no
-// conversation with that id.
-func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error) {
+// conversation with that id (query.Exports).
+func (s *DB) ExportConversation(ctx context.Context, id string) (*query.Export, error) {
 	conv, err := s.Conversation(ctx, id)
 	if err != nil || conv == nil {
 		return nil, err
@@ -99,14 +44,14 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*Export, error)
 	if err != nil {
 		return nil, err
 	}
-	byMsg := map[int64][]ExportCall{}
+	byMsg := map[int64][]query.ExportCall{}
 	for i := range calls {
 		byMsg[calls[i].MessageSeq] = append(byMsg[calls[i].MessageSeq], exportCall(&calls[i]))
 	}
-	t := &Export{Conversation: *conv, Messages: make([]ExportMessage, 0, len(msgs))}
+	t := &query.Export{Conversation: *conv, Messages: make([]query.ExportMessage, 0, len(msgs))}
 	for i := range msgs {
 		m := &msgs[i]
-		em := ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Quote: m.Quote,
+		em := query.ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Quote: m.Quote,
 			ReplyTo: m.ReplyTo, Status: m.Status, Error: m.Error, CreatedAt: m.CreatedAt,
 			TurnState: m.TurnState, TurnOwner: m.TurnOwner, TurnAttempt: m.TurnAttempt, DeliveredAt: m.DeliveredAt}
 		if m.Role == "user" && m.TurnState != "" {
@@ -144,172 +89,4 @@ func finalReplyIn(msgs []ledger.Message, lead int64) *ledger.Message {
 		}
 	}
 	return nil
-}
-
-// Write writes the transcript in a format: json, text (one line per
-// message) or markdown.
-func (t *Export) Write(w io.Writer, format string) error {
-	switch format {
-	case FormatJSON:
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(t)
-	case FormatText:
-		return t.writeText(w)
-	case FormatMarkdown:
-		return t.writeMarkdown(w)
-	}
-	return fmt.Errorf("unknown export format %q (want json, text or markdown)", format)
-}
-
-func (t *Export) writeText(w io.Writer) error {
-	conv := t.Conversation
-	var b strings.Builder
-	fmt.Fprintf(&b, "conversation %s  key %s  %s", conv.ID, conv.SessionKey, conv.Status)
-	if conv.ResetReason != "" {
-		fmt.Fprintf(&b, " (%s)", conv.ResetReason)
-	}
-	fmt.Fprintf(&b, "\nstarted %s  agent %s  model %s  tokens %d  cost %.4f\n\n",
-		conv.StartedAt.Format(time.RFC3339), conv.AgentName, conv.Model, conv.TotalTokens, conv.Cost)
-	for _, m := range t.Messages {
-		status := ""
-		if m.Status != ledger.MsgOK {
-			status = " [" + m.Status + "]"
-		}
-		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), quoteNote(m.Quote), m.Content, attachmentsNote(m.Attachments), status)
-		for _, c := range m.Calls {
-			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func (t *Export) writeMarkdown(w io.Writer) error {
-	conv := t.Conversation
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Conversation %s\n\n", conv.ID)
-	fmt.Fprintf(&b, "- Session key: `%s`\n", mdCode(conv.SessionKey))
-	fmt.Fprintf(&b, "- Channel: %s\n", conv.Channel)
-	status := conv.Status
-	if conv.ResetReason != "" {
-		status += " (" + conv.ResetReason + ")"
-	}
-	fmt.Fprintf(&b, "- Status: %s\n", status)
-	fmt.Fprintf(&b, "- Started: %s\n", conv.StartedAt.Format(time.RFC3339))
-	fmt.Fprintf(&b, "- Last activity: %s\n", conv.LastActivityAt.Format(time.RFC3339))
-	fmt.Fprintf(&b, "- Agent: %s, model %s, %d tokens, cost %.4f\n", conv.AgentName, conv.Model, conv.TotalTokens, conv.Cost)
-	for _, m := range t.Messages {
-		fmt.Fprintf(&b, "\n## %d · %s", m.Seq, m.Role)
-		if len(m.Covers) == 2 {
-			fmt.Fprintf(&b, " of messages %d–%d", m.Covers[0], m.Covers[1])
-		}
-		if m.TurnState != "" {
-			fmt.Fprintf(&b, " · turn %s", m.TurnState)
-		}
-		if m.Status != ledger.MsgOK {
-			fmt.Fprintf(&b, " · %s", m.Status)
-		}
-		fmt.Fprintf(&b, "\n\n_%s_\n\n", m.CreatedAt.Format(time.RFC3339))
-		// Quoted, so that whatever the message contains (headings, fences)
-		// stays inside its message; the text it replies to, quoted once
-		// more, above it.
-		if m.Quote != "" {
-			for _, line := range strings.Split(m.Quote, "\n") {
-				b.WriteString(strings.TrimRight("> > "+line, " ") + "\n")
-			}
-			b.WriteString(">\n")
-		}
-		for _, line := range strings.Split(m.Content, "\n") {
-			b.WriteString(strings.TrimRight("> "+line, " ") + "\n")
-		}
-		if note := attachmentsNote(m.Attachments); note != "" {
-			fmt.Fprintf(&b, "\nAttachments:%s\n", note)
-		}
-		if m.Error != "" {
-			fmt.Fprintf(&b, "\nError: %s\n", m.Error)
-		}
-		if len(m.ToolCalls) > 0 {
-			fmt.Fprintf(&b, "\nTool calls: `%s`\n", mdCode(string(m.ToolCalls)))
-		}
-		for _, c := range m.Calls {
-			fmt.Fprintf(&b, "\n- `%s`\n", mdCode(callNote(c)))
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// callNote is one line on a tool call: what was called, and where it
-// stands — "calls t__counter {"key":"k"} → done, 1 run, 12 ms".
-func callNote(c ExportCall) string {
-	note := fmt.Sprintf("calls %s %s → %s", c.Name, c.Arguments, c.State)
-	if c.Runs != 1 {
-		note += fmt.Sprintf(", %d runs", c.Runs)
-	} else {
-		note += ", 1 run"
-	}
-	if c.DurationMS > 0 {
-		note += fmt.Sprintf(", %d ms", c.DurationMS)
-	}
-	if c.DecidedBy != "" {
-		note += ", decided by " + c.DecidedBy
-	}
-	return note
-}
-
-// mdCode keeps a value inside a one-backtick code span.
-func mdCode(s string) string { return strings.ReplaceAll(s, "`", "'") }
-
-// attachmentsNote names a message's stored attachments for the text and
-// Markdown transcripts: " [image image/jpeg 48213 bytes]".
-func attachmentsNote(stored json.RawMessage) string {
-	var atts []agent.Attachment
-	if len(stored) == 0 || json.Unmarshal(stored, &atts) != nil {
-		return ""
-	}
-	var b strings.Builder
-	for _, a := range atts {
-		kind := a.Kind
-		if a.Type != "" {
-			kind = a.Type
-		}
-		fmt.Fprintf(&b, " [%s", kind)
-		for _, s := range []string{a.Name, a.Mime} {
-			if s != "" {
-				b.WriteString(" " + s)
-			}
-		}
-		if a.Size > 0 {
-			fmt.Fprintf(&b, " %d bytes", a.Size)
-		}
-		b.WriteString("]")
-	}
-	return b.String()
-}
-
-// quoteRunes bounds what the text transcript shows of a quote (the JSON
-// and Markdown ones show it whole).
-const quoteRunes = 80
-
-// quoteNote is the text a message replies to, for the text transcript:
-// on one line, cut short, before the message — `[replying to "Which
-// one…"] `.
-func quoteNote(quote string) string {
-	quote = strings.Join(strings.Fields(quote), " ")
-	if quote == "" {
-		return ""
-	}
-	if r := []rune(quote); len(r) > quoteRunes {
-		quote = strings.TrimSpace(string(r[:quoteRunes-1])) + "…"
-	}
-	return fmt.Sprintf("[replying to %q] ", quote)
-}
-
-// coversNote is a summary's span, before its text: "[messages 1–40] ".
-func coversNote(covers []int64) string {
-	if len(covers) != 2 {
-		return ""
-	}
-	return fmt.Sprintf("[messages %d–%d] ", covers[0], covers[1])
 }

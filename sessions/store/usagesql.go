@@ -9,13 +9,12 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/query"
 )
 
 // usageOf is the usages of ops' appends.
@@ -101,87 +100,25 @@ func (s *DB) UserUsage(ctx context.Context, user, day, monthStart string) (today
 	return today, month, nil
 }
 
-// UsageFilter selects tallies for UsageReport. Empty fields select all.
-type UsageFilter struct {
-	Since, Until string // days, YYYY-MM-DD, both included
-	User         string // exact user key
-	Channel      string
-	Model        string
-	// By is what the rows are grouped by, any of "user", "day", "model"
-	// and "channel"; none: one row of everything.
-	By []string
-	// Sort is the column the rows are ordered by: one of By, or a sum
-	// (UsageSums); "": by By. Desc reverses it. Rows that tie are
-	// ordered by By.
-	Sort string
-	Desc bool
-	// Limit and Offset page the rows; Limit 0 is every row.
-	Limit, Offset int
-}
+// The report's filter and rows are package query's (query.UsageFilter);
+// the store keeps their names for its callers and tests.
+type (
+	// UsageFilter is query.UsageFilter.
+	UsageFilter = query.UsageFilter
+	// UsageRow is query.UsageRow.
+	UsageRow = query.UsageRow
+)
 
-// UsageRow is one group of UsageReport: its keys (empty when not grouped
-// by) and their sums.
-type UsageRow struct {
-	User    string `json:"user,omitempty"`
-	Day     string `json:"day,omitempty"`
-	Model   string `json:"model,omitempty"`
-	Channel string `json:"channel,omitempty"`
-	ledger.UsageTotals
-}
-
-// usageGroups are the columns a report may group by.
+// usageGroups are the columns of the groups a report may have
+// (query.UsageGroups).
 var usageGroups = map[string]string{"user": "user_key", "day": "day", "model": "model", "channel": "channel"}
-
-// UsageGroups are the groups of a report, in the order they are named
-// in messages.
-var UsageGroups = []string{"user", "day", "model", "channel"}
-
-// UsageSums are the summed columns of a report, in its order.
-var UsageSums = []string{"prompt_tokens", "completion_tokens", "cost", "turns", "estimated_tokens"}
-
-// ValidUsageGroup reports whether a report can group by g.
-func ValidUsageGroup(g string) bool { _, ok := usageGroups[g]; return ok }
-
-// Validate says what is wrong with f, naming the field as the admin API
-// and the command line name it; nil when nothing is.
-func (f UsageFilter) Validate() error {
-	seen := map[string]bool{}
-	for _, g := range f.By {
-		if !ValidUsageGroup(g) {
-			return fmt.Errorf("by: cannot group by %q (want any of %s)", g, strings.Join(UsageGroups, ", "))
-		}
-		if seen[g] {
-			return fmt.Errorf("by: %s named twice", g)
-		}
-		seen[g] = true
-	}
-	for _, d := range []struct{ name, day string }{{"since", f.Since}, {"until", f.Until}} {
-		if d.day == "" {
-			continue
-		}
-		if _, err := time.Parse(time.DateOnly, d.day); err != nil {
-			return fmt.Errorf("%s: want a day as YYYY-MM-DD, got %q", d.name, d.day)
-		}
-	}
-	if f.Since != "" && f.Until != "" && f.Since > f.Until {
-		return fmt.Errorf("since (%s) is after until (%s)", f.Since, f.Until)
-	}
-	if f.Sort != "" && !seen[f.Sort] && !slices.Contains(UsageSums, f.Sort) {
-		cols := append(slices.Clone(f.By), UsageSums...)
-		return fmt.Errorf("sort: %q is not a column of this report (want one of %s)", f.Sort, strings.Join(cols, ", "))
-	}
-	if f.Limit < 0 || f.Offset < 0 {
-		return fmt.Errorf("limit and offset: want 0 or more, got %d and %d", f.Limit, f.Offset)
-	}
-	return nil
-}
 
 const usageSumsSelect = "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens, " +
 	"COALESCE(SUM(cost), 0) AS cost, COALESCE(SUM(turns), 0) AS turns, COALESCE(SUM(estimated_tokens), 0) AS estimated_tokens"
 
 // usageGrouped is the query of f's groups and their sums, unordered, and
 // its group columns.
-func (s *DB) usageGrouped(ctx context.Context, f UsageFilter) (*gorm.DB, []string, error) {
+func (s *DB) usageGrouped(ctx context.Context, f query.UsageFilter) (*gorm.DB, []string, error) {
 	if err := f.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("usage report: %w", err)
 	}
@@ -217,7 +154,7 @@ func (s *DB) usageGrouped(ctx context.Context, f UsageFilter) (*gorm.DB, []strin
 
 // UsageReport sums the tallies f selects, by its groups, ordered by
 // f.Sort then by the groups, and paged by f.Limit and f.Offset.
-func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+func (s *DB) UsageReport(ctx context.Context, f query.UsageFilter) ([]query.UsageRow, error) {
 	q, cols, err := s.usageGrouped(ctx, f)
 	if err != nil {
 		return nil, err
@@ -252,9 +189,9 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 		return nil, fmt.Errorf("usage report: %w", err)
 	}
 	defer rows.Close()
-	var out []UsageRow
+	var out []query.UsageRow
 	for rows.Next() {
-		var r UsageRow
+		var r query.UsageRow
 		dest := make([]any, 0, len(cols)+5)
 		for _, g := range f.By {
 			switch g {
@@ -277,27 +214,20 @@ func (s *DB) UsageReport(ctx context.Context, f UsageFilter) ([]UsageRow, error)
 	return out, rows.Err()
 }
 
-// UsageSummary is a report's size and sums: how many rows it has
-// unpaged, and the totals of all of them.
-type UsageSummary struct {
-	Rows int64
-	ledger.UsageTotals
-}
-
 // UsageSummary counts the rows UsageReport has for f (Sort, Limit and
 // Offset aside) and sums them.
-func (s *DB) UsageSummary(ctx context.Context, f UsageFilter) (UsageSummary, error) {
+func (s *DB) UsageSummary(ctx context.Context, f query.UsageFilter) (query.UsageSummary, error) {
 	f.Sort, f.Limit, f.Offset = "", 0, 0
 	sub, _, err := s.usageGrouped(ctx, f)
 	if err != nil {
-		return UsageSummary{}, err
+		return query.UsageSummary{}, err
 	}
-	var r UsageSummary
+	var r query.UsageSummary
 	err = s.read.WithContext(maintenance(ctx)).Table("(?) AS g", sub).
 		Select("COUNT(*) AS n_rows, "+usageSumsSelect).Row().
 		Scan(&r.Rows, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
 	if err != nil {
-		return UsageSummary{}, fmt.Errorf("usage summary: %w", err)
+		return query.UsageSummary{}, fmt.Errorf("usage summary: %w", err)
 	}
 	return r, nil
 }
