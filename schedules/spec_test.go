@@ -77,3 +77,19 @@ func TestKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestIsQuiet(t *testing.T) {
+	for reply, want := range map[string]bool{
+		QuietReply:                  true,
+		" nothing_to_report.\n":     true,
+		"`NOTHING_TO_REPORT`":       true,
+		"\"NOTHING_TO_REPORT\"":     true,
+		"NOTHING_TO_REPORT, but hi": false,
+		"Nothing to report today.":  false,
+		"":                          false,
+	} {
+		if got := IsQuiet(reply); got != want {
+			t.Errorf("IsQuiet(%q) = %t", reply, got)
+		}
+	}
+}
