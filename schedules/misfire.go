@@ -100,8 +100,8 @@ func (m Misfire) Decide(due []time.Time, now time.Time) Decision {
 
 // Catchup is Decide over w's due times in (after, now]: after is the
 // latest due time the schedule has a fire for (or when it was first
-// seen). At most keep skipped times are listed (keep ≤ 0: all), the
-// earlier ones counted in Omitted.
+// seen). Of the due times before the latest, at most keep are listed in
+// Skipped (keep ≤ 0: all), the earlier ones counted in Omitted.
 func (m Misfire) Catchup(w When, after, now time.Time, keep int) Decision {
 	if keep > 0 {
 		keep++ // the latest, which may run

@@ -139,3 +139,25 @@ func TestMissedDayIsOneFireNotTwentyFour(t *testing.T) {
 		})
 	}
 }
+
+// A schedule due every minute, after a day down: one fire runs late (or
+// none), ten skipped due times are listed and the rest only counted.
+func TestCatchupListsFewSkips(t *testing.T) {
+	w, err := ParseCron("* * * * *", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := utc(2026, 4, 1, 0, 0)
+	now := after.Add(24*time.Hour + 30*time.Second)
+	d := Misfire{}.Catchup(w, after, now, 10)
+	if d.Run == nil || !d.Run.Due.Equal(utc(2026, 4, 2, 0, 0)) || d.Run.IsLate() {
+		t.Fatalf("runs %+v", d.Run)
+	}
+	if len(d.Skipped) != 10 || d.Omitted != 24*60-11 || !d.Skipped[9].Equal(utc(2026, 4, 1, 23, 59)) {
+		t.Fatalf("skipped %v, omitted %d", d.Skipped, d.Omitted)
+	}
+	d = Misfire{Rule: MisfireSkip}.Catchup(w, after, now.Add(2*time.Minute), 10)
+	if d.Run == nil || d.Run.IsLate() || len(d.Skipped)+d.Omitted != 24*60+1 {
+		t.Fatalf("skip: runs %+v, skipped %d + %d", d.Run, len(d.Skipped), d.Omitted)
+	}
+}
