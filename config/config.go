@@ -30,6 +30,9 @@ type Config struct {
 	Log      Log      `yaml:"log"`
 	Metrics  Metrics  `yaml:"metrics"`
 	Admin    Admin    `yaml:"admin"`
+	// Schedules are the turns the bot takes on time, written by the
+	// operator.
+	Schedules []Schedule `yaml:"schedules"`
 
 	// File is where the configuration came from, for messages.
 	File string `yaml:"-"`
@@ -218,6 +221,9 @@ type Session struct {
 	Tools *[]string `yaml:"tools"`
 	// Limits are the users' budgets.
 	Limits Limits `yaml:"limits"`
+	// Schedules are what users may schedule themselves: reminders and
+	// check-ins they make in the chat.
+	Schedules SessionSchedules `yaml:"schedules"`
 }
 
 // Compaction summarises what falls out of the history window. Enabled,

@@ -70,10 +70,12 @@ func (c *Config) Describe(w io.Writer) {
 			fmt.Fprintf(tw, "  tools\t%s\t%s\n", serverList(p.ToolServers.V), p.ToolServers.From)
 		}
 		describeBudget(tw, p)
+		describeScheduleLimits(tw, p.Schedules)
 	}
 	c.describeAgent(tw)
 	c.describeModels(tw)
 	c.describeTools(tw)
+	c.describeSchedules(tw)
 	c.describeSecurity(tw)
 	tw.Flush()
 	for _, warning := range c.Warnings {

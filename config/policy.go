@@ -61,6 +61,9 @@ type Policy struct {
 	// UserBudgets the users with budgets of their own (Config.userBudgets).
 	Budget      Budget
 	UserBudgets map[string]Budget
+
+	// Schedules are the reminders and check-ins its users may make.
+	Schedules ScheduleLimits
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -139,7 +142,7 @@ func (p Policy) Idle() bool { return p.ResetMode.V == ResetIdle || p.ResetMode.V
 // channels.<c>.session.<key> → session.<key> → default; debounce_ms
 // defaults to 0 for websocket and 1500 for telegram.
 // tools: channels.<c>.session.tools → session.tools → every server of
-// agent.tools.servers.
+// agent.tools.servers. limits and schedules: key by key, as busy_mode.
 func (c *Config) Policies() []Policy {
 	return []Policy{
 		c.policy(ChannelWebSocket, c.Channels.WebSocket.MaxHistory, c.Channels.WebSocket.Session),
@@ -230,6 +233,7 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	}
 	p.Budget = c.budget(base, s)
 	p.UserBudgets = c.userBudgets(base, s, p.Budget)
+	p.Schedules = c.scheduleLimits(base, s)
 	return p
 }
 

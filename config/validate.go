@@ -142,6 +142,7 @@ func (c *Config) applyDefaults() {
 	setStr(&c.Log.Level, "info")
 	setStr(&c.Log.Format, "text")
 	c.applyToolDefaults()
+	c.applyScheduleDefaults()
 }
 
 var webhookSecretRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
@@ -198,6 +199,7 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateAudio()...)
 	errs = append(errs, c.validateTools()...)
 	errs = append(errs, c.validateModels()...)
+	errs = append(errs, c.validateSchedules()...)
 
 	errs = append(errs, c.validateSession("session", c.Session)...)
 	if c.Locks.MaxEntries < 0 {
@@ -395,6 +397,7 @@ func (c *Config) validateSession(path string, s Session) Errors {
 		bad("max_history", "must be 0 or more, got %d", *s.MaxHistory)
 	}
 	errs = append(errs, c.validateLimits(path+".limits", s.Limits)...)
+	errs = append(errs, c.validateSessionSchedules(path, s.Schedules)...)
 	if path != "session" && s.CacheBytes != 0 {
 		bad("cache_bytes", "is a setting of the top-level session only")
 	}

@@ -213,6 +213,7 @@ var reloadKeys = []reloadKey{
 	{path: "session.delay_notice", live: true},
 	{path: "session.tools", live: true, note: "which of the running servers are offered"},
 	{path: "session.limits", live: true, note: "every key of it, `users` included"},
+	{path: "session.schedules", note: "checked; no reminder is made or run yet"},
 	{path: "channels.<c>.max_history", live: true},
 	{path: "channels.<c>.session", live: true, note: "as the same keys of `session`"},
 	{path: "locks"},
@@ -245,6 +246,7 @@ var reloadKeys = []reloadKey{
 	{path: "log.format"},
 	{path: "metrics"},
 	{path: "admin"},
+	{path: "schedules", note: "checked; no schedule is run yet"},
 }
 
 // startOnly is a reloadKey's restart of an effective value.

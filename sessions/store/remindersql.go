@@ -1,0 +1,189 @@
+package store
+
+// The SQL of users' reminders (ledger.Reminder) and of the sessions that
+// opted in to an operator's all-sessions schedule (ledger.ScheduleOptIn).
+// Idle reminders live here, not in memory: a scheduler finds the due ones
+// through an index that holds only reminders still due, and moves each
+// one's next due time by a conditional update, so one replica moves it.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// AddReminder stores r (its ID is set) unless its session already keeps
+// limit reminders that are still due; ok is false then, and nothing is
+// stored. The count and the insert are one transaction: exact on SQLite,
+// which has one writer; on PostgreSQL a session's reminders are made by
+// its turns, which one replica at a time runs.
+func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok bool, err error) {
+	return observe(ctx, s, ledger.Call{Op: "AddReminder"}, func() (bool, error) {
+		row := *r
+		row.ID = 0
+		row.CreatedAt = row.CreatedAt.UTC()
+		if row.NextDueAt != nil {
+			due := fireTime(*row.NextDueAt)
+			row.NextDueAt = &due
+		}
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			ok = false
+			var n int64
+			if err := tx.Model(&ledger.Reminder{}).Where("session_key = ? AND cancelled_at IS NULL AND next_due_at IS NOT NULL", row.SessionKey).
+				Count(&n).Error; err != nil {
+				return err
+			}
+			if n >= int64(limit) {
+				return nil
+			}
+			row.ID = 0
+			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+			ok = true
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("store a reminder of %s: %w", r.SessionKey, err)
+		}
+		if ok {
+			r.ID = row.ID
+		}
+		return ok, nil
+	})
+}
+
+// Reminders returns the reminders of a session that are still due, oldest
+// first.
+func (s *DB) Reminders(ctx context.Context, sessionKey string) ([]ledger.Reminder, error) {
+	return observe(ctx, s, ledger.Call{Op: "Reminders"}, func() ([]ledger.Reminder, error) {
+		var out []ledger.Reminder
+		if err := s.read.WithContext(ctx).Where("session_key = ? AND cancelled_at IS NULL AND next_due_at IS NOT NULL", sessionKey).
+			Order("id").Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load the reminders of %s: %w", sessionKey, err)
+		}
+		return out, nil
+	})
+}
+
+// Reminder returns the reminder with that id, or nil.
+func (s *DB) Reminder(ctx context.Context, id int64) (*ledger.Reminder, error) {
+	return observe(ctx, s, ledger.Call{Op: "Reminder"}, func() (*ledger.Reminder, error) {
+		var r ledger.Reminder
+		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&r).Error
+		if notFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load reminder %d: %w", id, err)
+		}
+		return &r, nil
+	})
+}
+
+// CancelReminder cancels the session's reminder id: it is due no more.
+// false when the session has no such reminder not cancelled yet (another
+// session's id, or cancelled already: a second tap of a Cancel button).
+func (s *DB) CancelReminder(ctx context.Context, id int64, sessionKey string, at time.Time) (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "CancelReminder"}, func() (bool, error) {
+		var n int64
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			res := tx.Exec(`UPDATE reminders SET cancelled_at = ?, next_due_at = NULL WHERE id = ? AND session_key = ? AND cancelled_at IS NULL`,
+				at.UTC(), id, sessionKey)
+			n = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return false, fmt.Errorf("cancel reminder %d: %w", id, err)
+		}
+		return n == 1, nil
+	})
+}
+
+// DueReminders returns up to limit reminders due at or before now,
+// the most overdue first.
+func (s *DB) DueReminders(ctx context.Context, now time.Time, limit int) ([]ledger.Reminder, error) {
+	return observe(ctx, s, ledger.Call{Op: "DueReminders"}, func() ([]ledger.Reminder, error) {
+		var out []ledger.Reminder
+		if err := s.read.WithContext(ctx).Where("next_due_at IS NOT NULL AND next_due_at <= ?", now.UTC()).
+			Order("next_due_at, id").Limit(limit).Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load due reminders: %w", err)
+		}
+		return out, nil
+	})
+}
+
+// AdvanceReminder moves a reminder's next due time from from to next (nil:
+// due no more, a one-time reminder that fired); false when it was not due
+// at from any more (another replica moved it, or it was cancelled).
+func (s *DB) AdvanceReminder(ctx context.Context, id int64, from time.Time, next *time.Time) (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "AdvanceReminder"}, func() (bool, error) {
+		var to *time.Time
+		if next != nil {
+			t := fireTime(*next)
+			to = &t
+		}
+		var n int64
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			res := tx.Exec(`UPDATE reminders SET next_due_at = ? WHERE id = ? AND next_due_at = ? AND cancelled_at IS NULL`, to, id, fireTime(from))
+			n = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return false, fmt.Errorf("advance reminder %d: %w", id, err)
+		}
+		return n == 1, nil
+	})
+}
+
+// SetScheduleOptIn records a session's choice about an operator schedule
+// that goes to every session of its channel that opted in: on opts in
+// (again: a no-op), off opts out.
+func (s *DB) SetScheduleOptIn(ctx context.Context, o ledger.ScheduleOptIn, on bool) error {
+	return observe0(ctx, s, ledger.Call{Op: "SetScheduleOptIn"}, func() error {
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			if !on {
+				return tx.Where("session_key = ? AND schedule = ?", o.SessionKey, o.Schedule).Delete(&ledger.ScheduleOptIn{}).Error
+			}
+			row := o
+			row.CreatedAt = row.CreatedAt.UTC()
+			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
+		})
+		if err != nil {
+			return fmt.Errorf("store the choice of %s about schedule %s: %w", o.SessionKey, o.Schedule, err)
+		}
+		return nil
+	})
+}
+
+// OptedIn returns up to limit session keys of the channel that opted in
+// to the schedule, after the key after ("": from the first), in order: a
+// scheduler pages through them to fan one fire out.
+func (s *DB) OptedIn(ctx context.Context, schedule, channel, after string, limit int) ([]string, error) {
+	return observe(ctx, s, ledger.Call{Op: "OptedIn"}, func() ([]string, error) {
+		var keys []string
+		if err := s.read.WithContext(ctx).Model(&ledger.ScheduleOptIn{}).
+			Where("schedule = ? AND channel = ? AND session_key > ?", schedule, channel, after).
+			Order("session_key").Limit(limit).Pluck("session_key", &keys).Error; err != nil {
+			return nil, fmt.Errorf("load the sessions opted in to %s: %w", schedule, err)
+		}
+		return keys, nil
+	})
+}
+
+// SessionOptIns returns the schedules a session opted in to, by name.
+func (s *DB) SessionOptIns(ctx context.Context, sessionKey string) ([]string, error) {
+	return observe(ctx, s, ledger.Call{Op: "SessionOptIns"}, func() ([]string, error) {
+		var names []string
+		if err := s.read.WithContext(ctx).Model(&ledger.ScheduleOptIn{}).Where("session_key = ?", sessionKey).
+			Order("schedule").Pluck("schedule", &names).Error; err != nil {
+			return nil, fmt.Errorf("load the schedules %s opted in to: %w", sessionKey, err)
+		}
+		return names, nil
+	})
+}
