@@ -173,12 +173,7 @@ func (s *DB) SettleFire(ctx context.Context, e ledger.FireEnd) error {
 }
 
 func (s *DB) fireMove(ctx context.Context, what, key string, due time.Time, query string, args ...any) error {
-	var n int64
-	err := s.commit.do(ctx, func(tx *gorm.DB) error {
-		res := tx.Exec(query, args...)
-		n = res.RowsAffected
-		return res.Error
-	})
+	n, err := s.moveRows(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s fire %s at %s: %w", what, key, fireTime(due).Format(time.RFC3339), err)
 	}

@@ -74,15 +74,7 @@ func (s *DB) Reminders(ctx context.Context, sessionKey string) ([]ledger.Reminde
 // Reminder returns the reminder with that id, or nil.
 func (s *DB) Reminder(ctx context.Context, id int64) (*ledger.Reminder, error) {
 	return observe(ctx, s, ledger.Call{Op: "Reminder"}, func() (*ledger.Reminder, error) {
-		var r ledger.Reminder
-		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&r).Error
-		if notFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load reminder %d: %w", id, err)
-		}
-		return &r, nil
+		return takeByID[ledger.Reminder](ctx, s, "reminder", id)
 	})
 }
 

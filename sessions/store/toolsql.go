@@ -107,15 +107,7 @@ func (s *DB) AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall
 // ToolCall returns the call with that id, or nil.
 func (s *DB) ToolCall(ctx context.Context, id int64) (*ledger.ToolCall, error) {
 	return observe(ctx, s, ledger.Call{Op: "ToolCall"}, func() (*ledger.ToolCall, error) {
-		var c ledger.ToolCall
-		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&c).Error
-		if notFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load tool call %d: %w", id, err)
-		}
-		return &c, nil
+		return takeByID[ledger.ToolCall](ctx, s, "tool call", id)
 	})
 }
 
@@ -196,13 +188,34 @@ func (s *DB) EndTool(ctx context.Context, e ledger.ToolEnd) error {
 	})
 }
 
-func (s *DB) toolMove(ctx context.Context, what string, id int64, query string, args ...any) error {
+// moveRows runs a conditional move in the group commit and returns the
+// rows it changed: 0 means the row was not in the state the move expects.
+func (s *DB) moveRows(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
 	err := s.commit.do(ctx, func(tx *gorm.DB) error {
 		res := tx.Exec(query, args...)
 		n = res.RowsAffected
 		return res.Error
 	})
+	return n, err
+}
+
+// takeByID returns the row of T with that id, or nil; what names it in
+// the error.
+func takeByID[T any](ctx context.Context, s *DB, what string, id int64) (*T, error) {
+	var row T
+	err := s.read.WithContext(ctx).Where("id = ?", id).Take(&row).Error
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s %d: %w", what, id, err)
+	}
+	return &row, nil
+}
+
+func (s *DB) toolMove(ctx context.Context, what string, id int64, query string, args ...any) error {
+	n, err := s.moveRows(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s tool call %d: %w", what, id, err)
 	}
