@@ -240,10 +240,24 @@ func (s *DB) migrate(ctx context.Context) error {
 		return migrateModels(s.write.WithContext(ctx))
 	}
 	// Replicas starting together must not migrate concurrently: hold a
-	// session advisory lock on one pinned connection while migrating.
+	// session advisory lock on one pinned connection while migrating. It
+	// is tried, not waited for in one statement: each try is a request
+	// bounded like any other, while the wait for another replica's
+	// migration is bounded only by ctx (Open's caller).
 	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
-		if err := tx.Exec("SELECT pg_advisory_lock(hashtext('chatgate:migrate'))").Error; err != nil {
-			return err
+		for {
+			var got bool
+			if err := tx.Raw("SELECT pg_try_advisory_lock(hashtext('chatgate:migrate'))").Scan(&got).Error; err != nil {
+				return err
+			}
+			if got {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
 		if err := migrateModels(tx); err != nil {
