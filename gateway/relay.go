@@ -28,7 +28,7 @@ func (ws *WebSocket) onReply(ev sessions.ReplyEvent) {
 		ws.recheckLater()
 		return
 	}
-	if ev.Channel != Channel || !ws.hasConns(ev.SessionKey) {
+	if !ws.hasConns(ev.SessionKey) { // only this channel's replies reach its route
 		return
 	}
 	go func() {

@@ -102,9 +102,7 @@ func (ws *WebSocket) deliverStored(_ context.Context, d sessions.Delivery) (stri
 // was archived. Sweeps do not open the next conversation; the notice then
 // opens it so that the client learns its id.
 func (ws *WebSocket) onReset(ev sessions.ResetEvent) {
-	if ev.Channel != Channel {
-		return
-	}
+	// Only this channel's resets reach its route (sessions.Routes).
 	if ev.Reason == sessions.ReasonResume {
 		ws.onResume(ev)
 		return

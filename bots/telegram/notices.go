@@ -89,7 +89,7 @@ func (b *Bot) startNotices() {
 // onSweep queues the notice of a conversation a sweep here archived, in a
 // private chat, that held messages. It runs on the sweep's goroutine.
 func (b *Bot) onSweep(ev sessions.ResetEvent) {
-	if ev.Channel != Channel || ev.Remote || ev.NewConversation != "" || ev.OldMessages == 0 ||
+	if ev.Remote || ev.NewConversation != "" || ev.OldMessages == 0 ||
 		(ev.Reason != sessions.ReasonIdle && ev.Reason != sessions.ReasonDaily) {
 		return
 	}
