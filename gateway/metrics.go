@@ -24,6 +24,7 @@ type Metrics struct {
 	ops         *opsMetrics
 	tools       *toolMetrics
 	usage       *usageMetrics
+	schedules   *scheduleMetrics
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -74,6 +75,7 @@ func NewMetrics() *Metrics {
 	m.ops = newOpsMetrics(m.reg)
 	m.tools = newToolMetrics(m.reg)
 	m.usage = newUsageMetrics(m.reg)
+	m.schedules = newScheduleMetrics(m.reg)
 	return m
 }
 

@@ -172,6 +172,12 @@ type Observer interface {
 	// BudgetRefused: a turn was answered with BudgetText, its user over
 	// budget (tokens_per_day, cost_per_day or cost_per_month).
 	BudgetRefused(channel, budget string)
+	// FireClaimed: a fire of a schedule (kind schedule) or a reminder
+	// (kind reminder) was claimed to run, lag after its due time.
+	FireClaimed(kind string, lag time.Duration)
+	// FireEnded: a fire settled with outcome (ledger.FireSent, FireQuiet,
+	// FireSkippedLate, FireSkippedBudget, FireFailed).
+	FireEnded(kind, outcome string)
 }
 
 type noObserver struct{}
@@ -182,6 +188,8 @@ func (noObserver) RecoveryPass(int, int)                       {}
 func (noObserver) TurnStarted(string, int, time.Duration)      {}
 func (noObserver) Spent(string, string, int64, int64, float64) {}
 func (noObserver) BudgetRefused(string, string)                {}
+func (noObserver) FireClaimed(string, time.Duration)           {}
+func (noObserver) FireEnded(string, string)                    {}
 
 // Options configures a Manager.
 type Options struct {
