@@ -38,7 +38,8 @@ type Schedule struct {
 	// Quiet: a reply that is schedules.QuietReply is stored and not sent.
 	Quiet bool `yaml:"quiet"`
 	// TokensPerDay is the schedule's own budget of model tokens a day,
-	// in its time zone, over all its fires (0: none but the users').
+	// the day as the target channel's budgets count it, over all its
+	// fires (0: none but the users').
 	TokensPerDay int64 `yaml:"tokens_per_day"`
 }
 
@@ -206,9 +207,6 @@ func (c *Config) validateSchedules() Errors {
 		if s.TokensPerDay < 0 {
 			bad("tokens_per_day", "must be 0 or more (0: no budget of its own), got %d", s.TokensPerDay)
 		}
-	}
-	if len(c.Schedules) > 0 {
-		c.warn("schedules", "are checked, but this version of the gateway does not run them yet: no fire is taken")
 	}
 	return errs
 }

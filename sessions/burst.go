@@ -40,6 +40,7 @@ type burst struct {
 	last    time.Time // and the newest
 	kick    chan struct{}
 	stop    bool // Stop came while nothing ran: the next turn is stopped
+	fire    bool // the turn running is a fire's, which no message interrupts
 	// failing: since when starting the next turn has failed (storage),
 	// and the pause before the next try.
 	failing time.Time
@@ -90,9 +91,11 @@ func (m *Manager) enqueue(t *Ticket) {
 	}
 	b.last = now
 	b.waiting = append(b.waiting, t)
-	if b.policy.Mode == BusyInterrupt && !t.resend && t.claimed == nil {
+	if b.policy.Mode == BusyInterrupt && !t.resend && t.claimed == nil && !t.in.Scheduled && !b.fire {
 		// (A message stored claimed interrupts nothing: nothing of the key
-		// ran; what runs is its own early call.)
+		// ran; what runs is its own early call. A fire's message
+		// interrupts nothing, and a fire's turn is not interrupted: it
+		// waits its place in the line as a queued message does.)
 		m.life.cancelTurn(key, errNewMessage)
 	}
 	if started {
@@ -212,6 +215,16 @@ func (m *Manager) runNext(b *burst) error {
 		// stores its reply (a partial one, interrupted, if Shutdown cancels
 		// the call) whenever Shutdown comes.
 		ctx = context.WithoutCancel(ctx)
+	}
+	if in.Scheduled {
+		m.mu.Lock()
+		b.fire = true // the user's next message waits for it (enqueue)
+		m.mu.Unlock()
+		defer func() {
+			m.mu.Lock()
+			b.fire = false
+			m.mu.Unlock()
+		}()
 	}
 	_, b2, err := m.runBatch(ctx, in, head.ref.conv, nil, 0, head.claimed, early)
 	if err != nil && b2 != nil {

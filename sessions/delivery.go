@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/chatgate/chatgate/schedules"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -41,7 +43,19 @@ type DeliverFunc func(ctx context.Context, d Delivery) (ref string, err error)
 // deliver hands a reply nobody here waits for to its channel's
 // Route.Deliver and, when the channel confirms delivery, records the
 // outcome under the claim d.Turn.
+//
+// A fire's reply that has nothing to report (quietFire) is not sent: its
+// delivery is recorded done with no reference, and the fire settles
+// quiet.
 func (r *Routes) deliver(ctx context.Context, d Delivery) {
+	if quietDelivery(d) {
+		if d.Turn.Claim != "" {
+			if err := r.delivered(ctx, d.Turn, "", nil); err != nil {
+				r.log.Warn("recording a quiet fire's reply failed", slog.String("session_key", d.SessionKey), slog.Int64("seq", d.UserSeq), slog.String("error", err.Error()))
+			}
+		}
+		return
+	}
 	rt, _ := r.route(d.Channel)
 	if rt.Deliver == nil {
 		// No channel here to deliver it: a claim for delivering is given
@@ -138,4 +152,18 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 		m.routes.deliver(ctx, Delivery{Channel: t.in.Channel, SessionKey: t.in.SessionKey, UserID: t.in.UserID, ChatID: t.in.ChatID,
 			ClientMsgID: last.ClientMsgID, UserSeq: lead, Reply: final, Turn: out.Turn})
 	}
+}
+
+// quietDelivery reports whether d is a fire's reply with nothing to
+// report.
+// A fire refused for its user's budget (the turn's own check, when the
+// user went over between the fire's check and its turn) is not sent
+// either: the fire settles skipped_budget, and the user is not told of
+// a turn they did not ask for.
+func quietDelivery(d Delivery) bool {
+	if !ledger.IsFireMsgID(d.ClientMsgID) {
+		return false
+	}
+	return (d.Reply.Status == ledger.MsgOK && schedules.IsQuiet(d.Reply.Text)) ||
+		(d.Reply.Status == ledger.MsgFailed && strings.HasPrefix(d.Reply.Error, ledger.OverBudgetPrefix))
 }

@@ -29,6 +29,7 @@ var (
 	ErrShuttingDown = errors.New("gateway is shutting down")
 	ErrEmptyMessage = errors.New("message text is empty")
 	ErrBadInbound   = errors.New("inbound message lacks a channel or session key")
+	ErrFireID       = errors.New("client message ids starting with " + ledger.FireMsgPrefix + " are the gateway's own")
 	ErrTooLong      = errors.New("message text is over the size limit")
 	ErrBadText      = errors.New("message text is not valid UTF-8")
 )
@@ -57,6 +58,13 @@ type Inbound struct {
 	// reply or quote, a WebSocket reply_to), stored with it (cut to
 	// MaxQuoteRunes) and given to the model before it, marked as quoted.
 	Quote string
+	// Scheduled marks a fire's message (the Scheduler's): its ClientMsgID
+	// is the fire's (ledger.FireMsgID), its text the schedule's prompt,
+	// framed as scheduled. Its turn is one of its own, in the key's line
+	// like any message but interrupting none, and it is not the user's
+	// activity: an idle reset counts from the user's last message. Only
+	// scheduled messages may carry a fire's client id.
+	Scheduled bool
 }
 
 // Policy is one channel's conversation policy.

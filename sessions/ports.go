@@ -68,6 +68,7 @@ type ToolLedger interface {
 // store.DB implements it on GORM for SQLite and PostgreSQL.
 type Store interface {
 	Ledger
+	FireLedger
 	Observed
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
 	// UserUsage is a user's tallied spend on day and in its month from
@@ -99,6 +100,25 @@ type Store interface {
 	PurgeModelChoices(ctx context.Context, cutoff time.Time) (int64, error)
 	MessageCount(ctx context.Context, convID string) (int64, error)
 	Close() error
+}
+
+// FireLedger is what the Scheduler needs of the ledger's schedule fires
+// and reminders (ledger.ScheduleFire, ledger.Reminder): each fire is a
+// row claimed by one conditional statement, so that exactly one runner
+// on any replica runs it.
+type FireLedger interface {
+	ClaimFire(ctx context.Context, c ledger.FireClaim) (ledger.FireHeld, bool, error)
+	PlanFires(ctx context.Context, fires []ledger.ScheduleFire) (int64, error)
+	SkipFires(ctx context.Context, key, sessionKey string, dues []time.Time, reason string, at time.Time) (int64, error)
+	StoreFireTurn(ctx context.Context, h ledger.FireHeld, convID string, seq int64, at time.Time) error
+	SettleFire(ctx context.Context, e ledger.FireEnd) error
+	ClaimableFires(ctx context.Context, now time.Time, limit int) ([]ledger.ScheduleFire, error)
+	StoredFires(ctx context.Context, limit int) ([]ledger.ScheduleFire, error)
+	LatestFire(ctx context.Context, key string) (time.Time, bool, error)
+	DueReminders(ctx context.Context, now time.Time, limit int) ([]ledger.Reminder, error)
+	Reminder(ctx context.Context, id int64) (*ledger.Reminder, error)
+	AdvanceReminder(ctx context.Context, id int64, from time.Time, next *time.Time) (bool, error)
+	OptedIn(ctx context.Context, schedule, channel, after string, limit int) ([]string, error)
 }
 
 // Observed is a store whose every ledger call passes its hooks

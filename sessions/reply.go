@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/schedules"
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
@@ -57,12 +58,16 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 	key, b := t.in.SessionKey, t.b
 	endStore := m.tr.startSpan(ctx, "store reply")
 	waiting := func(since time.Time) { m.noticeDelay(t.tickets, since) }
-	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, waiting)
+	fire := fireOf(b)
+	if fire != "" {
+		markLate(msgs, b.Rows[0])
+	}
+	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, fire, waiting)
 	if errors.Is(err, ledger.ErrRejected) {
 		m.log.ErrorContext(ctx, "the reply was rejected by the database; the turn fails", slog.String("session_key", key),
 			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()), slog.String("error", err.Error()))
 		msgs, state = rejectedReply(msgs, state, err)
-		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, "", b.Seqs(), b.Attempt, state, waiting)
+		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, "", b.Seqs(), b.Attempt, state, fire, waiting)
 	}
 	endStore(err)
 	if err == nil {
@@ -113,7 +118,11 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 // when the drain's deadline has passed (the process ends; the others, or
 // its next start, run the turn). waiting is told, after each failure,
 // since when the reply has waited.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, waiting func(since time.Time)) error {
+//
+// fire is the subject of the fire whose turn this is ("" for the user's
+// turns): its reply is not the user's activity, and its spend is tallied
+// under the subject too.
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state, fire string, waiting func(since time.Time)) error {
 	userSeq := answers[len(answers)-1]
 	ctx := context.WithoutCancel(turnCtx)
 	var release *ledger.Settle
@@ -133,7 +142,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 		// while waiting, so that the user's next messages are stored
 		// meanwhile whenever storage takes them.
 		unlock, _ := m.lockState(ctx, hc.conv.SessionKey, false) // (ctx is never cancelled)
-		done, err := m.tryAppendReply(ctx, hc, msgs, now, usage, cost, model, answers, attempt, state, release, expired, failed)
+		done, err := m.tryAppendReply(ctx, hc, msgs, now, usage, cost, model, answers, attempt, state, fire, release, expired, failed)
 		unlock()
 		if done {
 			return err
@@ -168,7 +177,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 // done with the outcome, or not done with the storage error to wait on.
 // After a try that failed (failed: its error), the turn is read first:
 // that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state, fire string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
 	userSeq := answers[len(answers)-1]
 	err := failed
 	for {
@@ -180,12 +189,18 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 			if release == nil && msgs[len(msgs)-1].Status == ledger.MsgOK {
 				turns = 1
 			}
-			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, Tokens: usage.TotalTokens, Cost: cost, Model: model,
-				TurnSeq: userSeq, Answers: answers, Settle: release, Usage: m.standing.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)})
+			tally := m.standing.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)
+			if tally != nil {
+				tally.Schedule = fire
+			}
+			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, KeepActivity: fire != "",
+				Tokens: usage.TotalTokens, Cost: cost, Model: model, TurnSeq: userSeq, Answers: answers, Settle: release, Usage: tally})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)
-				m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+				if !quietFire(fire, msgs) {
+					m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+				}
 				return true, nil
 			}
 			if errors.Is(err, ledger.ErrRejected) {
@@ -214,7 +229,9 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 				}
 			}
 			m.hot.Remove(hc.conv.SessionKey)
-			m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+			if !quietFire(fire, msgs) {
+				m.relay.announceReply(&hc.conv, userSeq, msgs[len(msgs)-1].Seq, state)
+			}
 			return true, nil
 		case t.Owner != m.opts.ReplicaID || t.Attempts != attempt:
 			return true, fmt.Errorf("%w (%v)", ledger.ErrLostClaim, err)
@@ -239,4 +256,51 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 		hc.reset(*fresh, window)
 		err = nil
 	}
+}
+
+// fireOf is the subject of the fire whose turn batch b is, or "": a
+// fire's message is claimed alone (ledger's ClaimBatch), and its client
+// id names the fire.
+func fireOf(b *ledger.Batch) string {
+	if len(b.Rows) != 1 {
+		return ""
+	}
+	subject, _, ok := ledger.ParseFireMsgID(b.Rows[0].ClientMsgID)
+	if !ok {
+		return ""
+	}
+	return subject
+}
+
+// quietFire reports whether msgs, stored for a turn, are a fire's reply
+// that has nothing to report (schedules.IsQuiet): stored, and sent to
+// nobody — not by the channel (Routes.deliver), not to the clients of
+// other replicas (no reply event).
+func quietFire(fire string, msgs []ledger.Message) bool {
+	return fire != "" && len(msgs) > 0 && msgs[len(msgs)-1].Status == ledger.MsgOK && schedules.IsQuiet(msgs[len(msgs)-1].Content)
+}
+
+// markLate starts a late fire's reply with a line that says so: a fire
+// that runs late (its message stored more than schedules.OnTime after
+// its due time, because no gateway ran then) tells the user it is late,
+// whatever the model wrote. A reply with nothing to report stays quiet.
+func markLate(msgs []ledger.Message, row ledger.BatchRow) {
+	_, due, ok := ledger.ParseFireMsgID(row.ClientMsgID)
+	last := &msgs[len(msgs)-1]
+	if !ok || last.Status != ledger.MsgOK || schedules.IsQuiet(last.Content) {
+		return
+	}
+	if late := row.CreatedAt.Sub(due); late > schedules.OnTime {
+		last.Content = LateNotice(late) + "\n\n" + last.Content
+	}
+}
+
+// LateNotice is the line a late fire's reply starts with.
+func LateNotice(late time.Duration) string {
+	late = late.Round(time.Minute)
+	text := fmt.Sprintf("%d min", int(late.Minutes()))
+	if late >= time.Hour {
+		text = fmt.Sprintf("%d h %d min", int(late.Hours()), int(late.Minutes())%60)
+	}
+	return "⏰ This comes " + text + " late: the bot was not running when it was due."
 }

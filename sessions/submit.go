@@ -156,6 +156,8 @@ func (m *Manager) check(in Inbound) error {
 	switch {
 	case in.Channel == "" || in.SessionKey == "":
 		return ErrBadInbound
+	case ledger.IsFireMsgID(in.ClientMsgID) != in.Scheduled:
+		return ErrFireID
 	case strings.TrimSpace(in.Text) == "" && len(in.Attachments) == 0:
 		return ErrEmptyMessage
 	case len(in.Text) > m.opts.MaxInputBytes:
@@ -187,9 +189,12 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		}
 	}
 	reason, expired := policy.Reset.Expired(&hc.conv, now)
-	if in.ClientMsgID != "" && (expired || hc.conv.LastSeq == 0) {
+	if in.ClientMsgID != "" && (expired || hc.conv.LastSeq == 0 || in.Scheduled) {
 		// A resend of a message stored before a reset or a sweep belongs to
-		// its old conversation, not to a new one.
+		// its old conversation, not to a new one. A fire's message is
+		// looked for in every conversation of the key: a fire claimed
+		// again after a crash finds its message even when the user reset
+		// the conversation meanwhile.
 		tr, err := m.store.TurnByClientID(ctx, in.SessionKey, in.ClientMsgID)
 		if err != nil {
 			return err
@@ -268,7 +273,8 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	batch := []ledger.Message{um}
 	endStore := m.tr.startSpan(ctx, "store")
-	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now})
+	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now,
+		KeepActivity: in.Scheduled})
 	endStore(err)
 	if err != nil && early != nil {
 		// Not stored, not acknowledged: the call is dropped unseen.

@@ -33,8 +33,10 @@ type reloader struct {
 	metrics *gateway.Metrics
 	mgr     *sessions.Manager
 	sweeper *sessions.Sweeper
-	ws      *gateway.WebSocket
-	bot     *telegram.Bot // nil without Telegram
+	// scheduler takes the schedules of every reload that changed them.
+	scheduler *sessions.Scheduler
+	ws        *gateway.WebSocket
+	bot       *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
 	transcriber *liveTranscriber
 	// tools follows session.tools (nil without agent.tools.servers).
@@ -116,6 +118,14 @@ func (r *reloader) apply(cfg *config.Config) {
 			r.log.Error("reload: sweeps", slog.String("error", err.Error()))
 		}
 		r.tools.follow(cfg)
+	}
+	if !reflect.DeepEqual(old.Schedules, cfg.Schedules) {
+		// Checked with the rest of the file before it was applied.
+		if list, err := operatorSchedules(cfg); err != nil {
+			r.log.Error("reload: schedules", slog.String("error", err.Error()))
+		} else {
+			r.scheduler.SetSchedules(list)
+		}
 	}
 	if old.DelayNotice() != cfg.DelayNotice() {
 		r.mgr.Health().SetDelayNotice(cfg.DelayNotice())
@@ -246,7 +256,7 @@ var reloadKeys = []reloadKey{
 	{path: "log.format"},
 	{path: "metrics"},
 	{path: "admin"},
-	{path: "schedules", note: "checked; no schedule is run yet"},
+	{path: "schedules", live: true, note: "each schedule's next fire is planned again; fires of a removed schedule still due settle failed"},
 }
 
 // startOnly is a reloadKey's restart of an effective value.

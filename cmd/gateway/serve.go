@@ -128,7 +128,7 @@ func (s *server) start(ctx context.Context) error {
 	rescuer.Listen()
 	rescuer.Start()
 	s.services = append(s.services, rescuer.Stop)
-	return nil
+	return s.startScheduler()
 }
 
 // server holds the parts of a running gateway, each set by the step of
@@ -153,6 +153,7 @@ type server struct {
 	turns       *admin.TurnCounter
 	mgr         *sessions.Manager // set once started: a later failed start stops it
 	sweeper     *sessions.Sweeper
+	scheduler   *sessions.Scheduler
 	// services stop the background parts beside the session manager
 	// (stopServices), in the order they were started.
 	services  []func()

@@ -149,7 +149,7 @@ func (s *server) startSessions() error {
 		return fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	s.services = append(s.services, s.sweeper.Stop)
-	return nil
+	return s.buildScheduler()
 }
 
 // buildHTTP builds the HTTP server and the WebSocket channel; their routes
@@ -194,7 +194,7 @@ func (s *server) buildReloader() {
 	if reloadPath == config.EmbeddedName {
 		reloadPath = s.path
 	}
-	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, sweeper: s.sweeper, ws: s.ws,
+	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, sweeper: s.sweeper, scheduler: s.scheduler, ws: s.ws,
 		transcriber: s.transcriber, tools: s.liveTools, started: s.cfg, applied: s.cfg}
 }
 

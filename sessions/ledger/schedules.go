@@ -1,6 +1,10 @@
 package ledger
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Schedules ride the ledger too. Each due time of a schedule — an
 // operator's (bot.yaml) or a user's reminder — is one fire, the row
@@ -53,7 +57,9 @@ type ScheduleFire struct {
 	// the fire is claimed, for a fire planned before its session was
 	// known).
 	SessionKey string `gorm:"size:255;not null;default:'';index:ix_schedule_fires_session"`
-	State      string `gorm:"size:16;not null"`
+	// Fires whose turn is stored are found through their own partial
+	// index: the scheduler settles each once its turn has ended.
+	State string `gorm:"size:16;not null;index:ix_schedule_fires_stored,where:state = 'stored'"`
 	// The claim: who took the fire, how many times it was taken, and
 	// until when the taker holds it without storing its turn (then any
 	// replica may take it again).
@@ -140,4 +146,40 @@ type ScheduleOptIn struct {
 	Schedule   string    `gorm:"primaryKey;size:64;index:ix_schedule_opt_ins_schedule,priority:1"`
 	Channel    string    `gorm:"size:32;not null;index:ix_schedule_opt_ins_schedule,priority:2"`
 	CreatedAt  time.Time `gorm:"not null"`
+}
+
+// A fire's turn is stored as a user-role message whose client id names
+// the fire: FireMsgPrefix, the schedule's subject (schedules.OperatorKey
+// of its name, or schedules.ReminderKey) and the due time in Unix
+// seconds. The id is what makes the fire's message once-only: a fire
+// claimed again after a crash stores nothing new, it finds its message.
+// Channels never store ids with the prefix (sessions refuses them), so a
+// user cannot take a fire's place, and a turn is scheduled exactly when
+// its message's id has it.
+const FireMsgPrefix = "fire:"
+
+// FireMsgID is the client id of the message of subject's fire due at due.
+func FireMsgID(subject string, due time.Time) string {
+	return FireMsgPrefix + subject + "@" + strconv.FormatInt(due.Unix(), 10)
+}
+
+// IsFireMsgID reports whether a client id is a fire's.
+func IsFireMsgID(id string) bool { return strings.HasPrefix(id, FireMsgPrefix) }
+
+// ParseFireMsgID reads a fire's client id back: the subject and the due
+// time (to the second).
+func ParseFireMsgID(id string) (subject string, due time.Time, ok bool) {
+	rest, found := strings.CutPrefix(id, FireMsgPrefix)
+	if !found {
+		return "", time.Time{}, false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at <= 0 {
+		return "", time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(rest[at+1:], 10, 64)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return rest[:at], time.Unix(sec, 0).UTC(), true
 }

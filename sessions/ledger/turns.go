@@ -287,9 +287,14 @@ type Append struct {
 	RequireActive bool
 	Messages      []Message
 	At            time.Time
-	Tokens        int64
-	Cost          float64
-	Model         string
+	// KeepActivity leaves the conversation's last activity as it is: the
+	// messages are a fire's turn, which is not the user's activity (an
+	// idle reset counts from the user's last message, not the bot's own
+	// schedule).
+	KeepActivity bool
+	Tokens       int64
+	Cost         float64
+	Model        string
 	// Settle, when set, hands the turn of user message TurnSeq back in the
 	// same transaction (interrupted by a shutdown: claimable again), guarded
 	// by its claim: the append fails with ErrLostClaim when the claim was

@@ -26,6 +26,12 @@ type Usage struct {
 	// Turns counts the turns the append answers: 1 for a final reply, 0
 	// for a tool round or a summary.
 	Turns int64
+	// Schedule, for what a fire's turn spent, is the fire's subject
+	// (schedules.OperatorKey, schedules.ReminderKey): the spend is tallied
+	// a second time under it as the user key, so that the usage view
+	// tells scheduled spend from conversation and a schedule's own budget
+	// reads its row. The user's own row counts it too: budgets hold.
+	Schedule string
 }
 
 // UsageDay is one row of the tallies: a user's spend with one model on
@@ -91,7 +97,7 @@ func UsageMonthStart(day string) string {
 // that two transactions tallying the same users wait for each other
 // rather than deadlock.
 func UsageRows(us []*Usage) []UsageDay {
-	if len(us) == 1 { // one reply's batch: nothing to add up or order
+	if len(us) == 1 && us[0].Schedule == "" { // one reply's batch: nothing to add up or order
 		u := us[0]
 		return []UsageDay{{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel,
 			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns, EstimatedTokens: u.EstimatedTokens}}
@@ -99,13 +105,13 @@ func UsageRows(us []*Usage) []UsageDay {
 	type key struct{ user, day, model string }
 	idx := map[key]int{}
 	var rows []UsageDay
-	for _, u := range us {
-		k := key{u.User, u.Day, u.Model}
+	add := func(user string, u *Usage) {
+		k := key{user, u.Day, u.Model}
 		i, ok := idx[k]
 		if !ok {
 			i = len(rows)
 			idx[k] = i
-			rows = append(rows, UsageDay{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel})
+			rows = append(rows, UsageDay{UserKey: user, Day: u.Day, Model: u.Model, Channel: u.Channel})
 		}
 		r := &rows[i]
 		r.PromptTokens += u.PromptTokens
@@ -113,6 +119,12 @@ func UsageRows(us []*Usage) []UsageDay {
 		r.Cost += u.Cost
 		r.Turns += u.Turns
 		r.EstimatedTokens += u.EstimatedTokens
+	}
+	for _, u := range us {
+		add(u.User, u)
+		if u.Schedule != "" {
+			add(u.Schedule, u)
+		}
 	}
 	slices.SortFunc(rows, func(a, b UsageDay) int {
 		return cmp.Or(cmp.Compare(a.UserKey, b.UserKey), cmp.Compare(a.Day, b.Day), cmp.Compare(a.Model, b.Model))

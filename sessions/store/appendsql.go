@@ -82,28 +82,34 @@ func updateConversations(ops []*writeOp) (string, []any) {
 		if a.RequireActive {
 			query = updateActiveConversationSQL
 		}
-		return query, []any{int64(len(a.Messages)), &a.At, &a.Tokens, &a.Cost, &a.Model, &a.Model, &a.Conv.ID, &a.ExpectSeq, &a.Conv.Epoch}
+		return query, []any{int64(len(a.Messages)), &a.KeepActivity, &a.At, &a.Tokens, &a.Cost, &a.Model, &a.Model, &a.Conv.ID, &a.ExpectSeq, &a.Conv.Epoch}
 	}
-	args := make([]any, 0, 9*len(ops))
+	args := make([]any, 0, 10*len(ops))
 	for _, op := range ops {
 		a := op.app
 		active := 0
 		if a.RequireActive {
 			active = 1
 		}
-		args = append(args, &a.Conv.ID, &a.ExpectSeq, int64(len(a.Messages)), &a.At, &a.Tokens, &a.Cost, &a.Model, active, &a.Conv.Epoch)
+		keep := 0
+		if a.KeepActivity {
+			keep = 1
+		}
+		args = append(args, &a.Conv.ID, &a.ExpectSeq, int64(len(a.Messages)), &a.At, keep, &a.Tokens, &a.Cost, &a.Model, active, &a.Conv.Epoch)
 	}
 	return updateConversationsSQL.text(len(ops)), args
 }
 
 var (
-	updateConversationSQL = `UPDATE conversations SET last_seq = last_seq + ?, last_activity_at = ?, total_tokens = total_tokens + ?,
+	updateConversationSQL = `UPDATE conversations SET last_seq = last_seq + ?,
+			last_activity_at = CASE WHEN ? THEN last_activity_at ELSE ? END, total_tokens = total_tokens + ?,
 			cost = cost + ?, model = CASE WHEN ? = '' THEN model ELSE ? END WHERE id = ? AND last_seq = ? AND epoch = ?`
 	updateActiveConversationSQL = updateConversationSQL + " AND status = 'active'"
 	// status as a literal, like everywhere the partial indexes matter.
-	updateConversationsSQL = newRowTexts("WITH v(v_id, v_expect, v_n, v_at, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ",
-		"(?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n, last_activity_at = v.v_at,
+	updateConversationsSQL = newRowTexts("WITH v(v_id, v_expect, v_n, v_at, v_keep, v_tokens, v_cost, v_model, v_active, v_epoch) AS (VALUES ",
+		"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		`) UPDATE conversations SET last_seq = conversations.last_seq + v.v_n,
+		last_activity_at = CASE WHEN v.v_keep = 1 THEN conversations.last_activity_at ELSE v.v_at END,
 		total_tokens = conversations.total_tokens + v.v_tokens, cost = conversations.cost + v.v_cost,
 		model = CASE WHEN v.v_model = '' THEN conversations.model ELSE v.v_model END
 		FROM v WHERE conversations.id = v.v_id AND conversations.last_seq = v.v_expect AND conversations.epoch = v.v_epoch

@@ -151,7 +151,9 @@ func (s *DB) Append(ctx context.Context, a ledger.Append) error {
 	}
 	n := int64(len(a.Messages))
 	a.Conv.LastSeq += n
-	a.Conv.LastActivityAt = a.At
+	if !a.KeepActivity {
+		a.Conv.LastActivityAt = a.At
+	}
 	a.Conv.TotalTokens += a.Tokens
 	a.Conv.Cost += a.Cost
 	if a.Model != "" {

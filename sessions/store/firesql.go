@@ -208,6 +208,19 @@ func (s *DB) ClaimableFires(ctx context.Context, now time.Time, limit int) ([]le
 	})
 }
 
+// StoredFires returns up to limit fires whose turn is stored and that
+// are not settled yet, oldest first: the scheduler settles each from its
+// turn once that turn has ended.
+func (s *DB) StoredFires(ctx context.Context, limit int) ([]ledger.ScheduleFire, error) {
+	return observe(ctx, s, ledger.Call{Op: "StoredFires"}, func() ([]ledger.ScheduleFire, error) {
+		var out []ledger.ScheduleFire
+		if err := s.read.WithContext(ctx).Where("state = 'stored'").Order("due_at, schedule_key").Limit(limit).Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load stored fires: %w", err)
+		}
+		return out, nil
+	})
+}
+
 // LatestFire is the latest due time key has a fire for, in any state;
 // ok is false when it has none. A scheduler computes the fires due since
 // from it.

@@ -49,8 +49,9 @@ $$`
 
 var pgUpdateConversations = `WITH v AS ` + pgArrayRows("id $1::varchar[]", "expect $2::bigint[]", "n $3::bigint[]",
 	"at $4::timestamptz[]", "tokens $5::bigint[]", "cost $6::numeric[]", "model $7::varchar[]", "active $8::boolean[]",
-	"epoch $9::bigint[]") + `, u AS (
-	UPDATE conversations AS c SET last_seq = c.last_seq + v.n, last_activity_at = v.at,
+	"epoch $9::bigint[]", "keep $10::boolean[]") + `, u AS (
+	UPDATE conversations AS c SET last_seq = c.last_seq + v.n,
+		last_activity_at = CASE WHEN v.keep THEN c.last_activity_at ELSE v.at END,
 		total_tokens = c.total_tokens + v.tokens, cost = c.cost + v.cost,
 		model = CASE WHEN v.model = '' THEN c.model ELSE v.model END
 	FROM v WHERE c.id = v.id AND c.last_seq = v.expect AND c.epoch = v.epoch
@@ -176,18 +177,19 @@ func queueGroup(b *pgx.Batch, ops []*writeOp) {
 		epochs                = make([]int64, n)
 		at                    = make([]time.Time, n)
 		cost                  = make([]float64, n)
-		active                = make([]bool, n)
+		active, keep          = make([]bool, n), make([]bool, n)
 		rows                  []*ledger.Message
 	)
 	for i, op := range ops {
 		a := op.app
 		ids[i], expect[i], count[i], at[i] = a.Conv.ID, a.ExpectSeq, int64(len(a.Messages)), a.At
 		tokens[i], cost[i], models[i], active[i], epochs[i] = a.Tokens, a.Cost, a.Model, a.RequireActive, a.Conv.Epoch
+		keep[i] = a.KeepActivity
 		for j := range a.Messages {
 			rows = append(rows, &a.Messages[j])
 		}
 	}
-	b.Queue(pgUpdateConversations, ids, expect, count, at, tokens, cost, models, active, epochs)
+	b.Queue(pgUpdateConversations, ids, expect, count, at, tokens, cost, models, active, epochs, keep)
 	b.Queue(pgInsertMessages, messageColumns(rows)...)
 	var answers []ledger.AnswerRow
 	for _, op := range ops {

@@ -409,17 +409,20 @@ func (s *DB) ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, err
 				track        bool
 				state, owner string
 				attempt      int
+				fire         bool // a fire's message (ledger.IsFireMsgID)
 			}
 			var found []open
 			for rows.Next() {
 				var o open
-				if err := rows.Scan(&o.seq, &o.lead, &o.track, &o.state, &o.attempt, &o.owner); err != nil {
+				var cid string
+				if err := rows.Scan(&o.seq, &o.lead, &o.track, &o.state, &o.attempt, &o.owner, &cid); err != nil {
 					rows.Close()
 					return err
 				}
 				if o.lead == 0 {
 					o.lead = o.seq
 				}
+				o.fire = ledger.IsFireMsgID(cid)
 				found = append(found, o)
 			}
 			rows.Close()
@@ -434,6 +437,7 @@ func (s *DB) ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, err
 			}
 			attempt := 0
 			var unmarked, seqs []int64
+			closed := false // the batch takes no more
 			for _, o := range found {
 				if replies[o.lead] > o.seq {
 					if !o.track {
@@ -441,9 +445,14 @@ func (s *DB) ClaimBatch(ctx context.Context, c ledger.Claim) (*ledger.Batch, err
 					}
 					continue
 				}
-				if len(seqs) == limit {
+				// A fire's message is a turn of its own: it is never merged
+				// with the user's messages, before or after it (its reply is
+				// the schedule's, quiet or not, and its spend the schedule's).
+				if len(seqs) == limit || closed || (o.fire && len(seqs) > 0) {
+					closed = true
 					continue
 				}
+				closed = o.fire
 				seqs = append(seqs, o.seq)
 				attempt = max(attempt, o.attempt)
 				b.Took = b.Took || o.state == ledger.TurnRunning
@@ -514,7 +523,7 @@ func batchRows(tx *gorm.DB, convID string, seqs []int64) ([]ledger.BatchRow, err
 // claimableSQL reads the claimable open turns of a conversation
 // (ClaimBatch): what deciding which to take needs, not their text.
 func claimableSQL(from string) string {
-	return `SELECT u.seq, u.turn_lead, u.turn_track, u.turn_state, u.turn_attempt, u.turn_owner
+	return `SELECT u.seq, u.turn_lead, u.turn_track, u.turn_state, u.turn_attempt, u.turn_owner, COALESCE(u.client_msg_id, '')
 		FROM ` + from + ` WHERE u.conversation_id = ? AND ` + openSQL("u.") + `
 		AND (u.turn_state IN ('pending', 'interrupted') OR u.turn_owner = ''
 			OR (u.turn_owner = ? AND u.seq NOT IN ?) OR (? AND u.turn_owner NOT IN ?))

@@ -1,0 +1,503 @@
+package sessions
+
+// The Scheduler: the service that makes the bot act on its own time. It
+// runs the operator's schedules (bot.yaml) and the users' reminders as
+// turns of their conversations, each fire once, on any number of
+// replicas sharing the database:
+//
+//   - A fire is a row (schedule key, due time) in the ledger. The next
+//     fire of each operator schedule is planned as a row due ahead of its
+//     time; a reminder's next time is its own row's next_due_at. Whoever
+//     claims the row by one conditional statement (ledger's ClaimFire)
+//     runs the fire, and nobody else.
+//   - The fire's message is stored through Submit with a client id that
+//     names the fire (ledger.FireMsgID): a fire claimed again after a
+//     crash finds its message instead of storing a second one. From then
+//     on it is a turn like any other — in its key's line after the user's
+//     own messages, claimed, answered, delivered and marked by the turn
+//     ledger, rescued by the rescuer — and the fire records that its turn
+//     is stored (StoreFireTurn).
+//   - The fire settles from its turn (settleStored): sent (with the
+//     channel's reference), quiet (nothing to report: stored, not sent),
+//     or failed. Fires missed while no gateway ran follow the misfire
+//     rule (skipped_late, or one late fire); a fire over a budget is
+//     skipped_budget before any model call.
+//
+// Time is the manager's clock (Options.Now, Options.After): tests drive a
+// fake one and call Pass.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chatgate/chatgate/schedules"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// OperatorSchedule is one operator schedule as the Scheduler runs it.
+type OperatorSchedule struct {
+	Name    string
+	When    schedules.When
+	Target  ScheduleTarget
+	Prompt  string
+	Misfire schedules.Misfire
+	// Quiet: a reply that is schedules.QuietReply is stored and not
+	// sent; the fire's message tells the model so.
+	Quiet bool
+	// TokensPerDay is the schedule's own budget over all its fires, on
+	// the day as the target channel's budgets count it; 0: none.
+	TokensPerDay int64
+}
+
+// ScheduleTarget is whose conversation a schedule's turns are.
+type ScheduleTarget struct {
+	Channel string
+	// SessionKey, UserID and ChatID address one conversation (ChatID as
+	// the channel delivers to it: Telegram's "chat" or "chat/thread").
+	SessionKey string
+	UserID     string
+	ChatID     string
+	// AllSessions: every session of Channel that opted in to the
+	// schedule by name (ledger.ScheduleOptIn), each a fire of its own.
+	AllSessions bool
+}
+
+// SchedulerOptions tune the Scheduler; zero values take the defaults.
+type SchedulerOptions struct {
+	// Every is how often due fires are looked for (default 1s).
+	Every time.Duration
+	// Lease is how long a claimed fire is its claimer's before its turn
+	// is stored; then any replica may claim it again (default 1m).
+	Lease time.Duration
+	// Batch is how many fires one look takes at most (default 256).
+	Batch int
+	// Workers is how many fires are claimed and stored at once (default 16).
+	Workers int
+	// ReminderMaxLate is how late a reminder missed while no gateway ran
+	// still fires (default 6h): late is better than never for something
+	// a user asked to be reminded of, and the reply says it is late.
+	ReminderMaxLate time.Duration
+}
+
+func (o SchedulerOptions) withDefaults() SchedulerOptions {
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	if o.Lease <= 0 {
+		o.Lease = time.Minute
+	}
+	if o.Batch <= 0 {
+		o.Batch = 256
+	}
+	if o.Workers <= 0 {
+		o.Workers = 16
+	}
+	if o.ReminderMaxLate <= 0 {
+		o.ReminderMaxLate = 6 * time.Hour
+	}
+	return o
+}
+
+// fireHost is what the Scheduler needs of the turn path: the message of
+// a fire stored and its outcome, delivered through the channel's route.
+type fireHost interface {
+	Submit(ctx context.Context, in Inbound, h Hooks) (*Ticket, error)
+	Policy(channel string) Policy
+}
+
+// Scheduler runs schedules and reminders (see the top of this file).
+type Scheduler struct {
+	store    Store
+	host     fireHost
+	routes   *Routes
+	standing *Standing
+	obs      Observer
+	tr       *tracing
+	now      func() time.Time
+	after    func(time.Duration) <-chan time.Time
+	replica  string
+	log      *slog.Logger
+	opts     SchedulerOptions
+
+	schedules atomic.Pointer[map[string]OperatorSchedule]
+	// planned: the operator schedules' keys whose next fire is planned,
+	// with the due time planned; a reload or a restart plans again.
+	mu      sync.Mutex
+	planned map[string]time.Time
+
+	// waits are the fires' turns being waited for, to deliver and settle.
+	waits sync.WaitGroup
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	// base ends with Stop: the fires' waits end with it.
+	base   context.Context
+	cancel context.CancelFunc
+}
+
+// NewScheduler builds the scheduler over m's store and turn path.
+func NewScheduler(m *Manager, opts SchedulerOptions, log *slog.Logger) *Scheduler {
+	if log == nil {
+		log = m.log
+	}
+	s := &Scheduler{store: m.store, host: m, routes: m.routes, standing: m.standing, obs: m.opts.Observer, tr: m.tr,
+		now: m.now, after: m.opts.After, replica: m.opts.ReplicaID, log: log, opts: opts.withDefaults(),
+		planned: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.schedules.Store(&map[string]OperatorSchedule{})
+	return s
+}
+
+// SetSchedules replaces the operator schedules (bot.yaml's, at start and
+// on reload). A schedule removed keeps its fires' rows; a fire of it
+// still due is settled failed when found. Their next fires are planned
+// on the next pass.
+func (s *Scheduler) SetSchedules(list []OperatorSchedule) {
+	next := make(map[string]OperatorSchedule, len(list))
+	for _, sc := range list {
+		next[sc.Name] = sc
+	}
+	s.schedules.Store(&next)
+	s.mu.Lock()
+	clear(s.planned)
+	s.mu.Unlock()
+}
+
+// Schedules are the operator schedules run.
+func (s *Scheduler) Schedules() map[string]OperatorSchedule { return *s.schedules.Load() }
+
+// Start runs passes every Options.Every until Stop.
+func (s *Scheduler) Start() {
+	go func() {
+		defer close(s.done)
+		for {
+			if err := s.Pass(s.base); err != nil && s.base.Err() == nil {
+				s.log.Warn("a pass of the scheduler failed; the next one tries again", slog.String("error", err.Error()))
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-s.after(s.opts.Every):
+			}
+		}
+	}()
+}
+
+// Stop ends the passes and waits for the fires being delivered and
+// settled here, until ctx ends; what is left is the turn ledger's and
+// the next pass's (here or on another replica).
+func (s *Scheduler) Stop(ctx context.Context) {
+	s.once.Do(func() { close(s.stop) })
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+	}
+	waited := make(chan struct{})
+	go func() { s.waits.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+	}
+	s.cancel()
+}
+
+// Pass is one look at the ledger: plan the operator schedules' next
+// fires, run the fires and reminders due, and settle the fires whose
+// turns ended.
+func (s *Scheduler) Pass(ctx context.Context) error {
+	now := s.now()
+	return errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
+}
+
+// Wait waits until every fire this scheduler stored has been delivered
+// and settled, as far as it can here (a test's "the work is done").
+func (s *Scheduler) Wait() { s.waits.Wait() }
+
+// plan makes sure each operator schedule (each single-target one, and
+// each all_sessions one's fan-out) has its next fire planned. A key
+// seen for the first time plans its first fire from a minute ago, so that
+// a schedule added or a gateway started right after a due time still
+// fires it; a key whose latest fire is in the past catches up by its
+// misfire rule (catchUp).
+func (s *Scheduler) plan(ctx context.Context, now time.Time) error {
+	var errs []error
+	for name, sc := range s.Schedules() {
+		key := schedules.OperatorKey(name)
+		s.mu.Lock()
+		next, ok := s.planned[key]
+		s.mu.Unlock()
+		if ok && next.After(now) {
+			continue
+		}
+		latest, found, err := s.store.LatestFire(ctx, key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		from := now.Add(-schedules.OnTime)
+		if found && latest.After(now) {
+			s.mu.Lock()
+			s.planned[key] = latest
+			s.mu.Unlock()
+			continue
+		}
+		if found {
+			from = latest
+			if latest.Before(now.Add(-schedules.OnTime)) {
+				// Nothing planned since the latest fire: no gateway ran
+				// at the times between.
+				if err := s.catchUp(ctx, sc, key, "", latest, now); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				from = now
+			}
+		}
+		due := sc.When.Next(from)
+		if due.IsZero() {
+			continue
+		}
+		if _, err := s.store.PlanFires(ctx, []ledger.ScheduleFire{{ScheduleKey: key, DueAt: due, SessionKey: sc.Target.SessionKey, CreatedAt: now}}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.mu.Lock()
+		s.planned[key] = due
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// catchUp applies sc's misfire rule to its due times after after, up to
+// now, none of which has a fire: the one it runs late is claimed and run,
+// the others recorded skipped_late.
+func (s *Scheduler) catchUp(ctx context.Context, sc OperatorSchedule, key, sessionKey string, after, now time.Time) error {
+	d := sc.Misfire.Catchup(sc.When, after, now, 0)
+	return s.decided(ctx, key, sessionKey, d, now, func(due time.Time) { s.runOperator(ctx, sc, key, sessionKey, due, now) })
+}
+
+// decided records a misfire decision: the skipped fires skipped_late,
+// then run for the one to run.
+func (s *Scheduler) decided(ctx context.Context, key, sessionKey string, d schedules.Decision, now time.Time, run func(due time.Time)) error {
+	if len(d.Skipped) > 0 {
+		n, err := s.store.SkipFires(ctx, key, sessionKey, d.Skipped, SkippedLateReason, now)
+		if err != nil {
+			return err
+		}
+		for range n {
+			s.obs.FireEnded(fireKind(key), ledger.FireSkippedLate)
+		}
+	}
+	if d.Run != nil {
+		run(d.Run.Due)
+	}
+	return nil
+}
+
+// SkippedLateReason is the reason of a fire skipped by its misfire rule.
+const SkippedLateReason = "missed: no gateway was running at its time, and the misfire rule does not run it late"
+
+// runDue runs the fires anyone may claim now: planned ones that are due,
+// and claimed ones whose claimer's lease ran out before their turn was
+// stored.
+func (s *Scheduler) runDue(ctx context.Context, now time.Time) error {
+	fires, err := s.store.ClaimableFires(ctx, now, s.opts.Batch)
+	if err != nil || len(fires) == 0 {
+		return err
+	}
+	s.each(len(fires), func(i int) { s.runClaimable(ctx, fires[i], now) })
+	return nil
+}
+
+// each runs fn(0..n-1) on the scheduler's workers and waits for them.
+func (s *Scheduler) each(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, s.opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runClaimable runs one fire found claimable: on time, it is run; late
+// (no gateway ran at its time, or its claimer died), its schedule's
+// misfire rule says whether it, a later one, or none runs.
+func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now time.Time) {
+	name, sessionKey, reminder, ok := schedules.ParseKey(f.ScheduleKey)
+	if !ok {
+		s.fail(ctx, f, now, "not a schedule key chatgate knows")
+		return
+	}
+	if reminder > 0 {
+		r, err := s.store.Reminder(ctx, reminder)
+		if err != nil {
+			return // the next pass tries again
+		}
+		if r == nil || r.CancelledAt != nil {
+			s.fail(ctx, f, now, "the reminder was cancelled")
+			return
+		}
+		w, err := reminderWhen(r)
+		if err != nil {
+			s.fail(ctx, f, now, "the reminder's time cannot be read: "+err.Error())
+			return
+		}
+		late := now.Sub(f.DueAt)
+		if late > schedules.OnTime {
+			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, f.DueAt.Add(-time.Nanosecond), now, 0)
+			s.release(ctx, f, d, now)
+			s.logErr(s.decided(ctx, f.ScheduleKey, f.SessionKey, d, now, func(due time.Time) { s.runReminder(ctx, r, due, now) }))
+			return
+		}
+		s.runReminder(ctx, r, f.DueAt, now)
+		return
+	}
+	sc, ok := s.Schedules()[name]
+	if !ok {
+		s.fail(ctx, f, now, "the schedule is no longer in the configuration")
+		return
+	}
+	if sessionKey == "" && sc.Target.AllSessions != (f.SessionKey == "") {
+		// The schedule's target changed since the fire was planned.
+		s.fail(ctx, f, now, "the schedule's target changed since the fire was planned")
+		return
+	}
+	if sessionKey == "" {
+		// The schedule's own key: its next fire is planned from this one.
+		defer s.planAfter(ctx, sc, f.ScheduleKey, f.DueAt, now)
+	}
+	if late := now.Sub(f.DueAt); late > schedules.OnTime {
+		d := sc.Misfire.Catchup(sc.When, f.DueAt.Add(-time.Nanosecond), now, 0)
+		s.release(ctx, f, d, now)
+		s.logErr(s.decided(ctx, f.ScheduleKey, f.SessionKey, d, now, func(due time.Time) { s.runOperator(ctx, sc, f.ScheduleKey, sessionKey, due, now) }))
+		return
+	}
+	s.runOperator(ctx, sc, f.ScheduleKey, sessionKey, f.DueAt, now)
+}
+
+// release settles a claimed fire whose claim lapsed and that the misfire
+// decision d does not run: SkipFires records only fires not written or
+// planned, so a claimed one is taken and settled skipped here.
+func (s *Scheduler) release(ctx context.Context, f ledger.ScheduleFire, d schedules.Decision, now time.Time) {
+	if f.State != ledger.FireClaimed || (d.Run != nil && d.Run.Due.Equal(f.DueAt)) {
+		return
+	}
+	held, ok, err := s.claim(ctx, f.ScheduleKey, f.DueAt, f.SessionKey, now)
+	if err != nil || !ok {
+		return
+	}
+	s.settleClaimed(ctx, held, ledger.FireSkippedLate, SkippedLateReason, now)
+}
+
+// planAfter plans the next fire of an operator schedule's key after the
+// one due at due (or after now, when that is later: missed ones were
+// decided by the misfire rule).
+func (s *Scheduler) planAfter(ctx context.Context, sc OperatorSchedule, key string, due, now time.Time) {
+	from := due
+	if now.Sub(due) > schedules.OnTime {
+		from = now
+	}
+	next := sc.When.Next(from)
+	if next.IsZero() {
+		return
+	}
+	if _, err := s.store.PlanFires(ctx, []ledger.ScheduleFire{{ScheduleKey: key, DueAt: next, SessionKey: sc.Target.SessionKey, CreatedAt: now}}); err != nil {
+		s.logErr(err) // plan finds it unplanned on a later pass
+		return
+	}
+	s.mu.Lock()
+	s.planned[key] = next
+	s.mu.Unlock()
+}
+
+// runReminders turns the reminders due into fires: each due time of a
+// reminder is claimed as the fire (ReminderKey, due), then the reminder
+// advanced to its next time. A crash between the two leaves the reminder
+// due: the next pass finds the fire claimed, or settled, and advances it.
+func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
+	due, err := s.store.DueReminders(ctx, now, s.opts.Batch)
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	s.each(len(due), func(i int) {
+		r := due[i]
+		w, err := reminderWhen(&r)
+		at := *r.NextDueAt
+		if err != nil {
+			s.log.Warn("a reminder's time cannot be read; it is due no more", slog.Int64("reminder", r.ID), slog.String("error", err.Error()))
+			_, aerr := s.store.AdvanceReminder(ctx, r.ID, at, nil)
+			s.logErr(aerr)
+			return
+		}
+		key := schedules.ReminderKey(r.ID)
+		run := at
+		if now.Sub(at) > schedules.OnTime {
+			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, at.Add(-time.Nanosecond), now, 0)
+			if s.decided(ctx, key, r.SessionKey, d, now, func(time.Time) {}) != nil {
+				return
+			}
+			run = time.Time{}
+			if d.Run != nil {
+				run = d.Run.Due
+			}
+		}
+		if !run.IsZero() {
+			s.runReminder(ctx, &r, run, now)
+		}
+		var next *time.Time
+		if n := w.Next(latestOf(at, run, now.Add(-schedules.OnTime))); !n.IsZero() {
+			next = &n
+		}
+		_, aerr := s.store.AdvanceReminder(ctx, r.ID, at, next)
+		s.logErr(aerr)
+	})
+	return nil
+}
+
+// reminderWhen is a reminder's times.
+func reminderWhen(r *ledger.Reminder) (schedules.When, error) {
+	spec, err := schedules.SpecFromText(r.Spec, r.Timezone)
+	if err != nil {
+		return schedules.When{}, err
+	}
+	return spec.When()
+}
+
+// fireKind is the kind a fire's metrics name: reminder or schedule.
+func fireKind(key string) string {
+	if _, _, id, ok := schedules.ParseKey(key); ok && id > 0 {
+		return "reminder"
+	}
+	return "schedule"
+}
+
+func (s *Scheduler) logErr(err error) {
+	if err != nil && s.base.Err() == nil {
+		s.log.Warn("scheduler", slog.String("error", err.Error()))
+	}
+}
+
+// latestOf is the latest of the times.
+func latestOf(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
+}

@@ -1,0 +1,313 @@
+package sessions
+
+// One fire, run: claimed, checked against the budgets, its message stored
+// as a turn of the target conversation (Submit, with the fire's client
+// id), its outcome delivered through the channel's route, and the fire
+// settled from its turn.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/chatgate/chatgate/schedules"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// fireRun is one fire about to run: what its message is, and where.
+type fireRun struct {
+	key     string // the fire's schedule key
+	subject string // the schedule's (or reminder's) key its message and spend name
+	due     time.Time
+	target  ScheduleTarget
+	text    string
+	// tokensPerDay is the schedule's own budget (0: none).
+	tokensPerDay int64
+}
+
+// runOperator runs the fire due at due of operator schedule sc: for an
+// all_sessions schedule's own key, the fan-out to every session that
+// opted in (each then a fire of its own key); otherwise the turn.
+func (s *Scheduler) runOperator(ctx context.Context, sc OperatorSchedule, key, sessionKey string, due, now time.Time) {
+	target := sc.Target
+	if target.AllSessions {
+		if sessionKey == "" {
+			s.fanOut(ctx, sc, key, due, now)
+			return
+		}
+		target.SessionKey, target.AllSessions = sessionKey, false
+	}
+	s.runFire(ctx, fireRun{key: key, subject: schedules.OperatorKey(sc.Name), due: due, target: target,
+		text: operatorText(sc, due, now), tokensPerDay: sc.TokensPerDay}, now)
+}
+
+// runReminder runs the fire due at due of reminder r.
+func (s *Scheduler) runReminder(ctx context.Context, r *ledger.Reminder, due, now time.Time) {
+	key := schedules.ReminderKey(r.ID)
+	s.runFire(ctx, fireRun{key: key, subject: key, due: due,
+		target: ScheduleTarget{Channel: r.Channel, SessionKey: r.SessionKey}, text: reminderText(r, due, now)}, now)
+}
+
+// fanOut claims the fire of an all_sessions schedule and plans, at the
+// same due time, one fire for each session of its channel that opted in:
+// each is claimed, run and settled on its own (OperatorSessionKey). A
+// fan-out cut by a crash is claimed again when its lease runs out and
+// plans again; fires planned already are left as they are.
+func (s *Scheduler) fanOut(ctx context.Context, sc OperatorSchedule, key string, due, now time.Time) {
+	held, ok, err := s.claim(ctx, key, due, "", now)
+	if err != nil || !ok {
+		s.logErr(err)
+		return
+	}
+	n := 0
+	for after := ""; ; {
+		keys, err := s.store.OptedIn(ctx, sc.Name, sc.Target.Channel, after, 1000)
+		if err != nil {
+			s.logErr(err) // the claim lapses, and the fan-out runs again
+			return
+		}
+		if len(keys) == 0 {
+			break
+		}
+		fires := make([]ledger.ScheduleFire, len(keys))
+		for i, k := range keys {
+			fires[i] = ledger.ScheduleFire{ScheduleKey: schedules.OperatorSessionKey(sc.Name, k), DueAt: due, SessionKey: k, CreatedAt: now}
+		}
+		if _, err := s.store.PlanFires(ctx, fires); err != nil {
+			s.logErr(err)
+			return
+		}
+		n += len(keys)
+		after = keys[len(keys)-1]
+	}
+	// The fan-out itself sends nothing: its outcome is not counted.
+	s.logErr(s.store.SettleFire(ctx, ledger.FireEnd{ScheduleKey: key, DueAt: due, From: ledger.FireClaimed, Owner: held.Owner,
+		Attempt: held.Attempt, State: ledger.FireSent, Reason: fmt.Sprintf("fanned out to %d sessions that opted in", n), At: s.now()}))
+}
+
+// claim claims the fire (key, due) for this replica.
+func (s *Scheduler) claim(ctx context.Context, key string, due time.Time, sessionKey string, now time.Time) (ledger.FireHeld, bool, error) {
+	return s.store.ClaimFire(ctx, ledger.FireClaim{ScheduleKey: key, DueAt: due, SessionKey: sessionKey, Owner: s.replica,
+		LeaseUntil: now.Add(s.opts.Lease), At: now})
+}
+
+// runFire runs one fire: claim, budgets, the message stored as a turn,
+// and — on a goroutine — its outcome delivered and the fire settled.
+func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
+	ctx, end := s.tr.startSpanCtx(ctx, "schedule fire")
+	var err error
+	defer func() { end(err) }()
+	held, ok, err := s.claim(ctx, f.key, f.due, f.target.SessionKey, now)
+	if err != nil || !ok {
+		s.logErr(err)
+		return
+	}
+	kind := fireKind(f.key)
+	s.obs.FireClaimed(kind, now.Sub(f.due))
+	if why := s.overBudget(ctx, f); why != "" {
+		s.settleClaimed(ctx, held, ledger.FireSkippedBudget, why, now)
+		return
+	}
+	in := Inbound{Channel: f.target.Channel, SessionKey: f.target.SessionKey, UserID: f.target.UserID, ChatID: f.target.ChatID,
+		ClientMsgID: ledger.FireMsgID(f.subject, f.due), Text: f.text, Scheduled: true}
+	t, err := s.host.Submit(ctx, in, Hooks{})
+	switch {
+	case errors.Is(err, ErrShuttingDown):
+		return // the claim lapses; the next start, or another replica, runs it
+	case errors.Is(err, ErrBadInbound), errors.Is(err, ErrEmptyMessage), errors.Is(err, ErrTooLong), errors.Is(err, ErrBadText), errors.Is(err, ErrFireID):
+		s.settleClaimed(ctx, held, ledger.FireFailed, "its message was refused: "+err.Error(), now)
+		return
+	case err != nil:
+		s.log.Warn("storing a fire's message failed; it is claimed again when its lease runs out", slog.String("fire", f.key),
+			slog.Time("due", f.due), slog.String("error", err.Error()))
+		return
+	}
+	// Stored: from now on the turn ledger runs it. A claim lost meanwhile
+	// (this replica was too slow, its lease ran out) is harmless: whoever
+	// claimed it finds this message stored, by its client id.
+	if err := s.store.StoreFireTurn(ctx, held, t.ConversationID(), t.Seq(), s.now()); err != nil && !errors.Is(err, ledger.ErrLostClaim) {
+		s.logErr(err) // the claim lapses; the next claimer finds the message and records it
+	}
+	s.waits.Add(1)
+	go func() {
+		defer s.waits.Done()
+		s.deliverFire(t, in, f)
+	}()
+}
+
+// deliverFire waits for the fire's turn and delivers its reply through
+// the channel's route (nobody else waits for it), then settles the fire.
+// A turn that does not end here (the process stops) is the rescuer's, and
+// the fire is settled by a later pass.
+func (s *Scheduler) deliverFire(t *Ticket, in Inbound, f fireRun) {
+	out, err := t.Wait(s.base)
+	if err != nil {
+		return
+	}
+	if !out.Duplicate && !out.Pending && out.Reply.Seq != 0 {
+		s.routes.deliver(s.base, Delivery{Channel: in.Channel, SessionKey: in.SessionKey, UserID: in.UserID, ChatID: in.ChatID,
+			ClientMsgID: in.ClientMsgID, UserSeq: out.UserSeq, Reply: out.Reply, Turn: out.Turn})
+	}
+	s.settleTurn(s.base, f.key, f.due, t.ConversationID(), t.Seq())
+}
+
+// overBudget says why the fire may not call the model, or "": its user
+// over their budget, or the schedule over its own.
+func (s *Scheduler) overBudget(ctx context.Context, f fireRun) string {
+	p := s.host.Policy(f.target.Channel)
+	if us := s.standing.overBudget(ctx, Inbound{Channel: f.target.Channel, SessionKey: f.target.SessionKey}, p); us != nil {
+		return "the user is over their budget (" + us.Over() + ")"
+	}
+	if f.tokensPerDay <= 0 {
+		return ""
+	}
+	loc := budgetLocation(p)
+	day := ledger.UsageDayKey(s.now().In(loc), loc)
+	today, _, err := s.store.UserUsage(ctx, f.subject, day, ledger.UsageMonthStart(day))
+	if err != nil {
+		s.log.Warn("reading a schedule's usage failed; the fire runs without its budget check", slog.String("fire", f.key), slog.String("error", err.Error()))
+		return ""
+	}
+	if today.PromptTokens+today.CompletionTokens >= f.tokensPerDay {
+		return fmt.Sprintf("the schedule is over its own budget (tokens_per_day %d)", f.tokensPerDay)
+	}
+	return ""
+}
+
+// settleClaimed settles a fire this replica holds, without a turn.
+func (s *Scheduler) settleClaimed(ctx context.Context, h ledger.FireHeld, state, reason string, now time.Time) {
+	err := s.store.SettleFire(ctx, ledger.FireEnd{ScheduleKey: h.ScheduleKey, DueAt: h.DueAt, From: ledger.FireClaimed, Owner: h.Owner,
+		Attempt: h.Attempt, State: state, Reason: reason, At: now})
+	if err != nil {
+		s.logErr(err) // the claim lapses, and the fire is decided again
+		return
+	}
+	s.obs.FireEnded(fireKind(h.ScheduleKey), state)
+}
+
+// fail settles a claimable fire that cannot run, with the reason: claimed
+// first, so that exactly one runner settles it.
+func (s *Scheduler) fail(ctx context.Context, f ledger.ScheduleFire, now time.Time, reason string) {
+	held, ok, err := s.claim(ctx, f.ScheduleKey, f.DueAt, f.SessionKey, now)
+	if err != nil || !ok {
+		s.logErr(err)
+		return
+	}
+	s.settleClaimed(ctx, held, ledger.FireFailed, reason, now)
+}
+
+// settleEnded settles the fires whose turns are stored and have ended:
+// those whose runner died, or whose delivery came later.
+func (s *Scheduler) settleEnded(ctx context.Context) error {
+	fires, err := s.store.StoredFires(ctx, s.opts.Batch)
+	if err != nil {
+		return err
+	}
+	for _, f := range fires {
+		s.settleTurn(ctx, f.ScheduleKey, f.DueAt, f.ConversationID, f.TurnSeq)
+	}
+	return nil
+}
+
+// settleTurn settles a stored fire from its turn, once the turn has
+// ended: its reply delivered (on a channel that confirms delivery) or
+// stored (on one that does not) is sent, or quiet when it had nothing to
+// report; a failure notice, a delivery refused for good, or a turn too
+// old to run is failed; a reply refused for the user's budget is
+// skipped_budget. A turn still open leaves the fire stored.
+func (s *Scheduler) settleTurn(ctx context.Context, key string, due time.Time, convID string, seq int64) {
+	st := s.store
+	t, err := st.TurnAt(ctx, convID, seq)
+	if err != nil || t == nil {
+		s.logErr(err)
+		return
+	}
+	state, reason := "", ""
+	switch {
+	case t.State == ledger.TurnExpired:
+		state, reason = ledger.FireFailed, "the turn was too old to run when it was found"
+	case !t.Settled(), t.Track && t.State != ledger.TurnDelivered:
+		return // running, or its delivery not confirmed yet
+	}
+	if state == "" {
+		reply, err := st.Message(ctx, convID, t.ReplySeq)
+		if err != nil || reply == nil {
+			s.logErr(err)
+			return
+		}
+		switch {
+		case reply.Status == ledger.MsgFailed && strings.HasPrefix(reply.Error, ledger.OverBudgetPrefix):
+			state, reason = ledger.FireSkippedBudget, reply.Error
+		case reply.Status != ledger.MsgOK:
+			state, reason = ledger.FireFailed, cmpOr(reply.Error, "the reply's status is "+reply.Status)
+		case t.Track && t.Error != "":
+			state, reason = ledger.FireFailed, "undeliverable: "+t.Error
+		case schedules.IsQuiet(reply.Content):
+			state = ledger.FireQuiet
+		default:
+			state = ledger.FireSent
+		}
+	}
+	err = s.store.SettleFire(ctx, ledger.FireEnd{ScheduleKey: key, DueAt: due, From: ledger.FireStored, State: state, Reason: reason,
+		DeliveryRef: t.DeliveryRef, At: s.now()})
+	if errors.Is(err, ledger.ErrLostClaim) {
+		return // settled already, here or by another replica
+	}
+	if err != nil {
+		s.logErr(err)
+		return
+	}
+	s.obs.FireEnded(fireKind(key), state)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// operatorText is the message of an operator schedule's fire: the prompt,
+// framed as the schedule's, not the user's words.
+func operatorText(sc OperatorSchedule, due, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[Scheduled task %q, set by the operator of this bot, not written by the user; due %s", sc.Name, localTime(due, sc.When.Location()))
+	lateNote(&b, due, now)
+	b.WriteString("]\n\n")
+	b.WriteString(sc.Prompt)
+	if sc.Quiet {
+		fmt.Fprintf(&b, "\n\nIf there is nothing worth telling the user now, answer exactly %s and nothing else.", schedules.QuietReply)
+	}
+	return b.String()
+}
+
+// reminderText is the message of a reminder's fire.
+func reminderText(r *ledger.Reminder, due, now time.Time) string {
+	loc, err := schedules.LoadLocation(r.Timezone)
+	if err != nil {
+		loc = time.UTC
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[Reminder the user asked for, due %s", localTime(due, loc))
+	lateNote(&b, due, now)
+	b.WriteString("; remind them of it now]\n\n")
+	b.WriteString(r.Text)
+	return b.String()
+}
+
+func localTime(t time.Time, loc *time.Location) string {
+	if loc == nil {
+		loc = time.UTC
+	}
+	return t.In(loc).Format("Mon 2 Jan 2006 15:04 MST")
+}
+
+// lateNote tells the model that the fire runs late, and why.
+func lateNote(b *strings.Builder, due, now time.Time) {
+	if late := now.Sub(due); late > schedules.OnTime {
+		fmt.Fprintf(b, "; it runs %s late, because the bot was not running at that time (the reply is marked late)", late.Round(time.Minute))
+	}
+}
