@@ -134,6 +134,8 @@ type Scheduler struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
+	// started: Start ran, and done closes when its loop ends.
+	started atomic.Bool
 	// base ends with Stop: the fires' waits end with it.
 	base   context.Context
 	cancel context.CancelFunc
@@ -172,6 +174,7 @@ func (s *Scheduler) Schedules() map[string]OperatorSchedule { return *s.schedule
 
 // Start runs passes every Options.Every until Stop.
 func (s *Scheduler) Start() {
+	s.started.Store(true)
 	go func() {
 		defer close(s.done)
 		for {
@@ -192,9 +195,11 @@ func (s *Scheduler) Start() {
 // the next pass's (here or on another replica).
 func (s *Scheduler) Stop(ctx context.Context) {
 	s.once.Do(func() { close(s.stop) })
-	select {
-	case <-s.done:
-	case <-ctx.Done():
+	if s.started.Load() {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
 	}
 	waited := make(chan struct{})
 	go func() { s.waits.Wait(); close(waited) }()

@@ -1,0 +1,445 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/schedules"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
+)
+
+// fireAgent answers like agent.Echo, or as answer says, counts its calls
+// and spends tokens, so that budgets have something to count.
+type fireAgent struct {
+	calls  atomic.Int32
+	answer func(req agent.Request) string
+	tokens int64
+}
+
+func (a *fireAgent) Name() string  { return "fires" }
+func (a *fireAgent) Model() string { return "echo" }
+func (a *fireAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	a.calls.Add(1)
+	if a.answer == nil {
+		r, err := agent.Echo{}.Reply(ctx, req, onDelta)
+		r.Usage = agent.Usage{PromptTokens: a.tokens, TotalTokens: a.tokens}
+		return r, err
+	}
+	text := a.answer(req)
+	onDelta(text)
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text}},
+		Usage: agent.Usage{PromptTokens: a.tokens, TotalTokens: a.tokens}}, nil
+}
+
+// fireRig is a manager and its scheduler on a fake clock, with a
+// WebSocket route (untracked) and a Telegram route (tracked) that record
+// what they deliver.
+type fireRig struct {
+	t  *testing.T
+	db *store.DB
+	c  *clock
+	m  *Manager
+	s  *Scheduler
+	ag *fireAgent
+
+	mu   sync.Mutex
+	sent []Delivery
+}
+
+func newFireRig(t *testing.T, db *store.DB, c *clock, ag *fireAgent, p Policy, list ...OperatorSchedule) *fireRig {
+	t.Helper()
+	r := &fireRig{t: t, db: db, c: c, ag: ag}
+	r.m = New(db, ag, Options{Now: c.Now, After: c.After, Logger: quiet, Events: events(db),
+		Policies: map[string]Policy{"websocket": p, "telegram": p}})
+	r.m.Routes().Register("websocket", Route{Deliver: r.deliver})
+	r.m.Routes().Register("telegram", Route{Deliver: r.deliver, Track: true})
+	r.s = NewScheduler(r.m, SchedulerOptions{}, quiet)
+	r.s.SetSchedules(list)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.s.Stop(ctx)
+		r.m.Shutdown(ctx)
+	})
+	return r
+}
+
+var deliveries atomic.Int64
+
+func (r *fireRig) deliver(_ context.Context, d Delivery) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, d)
+	return fmt.Sprintf("msg-%d", deliveries.Add(1)), nil
+}
+
+// pass runs one pass of the scheduler at the clock's time and waits for
+// the fires it stored to be delivered and settled.
+func (r *fireRig) pass() {
+	r.t.Helper()
+	if err := r.s.Pass(context.Background()); err != nil {
+		r.t.Fatalf("pass at %s: %v", r.c.Now().Format(time.RFC3339), err)
+	}
+	r.s.Wait()
+}
+
+func (r *fireRig) delivered() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Delivery(nil), r.sent...)
+}
+
+func (r *fireRig) fire(key string, due time.Time) *ledger.ScheduleFire {
+	r.t.Helper()
+	f, err := r.db.Fire(context.Background(), key, due)
+	if err != nil || f == nil {
+		r.t.Fatalf("fire %s at %s: %v, %v", key, due.UTC().Format(time.RFC3339), f, err)
+	}
+	return f
+}
+
+func mustWhen(t *testing.T, spec schedules.Spec) schedules.When {
+	t.Helper()
+	w, err := spec.When()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+// A schedule fires at its minute, once: not a minute before, and never
+// again however often the scheduler looks; its reply goes through the
+// channel's route, the fire records it sent, and the next fire is
+// planned for the next day.
+func TestScheduleFiresOnceAtItsMinute(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		berlin := zone(t, "Europe/Berlin")
+		c := newClock(time.Date(2026, 12, 7, 7, 58, 0, 0, berlin))
+		sc := OperatorSchedule{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *", Timezone: "Europe/Berlin"}),
+			Target: ScheduleTarget{Channel: "telegram", SessionKey: TelegramDMKey(42), UserID: "42", ChatID: "42"}, Prompt: "Write the brief."}
+		r := newFireRig(t, open(), c, &fireAgent{}, Policy{MaxHistory: 20}, sc)
+		due := time.Date(2026, 12, 7, 8, 0, 0, 0, berlin)
+
+		r.pass()
+		c.Set(due.Add(-time.Second))
+		r.pass()
+		if n := len(r.delivered()); n != 0 || r.ag.calls.Load() != 0 {
+			t.Fatalf("before 08:00: %d sent, %d model calls", n, r.ag.calls.Load())
+		}
+		c.Set(due)
+		r.pass()
+		for range 3 {
+			c.Advance(20 * time.Second)
+			r.pass()
+		}
+		sent := r.delivered()
+		if len(sent) != 1 || r.ag.calls.Load() != 1 {
+			t.Fatalf("%d sent, %d model calls; want 1 and 1", len(sent), r.ag.calls.Load())
+		}
+		d := sent[0]
+		if d.SessionKey != TelegramDMKey(42) || d.ChatID != "42" || !strings.Contains(d.Reply.Text, "Write the brief.") ||
+			!strings.Contains(d.Reply.Text, `Scheduled task "brief"`) {
+			t.Fatalf("delivered %+v", d)
+		}
+		if strings.Contains(d.Reply.Text, "⏰") {
+			t.Fatalf("an on-time fire is marked late: %q", d.Reply.Text)
+		}
+		f := r.fire(schedules.OperatorKey("brief"), due)
+		if f.State != ledger.FireSent || f.DeliveryRef == "" || f.TurnSeq == 0 || f.Attempt != 1 {
+			t.Fatalf("fire = %+v", f)
+		}
+		next, ok, err := r.db.LatestFire(context.Background(), schedules.OperatorKey("brief"))
+		if err != nil || !ok || !next.Equal(due.AddDate(0, 0, 1)) {
+			t.Fatalf("next fire planned at %s (%v, %v), want %s", next, ok, err, due.AddDate(0, 0, 1).UTC())
+		}
+	})
+}
+
+// Across a change of the clocks, in two zones: an operator's cron
+// schedule in Berlin at 02:30 fires at 03:00 on the night the clock skips
+// 02:30, and a user's daily 09:00 reminder in New York fires at 09:00 on
+// both sides of its change (14:00 UTC, then 13:00 UTC).
+func TestFiresFollowTheirZoneAcrossDST(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		berlin, ny := zone(t, "Europe/Berlin"), zone(t, "America/New_York")
+		c := newClock(time.Date(2027, 3, 12, 12, 0, 0, 0, time.UTC))
+		sc := OperatorSchedule{Name: "night", When: mustWhen(t, schedules.Spec{Cron: "30 2 * * *", Timezone: "Europe/Berlin"}),
+			Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ops"), UserID: "ops"}, Prompt: "Night check."}
+		r := newFireRig(t, db, c, &fireAgent{}, Policy{MaxHistory: 20}, sc)
+		spec := schedules.Spec{Cron: "0 9 * * *", Timezone: "America/New_York"}
+		w := mustWhen(t, spec)
+		first := w.Next(c.Now())
+		rem := &ledger.Reminder{SessionKey: WebSocketKey("ann"), Channel: "websocket", Spec: spec.Text(), Timezone: spec.Timezone,
+			Text: "Water the plants.", NextDueAt: &first, CreatedAt: c.Now()}
+		if ok, err := db.AddReminder(context.Background(), rem, 10); err != nil || !ok {
+			t.Fatalf("add reminder: %v, %v", ok, err)
+		}
+		want := []struct {
+			at  time.Time
+			key string
+		}{
+			{time.Date(2027, 3, 13, 9, 0, 0, 0, ny), schedules.ReminderKey(rem.ID)},       // 14:00 UTC
+			{time.Date(2027, 3, 14, 9, 0, 0, 0, ny), schedules.ReminderKey(rem.ID)},       // 13:00 UTC: EDT began at 02:00
+			{time.Date(2027, 3, 27, 2, 30, 0, 0, berlin), schedules.OperatorKey("night")}, // the night before
+			{time.Date(2027, 3, 28, 3, 0, 0, 0, berlin), schedules.OperatorKey("night")},  // 02:30 does not exist that night
+		}
+		if want[0].at.UTC().Hour() != 14 || want[1].at.UTC().Hour() != 13 || want[3].at.UTC().Hour() != 1 {
+			t.Fatal("the test's times are not the DST change's")
+		}
+		r.pass()
+		for i, w := range want {
+			before := len(r.delivered())
+			c.Set(w.at.Add(-time.Minute))
+			r.pass()
+			if got := len(r.delivered()); got != before {
+				t.Fatalf("fire %d: %d sent a minute before %s", i, got-before, w.at)
+			}
+			c.Set(w.at)
+			r.pass()
+			if got := len(r.delivered()); got != before+1 {
+				t.Fatalf("fire %d: %d sent at %s, want 1", i, got-before, w.at)
+			}
+			if f := r.fire(w.key, w.at); f.State != ledger.FireSent {
+				t.Fatalf("fire %d: %+v", i, f)
+			}
+		}
+	})
+}
+
+// A gateway down across its fires: under misfire once, the latest missed
+// fire runs late when it is at most max_late late and its reply says it
+// is late; every other missed fire is recorded skipped_late, and 23
+// missed hourly fires never become 23 messages. Beyond max_late, or under
+// skip, nothing is sent.
+func TestMissedFiresRunOnceLateOrAreSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		misfire schedules.Misfire
+		down    time.Duration // from the 00:00 fire to the restart
+		sent    int
+	}{
+		{"once within max_late", schedules.Misfire{Rule: schedules.MisfireOnce, MaxLate: 10 * time.Minute}, 23*time.Hour + 5*time.Minute, 1},
+		{"once beyond max_late", schedules.Misfire{Rule: schedules.MisfireOnce, MaxLate: 10 * time.Minute}, 23*time.Hour + 30*time.Minute, 0},
+		{"skip", schedules.Misfire{Rule: schedules.MisfireSkip}, 23*time.Hour + 5*time.Minute, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := t.TempDir() + "/g.db"
+			start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+			c := newClock(start.Add(-30 * time.Second))
+			sc := OperatorSchedule{Name: "hourly", When: mustWhen(t, schedules.Spec{Cron: "0 * * * *"}), Misfire: tc.misfire,
+				Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}, Prompt: "Check in."}
+			db := openStore(t, store.DriverSQLite, path)
+			first := newFireRig(t, db, c, &fireAgent{}, Policy{MaxHistory: 50}, sc)
+			first.pass()
+			c.Set(start)
+			first.pass()
+			if n := len(first.delivered()); n != 1 {
+				t.Fatalf("the 00:00 fire: %d sent", n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			first.s.Stop(ctx)
+			first.m.Shutdown(ctx)
+			cancel()
+
+			// Down until the restart: a new process on the same file.
+			c.Set(start.Add(tc.down))
+			ag := &fireAgent{}
+			again := newFireRig(t, openStore(t, store.DriverSQLite, path), c, ag, Policy{MaxHistory: 50}, sc)
+			again.pass()
+			again.pass()
+			sent := again.delivered()
+			if len(sent) != tc.sent || int(ag.calls.Load()) != tc.sent {
+				t.Fatalf("%d sent, %d model calls after the restart; want %d", len(sent), ag.calls.Load(), tc.sent)
+			}
+			fires, err := again.db.Fires(context.Background(), schedules.OperatorKey("hourly"), start.Add(48*time.Hour), 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states := map[string]int{}
+			for _, f := range fires {
+				states[f.State]++
+			}
+			if states[ledger.FireSkippedLate] != 23-tc.sent || states[ledger.FireSent] != 1+tc.sent {
+				t.Fatalf("fires by state: %v", states)
+			}
+			if tc.sent == 1 {
+				if !strings.HasPrefix(sent[0].Reply.Text, "⏰ This comes 5 min late") {
+					t.Fatalf("late reply: %q", sent[0].Reply.Text)
+				}
+				f := again.fire(schedules.OperatorKey("hourly"), start.Add(23*time.Hour))
+				if f.State != ledger.FireSent || f.LateMS != (5*time.Minute).Milliseconds() {
+					t.Fatalf("the late fire: %+v", f)
+				}
+			}
+			// The next fire is planned after the restart, and runs on time.
+			c.Set(start.Add(24 * time.Hour))
+			again.pass()
+			if n := len(again.delivered()); n != tc.sent+1 {
+				t.Fatalf("after the restart the next fire: %d sent in all, want %d", n, tc.sent+1)
+			}
+		})
+	}
+}
+
+// A fire over a budget — its user's, or the schedule's own — is skipped
+// and recorded with its reason, with no model call and nothing sent. A
+// quiet schedule's "nothing to report" is stored and not sent.
+func TestFiresOverBudgetAndQuietOnesSendNothing(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+		every := mustWhen(t, schedules.Spec{Cron: "0 * * * *"})
+		ann := ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}
+		bob := ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("bob"), UserID: "bob"}
+		cat := ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("cat"), UserID: "cat"}
+		ag := &fireAgent{tokens: 60, answer: func(req agent.Request) string {
+			if strings.Contains(req.Input, "quiet please") {
+				return "NOTHING_TO_REPORT."
+			}
+			return "news"
+		}}
+		p := Policy{MaxHistory: 20, Budget: BudgetPolicy{Users: map[string]Budget{ledger.UsageUser(WebSocketKey("ann")): {TokensPerDay: 50}}}}
+		r := newFireRig(t, db, c, ag, p,
+			OperatorSchedule{Name: "ann-news", When: every, Target: ann, Prompt: "news"},
+			OperatorSchedule{Name: "bob-news", When: every, Target: bob, Prompt: "news", TokensPerDay: 100},
+			OperatorSchedule{Name: "cat-quiet", When: every, Target: cat, Prompt: "quiet please", Quiet: true})
+		// ann spends 60 tokens of her 50 in a turn of her own.
+		if _, err := r.m.Handle(context.Background(), msg(WebSocketKey("ann"), "hi"), Hooks{}); err != nil {
+			t.Fatal(err)
+		}
+		ag.calls.Store(0)
+		r.pass()
+		for h := 8; h <= 9; h++ {
+			c.Set(time.Date(2026, 12, 7, h, 0, 0, 0, time.UTC))
+			r.pass()
+		}
+		// 08:00: ann over budget (no call); bob's schedule runs (60 of its
+		// 100); cat quiet. 09:00: ann again no call; bob's schedule runs
+		// once more (it was at 60 < 100: 120 now); cat quiet.
+		if got := ag.calls.Load(); got != 4 {
+			t.Fatalf("%d model calls, want 4 (bob twice, cat twice)", got)
+		}
+		c.Set(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
+		r.pass()
+		if got := ag.calls.Load(); got != 5 {
+			t.Fatalf("%d model calls after 10:00, want 5 (bob over its own budget, cat quiet)", got)
+		}
+		for _, d := range r.delivered() {
+			if d.SessionKey != WebSocketKey("bob") || d.Reply.Text != "news" {
+				t.Fatalf("delivered %+v: only bob's news goes out", d)
+			}
+		}
+		if n := len(r.delivered()); n != 2 {
+			t.Fatalf("%d sent, want bob's 2", n)
+		}
+		check := func(name string, h int, state, reason string) {
+			t.Helper()
+			f := r.fire(schedules.OperatorKey(name), time.Date(2026, 12, 7, h, 0, 0, 0, time.UTC))
+			if f.State != state || !strings.Contains(f.Reason, reason) {
+				t.Fatalf("%s at %02d:00: %s %q, want %s %q", name, h, f.State, f.Reason, state, reason)
+			}
+		}
+		check("ann-news", 8, ledger.FireSkippedBudget, "the user is over their budget (tokens_per_day)")
+		check("bob-news", 9, ledger.FireSent, "")
+		check("bob-news", 10, ledger.FireSkippedBudget, "the schedule is over its own budget (tokens_per_day 100)")
+		check("cat-quiet", 8, ledger.FireQuiet, "")
+		check("cat-quiet", 10, ledger.FireQuiet, "")
+		// The quiet reply is stored, in the conversation's transcript.
+		convs := conversations(t, db, WebSocketKey("cat"))
+		rows := transcript(t, db, convs[0].ID)
+		if len(rows) != 6 || rows[1].Content != "NOTHING_TO_REPORT." {
+			t.Fatalf("cat's transcript: %+v", rows)
+		}
+		// bob's spend is tallied under the schedule too.
+		day, _, err := db.UserUsage(context.Background(), schedules.OperatorKey("bob-news"), "2026-12-07", "2026-12-01")
+		if err != nil || day.PromptTokens != 120 || day.Turns != 2 {
+			t.Fatalf("the schedule's tally: %+v, %v", day, err)
+		}
+	})
+}
+
+// A fire takes its place in the line after the user's running turn: its
+// model call starts after the user's turn ended, and sees it. It is
+// not the user's activity: the conversation's last activity stays the
+// user's.
+func TestFireWaitsForTheUsersTurnAndIsNotTheirActivity(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 7, 59, 0, 0, time.UTC))
+		rec := &recorder{block: make(chan struct{}), started: make(chan struct{}, 4)}
+		var calls atomic.Int32
+		ag := &fireAgent{answer: func(req agent.Request) string {
+			calls.Add(1)
+			return fmt.Sprintf("answer (history: %d)", len(req.History))
+		}}
+		sc := OperatorSchedule{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}),
+			Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}, Prompt: "brief"}
+		r := newFireRig(t, db, c, ag, Policy{MaxHistory: 20, Busy: BusyPolicy{Mode: BusyInterrupt}}, sc)
+		// ann's turn runs (blocked) on the recorder.
+		r.m.Reconfigure(Settings{Agent: rec, Policies: map[string]Policy{"websocket": {MaxHistory: 20, Busy: BusyPolicy{Mode: BusyInterrupt}}}})
+		user, err := r.m.Submit(context.Background(), msg(WebSocketKey("ann"), "hello"), Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-rec.started
+		r.m.Reconfigure(Settings{Agent: ag, Policies: map[string]Policy{"websocket": {MaxHistory: 20, Busy: BusyPolicy{Mode: BusyInterrupt}}}})
+		r.pass() // plans 08:00
+		c.Set(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+		if err := r.s.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// The fire's message is stored behind ann's; it interrupts nothing.
+		if calls.Load() != 0 {
+			t.Fatal("the fire's turn ran beside the user's")
+		}
+		close(rec.block)
+		out, err := user.Wait(context.Background())
+		if err != nil || out.Reply.Status != ledger.MsgOK || !strings.Contains(out.Reply.Text, "hello") {
+			t.Fatalf("the user's turn: %+v, %v (it must not be interrupted by the fire)", out.Reply, err)
+		}
+		r.s.Wait()
+		sent := r.delivered()
+		if len(sent) != 1 || sent[0].Reply.Text != "answer (history: 2)" {
+			t.Fatalf("sent %+v: the fire's turn sees the user's turn", sent)
+		}
+		conv := conversations(t, db, WebSocketKey("ann"))[0]
+		if !conv.LastActivityAt.Equal(time.Date(2026, 12, 7, 7, 59, 0, 0, time.UTC)) {
+			t.Fatalf("last activity %s: the fire counted as the user's", conv.LastActivityAt)
+		}
+	})
+}
+
+// Only the gateway stores messages with a fire's client id: a user who
+// sends one (to take a fire's place, or answer for it) is refused.
+func TestUsersCannotSendAFiresClientID(t *testing.T) {
+	c := newClock(t0)
+	m := newManager(t, openStore(t, store.DriverSQLite, t.TempDir()+"/g.db"), agent.Echo{}, c, queued)
+	in := msg("websocket:ann", "hi")
+	in.ClientMsgID = ledger.FireMsgID(schedules.OperatorKey("brief"), t0)
+	if _, err := m.Handle(context.Background(), in, Hooks{}); !errors.Is(err, ErrFireID) {
+		t.Fatalf("a fire's client id from a user: %v, want ErrFireID", err)
+	}
+	in = msg("websocket:ann", "hi")
+	in.Scheduled = true
+	if _, err := m.Handle(context.Background(), in, Hooks{}); !errors.Is(err, ErrFireID) {
+		t.Fatalf("a scheduled message without a fire's id: %v, want ErrFireID", err)
+	}
+}
