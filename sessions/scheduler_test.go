@@ -443,3 +443,62 @@ func TestUsersCannotSendAFiresClientID(t *testing.T) {
 		t.Fatalf("a scheduled message without a fire's id: %v, want ErrFireID", err)
 	}
 }
+
+// Two replicas on one PostgreSQL, 200 schedules due in the same minute,
+// both schedulers looking at once and again: each fire runs exactly
+// once, counted at the model and in the chats.
+func TestTwoReplicasFireEachScheduleOnce(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+	hourly := mustWhen(t, schedules.Spec{Cron: "0 * * * *"})
+	var list []OperatorSchedule
+	for i := range 200 {
+		list = append(list, OperatorSchedule{Name: fmt.Sprintf("s%03d", i), When: hourly, Prompt: "go",
+			Target: ScheduleTarget{Channel: "telegram", SessionKey: TelegramDMKey(int64(1000 + i)), UserID: fmt.Sprint(1000 + i), ChatID: fmt.Sprint(1000 + i)}})
+	}
+	ag := &fireAgent{}
+	a := newFireRig(t, openStore(t, store.DriverPostgres, dsn), c, ag, Policy{MaxHistory: 20}, list...)
+	b := newFireRig(t, openStore(t, store.DriverPostgres, dsn), c, ag, Policy{MaxHistory: 20}, list...)
+	a.pass()
+	b.pass()
+	c.Set(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+	for range 3 {
+		var wg sync.WaitGroup
+		for _, r := range []*fireRig{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.s.Pass(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		a.s.Wait()
+		b.s.Wait()
+	}
+	if got := ag.calls.Load(); got != 200 {
+		t.Fatalf("%d model calls, want 200", got)
+	}
+	per := map[string]int{}
+	for _, d := range append(a.delivered(), b.delivered()...) {
+		per[d.ChatID]++
+	}
+	if len(per) != 200 {
+		t.Fatalf("%d chats got a reply, want 200", len(per))
+	}
+	for chat, n := range per {
+		if n != 1 {
+			t.Fatalf("chat %s got %d replies", chat, n)
+		}
+	}
+	if len(a.delivered()) == 0 || len(b.delivered()) == 0 {
+		t.Logf("one replica ran every fire (%d and %d)", len(a.delivered()), len(b.delivered()))
+	}
+	for _, sc := range list {
+		f := a.fire(schedules.OperatorKey(sc.Name), time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+		if f.State != ledger.FireSent || f.Attempt != 1 {
+			t.Fatalf("%s: %+v", sc.Name, f)
+		}
+	}
+}

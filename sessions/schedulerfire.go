@@ -147,7 +147,13 @@ func (s *Scheduler) deliverFire(t *Ticket, in Inbound, f fireRun) {
 	if err != nil {
 		return
 	}
-	if !out.Duplicate && !out.Pending && out.Reply.Seq != 0 {
+	switch {
+	case out.Merged, out.Pending, out.Reply.Seq == 0:
+		// Another turn, runner or delivery carries the reply.
+	case out.Turn.Claim != "", !out.Duplicate && !s.routes.tracks(in.Channel):
+		// Under the delivery's claim (a channel that confirms delivery:
+		// also for the fire's message found stored again, whose turn ran
+		// here), or the reply's first outcome on one that does not.
 		s.routes.deliver(s.base, Delivery{Channel: in.Channel, SessionKey: in.SessionKey, UserID: in.UserID, ChatID: in.ChatID,
 			ClientMsgID: in.ClientMsgID, UserSeq: out.UserSeq, Reply: out.Reply, Turn: out.Turn})
 	}
