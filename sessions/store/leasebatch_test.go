@@ -198,3 +198,88 @@ func TestLeaseFollowsTheHeartbeat(t *testing.T) {
 		r4()
 	}
 }
+
+// giveBackGate counts the give-backs of lease rows that ended.
+type giveBackGate struct {
+	*leaseGate
+	gaveBack atomic.Int32
+}
+
+func (g *giveBackGate) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if strings.Contains(d.CommandTag.String(), "DELETE") {
+		g.gaveBack.Add(1)
+	}
+}
+
+// An acquisition whose caller stopped waiting (an early call waits one
+// statement's time) may still be in flight when the replica's next turn
+// of the key asks for the lease. The older statement must not land after
+// the newer one and then be given back: that would delete the row the
+// newer turn holds, and another replica could take the key mid-turn and
+// interleave its turns with this one's. The newer acquisition waits for
+// the older one to settle, and holds the row after it.
+func TestAnAbandonedAcquisitionNeverFreesTheNextOne(t *testing.T) {
+	gate := &giveBackGate{leaseGate: newLeaseGate(1)}
+	db, err := Open(context.Background(), DriverPostgres, postgresDSN(t), OpenOptions{Tracer: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(gate.open) }) }
+	t.Cleanup(openGate) // before Close: a held statement keeps a worker
+	if err := db.Heartbeat(context.Background(), "r1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	const key = "websocket:ann"
+	// The first acquisition's statement is held; its caller gives up.
+	early, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := db.Lease(early, key, "r1", ledger.LeaseTTL)
+		first <- err
+	}()
+	<-gate.waiting
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("the abandoned acquisition reported the lease taken")
+	}
+	// The next turn of the key asks, while the older statement is still
+	// held: it may not be given the lease before that one has settled.
+	// (Were it given the lease, the older statement could land after it,
+	// replace its row, and the row then be given back.)
+	waiting, stopWaiting := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stopWaiting()
+	if release, err := db.Lease(waiting, key, "r1", ledger.LeaseTTL); err == nil {
+		release()
+		t.Fatal("the next acquisition took the lease while an abandoned one of the same key was in flight")
+	}
+	openGate()
+	// The held statement lands and its row is given back (the event that
+	// proves the older acquisition is done with); the next one holds the
+	// key after it.
+	release, err := db.Lease(context.Background(), key, "r1", ledger.LeaseTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if gate.gaveBack.Load() == 0 {
+		t.Fatal("the abandoned acquisition's row was not given back before the next acquisition")
+	}
+	holder, replica := leaseHolder(t, db, key)
+	db.leases.kept.mu.Lock()
+	kept := db.leases.kept.leases[leaseID{replica: "r1", key: key}]
+	db.leases.kept.mu.Unlock()
+	if holder == "" || replica != "r1" || kept == nil || kept.holder != holder {
+		t.Fatalf("lease row %q of %q; the turn holds %+v: the key is free for another replica mid-turn", holder, replica, kept)
+	}
+	// Another replica cannot take it while the turn runs.
+	if err := db.Heartbeat(context.Background(), "r2", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+	if _, err := db.Lease(ctx, key, "r2", ledger.LeaseTTL); err == nil {
+		t.Fatal("another replica took the lease the turn holds")
+	}
+}

@@ -36,6 +36,10 @@ type leaser struct {
 	// (leaseWorker); workers waits for those workers.
 	queue   chan *leaseReq
 	workers sync.WaitGroup
+	// inFlight is the acquisition of each replica's key being made
+	// (leaser.acquire): one at a time.
+	flightMu sync.Mutex
+	inFlight map[leaseID]*leaseReq
 }
 
 // newLeaser builds the leaser over pool (opened by openLeasePool; the

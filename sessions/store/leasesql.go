@@ -108,6 +108,9 @@ type leaseReq struct {
 	got                  bool
 	err                  error
 	done                 chan struct{}
+	// settled is closed once nothing of the acquisition is left to do:
+	// answered, or abandoned and what its statement wrote given back.
+	settled chan struct{}
 }
 
 const (
@@ -118,13 +121,26 @@ const (
 
 // acquire writes one lease row through a batch and reports whether it
 // holds the key: false when another live replica's row holds it.
+//
+// One acquisition of a replica's key is in flight at a time: a caller
+// that stopped waiting (an early call waits one statement's time) may
+// leave its statement queued, and were the next acquisition of the key
+// to land first, the older one's row — a replica retakes its own lease
+// — would replace it and then be given back, freeing the lease that the
+// newer one's turn holds for another replica to take. So the next
+// acquisition waits until the older one has settled.
 func (l *leaser) acquire(ctx context.Context, key, holder, replica string, ttl time.Duration) (bool, error) {
-	r := &leaseReq{key: key, holder: holder, replica: replica, ttl: ttl, done: make(chan struct{})}
+	r := &leaseReq{key: key, holder: holder, replica: replica, ttl: ttl, done: make(chan struct{}), settled: make(chan struct{})}
+	if err := l.enter(ctx, r); err != nil {
+		return false, err
+	}
 	select {
 	case l.queue <- r:
 	case <-ctx.Done():
+		l.settle(r)
 		return false, ctx.Err()
 	case <-l.closed:
+		l.settle(r)
 		return false, ledger.ErrClosed
 	}
 	var gone error
@@ -143,10 +159,49 @@ func (l *leaser) acquire(ctx context.Context, key, holder, replica string, ttl t
 	return r.got, r.err
 }
 
+// enter waits until no other acquisition of r's replica and key is in
+// flight, then makes r the one (settle ends it).
+func (l *leaser) enter(ctx context.Context, r *leaseReq) error {
+	id := leaseID{replica: r.replica, key: r.key}
+	for {
+		l.flightMu.Lock()
+		prev := l.inFlight[id]
+		if prev == nil {
+			if l.inFlight == nil {
+				l.inFlight = map[leaseID]*leaseReq{}
+			}
+			l.inFlight[id] = r
+			l.flightMu.Unlock()
+			return nil
+		}
+		l.flightMu.Unlock()
+		select {
+		case <-prev.settled:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.closed:
+			return ledger.ErrClosed
+		}
+	}
+}
+
+// settle ends r's flight: the next acquisition of its key may go.
+func (l *leaser) settle(r *leaseReq) {
+	id := leaseID{replica: r.replica, key: r.key}
+	l.flightMu.Lock()
+	if l.inFlight[id] == r {
+		delete(l.inFlight, id)
+	}
+	l.flightMu.Unlock()
+	close(r.settled)
+}
+
 // answer gives r its outcome, or, when its caller stopped waiting, undoes
 // what the statement may have done: a row it wrote is given back, and one
-// an error left in doubt is deleted once the database answers.
+// an error left in doubt is deleted once the database answers. Either way
+// r has settled when it returns.
 func (l *leaser) answer(r *leaseReq, got bool, err error) {
+	defer l.settle(r)
 	if r.state.CompareAndSwap(reqPending, reqAnswered) {
 		r.got, r.err = got, err
 		close(r.done)
@@ -214,6 +269,7 @@ func (l *leaser) leaseRound(batch []*leaseReq) []*leaseReq {
 	for _, r := range batch {
 		switch {
 		case r.state.Load() != reqPending:
+			l.settle(r) // abandoned before it was sent: it did nothing
 		case keys[r.key] != nil || r.ttl != batch[0].ttl:
 			rest = append(rest, r)
 		default:
