@@ -129,6 +129,7 @@ type running struct {
 	Telegram      telegram.Settings
 	DelayNotice   time.Duration
 	Level         slog.Level
+	Schedules     []string // the scheduler's, each as name, times, target and prompt
 }
 
 func describeAgent(a agent.Agent) string {
@@ -158,6 +159,10 @@ func runningOf(s *server) running {
 	if s.bot != nil {
 		r.Telegram = s.bot.Settings()
 	}
+	for name, sc := range s.scheduler.Schedules() {
+		r.Schedules = append(r.Schedules, fmt.Sprintf("%s %s %+v %q", name, sc.When, sc.Target, sc.Prompt))
+	}
+	slices.Sort(r.Schedules)
 	return r
 }
 
@@ -166,6 +171,8 @@ func runningOf(s *server) running {
 // (channels.<c>.session) are tested with the samples of session's own,
 // but those of the top level only.
 var liveSamples = map[string][]any{
+	"schedules": {[]any{map[string]any{"name": "brief", "cron": "0 8 * * *", "prompt": "Write the brief.",
+		"target": map[string]any{"channel": "websocket", "principal": "ann"}}}},
 	"agent.backend":                        {"echo"},
 	"agent.name":                           {"other"},
 	"agent.instructions":                   {"Answer in French."},

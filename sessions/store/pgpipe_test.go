@@ -343,7 +343,7 @@ func TestPipelinePlansFindRowsByKey(t *testing.T) {
 		args                     string
 	}{
 		{"conversation update", pgUpdateConversations, "Index Scan using conversations_pkey on conversations", "Seq Scan on conversations",
-			`('{c1,c2}', '{1,1}', '{1,1}', '{2026-03-01T12:00:00Z,2026-03-01T12:00:00Z}', '{0,0}', '{0,0}', '{"",""}', '{t,t}', '{0,0}')`},
+			`('{c1,c2}', '{1,1}', '{1,1}', '{2026-03-01T12:00:00Z,2026-03-01T12:00:00Z}', '{0,0}', '{0,0}', '{"",""}', '{t,t}', '{0,0}', '{f,f}')`},
 		{"answered mark", pgAnswerTurns, "Index Cond: (((conversation_id)::text = (s.v_conv)::text)", "Seq Scan on messages",
 			`('{c10,c20}', '{1,1}', '{1,1}', '{2,2}')`},
 	} {
