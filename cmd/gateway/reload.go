@@ -39,7 +39,7 @@ type reloader struct {
 	bot       *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
 	transcriber *liveTranscriber
-	// tools follows session.tools (nil without agent.tools.servers).
+	// tools follows session.tools and session.schedules.enabled.
 	tools *liveTools
 
 	mu      sync.Mutex     // one reload at a time
