@@ -60,7 +60,7 @@ func newReminderRig(t *testing.T, db *store.DB, yaml string) *reminderRig {
 	llm, backend := llmtest.Agent(t, false)
 	m := sessions.New(db, backend, sessions.Options{Events: db.Events(), Policies: policies(cfg), Logger: slog.New(slog.DiscardHandler),
 		Tools: mcpclient.Offer{Set: set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())},
-		Now: func() time.Time { return reminderNow }, RetryPause: 10 * time.Millisecond})
+		Now:   func() time.Time { return reminderNow }, RetryPause: 10 * time.Millisecond})
 	mgr.Store(m)
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	return &reminderRig{m: m, llm: llm, db: db, set: set}
