@@ -228,3 +228,34 @@ func TestReminderCreateRunAgainMakesOne(t *testing.T) {
 }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// A reload that turns session.schedules.enabled on or off offers or
+// withdraws the reminder tools from the next turn, per channel.
+func TestReminderToolsFollowReload(t *testing.T) {
+	parse := func(yaml string) *config.Config {
+		cfg, err := config.Parse([]byte(yaml), "bot.yaml", func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	lt := newLiveTools(parse("session: {}\n"))
+	if got := lt.offered("websocket", "ann"); slices.Contains(got, remindtools.ServerName) {
+		t.Fatalf("offered %v with session.schedules off", got)
+	}
+	lt.follow(parse(reminderYAML))
+	if got := lt.offered("websocket", "ann"); !slices.Contains(got, remindtools.ServerName) {
+		t.Fatalf("offered %v after a reload turned session.schedules on", got)
+	}
+	if got := lt.offered("telegram", "7"); slices.Contains(got, remindtools.ServerName) {
+		t.Fatalf("telegram offered %v though its session.schedules is off", got)
+	}
+	if remindtools.ServerName != config.ReminderToolServer {
+		t.Fatalf("the reminder tools are served as %q, and config reserves %q", remindtools.ServerName, config.ReminderToolServer)
+	}
+	_, err := config.Parse([]byte("agent:\n  tools:\n    servers:\n      - {name: reminders, url: http://127.0.0.1:9/mcp}\n"), "bot.yaml",
+		func(string) (string, bool) { return "", false })
+	if err == nil || !strings.Contains(err.Error(), "bot.yaml:4: agent.tools.servers[0].name") {
+		t.Fatalf("a configured server named reminders: %v", err)
+	}
+}
