@@ -116,7 +116,7 @@ func (r *Reminders) Create(ctx context.Context, req ReminderRequest) (ledger.Rem
 	}
 	lim := r.limits(req.Channel)
 	now := r.now().UTC()
-	text, err := reminderText(req.Text)
+	text, err := keptReminderText(req.Text)
 	if err != nil {
 		return ledger.Reminder{}, err
 	}
@@ -159,8 +159,8 @@ func bad(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadReminder, fmt.Sprintf(format, args...))
 }
 
-// reminderText is a reminder's text as it is kept, or why it cannot be.
-func reminderText(s string) (string, error) {
+// keptReminderText is a reminder's text as it is kept, or why it cannot be.
+func keptReminderText(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	switch {
 	case s == "":
