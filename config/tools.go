@@ -32,6 +32,11 @@ const (
 	ApproveDeny = "deny"
 )
 
+// ReminderToolServer is the name of the gateway's own server of reminder
+// tools (offered where session.schedules.enabled allows): no configured
+// server may take it.
+const ReminderToolServer = "reminders"
+
 // toolSeparator joins a server's name and its tool's in the name the model
 // sees; a server's name must not contain it.
 const toolSeparator = "__"
@@ -96,6 +101,8 @@ func (c *Config) validateTools() Errors {
 			bad(p+".name", "%q may only have a–z, 0–9, _ and -", s.Name)
 		case strings.Contains(s.Name, toolSeparator):
 			bad(p+".name", "%q contains %q, which joins a server's name to its tools' names (name__tool)", s.Name, toolSeparator)
+		case s.Name == ReminderToolServer:
+			bad(p+".name", "%q is the name of the gateway's own reminder tools (session.schedules): choose another", s.Name)
 		case len(s.Name) > MaxToolServerName:
 			bad(p+".name", "%q is longer than %d characters (the model sees name__tool, at most 64 characters)", s.Name, MaxToolServerName)
 		case named[s.Name] != "":

@@ -41,6 +41,9 @@ type clientFrame struct {
 	// every other frame's is a string, so it is decoded apart
 	// (decodeToolDecision).
 	Decision *toolDecision `json:"-"`
+	// ReminderID is a reminder_cancel's reminder (a number too:
+	// decodeReminderCancel).
+	ReminderID int64 `json:"-"`
 }
 
 // toolDecision is a tool_decision frame: allow or deny the call id.
@@ -86,6 +89,11 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 	}
 	if bytes.Contains(data, []byte(`"tool_decision"`)) {
 		if f, err, ok := decodeToolDecision(data); ok {
+			return f, err
+		}
+	}
+	if bytes.Contains(data, []byte(`"reminder_cancel"`)) {
+		if f, err, ok := decodeReminderCancel(data); ok {
 			return f, err
 		}
 	}
@@ -136,12 +144,17 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if f.Name != nil && len(*f.Name) > maxModelName {
 			return nil, errBadFrame.with("model name is over %d bytes", maxModelName)
 		}
-	case "reset", "stop", "resume_previous", "compact", "status":
+	case "reset", "stop", "resume_previous", "compact", "status", "reminders":
 	case "tool_decision": // its name escaped, so decodeFrame did not see it at first
 		if d, err, ok := decodeToolDecision(data); ok {
 			return d, err
 		}
 		return nil, errBadFrame.with("tool_decision needs the id of the call (a number) and allow")
+	case "reminder_cancel": // its name escaped, as tool_decision's
+		if d, err, ok := decodeReminderCancel(data); ok {
+			return d, err
+		}
+		return nil, errBadFrame.with("reminder_cancel needs the id of the reminder (a number)")
 	case "":
 		return nil, errBadFrame.with("frame has no type")
 	default:

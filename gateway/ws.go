@@ -39,13 +39,17 @@ type Sessions struct {
 	Standing
 	ToolDecisions
 	Registry
+	// Reminders serves the reminder frames (nil: they are answered
+	// unsupported).
+	Reminders Reminders
 }
 
 // SessionsOf is every door of the WebSocket channel on m; Transcripts
 // and Principals open on its conversations (Manager.Conversations).
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
-	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes()}
+	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes(),
+		Reminders: m.Reminders()}
 }
 
 // Turns are the frames that start, change or stop a turn.

@@ -102,6 +102,14 @@ func (c *wsConn) run(f *clientFrame) {
 		c.decide(f)
 		return
 	}
+	if f.Type == "reminders" {
+		c.reminders(ctx)
+		return
+	}
+	if f.Type == "reminder_cancel" {
+		c.cancelReminder(ctx, f.ReminderID)
+		return
+	}
 	c.submit(ctx, in, f)
 }
 

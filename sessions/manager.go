@@ -78,6 +78,8 @@ type Policy struct {
 	Compaction       CompactionPolicy
 	// Budget is what each user may spend with the model.
 	Budget BudgetPolicy
+	// Reminders is what its users may schedule in the chat.
+	Reminders ReminderPolicy
 }
 
 // ResetEvent tells that a conversation was archived and why.
@@ -330,6 +332,8 @@ type Manager struct {
 	convs *Conversations
 	// standing: status, usage and budgets, models, the replica's load.
 	standing *Standing
+	// reminders: the reminders users make in the chat.
+	reminders *Reminders
 }
 
 // New returns a Manager, with its Rescuer not yet started. Call Start to
@@ -414,6 +418,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		replica: opts.ReplicaID, every: opts.RescueEvery, maxAge: opts.RecoveryMaxAge, concurrency: opts.RecoveryConcurrency,
 		pause: opts.RetryPause, log: opts.Logger})
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
+	m.reminders = NewReminders(st, m.Policy, m.now)
 	m.live.Store(live)
 	m.life.unwatch = st.Observe(watcher{m})
 	return m

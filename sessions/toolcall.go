@@ -149,6 +149,9 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 	tt.event(c, ToolStarted, 0)
 	began := time.Now()
 	callCtx, endSpan := m.tr.startSpanCtx(ctx, "tool "+c.Name)
+	// Whom the call runs for is the turn's conversation's, never the
+	// model's to say: the gateway's own tools (reminders) act for it.
+	callCtx = tools.WithCaller(callCtx, tools.Caller{SessionKey: tt.hc.conv.SessionKey, Channel: tt.hc.conv.Channel, UserID: tt.in.UserID})
 	res, cerr := m.opts.Tools.Call(callCtx, c.Name, c.Arguments, c.IdempotencyKey())
 	took := time.Since(began)
 	endSpan(cerr)

@@ -8,6 +8,7 @@
 package tools
 
 import (
+	"context"
 	"time"
 )
 
@@ -45,4 +46,37 @@ type Result struct {
 	IsError bool
 	// Cut: the result was longer than the cap.
 	Cut bool
+}
+
+// Caller is whom a call runs for: the turn's session (its key and
+// channel) and user, as the gateway knows them — never as the model says.
+// The session manager puts it in the call's context (WithCaller); the
+// MCP client passes it in the request's _meta (MetaSessionKey, ...) only
+// to the gateway's own in-process servers, which act for that session and
+// trust nothing else to name it. Servers outside the process never get
+// it: a session key is the user's identity.
+type Caller struct {
+	SessionKey string
+	Channel    string
+	UserID     string
+}
+
+// The keys of the caller in a call's _meta.
+const (
+	MetaSessionKey = "chatgate/session-key"
+	MetaChannel    = "chatgate/channel"
+	MetaUserID     = "chatgate/user-id"
+)
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the caller of the calls made under it.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerOf is the caller ctx carries; false when none.
+func CallerOf(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
 }

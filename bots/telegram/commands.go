@@ -1,9 +1,9 @@
 package telegram
 
 // The commands (/start, /help, /new, /reset, /resume, /history, /compact,
-// /status, /model, /stop): what each does and answers. /resume and
-// /history are Bot.resume's and Bot.history's, /status Bot.status's,
-// /model Bot.model's.
+// /status, /model, /reminders, /stop): what each does and answers.
+// /resume and /history are Bot.resume's and Bot.history's, /status
+// Bot.status's, /model Bot.model's, /reminders Bot.reminders'.
 
 import (
 	"context"
@@ -23,6 +23,7 @@ const (
 		"/new or /reset — start a new conversation\n/resume — go back to the previous conversation\n" +
 		"/history — the last messages of this conversation\n/compact — sum up our conversation so far, to go on from the summary\n" +
 		"/status — this conversation, the model, your usage and the next reset\n" +
+		"/reminders — your reminders, to cancel them\n" +
 		"/stop — stop the answer being written\n/help — this message"
 	// modelHelp is help's line for /model, when models are offered.
 	modelHelp    = "/model — choose the model that answers\n"
@@ -50,6 +51,7 @@ func commandMenu(models bool) tgbotapi.SetMyCommandsConfig {
 		{Command: "history", Description: "Show the last messages of this conversation"},
 		{Command: "compact", Description: "Sum up the conversation so far"},
 		{Command: "status", Description: "This conversation, the model, usage and the next reset"},
+		{Command: "reminders", Description: "Your reminders, to cancel them"},
 	}
 	if models {
 		cmds = append(cmds, tgbotapi.BotCommand{Command: "model", Description: "Choose the model that answers"})
@@ -113,6 +115,9 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 			break // an unknown command: help
 		}
 		b.model(ctx, m, in)
+		return nil
+	case "reminders":
+		b.reminders(ctx, m, in)
 		return nil
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })

@@ -41,6 +41,9 @@ type Sessions struct {
 	Storage
 	Registry
 	ToolApprovals
+	// Reminders serves /reminders (nil: it answers that the bot keeps
+	// none).
+	Reminders Reminders
 }
 
 // SessionsOf is every door of the bot on m; Transcripts and
@@ -48,7 +51,7 @@ type Sessions struct {
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m.Health(), Registry: m.Routes(),
-		ToolApprovals: m.Approvals()}
+		ToolApprovals: m.Approvals(), Reminders: m.Reminders()}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.

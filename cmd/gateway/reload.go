@@ -39,7 +39,7 @@ type reloader struct {
 	bot       *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
 	transcriber *liveTranscriber
-	// tools follows session.tools (nil without agent.tools.servers).
+	// tools follows session.tools and session.schedules.enabled.
 	tools *liveTools
 
 	mu      sync.Mutex     // one reload at a time
@@ -223,7 +223,7 @@ var reloadKeys = []reloadKey{
 	{path: "session.delay_notice", live: true},
 	{path: "session.tools", live: true, note: "which of the running servers are offered"},
 	{path: "session.limits", live: true, note: "every key of it, `users` included"},
-	{path: "session.schedules", note: "checked; no reminder is made or run yet"},
+	{path: "session.schedules", live: true, note: "every key of it: the reminder tools are offered or withdrawn from the next turn"},
 	{path: "channels.<c>.max_history", live: true},
 	{path: "channels.<c>.session", live: true, note: "as the same keys of `session`"},
 	{path: "locks"},

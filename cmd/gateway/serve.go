@@ -157,8 +157,8 @@ type server struct {
 	// services stop the background parts beside the session manager
 	// (stopServices), in the order they were started.
 	services  []func()
-	tools     *mcpclient.Set // nil without agent.tools.servers
-	liveTools *liveTools     // nil without agent.tools.servers
+	tools     *mcpclient.Set // agent.tools.servers and the reminder tools
+	liveTools *liveTools
 
 	srv        *gateway.Server
 	ws         *gateway.WebSocket

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/chatgate/chatgate/sessions"
 
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/tools"
 	"github.com/chatgate/chatgate/tools/mcpclient"
+	"github.com/chatgate/chatgate/tools/remindtools"
 )
 
 // toolServers turns agent.tools.servers into the MCP client's server
@@ -49,12 +52,16 @@ func toolServers(cfg *config.Config) []mcpclient.ServerConfig {
 
 // toolPolicy returns the servers a turn of a channel and user is offered:
 // the channel's session.tools (its policy ladder), less the servers whose
-// users allowlist does not name the user. A channel the configuration
+// users allowlist does not name the user, and the gateway's own reminder
+// tools (remindtools.ServerName) where the channel's
+// session.schedules.enabled allows them. A channel the configuration
 // does not know gets none.
 func toolPolicy(servers []config.ToolServer, policies []config.Policy) func(channel, userID string) []string {
 	offered := map[string][]string{}
+	reminders := map[string]bool{}
 	for _, p := range policies {
 		offered[p.Channel] = slices.Clone(p.ToolServers.V)
+		reminders[p.Channel] = p.Schedules.Enabled.V
 	}
 	byName := map[string]config.ToolServer{}
 	for _, s := range servers {
@@ -66,6 +73,9 @@ func toolPolicy(servers []config.ToolServer, policies []config.Policy) func(chan
 			if s, ok := byName[name]; ok && s.Offers(channel, userID) {
 				out = append(out, name)
 			}
+		}
+		if reminders[channel] {
+			out = append(out, remindtools.ServerName)
 		}
 		return out
 	}
@@ -101,17 +111,50 @@ func (lt *liveTools) offered(channel, userID string) []string {
 
 // startTools connects the MCP servers of agent.tools, in the background
 // (a slow or dead server never holds the gateway's start: its tools are
-// offered once it has listed them), and returns what turns offer; nil
-// when no server is configured. The servers are stopped when serve
+// offered once it has listed them), and the gateway's own reminder tools
+// in the process, and returns what turns offer. The reminder tools are
+// always served, and offered where session.schedules.enabled allows, so
+// that a reload may turn them on. The servers are stopped when serve
 // returns, after the drain.
 func (s *server) startTools() sessions.Toolbox {
-	if len(s.cfg.Agent.Tools.Servers) == 0 {
-		return nil
+	cfgs := toolServers(s.cfg)
+	rs, closeReminders, err := reminderServer(func() remindtools.Backend {
+		// The session manager is built after its toolbox; no turn runs,
+		// and so no tool is called, before it is.
+		if s.mgr == nil {
+			return nil
+		}
+		return s.mgr.Reminders()
+	})
+	if err != nil {
+		s.log.Error("reminder tools not served", slog.Any("error", err))
+	} else {
+		cfgs = append(cfgs, rs)
 	}
-	set := mcpclient.New(toolServers(s.cfg), s.log)
+	set := mcpclient.New(cfgs, s.log)
 	set.Start(context.Background())
 	s.tools = set
 	s.onExit(set.Close)
+	if closeReminders != nil {
+		s.onExit(func() { _ = closeReminders() })
+	}
 	s.liveTools = newLiveTools(s.cfg)
 	return mcpclient.Offer{Set: set, Servers: s.liveTools.offered}
+}
+
+// reminderServer is the configuration of the gateway's own reminder
+// tools (remindtools), served in the process over the backend b gives.
+// Their calls run at once, without asking: the user asked for the
+// reminder, and session.schedules bounds how many and how often. They are
+// idempotent — create is keyed by the call's idempotency key, list reads,
+// cancel of a cancelled reminder changes nothing — so a call a crash cut
+// runs again rather than leaving the model unsure. They are told the
+// turn's session (Caller), which they act for.
+func reminderServer(b func() remindtools.Backend) (mcpclient.ServerConfig, func() error, error) {
+	tr, closeFn, err := remindtools.Connect(context.Background(), remindtools.NewServer(b))
+	if err != nil {
+		return mcpclient.ServerConfig{}, nil, err
+	}
+	return mcpclient.ServerConfig{Name: remindtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
+		Caller: true, Timeout: 10 * time.Second}, closeFn, nil
 }

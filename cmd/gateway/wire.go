@@ -48,7 +48,8 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 				KeepLast: p.CompactionKeepLast.V,
 				Prompt:   p.CompactionPrompt.V,
 			},
-			Budget: budgets(p),
+			Budget:    budgets(p),
+			Reminders: reminderPolicy(p),
 		}
 	}
 	return out

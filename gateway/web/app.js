@@ -506,6 +506,55 @@
     statusBtn.setAttribute("aria-expanded", "true");
   }
 
+  // The reminders panel (docs/protocol.md, "Reminders"): the Reminders
+  // button asks with a reminders frame and shows the answer, each
+  // reminder with its next time on its own zone's clock and a Cancel
+  // button, which sends reminder_cancel; the list after a cancel comes back
+  // as a reminders frame (on every tab of the session) and replaces it.
+  // A reminder's text is the model's words: shown as text.
+  const remindersPanel = document.getElementById("reminders-panel");
+  const remindersList = document.getElementById("reminders-list");
+  const remindersEmpty = document.getElementById("reminders-empty");
+  const remindersBtn = document.getElementById("show-reminders");
+  let remindersAsked = false; // the panel was opened: frames update it
+  let cancelling = 0; // the reminder a reminder_cancel was sent for, until the list comes back
+  function askReminders() { if (!send({ type: "reminders" })) notice("offline: try again when connected"); else remindersAsked = true; }
+  function closeReminders() { remindersPanel.hidden = true; remindersAsked = false; remindersBtn.setAttribute("aria-expanded", "false"); }
+  remindersBtn.addEventListener("click", function () { if (remindersPanel.hidden) askReminders(); else closeReminders(); });
+  document.getElementById("close-reminders").addEventListener("click", closeReminders);
+  function showReminders(f) {
+    if (!remindersAsked) return; // another tab's cancel, with the panel closed here
+    cancelling = 0;
+    remindersList.textContent = "";
+    const list = f.reminders || [];
+    remindersEmpty.hidden = list.length > 0;
+    remindersEmpty.textContent = f.enabled ? "No reminders. Ask me to remind you of something, such as: remind me at 6 pm to call Ann." : "No reminders.";
+    list.forEach(function (r) {
+      const li = document.createElement("li");
+      li.dataset.id = String(r.id);
+      const text = document.createElement("span");
+      text.className = "reminder-text";
+      text.textContent = r.text;
+      const at = document.createElement("span");
+      at.className = "reminder-when";
+      at.textContent = (r.next ? when(r.next, r.timezone) : "") + (r.repeats ? ", " + r.repeats : "");
+      const cancel = document.createElement("button");
+      cancel.type = "button";
+      cancel.className = "reminder-cancel";
+      cancel.textContent = "Cancel";
+      cancel.title = "Cancel this reminder";
+      cancel.addEventListener("click", function () {
+        cancel.disabled = true;
+        if (send({ type: "reminder_cancel", id: r.id })) cancelling = r.id;
+        else { cancel.disabled = false; notice("offline: try again when connected"); }
+      });
+      li.append(text, at, cancel);
+      remindersList.appendChild(li);
+    });
+    remindersPanel.hidden = false;
+    remindersBtn.setAttribute("aria-expanded", "true");
+  }
+
   function connect() {
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
@@ -624,6 +673,9 @@
         case "status":
           showStatus(f);
           break;
+        case "reminders":
+          showReminders(f);
+          break;
         case "tool_resolved":
           toolResolved(f);
           break;
@@ -641,6 +693,14 @@
         }
         case "error":
           if (f.tool_id) { toolRefused(f); notice(f.message); break; }
+          if (cancelling && !f.id && (f.code === "not_found" || f.code === "internal")) {
+            // The cancel was refused (cancelled already, in another tab?):
+            // the list as it is now replaces the one shown.
+            cancelling = 0;
+            notice(f.message);
+            askReminders();
+            break;
+          }
           if (f.code === "not_found" && !gotReady && store.get("session", "")) {
             // The resume token expired: start a new session without it.
             store.set("session", "");

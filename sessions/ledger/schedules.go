@@ -135,6 +135,11 @@ type Reminder struct {
 	NextDueAt   *time.Time `gorm:"index:ix_reminders_due,where:next_due_at IS NOT NULL"`
 	CreatedAt   time.Time  `gorm:"not null"`
 	CancelledAt *time.Time
+	// CallKey is the idempotency key of the tool call that made the
+	// reminder ("" for one made otherwise): a call run again after a
+	// crash finds the reminder it made the first time instead of making
+	// a second.
+	CallKey string `gorm:"size:255;not null;default:'';uniqueIndex:ux_reminders_call_key,where:call_key <> ''"`
 }
 
 // ScheduleOptIn is a session's choice to get the turns of an operator

@@ -19,9 +19,15 @@ import (
 
 // AddReminder stores r (its ID is set) unless its session already keeps
 // limit reminders that are still due; ok is false then, and nothing is
-// stored. The count and the insert are one transaction: exact on SQLite,
-// which has one writer; on PostgreSQL a session's reminders are made by
-// its turns, which one replica at a time runs.
+// stored. A reminder with a CallKey that a stored one has already is not
+// stored again: r becomes the stored one, and ok is true (the tool call
+// that made it ran again after a crash).
+//
+// The count and the insert are one transaction. SQLite has one writer,
+// so the count is exact; on PostgreSQL two replicas (or two connections)
+// could each count below the limit and both insert, so the transaction
+// first takes a transaction-scoped advisory lock named by the session
+// key: the second waits for the first's commit and counts its row.
 func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok bool, err error) {
 	return observe(ctx, s, ledger.Call{Op: "AddReminder"}, func() (bool, error) {
 		row := *r
@@ -31,8 +37,27 @@ func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok
 			due := fireTime(*row.NextDueAt)
 			row.NextDueAt = &due
 		}
+		var kept *ledger.Reminder
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
-			ok = false
+			ok, kept = false, nil
+			if s.driver == DriverPostgres {
+				if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "chatgate:reminders:"+row.SessionKey).Error; err != nil {
+					return err
+				}
+			}
+			if row.CallKey != "" {
+				var found []ledger.Reminder
+				if err := tx.Where("call_key = ?", row.CallKey).Limit(1).Find(&found).Error; err != nil {
+					return err
+				}
+				if len(found) == 1 {
+					if found[0].SessionKey != row.SessionKey {
+						return fmt.Errorf("call key %q made a reminder of another session", row.CallKey)
+					}
+					kept, ok = &found[0], true
+					return nil
+				}
+			}
 			var n int64
 			if err := tx.Model(&ledger.Reminder{}).Where("session_key = ? AND cancelled_at IS NULL AND next_due_at IS NOT NULL", row.SessionKey).
 				Count(&n).Error; err != nil {
@@ -51,7 +76,10 @@ func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok
 		if err != nil {
 			return false, fmt.Errorf("store a reminder of %s: %w", r.SessionKey, err)
 		}
-		if ok {
+		switch {
+		case kept != nil:
+			*r = *kept
+		case ok:
 			r.ID = row.ID
 		}
 		return ok, nil

@@ -40,9 +40,14 @@ type ServerConfig struct {
 	URL     string
 	Headers map[string]string
 
-	// Transport is an explicit transport (tests: the SDK's in-memory
-	// one). It is connected once and never restarted.
+	// Transport is an explicit transport (the gateway's own in-process
+	// servers, and tests: the SDK's in-memory one). It is connected once
+	// and never restarted.
 	Transport mcp.Transport
+	// Caller passes each call's tools.Caller (the turn's session) in the
+	// request's _meta. Only for the gateway's own in-process servers:
+	// a session key is the user's identity, not for servers outside.
+	Caller bool
 
 	// Timeout bounds each call (and a connection's start and listing);
 	// 0 means DefaultTimeout.

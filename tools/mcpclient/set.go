@@ -261,6 +261,12 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (tools.Resu
 	if key != "" {
 		params.Meta = mcp.Meta{tools.MetaKey: key}
 	}
+	if c, ok := tools.CallerOf(ctx); ok && sv.cfg.Caller {
+		if params.Meta == nil {
+			params.Meta = mcp.Meta{}
+		}
+		params.Meta[tools.MetaSessionKey], params.Meta[tools.MetaChannel], params.Meta[tools.MetaUserID] = c.SessionKey, c.Channel, c.UserID
+	}
 	callCtx, cancel := context.WithTimeout(ctx, sv.cfg.Timeout)
 	defer cancel()
 	res, err := cs.CallTool(callCtx, params)

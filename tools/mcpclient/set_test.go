@@ -440,3 +440,24 @@ func TestOfferRuleWaitsForAServerStillStarting(t *testing.T) {
 		t.Error("Rule with its context ended: known")
 	}
 }
+
+// A call's caller (the turn's session) goes in _meta only to a server
+// marked Caller — the gateway's own in-process ones: a session key is the
+// user's identity, not for a server outside.
+func TestCallerReachesOnlyServersMarkedCaller(t *testing.T) {
+	ctx := tools.WithCaller(t.Context(), tools.Caller{SessionKey: "telegram:dm:7", Channel: "telegram", UserID: "7"})
+	for _, marked := range []bool{false, true} {
+		set, srv := inMemory(t, func(c *mcpclient.ServerConfig) { c.Caller = marked })
+		if _, err := set.Call(ctx, "t__echo", `{"text":"x"}`, "k"); err != nil {
+			t.Fatal(err)
+		}
+		meta := srv.Calls()[0].Meta
+		got := []any{meta[tools.MetaSessionKey], meta[tools.MetaChannel], meta[tools.MetaUserID]}
+		switch {
+		case marked && (got[0] != "telegram:dm:7" || got[1] != "telegram" || got[2] != "7" || meta[tools.MetaKey] != "k"):
+			t.Fatalf("a Caller server got _meta %v", meta)
+		case !marked && (got[0] != nil || got[1] != nil || got[2] != nil):
+			t.Fatalf("a server outside got the caller in _meta %v", meta)
+		}
+	}
+}
