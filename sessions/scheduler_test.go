@@ -502,3 +502,49 @@ func TestTwoReplicasFireEachScheduleOnce(t *testing.T) {
 		}
 	}
 }
+
+// A reminder made in the chat (Reminders.Create, as the reminder tools
+// make it) fires at its time as a turn of its owner's conversation, once;
+// one cancelled before its time never fires.
+func TestAReminderMadeInTheChatFiresOnce(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		c := newClock(time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC))
+		p := Policy{MaxHistory: 20, Reminders: ReminderPolicy{Enabled: true}}
+		r := newFireRig(t, open(), c, &fireAgent{}, p)
+		at := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+		call, err := r.m.Reminders().Create(context.Background(), ReminderRequest{SessionKey: WebSocketKey("ann"), Channel: "websocket",
+			Spec: schedules.Spec{At: at}, Text: "Call Ann."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := r.m.Reminders().Create(context.Background(), ReminderRequest{SessionKey: WebSocketKey("ann"), Channel: "websocket",
+			Spec: schedules.Spec{At: at}, Text: "Never mind."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.m.Reminders().Cancel(context.Background(), WebSocketKey("ann"), other.ID); err != nil {
+			t.Fatal(err)
+		}
+		c.Set(at.Add(-time.Second))
+		r.pass()
+		if len(r.delivered()) != 0 {
+			t.Fatal("a reminder fired before its time")
+		}
+		c.Set(at)
+		r.pass()
+		c.Advance(time.Minute)
+		r.pass()
+		sent := r.delivered()
+		if len(sent) != 1 || sent[0].SessionKey != WebSocketKey("ann") || !strings.Contains(sent[0].Reply.Text, "Call Ann.") ||
+			!strings.Contains(sent[0].Reply.Text, "[Reminder the user asked for") {
+			t.Fatalf("sent %+v", sent)
+		}
+		if f := r.fire(schedules.ReminderKey(call.ID), at); f.State != ledger.FireSent {
+			t.Fatalf("the reminder's fire: %+v", f)
+		}
+		left, err := r.m.Reminders().List(context.Background(), WebSocketKey("ann"))
+		if err != nil || len(left) != 0 {
+			t.Fatalf("reminders left after a one-time reminder fired: %+v, %v", left, err)
+		}
+	})
+}
