@@ -548,3 +548,75 @@ func TestAReminderMadeInTheChatFiresOnce(t *testing.T) {
 		}
 	})
 }
+
+// fireCounts is an Observer that counts fires by kind and outcome.
+type fireCounts struct {
+	noObserver
+	mu       sync.Mutex
+	claimed  map[string]int
+	outcomes map[string]int
+}
+
+func (o *fireCounts) FireClaimed(kind string, lag time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.claimed[kind]++
+}
+
+func (o *fireCounts) FireEnded(kind, outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes[kind+" "+outcome]++
+}
+
+// A schedule for every session of a channel goes to those that opted in,
+// each its own fire, claimed, run and settled on its own; a session that
+// opted out gets nothing. The metrics hear of each fire once.
+func TestAllSessionsScheduleGoesToThoseWhoOptedIn(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 8, 59, 30, 0, time.UTC))
+		obs := &fireCounts{claimed: map[string]int{}, outcomes: map[string]int{}}
+		sc := OperatorSchedule{Name: "checkin", When: mustWhen(t, schedules.Spec{Every: 2 * time.Hour, Hours: "08:00-22:00"}),
+			Target: ScheduleTarget{Channel: "websocket", AllSessions: true}, Prompt: "Ask how the day goes."}
+		r := &fireRig{t: t, db: db, c: c, ag: &fireAgent{}}
+		r.m = New(db, r.ag, Options{Now: c.Now, After: c.After, Logger: quiet, Events: events(db), Observer: obs,
+			Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
+		r.m.Routes().Register("websocket", Route{Deliver: r.deliver})
+		r.s = NewScheduler(r.m, SchedulerOptions{}, quiet)
+		r.s.SetSchedules([]OperatorSchedule{sc})
+		t.Cleanup(func() { r.m.Shutdown(context.Background()) })
+		for _, u := range []string{"ann", "bob", "cat"} {
+			if err := db.SetScheduleOptIn(context.Background(), ledger.ScheduleOptIn{SessionKey: WebSocketKey(u), Schedule: "checkin",
+				Channel: "websocket", CreatedAt: c.Now()}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.SetScheduleOptIn(context.Background(), ledger.ScheduleOptIn{SessionKey: WebSocketKey("cat"), Schedule: "checkin",
+			Channel: "websocket"}, false); err != nil {
+			t.Fatal(err)
+		}
+		r.pass()
+		c.Set(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
+		r.pass()
+		r.pass() // the sessions' fires, planned by the fan-out, run
+		got := map[string]int{}
+		for _, d := range r.delivered() {
+			got[d.SessionKey]++
+		}
+		if len(got) != 2 || got[WebSocketKey("ann")] != 1 || got[WebSocketKey("bob")] != 1 {
+			t.Fatalf("delivered to %v, want ann and bob once each", got)
+		}
+		for _, u := range []string{"ann", "bob"} {
+			key := schedules.OperatorSessionKey("checkin", WebSocketKey(u))
+			if f := r.fire(key, c.Now()); f.State != ledger.FireSent || f.SessionKey != WebSocketKey(u) {
+				t.Fatalf("%s's fire: %+v", u, f)
+			}
+		}
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if obs.claimed["schedule"] != 2 || obs.outcomes["schedule sent"] != 2 || len(obs.outcomes) != 1 {
+			t.Fatalf("metrics: claimed %v, outcomes %v (the fan-out itself is not a fire the users see)", obs.claimed, obs.outcomes)
+		}
+	})
+}
