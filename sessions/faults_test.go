@@ -81,37 +81,45 @@ func TestFaultAtEveryStep(t *testing.T) {
 			t.Run(driver+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
 				open := faultDB(t, driver)
-				clean := runFaults(t, open, sc, 0, faults.Before)
-				n := clean.calls
-				if n == 0 {
-					t.Fatal("the scenario made no ledger call")
-				}
-				visited := map[string]int{}
-				for _, mode := range []faults.Mode{faults.Before, faults.After} {
-					for k := 1; k <= n; k++ {
-						if only := os.Getenv("FAULT_K"); only != "" && only != fmt.Sprint(k) {
-							continue
-						}
-						r := runFaults(t, open, sc, k, mode)
-						if r.struck != "" {
-							visited[mode.String()+" "+r.struck]++
-						}
-						if t.Failed() {
-							t.Fatalf("outage from step %d (%s, %s): invariants broken; steps of the clean run: %s", k, mode, r.struck,
-								strings.Join(clean.steps, ", "))
-						}
-					}
-				}
-				var kinds []string
-				for k, v := range visited {
-					kinds = append(kinds, fmt.Sprintf("%s×%d", k, v))
-				}
-				slices.Sort(kinds)
-				t.Logf("%s on %s: %d fault points visited (%d steps × before/after); struck first: %s", sc.name, driver, 2*n, n,
-					strings.Join(kinds, ", "))
+				visitFaults(t, sc.name+" on "+driver, func(k int, mode faults.Mode) faultRun { return runFaults(t, open, sc, k, mode) })
 			})
 		}
 	}
+}
+
+// visitFaults runs a scenario once clean, which counts its ledger calls
+// (N), then with an outage from each k in 1..N, before and after the
+// call (FAULT_K=k runs one), stopping at the first run whose invariants
+// broke, and logs the points visited.
+func visitFaults(t *testing.T, what string, run func(k int, mode faults.Mode) faultRun) {
+	t.Helper()
+	clean := run(0, faults.Before)
+	n := clean.calls
+	if n == 0 {
+		t.Fatalf("%s made no ledger call", what)
+	}
+	visited := map[string]int{}
+	for _, mode := range []faults.Mode{faults.Before, faults.After} {
+		for k := 1; k <= n; k++ {
+			if only := os.Getenv("FAULT_K"); only != "" && only != fmt.Sprint(k) {
+				continue
+			}
+			r := run(k, mode)
+			if r.struck != "" {
+				visited[mode.String()+" "+r.struck]++
+			}
+			if t.Failed() {
+				t.Fatalf("outage from step %d (%s, %s): invariants broken; steps of the clean run: %s", k, mode, r.struck,
+					strings.Join(clean.steps, ", "))
+			}
+		}
+	}
+	var kinds []string
+	for k, v := range visited {
+		kinds = append(kinds, fmt.Sprintf("%s×%d", k, v))
+	}
+	slices.Sort(kinds)
+	t.Logf("%s: %d fault points visited (%d steps × before/after); struck first: %s", what, 2*n, n, strings.Join(kinds, ", "))
 }
 
 // faultDB returns what opens a fresh database for one run: a new SQLite

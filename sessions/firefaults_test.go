@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -41,33 +40,7 @@ func TestFaultAtEveryStepOfAFire(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			open := faultDB(t, driver)
-			clean := runFireFaults(t, open, 0, faults.Before)
-			n := clean.calls
-			if n == 0 {
-				t.Fatal("the fire made no ledger call")
-			}
-			visited := map[string]int{}
-			for _, mode := range []faults.Mode{faults.Before, faults.After} {
-				for k := 1; k <= n; k++ {
-					if only := os.Getenv("FAULT_K"); only != "" && only != fmt.Sprint(k) {
-						continue
-					}
-					r := runFireFaults(t, open, k, mode)
-					if r.struck != "" {
-						visited[mode.String()+" "+r.struck]++
-					}
-					if t.Failed() {
-						t.Fatalf("outage from step %d (%s, %s): invariants broken; steps of the clean run: %s", k, mode, r.struck,
-							strings.Join(clean.steps, ", "))
-					}
-				}
-			}
-			var kinds []string
-			for k, v := range visited {
-				kinds = append(kinds, fmt.Sprintf("%s×%d", k, v))
-			}
-			slices.Sort(kinds)
-			t.Logf("a fire on %s: %d fault points visited (%d steps × before/after); struck first: %s", driver, 2*n, n, strings.Join(kinds, ", "))
+			visitFaults(t, "a fire on "+driver, func(k int, mode faults.Mode) faultRun { return runFireFaults(t, open, k, mode) })
 		})
 	}
 }
