@@ -350,7 +350,7 @@ type fireWant struct {
 	// stored or sent.
 	earlyCall bool
 	late      bool // the reply says it is late
-	attempt    int  // the fire's claims (0: not checked)
+	attempt   int  // the fire's claims (0: not checked)
 }
 
 // check waits, bounded by deadline, for the fire to settle, pings the
