@@ -253,6 +253,9 @@ func (s *Scheduler) plan(ctx context.Context, now time.Time) error {
 		if found {
 			from = latest
 			if latest.Before(now.Add(-schedules.OnTime)) {
+				if !s.delivers(sc.Target.Channel) {
+					continue // caught up once the channel delivers (delivers)
+				}
 				// Nothing planned since the latest fire: no gateway ran
 				// at the times between.
 				if err := s.catchUp(ctx, sc, key, "", latest, now); err != nil {
@@ -356,6 +359,9 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 			s.fail(ctx, f, now, "the reminder was cancelled")
 			return
 		}
+		if !s.delivers(r.Channel) {
+			return
+		}
 		w, err := reminderWhen(r)
 		if err != nil {
 			s.fail(ctx, f, now, "the reminder's time cannot be read: "+err.Error())
@@ -379,6 +385,9 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 	if sessionKey == "" && sc.Target.AllSessions != (f.SessionKey == "") {
 		// The schedule's target changed since the fire was planned.
 		s.fail(ctx, f, now, "the schedule's target changed since the fire was planned")
+		return
+	}
+	if !s.delivers(sc.Target.Channel) {
 		return
 	}
 	if sessionKey == "" {
@@ -440,6 +449,9 @@ func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
 	}
 	s.each(len(due), func(i int) {
 		r := due[i]
+		if !s.delivers(r.Channel) {
+			return // due still: the reminder is not advanced
+		}
 		w, err := reminderWhen(&r)
 		at := *r.NextDueAt
 		if err != nil {
@@ -481,6 +493,15 @@ func reminderWhen(r *ledger.Reminder) (schedules.When, error) {
 	}
 	return spec.When()
 }
+
+// delivers reports whether the channel delivers replies here now: its
+// route has Deliver. A fire of a channel that does not — the Telegram bot
+// before getMe succeeded — is left for a later pass (or a replica whose
+// channel delivers): run now, its turn would be stored untracked, its
+// reply delivered to nobody and the fire settled sent all the same. Left
+// due, it runs once the channel connects — late by the misfire rule if
+// that takes longer than schedules.OnTime.
+func (s *Scheduler) delivers(channel string) bool { return s.routes.delivering(channel) }
 
 // fireKind is the kind a fire's metrics name: reminder or schedule.
 func fireKind(key string) string {

@@ -170,6 +170,12 @@ type fireWorld struct {
 // newFireWorld builds a world whose schedule is due at due (a minute
 // boundary, UTC), daily.
 func newFireWorld(t *testing.T, name, driver string, due time.Time, hold int, stall bool, misfire string) *fireWorld {
+	return newCronWorld(t, name, driver, fmt.Sprintf("%d %d * * *", due.Minute(), due.Hour()), due, hold, stall, misfire)
+}
+
+// newCronWorld builds a world whose schedule's times are cron (UTC); due
+// is the fire the test follows.
+func newCronWorld(t *testing.T, name, driver, cron string, due time.Time, hold int, stall bool, misfire string) *fireWorld {
 	t.Helper()
 	w := &fireWorld{name: name, driver: driver, due: due, misfire: misfire, dir: t.TempDir(), addr: freeAddr(t),
 		model: newFireModel(stall), procs: map[string]*process{}}
@@ -210,7 +216,7 @@ session:
   debounce_ms: 0
 schedules:
   - name: brief
-    cron: "%d %d * * *"
+    cron: %q
     target: {channel: telegram, chat: %d}
     prompt: Write the morning brief.
 %s
@@ -218,7 +224,7 @@ shutdown:
   drain_timeout: 1s
 log:
   level: info
-`, w.addr, driver, w.dsn, modelSrv.URL, telegramtest.Token, apiSrv.URL, due.Minute(), due.Hour(), fireChat, misfire)
+`, w.addr, driver, w.dsn, modelSrv.URL, telegramtest.Token, apiSrv.URL, cron, fireChat, misfire)
 	return w
 }
 
@@ -608,4 +614,22 @@ func TestFireKilledAtEachStep(t *testing.T) {
 		t.Run(r.w.name, func(t *testing.T) { r.w.check(t, deadline, r.want) })
 	}
 	t.Logf("%d worlds, killed at each step and ended in %s", len(worlds), time.Since(began).Round(time.Second))
+}
+
+// TestFireBeforeTelegramConnects: a gateway starts while the Bot API
+// refuses getMe (three times: the bot connects some 7 s later), and a fire
+// is due at once. The fire waits for the bot and reaches the chat once —
+// run before, its turn was stored untracked, its reply went nowhere and
+// the fire was settled sent.
+func TestFireBeforeTelegramConnects(t *testing.T) {
+	buildBinary(t)
+	now := time.Now().UTC()
+	due := now.Truncate(time.Minute)
+	if now.Sub(due) > 30*time.Second {
+		due = due.Add(time.Minute)
+	}
+	w := newFireWorld(t, "sqlite/telegram down at start", store.DriverSQLite, due, sendsPass, false, "    misfire: once")
+	w.tg.api.FailBare("getMe", http.StatusBadGateway, 3)
+	w.start(t)
+	w.check(t, time.Now().Add(90*time.Second), fireWant{sends: 1, modelCalls: 1, attempt: 1})
 }
