@@ -633,3 +633,91 @@ func TestFireBeforeTelegramConnects(t *testing.T) {
 	w.start(t)
 	w.check(t, time.Now().Add(90*time.Second), fireWant{sends: 1, modelCalls: 1, attempt: 1})
 }
+
+// TestFireMissedWhileDown: an hourly schedule whose gateway was down for
+// a day, started again two to three minutes after the latest of its 24
+// missed fires. The fire before the outage is in storage as that gateway
+// left it (sent), written by the test: a process's clock is real, and
+// waiting out schedules.OnTime for a fire to be late is a minute or more
+// per world. With misfire once within max_late the latest missed fire
+// runs once, late, and its reply says so; beyond max_late, or with skip,
+// it is recorded skipped and nothing is sent. The 23 before it are
+// skipped either way: 24 missed fires never become 24 messages.
+func TestFireMissedWhileDown(t *testing.T) {
+	buildBinary(t)
+	due := time.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute) // the latest missed fire
+	cron := fmt.Sprintf("%d * * * *", due.Minute())
+	cases := []struct {
+		name, misfire string
+		sent          bool
+	}{
+		{"once within max_late", "    misfire: once\n    max_late: 10m", true},
+		{"once beyond max_late", "    misfire: once\n    max_late: 1m", false},
+		{"skip", "    misfire: skip", false},
+	}
+	type running struct {
+		name string
+		sent bool
+		w    *fireWorld
+	}
+	var worlds []running
+	for _, driver := range fireDrivers(t) {
+		for _, c := range cases {
+			w := newCronWorld(t, driver+"/"+c.name, driver, cron, due, sendsPass, false, c.misfire)
+			before := due.Add(-24 * time.Hour)
+			claimed, ended := before.Add(time.Second), before.Add(3*time.Second)
+			if err := w.db.Gorm().Create(&ledger.ScheduleFire{ScheduleKey: w.key(), DueAt: before, SessionKey: sessions.TelegramDMKey(fireChat),
+				State: ledger.FireSent, Owner: "a gateway since stopped", Attempt: 1, DeliveryRef: "1", CreatedAt: before.Add(-time.Hour),
+				ClaimedAt: &claimed, EndedAt: &ended}).Error; err != nil {
+				t.Fatal(err)
+			}
+			w.start(t)
+			worlds = append(worlds, running{c.name, c.sent, w})
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, r := range worlds {
+		t.Run(r.w.name, func(t *testing.T) {
+			w := r.w
+			logsOnFailure(t, w.procs)
+			f := w.awaitFire(t, "the missed fire settled", due, deadline, func(f *ledger.ScheduleFire) bool { return ledger.FireSettled(f.State) })
+			w.ping(t)
+			fires, err := w.db.Fires(context.Background(), w.key(), due.Add(time.Second), 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states := map[string]int{}
+			for _, f := range fires {
+				states[f.State]++
+			}
+			wantSent, wantSkipped := 1, 24
+			if r.sent {
+				wantSent, wantSkipped = 2, 23
+			}
+			if len(fires) != 25 || states[ledger.FireSent] != wantSent || states[ledger.FireSkippedLate] != wantSkipped {
+				t.Errorf("the day's fires: %d, by state %v; want 25, %d sent and %d skipped_late", len(fires), states, wantSent, wantSkipped)
+			}
+			sends := w.fireSends()
+			modelFires, _, _ := w.model.calls()
+			msgs, finals := w.fireMessages(t)
+			if !r.sent {
+				if f.State != ledger.FireSkippedLate || f.Reason != sessions.SkippedLateReason {
+					t.Errorf("the missed fire ended %s (%q), want skipped_late", f.State, f.Reason)
+				}
+				if len(sends) != 0 || modelFires != 0 || len(msgs) != 0 {
+					t.Errorf("a skipped fire: %d sent, %d model calls, %d messages stored; want none", len(sends), modelFires, len(msgs))
+				}
+				return
+			}
+			if f.State != ledger.FireSent || f.LateMS <= schedules.OnTime.Milliseconds() {
+				t.Errorf("the missed fire ended %s, %d ms late; want sent, late", f.State, f.LateMS)
+			}
+			if len(sends) != 1 || modelFires != 1 || len(msgs) != 1 || len(finals) != 1 {
+				t.Fatalf("%d sent, %d model calls, %d messages with %d final replies stored; want one each", len(sends), modelFires, len(msgs), len(finals))
+			}
+			if got := sends[0].Text; !strings.HasPrefix(got, "⏰ This comes ") || !strings.HasSuffix(got, fireAnswer) || got != finals[0].Content {
+				t.Errorf("the late reply %q (stored %q), want it to start with the late notice", got, finals[0].Content)
+			}
+		})
+	}
+}
