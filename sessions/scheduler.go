@@ -129,6 +129,10 @@ type Scheduler struct {
 	mu      sync.Mutex
 	planned map[string]time.Time
 
+	// backlog: the last pass took a full batch of fires or reminders; the
+	// next one starts at once instead of after Every.
+	backlog atomic.Bool
+
 	// waits are the fires' turns being waited for, to deliver and settle.
 	waits sync.WaitGroup
 	stop  chan struct{}
@@ -181,13 +185,40 @@ func (s *Scheduler) Start() {
 			if err := s.Pass(s.base); err != nil && s.base.Err() == nil {
 				s.log.Warn("a pass of the scheduler failed; the next one tries again", slog.String("error", err.Error()))
 			}
+			if s.backlog.Load() {
+				// More is due than one pass takes: thousands of fires
+				// in one minute run at the store's pace, not at Batch
+				// an Every.
+				select {
+				case <-s.stop:
+					return
+				default:
+					continue
+				}
+			}
 			select {
 			case <-s.stop:
 				return
-			case <-s.after(s.opts.Every):
+			case <-s.after(s.untilNext()):
 			}
 		}
 	}()
+}
+
+// untilNext is how long the next pass waits: Every, or less when an
+// operator schedule's planned fire comes due sooner — found at its time,
+// not up to Every after it.
+func (s *Scheduler) untilNext() time.Duration {
+	now := s.now()
+	wait := s.opts.Every
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, due := range s.planned {
+		if d := due.Sub(now); d > 0 && d < wait {
+			wait = d
+		}
+	}
+	return wait
 }
 
 // Stop ends the passes and waits for the fires being delivered and
@@ -215,6 +246,7 @@ func (s *Scheduler) Stop(ctx context.Context) {
 // turns ended.
 func (s *Scheduler) Pass(ctx context.Context) error {
 	now := s.now()
+	s.backlog.Store(false)
 	return errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
 }
 
@@ -316,6 +348,9 @@ func (s *Scheduler) runDue(ctx context.Context, now time.Time) error {
 	fires, err := s.store.ClaimableFires(ctx, now, s.opts.Batch)
 	if err != nil || len(fires) == 0 {
 		return err
+	}
+	if len(fires) == s.opts.Batch {
+		s.backlog.Store(true)
 	}
 	s.each(len(fires), func(i int) { s.runClaimable(ctx, fires[i], now) })
 	return nil
@@ -446,6 +481,9 @@ func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
 	due, err := s.store.DueReminders(ctx, now, s.opts.Batch)
 	if err != nil || len(due) == 0 {
 		return err
+	}
+	if len(due) == s.opts.Batch {
+		s.backlog.Store(true)
 	}
 	s.each(len(due), func(i int) {
 		r := due[i]
