@@ -129,9 +129,12 @@ type Scheduler struct {
 	mu      sync.Mutex
 	planned map[string]time.Time
 
-	// backlog: the last pass took a full batch of fires or reminders; the
-	// next one starts at once instead of after Every.
+	// backlog: the last pass took a full batch of fires or reminders and
+	// ran some of them (took counts those); the next one starts at once
+	// instead of after Every. A full batch of fires left for a channel
+	// that does not deliver yet is no backlog: the loop does not spin.
 	backlog atomic.Bool
+	took    atomic.Int64
 
 	// waits are the fires' turns being waited for, to deliver and settle.
 	waits sync.WaitGroup
@@ -247,7 +250,12 @@ func (s *Scheduler) Stop(ctx context.Context) {
 func (s *Scheduler) Pass(ctx context.Context) error {
 	now := s.now()
 	s.backlog.Store(false)
-	return errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
+	s.took.Store(0)
+	err := errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
+	if s.took.Load() == 0 {
+		s.backlog.Store(false)
+	}
+	return err
 }
 
 // Wait waits until every fire this scheduler stored has been delivered
@@ -397,6 +405,7 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		if !s.delivers(r.Channel) {
 			return
 		}
+		s.took.Add(1)
 		w, err := reminderWhen(r)
 		if err != nil {
 			s.fail(ctx, f, now, "the reminder's time cannot be read: "+err.Error())
@@ -425,6 +434,7 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 	if !s.delivers(sc.Target.Channel) {
 		return
 	}
+	s.took.Add(1)
 	if sessionKey == "" {
 		// The schedule's own key: its next fire is planned from this one.
 		defer s.planAfter(ctx, sc, f.ScheduleKey, f.DueAt, now)
@@ -490,6 +500,7 @@ func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
 		if !s.delivers(r.Channel) {
 			return // due still: the reminder is not advanced
 		}
+		s.took.Add(1)
 		w, err := reminderWhen(&r)
 		at := *r.NextDueAt
 		if err != nil {
