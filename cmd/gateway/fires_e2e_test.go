@@ -16,7 +16,10 @@ package main
 //     the claim lapses (sessions.SchedulerOptions.Lease, a minute) and the
 //     restarted gateway claims the fire again, by then later than
 //     schedules.OnTime: under misfire once it runs once, late, and its
-//     reply says so.
+//     reply says so. The refused message's early call (sessions/early.go:
+//     the model is asked while the message's commit is in flight) may
+//     have reached the model first, cancelled with the commit: the model
+//     sees the fire at most twice, and the chat gets one reply.
 //   - mid model call: the fire's turn is stored and the model stalls; the
 //     restarted gateway's rescuer runs the turn again (the one documented
 //     second model call) and delivers one reply.
@@ -35,7 +38,8 @@ package main
 // test hook runs in the binary: the point after the claim is reached with
 // a trigger in the test's database that refuses the fire's message, so
 // the claim lands and nothing after it does, which is the state a kill
-// right after the claim leaves.
+// right after the claim leaves. The worlds take about a minute and a
+// half together: the next minute boundary, and the lapsed claim's minute.
 
 import (
 	"context"
