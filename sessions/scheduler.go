@@ -129,6 +129,13 @@ type Scheduler struct {
 	mu      sync.Mutex
 	planned map[string]time.Time
 
+	// backlog: the last pass took a full batch of fires or reminders and
+	// ran some of them (took counts those); the next one starts at once
+	// instead of after Every. A full batch of fires left for a channel
+	// that does not deliver yet is no backlog: the loop does not spin.
+	backlog atomic.Bool
+	took    atomic.Int64
+
 	// waits are the fires' turns being waited for, to deliver and settle.
 	waits sync.WaitGroup
 	stop  chan struct{}
@@ -181,13 +188,40 @@ func (s *Scheduler) Start() {
 			if err := s.Pass(s.base); err != nil && s.base.Err() == nil {
 				s.log.Warn("a pass of the scheduler failed; the next one tries again", slog.String("error", err.Error()))
 			}
+			if s.backlog.Load() {
+				// More is due than one pass takes: thousands of fires
+				// in one minute run at the store's pace, not at Batch
+				// an Every.
+				select {
+				case <-s.stop:
+					return
+				default:
+					continue
+				}
+			}
 			select {
 			case <-s.stop:
 				return
-			case <-s.after(s.opts.Every):
+			case <-s.after(s.untilNext()):
 			}
 		}
 	}()
+}
+
+// untilNext is how long the next pass waits: Every, or less when an
+// operator schedule's planned fire comes due sooner — found at its time,
+// not up to Every after it.
+func (s *Scheduler) untilNext() time.Duration {
+	now := s.now()
+	wait := s.opts.Every
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, due := range s.planned {
+		if d := due.Sub(now); d > 0 && d < wait {
+			wait = d
+		}
+	}
+	return wait
 }
 
 // Stop ends the passes and waits for the fires being delivered and
@@ -215,7 +249,13 @@ func (s *Scheduler) Stop(ctx context.Context) {
 // turns ended.
 func (s *Scheduler) Pass(ctx context.Context) error {
 	now := s.now()
-	return errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
+	s.backlog.Store(false)
+	s.took.Store(0)
+	err := errors.Join(s.plan(ctx, now), s.runDue(ctx, now), s.runReminders(ctx, now), s.settleEnded(ctx))
+	if s.took.Load() == 0 {
+		s.backlog.Store(false)
+	}
+	return err
 }
 
 // Wait waits until every fire this scheduler stored has been delivered
@@ -253,6 +293,9 @@ func (s *Scheduler) plan(ctx context.Context, now time.Time) error {
 		if found {
 			from = latest
 			if latest.Before(now.Add(-schedules.OnTime)) {
+				if !s.delivers(sc.Target.Channel) {
+					continue // caught up once the channel delivers (delivers)
+				}
 				// Nothing planned since the latest fire: no gateway ran
 				// at the times between.
 				if err := s.catchUp(ctx, sc, key, "", latest, now); err != nil {
@@ -314,6 +357,9 @@ func (s *Scheduler) runDue(ctx context.Context, now time.Time) error {
 	if err != nil || len(fires) == 0 {
 		return err
 	}
+	if len(fires) == s.opts.Batch {
+		s.backlog.Store(true)
+	}
 	s.each(len(fires), func(i int) { s.runClaimable(ctx, fires[i], now) })
 	return nil
 }
@@ -356,6 +402,10 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 			s.fail(ctx, f, now, "the reminder was cancelled")
 			return
 		}
+		if !s.delivers(r.Channel) {
+			return
+		}
+		s.took.Add(1)
 		w, err := reminderWhen(r)
 		if err != nil {
 			s.fail(ctx, f, now, "the reminder's time cannot be read: "+err.Error())
@@ -381,6 +431,10 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		s.fail(ctx, f, now, "the schedule's target changed since the fire was planned")
 		return
 	}
+	if !s.delivers(sc.Target.Channel) {
+		return
+	}
+	s.took.Add(1)
 	if sessionKey == "" {
 		// The schedule's own key: its next fire is planned from this one.
 		defer s.planAfter(ctx, sc, f.ScheduleKey, f.DueAt, now)
@@ -438,8 +492,15 @@ func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
 	if err != nil || len(due) == 0 {
 		return err
 	}
+	if len(due) == s.opts.Batch {
+		s.backlog.Store(true)
+	}
 	s.each(len(due), func(i int) {
 		r := due[i]
+		if !s.delivers(r.Channel) {
+			return // due still: the reminder is not advanced
+		}
+		s.took.Add(1)
 		w, err := reminderWhen(&r)
 		at := *r.NextDueAt
 		if err != nil {
@@ -481,6 +542,15 @@ func reminderWhen(r *ledger.Reminder) (schedules.When, error) {
 	}
 	return spec.When()
 }
+
+// delivers reports whether the channel delivers replies here now: its
+// route has Deliver. A fire of a channel that does not — the Telegram bot
+// before getMe succeeded — is left for a later pass (or a replica whose
+// channel delivers): run now, its turn would be stored untracked, its
+// reply delivered to nobody and the fire settled sent all the same. Left
+// due, it runs once the channel connects — late by the misfire rule if
+// that takes longer than schedules.OnTime.
+func (s *Scheduler) delivers(channel string) bool { return s.routes.delivering(channel) }
 
 // fireKind is the kind a fire's metrics name: reminder or schedule.
 func fireKind(key string) string {

@@ -66,6 +66,12 @@ type options struct {
 	pgCostOnly     bool
 	// turnsOnly runs the echo baseline and the gateway's turn rows alone.
 	turnsOnly bool
+	// schedules due at once, and idle schedules (reminders not due) for
+	// the scheduler's memory; schedulesOnly measures them alone.
+	schedules     int
+	schedulesOver time.Duration
+	idleSchedules int
+	schedulesOnly bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -90,6 +96,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	firstDeltaOnly := fs.Bool("first-delta-only", false, "measure only the time to first delta")
 	pgCostOnly := fs.Bool("pg-cost-only", false, "measure only what a turn costs PostgreSQL (transactions, round trips, rows, WAL)")
 	turnsOnly := fs.Bool("turns-only", false, "measure only the bare echo and the gateway's turns (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
+	schedulesN := fs.Int("schedules", 10_000, "schedules due at the same time, for the scheduler's rate and lag")
+	schedulesOver := fs.Duration("schedules-over", time.Minute, "the time -schedules are due over, evenly (0: all at the same second)")
+	idleSchedulesN := fs.Int("idle-schedules", 100_000, "idle schedules (reminders not due) for the scheduler's memory")
+	schedulesOnly := fs.Bool("schedules-only", false, "measure only the scheduler: schedules due at once, and idle schedules' memory (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
+	serveIdleSchedules := fs.Bool("serve-idle-schedules", false, "internal: run a scheduler for the idle-schedule memory (child process)")
 	breakdownOnly := fs.Bool("breakdown", false, "measure only where a turn's time goes: one client's path with clocks along it, and what 50 clients' turns waited for")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -97,12 +108,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *serveIdle {
 		return serveIdleChild(ctx, stdout, stderr)
 	}
+	if *serveIdleSchedules {
+		return serveIdleSchedulesChild(ctx, os.Stdin, stdout, stderr)
+	}
 	if *serveModel {
 		return serveModelChild(*firstChunk, *chunkGap, *modelClocks, os.Stdin, stdout, stderr)
 	}
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
-		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, chunkGap: *chunkGap, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly}
+		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, chunkGap: *chunkGap, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly,
+		schedules: *schedulesN, schedulesOver: *schedulesOver, idleSchedules: *idleSchedulesN, schedulesOnly: *schedulesOnly}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -129,6 +144,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		pick("idle-conns", &o.idleConns, 500)
 		pick("sweep-conversations", &o.sweepRows, 20_000)
 		pick("raw-rows", &o.rawRows, 20_000)
+		pick("schedules", &o.schedules, 200)
+		if !set["schedules-over"] {
+			o.schedulesOver = 2 * time.Second
+		}
+		pick("idle-schedules", &o.idleSchedules, 5_000)
 	}
 	if o.store == "postgres" && o.dsn == "" {
 		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
@@ -221,9 +241,13 @@ type report struct {
 	// model request (toolGap).
 	ToolGap []toolGapResult `json:"tool_result_to_next_request,omitempty"`
 	Idle    *idleResult     `json:"idle_connections,omitempty"`
-	Sweeps  []sweepResult   `json:"daily_sweep"`
-	Locks   locksResult     `json:"lock_cache"`
-	Goals   []goal          `json:"goals"`
+	// Fires are the scheduler's rate and lag with many schedules due at
+	// once; IdleSchedules what idle ones cost its process (schedules.go).
+	Fires         []firesResult         `json:"schedules_due_at_once,omitempty"`
+	IdleSchedules []idleSchedulesResult `json:"idle_schedules,omitempty"`
+	Sweeps        []sweepResult         `json:"daily_sweep"`
+	Locks         locksResult           `json:"lock_cache"`
+	Goals         []goal                `json:"goals"`
 }
 
 type loadResult struct {
@@ -350,6 +374,17 @@ func (r *report) print(w io.Writer) {
 			g.Store, g.Turns, g.P50Millis, g.P99Millis, g.Errors)
 	}
 	fmt.Fprintln(w)
+	for _, f := range r.Fires {
+		fmt.Fprintf(w, "%d schedules due over %g s (%s): %d fired, %.0f fires/s, lag due → model call p50 %.0f ms, p99 %.0f ms, max %.0f ms (planned in %.1f s)",
+			f.Schedules, f.OverSeconds, f.Store, f.Fired, f.PerSecond, f.LagP50Millis, f.LagP99Millis, f.LagMaxMillis, f.PlanSeconds)
+		if f.StatXactsPerFire > 0 {
+			fmt.Fprintf(w, "; %.2f transactions per fire (pg_stat_database), %.2f from the gateway's pools", f.StatXactsPerFire, f.XactsPerFire)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, m := range r.IdleSchedules {
+		fmt.Fprintf(w, "idle schedules (%s): %d, %.0f B RSS and %.0f B heap each\n", m.Store, m.Schedules, m.RSSPerSchedB, m.HeapPerSchedB)
+	}
 	if r.Idle != nil {
 		fmt.Fprintf(w, "idle WebSocket connections: %d, %.1f KiB RSS and %.1f KiB heap each\n", r.Idle.Connections, r.Idle.RSSPerConnKiB, r.Idle.HeapPerConnKB)
 	}

@@ -81,6 +81,17 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		rep.PostgresCost = &c
 		return rep, nil
 	}
+	if o.schedulesOnly {
+		drivers := []string{store.DriverSQLite}
+		if o.dsn != "" {
+			drivers = append(drivers, store.DriverPostgres)
+		}
+		if err := measureSchedules(ctx, rep, drivers, o, step, progress); err != nil {
+			return nil, err
+		}
+		rep.Goals = goals(rep)
+		return rep, nil
+	}
 	if o.firstDeltaOnly {
 		if err := firstDeltaRuns(); err != nil {
 			return nil, err
@@ -187,6 +198,9 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	if rep.Idle, err = idleMemory(ctx, o); err != nil {
 		fmt.Fprintf(progress, "  skipped: %v\n", err)
 		rep.Idle = nil
+	}
+	if err := measureSchedules(ctx, rep, drivers, o, step, progress); err != nil {
+		return nil, err
 	}
 	for _, driver := range drivers {
 		step(fmt.Sprintf("daily sweep over %d conversations on %s", o.sweepRows, driver))
@@ -483,6 +497,14 @@ func goals(r *report) []goal {
 	}
 	if r.Cross != nil && r.Cross.Turns > 0 {
 		out = append(out, goal{"p99 added by delivery on another replica (ms)", "≤ 100", r.Cross.P99Millis, r.Cross.P99Millis <= 100 && r.Cross.ErrorCount == 0})
+	}
+	for _, f := range r.Fires {
+		out = append(out, goal{fmt.Sprintf("fire lag p99, due → model call, %d schedules due over %g s, %s (ms)", f.Schedules, f.OverSeconds, f.Store), "≤ 1000",
+			f.LagP99Millis, f.LagP99Millis <= 1000 && f.Fired == f.Schedules})
+	}
+	for _, m := range r.IdleSchedules {
+		kib := m.RSSPerSchedB / 1024
+		out = append(out, goal{fmt.Sprintf("RSS per idle schedule, %d, %s (KiB)", m.Schedules, m.Store), "≤ 1", kib, kib <= 1})
 	}
 	if r.Locks.HeapMiB1M > 0 {
 		growth := r.Locks.HeapMiB1M - r.Locks.HeapMiB10k
