@@ -99,6 +99,9 @@ type Store interface {
 	ModelChoice(ctx context.Context, key string) (string, error)
 	SetModelChoice(ctx context.Context, key, name string, at time.Time) error
 	PurgeModelChoices(ctx context.Context, cutoff time.Time) (int64, error)
+	// PurgeFires deletes the schedules' fires settled before a cutoff
+	// (the retention purge), but for each schedule's latest.
+	PurgeFires(ctx context.Context, endedBefore time.Time) (int64, error)
 	MessageCount(ctx context.Context, convID string) (int64, error)
 	Close() error
 }

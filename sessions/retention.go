@@ -120,39 +120,60 @@ func (s *Sweeper) PurgeStates(ctx context.Context) (int64, error) {
 }
 
 // retention runs the hourly purge: archived conversations past the
-// retention period, idle guests, then the states that pointed at them.
+// retention period, idle guests, then the states that pointed at them,
+// and the settled fires of schedules.
 func (s *Sweeper) retention(ctx context.Context) (int64, error) {
-	n, states, err := s.RunRetention(ctx)
-	if states > 0 {
-		s.log.Info("purged channel states", slog.Int64("rows", states))
+	p, err := s.RunRetention(ctx)
+	if p.States > 0 {
+		s.log.Info("purged channel states", slog.Int64("rows", p.States))
 	}
-	return n, err
+	if p.Fires > 0 {
+		s.log.Info("purged schedule fires", slog.Int64("rows", p.Fires))
+	}
+	return p.Conversations, err
+}
+
+// Purged is what one run of the retention purge deleted: conversations
+// (archived, and guests' idle ones), channel_states rows (the choices of
+// model among them), and settled fires of schedules and reminders.
+type Purged struct {
+	Conversations int64
+	States        int64
+	Fires         int64
 }
 
 // RunRetention runs the retention purge once: archived conversations past
 // storage.retention_days, guests' conversations idle that long, then the
-// channel_states rows nobody can use any more and the choices of model of
-// keys left with no conversation. It returns how many conversations and
-// state rows (choices among them) it deleted.
-func (s *Sweeper) RunRetention(ctx context.Context) (convs, states int64, err error) {
-	convs, err = s.Purge(ctx)
-	if err != nil {
-		return convs, 0, err
+// channel_states rows nobody can use any more, the choices of model of
+// keys left with no conversation, and the fires settled that long ago
+// (each schedule's latest kept: the scheduler counts what it missed from
+// it).
+func (s *Sweeper) RunRetention(ctx context.Context) (Purged, error) {
+	var p Purged
+	var err error
+	if p.Conversations, err = s.Purge(ctx); err != nil {
+		return p, err
 	}
 	g, err := s.PurgeGuests(ctx)
-	convs += g
+	p.Conversations += g
 	if err != nil {
-		return convs, 0, err
+		return p, err
 	}
-	states, err = s.PurgeStates(ctx)
+	p.States, err = s.PurgeStates(ctx)
 	if err != nil || s.cfg.retentionDays <= 0 {
-		return convs, states, err
+		return p, err
 	}
+	cutoff := s.now().AddDate(0, 0, -s.cfg.retentionDays)
 	// A choice stays as long as its key has a conversation; without one,
 	// for the retention period after it was made.
-	c, err := s.store.PurgeModelChoices(ctx, s.now().AddDate(0, 0, -s.cfg.retentionDays))
+	c, err := s.store.PurgeModelChoices(ctx, cutoff)
 	if c > 0 {
 		s.choices.forgetChoice("")
 	}
-	return convs, states + c, err
+	p.States += c
+	if err != nil {
+		return p, err
+	}
+	p.Fires, err = s.store.PurgeFires(ctx, cutoff)
+	return p, err
 }

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -31,7 +32,14 @@ type Standing struct {
 
 	choices *modelChoices // the models keys chose
 	days    dayKeys       // a day's key, formatted once (Standing.usageFor)
+	// timetable tells Status what a session has on the clock (nil:
+	// nothing is told).
+	timetable atomic.Pointer[Timetable]
 }
+
+// UseTimetable makes Status tell each session's reminders and the
+// operator's schedules it gets, from t.
+func (s *Standing) UseTimetable(t *Timetable) { s.timetable.Store(t) }
 
 // standingStore is what Standing reads and writes of the store.
 type standingStore interface {

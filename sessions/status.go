@@ -47,6 +47,10 @@ type Status struct {
 	// Usage is the user's spend today and this month against their
 	// budget.
 	Usage UsageStanding
+	// Scheduled is what the session has on the clock: its reminders and
+	// the operator's schedules it gets; nil when the gateway keeps no
+	// timetable (Standing.UseTimetable).
+	Scheduled *Scheduled
 }
 
 // Summary is a stored summary of a conversation's earlier messages.
@@ -106,6 +110,13 @@ func (s *Standing) Status(ctx context.Context, in Inbound) (Status, error) {
 	st.Model = live.stateOf(chosen)
 	if st.Usage, err = s.standing(ctx, policy, in.SessionKey); err != nil {
 		return Status{}, err
+	}
+	if tt := s.timetable.Load(); tt != nil {
+		sc, err := tt.Scheduled(ctx, in.Channel, in.SessionKey)
+		if err != nil {
+			return Status{}, err
+		}
+		st.Scheduled = &sc
 	}
 	hc, err := s.peek(ctx, in, policy)
 	if err != nil || hc == nil {

@@ -67,6 +67,7 @@ type sweepStore interface {
 	KeysWithConversations(ctx context.Context, keys []string) (map[string]bool, error)
 	DeleteStates(ctx context.Context, names []string) (int64, error)
 	PurgeModelChoices(ctx context.Context, cutoff time.Time) (int64, error)
+	PurgeFires(ctx context.Context, endedBefore time.Time) (int64, error)
 }
 
 // NewSweeper returns the Sweeper of m's conversations, configured by m's

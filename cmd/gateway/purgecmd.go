@@ -19,7 +19,7 @@ func purge(ctx context.Context, cfg *config.Config, db sessions.Store, stdout, s
 		RetentionDays: cfg.Storage.RetentionDays,
 		ResumeTTL:     cfg.Channels.WebSocket.ResumeTTL.D(),
 	})
-	convs, states, err := sessions.NewSweeper(m, nil).RunRetention(ctx)
+	p, err := sessions.NewSweeper(m, nil).RunRetention(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -28,6 +28,7 @@ func purge(ctx context.Context, cfg *config.Config, db sessions.Store, stdout, s
 	if cfg.Storage.RetentionDays > 0 {
 		kept = fmt.Sprintf("older than %d days", cfg.Storage.RetentionDays)
 	}
-	fmt.Fprintf(stdout, "purged %d conversations (%s) and %d channel states (resume tokens expired or of gone principals)\n", convs, kept, states)
+	fmt.Fprintf(stdout, "purged %d conversations (%s), %d channel states (resume tokens expired or of gone principals) and %d settled schedule fires\n",
+		p.Conversations, kept, p.States, p.Fires)
 	return 0
 }

@@ -16,6 +16,36 @@ import (
 type Export struct {
 	Conversation ledger.Conversation `json:"conversation"`
 	Messages     []ExportMessage     `json:"messages"`
+	// Fires are the fires of schedules and reminders whose turns are in
+	// the conversation, by the seq of their message (TurnSeq).
+	Fires []ExportFire `json:"fires,omitempty"`
+}
+
+// fireAt is the fire whose turn is the message seq, or nil.
+func (t *Export) fireAt(seq int64) *ExportFire {
+	for i := range t.Fires {
+		if t.Fires[i].TurnSeq == seq {
+			return &t.Fires[i]
+		}
+	}
+	return nil
+}
+
+// fireNote is a line on a fire, before its message's text:
+// "[scheduled schedule:morning, due 2026-03-30T06:00:00Z: sent] ".
+func fireNote(f *ExportFire) string {
+	if f == nil {
+		return ""
+	}
+	note := fmt.Sprintf("[scheduled %s, due %s", f.ScheduleKey, f.DueAt.Format(time.RFC3339))
+	if f.LateMS >= 60_000 {
+		note += fmt.Sprintf(", %s late", (time.Duration(f.LateMS) * time.Millisecond).Round(time.Second))
+	}
+	note += ": " + f.State
+	if f.Reason != "" {
+		note += " (" + f.Reason + ")"
+	}
+	return note + "] "
 }
 
 // ExportMessage is one message of an Export. A user message carries its
@@ -104,7 +134,7 @@ func (t *Export) writeText(w io.Writer) error {
 		if m.Status != ledger.MsgOK {
 			status = " [" + m.Status + "]"
 		}
-		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s%s\n", m.Seq, m.Role, coversNote(m.Covers), quoteNote(m.Quote), m.Content, attachmentsNote(m.Attachments), status)
+		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s%s%s\n", m.Seq, m.Role, fireNote(t.fireAt(m.Seq)), coversNote(m.Covers), quoteNote(m.Quote), m.Content, attachmentsNote(m.Attachments), status)
 		for _, c := range m.Calls {
 			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
 		}
@@ -139,6 +169,9 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, " · %s", m.Status)
 		}
 		fmt.Fprintf(&b, "\n\n_%s_\n\n", m.CreatedAt.Format(time.RFC3339))
+		if f := t.fireAt(m.Seq); f != nil {
+			fmt.Fprintf(&b, "Scheduled: `%s`\n\n", mdCode(strings.TrimSuffix(strings.TrimPrefix(fireNote(f), "[scheduled "), "] ")))
+		}
 		// Quoted, so that whatever the message contains (headings, fences)
 		// stays inside its message; the text it replies to, quoted once
 		// more, above it.

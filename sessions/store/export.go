@@ -48,7 +48,14 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*query.Export, 
 	for i := range calls {
 		byMsg[calls[i].MessageSeq] = append(byMsg[calls[i].MessageSeq], exportCall(&calls[i]))
 	}
+	fires, err := s.ConversationFires(ctx, conv.SessionKey, id)
+	if err != nil {
+		return nil, err
+	}
 	t := &query.Export{Conversation: *conv, Messages: make([]query.ExportMessage, 0, len(msgs))}
+	for i := range fires {
+		t.Fires = append(t.Fires, query.ExportFireOf(&fires[i]))
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		em := query.ExportMessage{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Quote: m.Quote,
