@@ -35,6 +35,7 @@ type Store interface {
 	query.Exports
 	query.UsageReports
 	query.Purges
+	query.Fires
 }
 
 // Options configures the admin API.
@@ -51,6 +52,10 @@ type Options struct {
 	Connections func() int
 	Logger      *slog.Logger
 	Now         func() time.Time
+
+	// Timetable is the operator's schedules in force, which the
+	// schedules endpoints report (nil: none).
+	Timetable *sessions.Timetable
 
 	// Reload re-reads the configuration as SIGHUP does (POST
 	// /admin/api/reload); by names who asked. nil: the endpoint is absent.
@@ -107,6 +112,9 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("DELETE /admin/api/conversations/{id}", a.purgeConversation)
 	api("POST /admin/api/purge", a.purge)
 	api("GET /admin/api/usage", a.usage)
+	api("GET /admin/api/schedules", a.schedules)
+	api("GET /admin/api/schedules/{name}/fires", a.scheduleFires)
+	api("GET /admin/api/sessions/{key}/schedules", a.sessionSchedules)
 	api("GET /admin/api/stats", a.stats)
 	api("POST /admin/api/drain", a.drain)
 	api("POST /admin/api/undrain", a.undrain)

@@ -35,8 +35,11 @@ type clientFrame struct {
 	// edit: the client id of the message it edits (ID is the edit's own).
 	Edits string `json:"edits,omitempty"`
 	// Name is a model frame's choice: absent, the frame asks for the
-	// models; "" goes back to the default one (wsConn.model).
+	// models; "" goes back to the default one (wsConn.model). In a
+	// schedule_opt_in frame it names the schedule, and On says in or
+	// out (wsConn.schedules).
 	Name *string `json:"name,omitempty"`
+	On   *bool   `json:"on,omitempty"`
 	// Decision is a tool_decision's content: its id is a number, where
 	// every other frame's is a string, so it is decoded apart
 	// (decodeToolDecision).
@@ -144,7 +147,14 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 		if f.Name != nil && len(*f.Name) > maxModelName {
 			return nil, errBadFrame.with("model name is over %d bytes", maxModelName)
 		}
-	case "reset", "stop", "resume_previous", "compact", "status", "reminders":
+	case "schedule_opt_in":
+		if f.Name == nil || *f.Name == "" || f.On == nil {
+			return nil, errBadFrame.with("schedule_opt_in needs the schedule's name and on (true or false)")
+		}
+		if len(*f.Name) > maxScheduleName {
+			return nil, errBadFrame.with("schedule name is over %d bytes", maxScheduleName)
+		}
+	case "reset", "stop", "resume_previous", "compact", "status", "reminders", "schedules":
 	case "tool_decision": // its name escaped, so decodeFrame did not see it at first
 		if d, err, ok := decodeToolDecision(data); ok {
 			return d, err
@@ -160,8 +170,11 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 	default:
 		return nil, errBadFrame.with("unknown frame type %q", f.Type)
 	}
-	if f.Name != nil && f.Type != "model" {
-		return nil, errBadFrame.with("name is a field of model frames")
+	if f.Name != nil && f.Type != "model" && f.Type != "schedule_opt_in" {
+		return nil, errBadFrame.with("name is a field of model and schedule_opt_in frames")
+	}
+	if f.On != nil && f.Type != "schedule_opt_in" {
+		return nil, errBadFrame.with("on is a field of schedule_opt_in frames")
 	}
 	return &f, nil
 }

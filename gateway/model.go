@@ -131,6 +131,42 @@ type statusFrame struct {
 	BusyMode string       `json:"busy_mode"`
 	Reset    resetInfo    `json:"reset"`
 	Usage    usageInfo    `json:"usage"`
+	// Scheduled is what the session has on the clock (absent when the
+	// gateway keeps no timetable).
+	Scheduled *scheduledInfo `json:"scheduled,omitempty"`
+}
+
+// scheduledInfo is a session's reminders and the operator's schedules it
+// gets (sessions.Scheduled); each next time comes with the zone it is
+// read in.
+type scheduledInfo struct {
+	Reminders            int      `json:"reminders"`
+	NextReminder         string   `json:"next_reminder,omitempty"`
+	NextReminderTimezone string   `json:"next_reminder_timezone,omitempty"`
+	Schedules            []string `json:"schedules"`
+	NextSchedule         string   `json:"next_schedule,omitempty"`
+	NextScheduleTimezone string   `json:"next_schedule_timezone,omitempty"`
+	// Offered counts the schedules the session may opt in to and has
+	// not (the schedules frame lists them).
+	Offered int `json:"offered"`
+}
+
+func newScheduledInfo(sc *sessions.Scheduled) *scheduledInfo {
+	if sc == nil {
+		return nil
+	}
+	out := &scheduledInfo{Reminders: sc.Reminders, NextReminder: rfc3339(sc.NextReminder), Schedules: sc.Schedules,
+		NextSchedule: rfc3339(sc.NextSchedule), Offered: sc.Offered}
+	if out.Schedules == nil {
+		out.Schedules = []string{}
+	}
+	if !sc.NextReminder.IsZero() && sc.NextReminderZone != nil {
+		out.NextReminderTimezone = sc.NextReminderZone.String()
+	}
+	if !sc.NextSchedule.IsZero() && sc.NextScheduleZone != nil {
+		out.NextScheduleTimezone = sc.NextScheduleZone.String()
+	}
+	return out
 }
 
 type summaryInfo struct {
@@ -190,6 +226,7 @@ func newStatusFrame(st sessions.Status, now time.Time) statusFrame {
 	f.Reset.Due = !st.NextReset.IsZero() && !st.NextReset.After(now)
 	u := st.Usage
 	f.Usage = usageInfo{Day: u.Day, Month: u.Month, Budget: u.Budget, DayEnds: rfc3339(u.DayEnds), MonthEnds: rfc3339(u.MonthEnds), Over: u.Over()}
+	f.Scheduled = newScheduledInfo(st.Scheduled)
 	return f
 }
 

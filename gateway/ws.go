@@ -42,10 +42,14 @@ type Sessions struct {
 	// Reminders serves the reminder frames (nil: they are answered
 	// unsupported).
 	Reminders Reminders
+	// Schedules serves the schedules frames (nil: they are answered
+	// unsupported).
+	Schedules Schedules
 }
 
 // SessionsOf is every door of the WebSocket channel on m; Transcripts
 // and Principals open on its conversations (Manager.Conversations).
+// Schedules stays nil: the gateway's wiring opens it on its timetable.
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes(),

@@ -94,6 +94,10 @@ func (c *wsConn) run(f *clientFrame) {
 		c.model(ctx, in, f.Name)
 		return
 	}
+	if f.Type == "schedules" || f.Type == "schedule_opt_in" {
+		c.schedules(ctx, in, f.Name, f.On)
+		return
+	}
 	if f.Type == "reset" {
 		c.reset(ctx, in)
 		return

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,29 +23,40 @@ import (
 // another channel, or one with a single target rather than all_sessions.
 var ErrNoSchedule = errors.New("no schedule of that name is offered here")
 
-// OperatorSchedule is one of the operator's schedules as the timetable
-// keeps it: its name, its target, when it fires and its rules.
-type OperatorSchedule struct {
-	Name    string
-	Channel string
-	// SessionKey is the conversation of a schedule with one target
-	// ("" with AllSessions: each session that opted in gets it).
-	SessionKey  string
-	AllSessions bool
-	// Target says whose conversation it is, for people ("telegram chat
-	// 42", "websocket: every session that opted in").
-	Target string
-	Spec   schedules.Spec
-	// When is Spec parsed; the zero When is never due.
-	When    schedules.When
-	Misfire schedules.Misfire
-	Quiet   bool
+// Spec is when the schedule fires as bot.yaml writes it: "cron 0 8 * *
+// 1-5", "every 2h0m0s 08:00-22:00".
+func (s OperatorSchedule) Spec() string {
+	w := s.When.String()
+	if strings.HasPrefix(w, "every ") || strings.HasPrefix(w, "at ") {
+		return w
+	}
+	return "cron " + w
 }
 
 // WhenText is when the schedule fires, as written, with its time zone:
 // "cron 0 8 * * 1-5 (Europe/Berlin)".
 func (s OperatorSchedule) WhenText() string {
-	return s.Spec.Text() + " (" + s.When.Location().String() + ")"
+	return s.Spec() + " (" + s.When.Location().String() + ")"
+}
+
+// TargetText says whose conversation the schedule's turns are, for
+// people, as bot.yaml names it: "telegram chat 42", "telegram chat -100
+// topic 7", "websocket principal ann", "websocket: every session that
+// opted in".
+func (t ScheduleTarget) TargetText() string {
+	switch {
+	case t.AllSessions:
+		return t.Channel + ": every session that opted in"
+	case t.ChatID != "":
+		chat, topic, ok := strings.Cut(t.ChatID, "/")
+		if ok {
+			return t.Channel + " chat " + chat + " topic " + topic
+		}
+		return t.Channel + " chat " + chat
+	case t.UserID != "":
+		return t.Channel + " principal " + t.UserID
+	}
+	return t.Channel + " " + t.SessionKey
 }
 
 // NextFires is up to n of the schedule's due times after t, soonest
@@ -63,7 +75,7 @@ func (s OperatorSchedule) NextFires(t time.Time, n int) []time.Time {
 
 // offeredTo reports whether a session of channel may opt in to s.
 func (s OperatorSchedule) offeredTo(channel string) bool {
-	return s.AllSessions && s.Channel == channel
+	return s.Target.AllSessions && s.Target.Channel == channel
 }
 
 // OptIn is a schedule a session may opt in to, and whether it has.
@@ -223,7 +235,7 @@ func (t *Timetable) Scheduled(ctx context.Context, channel, sessionKey string) (
 	}
 	now := t.now()
 	for _, s := range *t.list.Load() {
-		gets := s.SessionKey != "" && s.SessionKey == sessionKey
+		gets := !s.Target.AllSessions && s.Target.SessionKey == sessionKey
 		if s.offeredTo(channel) {
 			if gets = slices.Contains(on, s.Name); !gets {
 				sc.Offered++

@@ -4,7 +4,8 @@ package telegram
 // says what it is for by its prefix, up to the first ":" — "tool" for a
 // tool call's ask (Bot.toolTap), "back" for a reset notice's Go back
 // (Bot.backTap), "model" for /model's buttons (Bot.modelTap), "rem" for
-// /reminders' Cancel buttons (Bot.reminderTap); other kinds
+// /reminders' Cancel buttons (Bot.reminderTap), "sched" for /schedules'
+// (Bot.scheduleTap); other kinds
 // add a case to callback. Every query is answered with
 // answerCallbackQuery exactly once, whatever becomes of it (refused,
 // stale, unknown, a storage failure), so that the user's client stops
@@ -42,6 +43,8 @@ func (b *Bot) callback(ctx context.Context, u update) {
 			answer, after = b.modelTap(ctx, q, u.callbackThread, rest)
 		case remindData:
 			answer, after = b.reminderTap(ctx, q, u.callbackThread, rest)
+		case schedData:
+			answer, after = b.scheduleTap(ctx, q, u.callbackThread, rest)
 		default:
 			answer = unknownButtonText
 		}

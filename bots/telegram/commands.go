@@ -1,9 +1,10 @@
 package telegram
 
 // The commands (/start, /help, /new, /reset, /resume, /history, /compact,
-// /status, /model, /reminders, /stop): what each does and answers.
-// /resume and /history are Bot.resume's and Bot.history's, /status
-// Bot.status's, /model Bot.model's, /reminders Bot.reminders'.
+// /status, /model, /reminders, /schedules, /stop): what each does and
+// answers. /resume and /history are Bot.resume's and Bot.history's,
+// /status Bot.status's, /model Bot.model's, /reminders Bot.reminders',
+// /schedules Bot.sendSchedules'.
 
 import (
 	"context"
@@ -109,6 +110,9 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 		return nil
 	case "status":
 		b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), b.status(ctx, in), m.MessageID) })
+		return nil
+	case "schedules":
+		b.later(in.SessionKey, func() { b.sendSchedules(ctx, m, in) })
 		return nil
 	case "model":
 		if !b.sess.OffersModels() {

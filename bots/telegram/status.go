@@ -83,6 +83,10 @@ func statusText(st sessions.Status, models bool, now time.Time) string {
 		line("You have reached your limit: I answer again from %s (in %s).", u.ResetsAt().In(uzone).Format("Mon 2 Jan 15:04 MST"), about(u.ResetsAt().Sub(now)))
 	}
 
+	if sc := scheduledText(st.Scheduled); sc != "" {
+		line("%s", sc)
+	}
+
 	busy := busyTexts[st.Busy]
 	if busy == "" {
 		busy = string(st.Busy)

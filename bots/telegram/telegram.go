@@ -44,10 +44,14 @@ type Sessions struct {
 	// Reminders serves /reminders (nil: it answers that the bot keeps
 	// none).
 	Reminders Reminders
+	// Schedules serves /schedules (nil: it answers that none is
+	// offered).
+	Schedules Schedules
 }
 
 // SessionsOf is every door of the bot on m; Transcripts and
 // ChannelStates open on its conversations (Manager.Conversations).
+// Schedules stays nil: the gateway's wiring opens it on its timetable.
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m.Health(), Registry: m.Routes(),

@@ -7,6 +7,7 @@
 //	gateway reload [-c FILE]       make the running gateway re-read bot.yaml (SIGHUP)
 //	gateway sessions list|show|export|reset|purge
 //	gateway usage [-c FILE] [-since DAY] [-by user,day,model] [-csv]
+//	gateway schedules [-c FILE] [-json] | schedules fires NAME [-limit N]
 //	gateway version
 package main
 
@@ -56,6 +57,10 @@ commands:
   sessions purge [-c FILE]        run the retention purge now (storage.retention_days, resume_ttl)
   usage [-c FILE] [-since DAY] [-until DAY] [-user KEY] [-by user,day,model] [-sort COL] [-csv]
                                   tokens and cost by user, day and model (DAY: YYYY-MM-DD, or 7d for the last 7 days)
+  schedules [-c FILE] [-last N] [-json]
+                                  bot.yaml's schedules: when, target, misfire, quiet, next 3 fires, last outcomes; reminders
+  schedules fires [-c FILE] NAME [-limit N] [-json]
+                                  one schedule's latest fires
   version                         print the version
 
 Without -c, ./bot.yaml is used when it exists, else the embedded defaults
@@ -81,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return sessionsCmd(ctx, args, stdout, stderr)
 	case "usage":
 		return usageCmd(ctx, args, stdout, stderr)
+	case "schedules":
+		return schedulesCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "chatgate", versionString())
 		return 0

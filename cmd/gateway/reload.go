@@ -35,6 +35,8 @@ type reloader struct {
 	sweeper *sessions.Sweeper
 	// scheduler takes the schedules of every reload that changed them.
 	scheduler *sessions.Scheduler
+	// timetable takes the schedules of every reload.
+	timetable *sessions.Timetable
 	ws        *gateway.WebSocket
 	bot       *telegram.Bot // nil without Telegram
 	// transcriber follows the agent (nil without transcription).
@@ -125,6 +127,7 @@ func (r *reloader) apply(cfg *config.Config) {
 			r.log.Error("reload: schedules", slog.String("error", err.Error()))
 		} else {
 			r.scheduler.SetSchedules(list)
+			r.timetable.Set(list)
 		}
 	}
 	if old.DelayNotice() != cfg.DelayNotice() {

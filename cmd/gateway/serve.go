@@ -154,6 +154,7 @@ type server struct {
 	mgr         *sessions.Manager // set once started: a later failed start stops it
 	sweeper     *sessions.Sweeper
 	scheduler   *sessions.Scheduler
+	timetable   *sessions.Timetable // the operator's schedules, for /status, opt-ins and admin
 	// services stop the background parts beside the session manager
 	// (stopServices), in the order they were started.
 	services  []func()

@@ -144,6 +144,13 @@ func (s *server) startSessions() error {
 		return fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	s.mgr = mgr
+	// The operator's schedules as /status, the opt-ins and the admin
+	// see them; a reload sets them again.
+	s.timetable = sessions.NewTimetable(s.db, nil)
+	if list, err := operatorSchedules(cfg); err == nil { // buildScheduler reports an error
+		s.timetable.Set(list)
+	}
+	mgr.Standing().UseTimetable(s.timetable)
 	// The reset sweeps and the retention purge, at their times.
 	s.sweeper = sessions.NewSweeper(mgr, s.log)
 	if err := s.sweeper.Start(); err != nil {
@@ -160,7 +167,9 @@ func (s *server) buildHTTP() {
 	s.srv = gateway.New(s.log)
 	wsPolicy := cfg.Policy(config.ChannelWebSocket)
 	wsCfg := cfg.Channels.WebSocket
-	s.ws = gateway.NewWebSocket(gateway.SessionsOf(s.mgr), gateway.WSOptions{
+	wsSess := gateway.SessionsOf(s.mgr)
+	wsSess.Schedules = s.timetable
+	s.ws = gateway.NewWebSocket(wsSess, gateway.WSOptions{
 		AuthTokens:          wsCfg.AuthTokens,
 		Anonymous:           cfg.AnonymousWebSocket(),
 		AllowedOrigins:      wsCfg.AllowedOrigins,
@@ -195,7 +204,7 @@ func (s *server) buildReloader() {
 	if reloadPath == config.EmbeddedName {
 		reloadPath = s.path
 	}
-	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, sweeper: s.sweeper, scheduler: s.scheduler, ws: s.ws,
+	s.reloads = &reloader{path: reloadPath, log: s.log, level: s.level, metrics: s.metrics, mgr: s.mgr, sweeper: s.sweeper, scheduler: s.scheduler, timetable: s.timetable, ws: s.ws,
 		transcriber: s.transcriber, tools: s.liveTools, started: s.cfg, applied: s.cfg}
 }
 
@@ -208,7 +217,7 @@ func (s *server) mountAdmin() {
 		return
 	}
 	reloads := s.reloads
-	opts := admin.Options{Tokens: s.cfg.Admin.Tokens, Store: s.db, Manager: s.mgr, Turns: s.turns, Logger: s.log}
+	opts := admin.Options{Tokens: s.cfg.Admin.Tokens, Store: s.db, Manager: s.mgr, Turns: s.turns, Logger: s.log, Timetable: s.timetable}
 	if s.cfg.WebSocketEnabled() {
 		opts.Connections = s.ws.Connections
 	}
@@ -287,7 +296,9 @@ func (s *server) startTelegram() {
 func (s *server) buildBot() *telegram.Bot {
 	cfg, metrics := s.cfg, s.metrics
 	tg := cfg.Channels.Telegram
-	bot, err := telegram.New(telegram.SessionsOf(s.mgr), telegram.Options{
+	tgSess := telegram.SessionsOf(s.mgr)
+	tgSess.Schedules = s.timetable
+	bot, err := telegram.New(tgSess, telegram.Options{
 		Elector: sessions.NewElector(s.db, s.mgr.ReplicaID()),
 		Token:   tg.Token, APIURL: tg.APIURL, Mode: tg.Mode, PollTimeout: tg.PollTimeout.D(),
 		WebhookURL: tg.Webhook.URL, WebhookSecret: tg.Webhook.Secret,

@@ -20,6 +20,9 @@ type Fires interface {
 	SessionFires(ctx context.Context, sessionKey string, limit int) ([]ledger.ScheduleFire, error)
 	// Reminders returns a session's reminders that are still due.
 	Reminders(ctx context.Context, sessionKey string) ([]ledger.Reminder, error)
+	// SessionOptIns returns the all_sessions schedules a session opted
+	// in to, by name.
+	SessionOptIns(ctx context.Context, sessionKey string) ([]string, error)
 	// ReminderCount counts the reminders still due, of every session.
 	ReminderCount(ctx context.Context) (ReminderCount, error)
 }
