@@ -39,6 +39,8 @@ type harness struct {
 	mu    sync.Mutex
 	waits []time.Duration
 	polls atomic.Int64 // this bot's getUpdates requests
+	// tt is the timetable of setup.schedules (nil without).
+	tt *sessions.Timetable
 }
 
 type setup struct {
@@ -61,6 +63,9 @@ type setup struct {
 	// hook runs on the database before the manager is built on it (a
 	// fault injector installs itself).
 	hook func(*store.DB)
+	// schedules, when set, are the operator's schedules of a timetable
+	// on the database: the bot's Schedules door and /status's.
+	schedules []sessions.OperatorSchedule
 }
 
 // countPolls counts a bot's getUpdates requests on their way out.
@@ -133,6 +138,12 @@ func start(t *testing.T, api *telegramtest.Server, dir string, s setup) *harness
 	sess := SessionsOf(h.mgr)
 	if s.sess != nil {
 		sess = s.sess(h.mgr)
+	}
+	if s.schedules != nil {
+		h.tt = sessions.NewTimetable(db, s.now)
+		h.tt.Set(s.schedules)
+		h.mgr.Standing().UseTimetable(h.tt)
+		sess.Schedules = h.tt
 	}
 	bot, err := New(sess, opts)
 	if err != nil {
