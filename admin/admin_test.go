@@ -86,6 +86,8 @@ type envOptions struct {
 	// managerClock runs the session manager on the env's clock too (the
 	// day a turn's usage is tallied for), not on the real one.
 	managerClock bool
+	// schedules are the operator's schedules of the admin's timetable.
+	schedules []sessions.OperatorSchedule
 }
 
 func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
@@ -110,8 +112,13 @@ func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
 	mgr := sessions.New(db, ag, mopts)
 	ws := gateway.NewWebSocket(gateway.SessionsOf(mgr), gateway.WSOptions{Logger: quiet})
 	srv := gateway.New(quiet)
+	var tt *sessions.Timetable
+	if o.schedules != nil {
+		tt = sessions.NewTimetable(db, clock.Now)
+		tt.Set(o.schedules)
+	}
 	adm := New(Options{Tokens: map[string]string{"alice": aliceToken, "bob": bobToken}, Store: db, Manager: mgr,
-		Turns: turns, Connections: ws.Connections, Logger: log, Now: clock.Now})
+		Turns: turns, Connections: ws.Connections, Logger: log, Now: clock.Now, Timetable: tt})
 	adm.Register(srv.Handle)
 	srv.Handle("GET /ws", adm.Gate(ws))
 	srv.AddCheck("admin", adm.ReadyCheck())
