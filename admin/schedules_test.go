@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/browsertest"
 	"github.com/chatgate/chatgate/schedules"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -136,5 +139,64 @@ func TestSchedulesAPIWithoutTimetable(t *testing.T) {
 	e.call("GET", "/admin/api/schedules/old/fires", http.StatusOK, &fires)
 	if len(fires.Fires) != 1 {
 		t.Fatalf("fires %+v", fires)
+	}
+}
+
+// The admin page's Schedules tab shows each schedule with its next and
+// last fires and the reminders line, and a conversation shows its
+// session's reminders and the message a fire made, in Chromium. Stored
+// text (a fire's reason) is shown as text, never as markup.
+func TestSchedulesPageInBrowser(t *testing.T) {
+	e := newEnvWith(t, agent.Echo{}, envOptions{schedules: []sessions.OperatorSchedule{
+		opSchedule(t, "brief", "websocket", "websocket:ann", schedules.Spec{Cron: "0 8 * * *", Timezone: "Europe/Berlin"}),
+	}})
+	ann := e.connect("ann")
+	ann.say("a-1", "hello from ann")
+	conv, err := e.db.ActiveConversation(context.Background(), "websocket:ann")
+	if err != nil || conv == nil {
+		t.Fatal(conv, err)
+	}
+	due := time.Date(2026, 3, 1, 7, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	held, ok, err := e.db.ClaimFire(ctx, ledger.FireClaim{ScheduleKey: schedules.OperatorKey("brief"), DueAt: due, SessionKey: "websocket:ann",
+		Owner: "r1", LeaseUntil: due.Add(time.Hour), At: due.Add(3 * time.Second)})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := e.db.StoreFireTurn(ctx, held, conv.ID, 1, due); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.SettleFire(ctx, ledger.FireEnd{ScheduleKey: schedules.OperatorKey("brief"), DueAt: due, From: ledger.FireStored,
+		State: ledger.FireFailed, Reason: "<img src=x onerror=alert(1)>", At: due}); err != nil {
+		t.Fatal(err)
+	}
+	rem := due.Add(48 * time.Hour)
+	if ok, err := e.db.AddReminder(ctx, &ledger.Reminder{SessionKey: "websocket:ann", Channel: "websocket", Spec: "at x", Text: "call Bob",
+		NextDueAt: &rem, CreatedAt: due}, 10); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+
+	bctx := browsertest.New(t, 1200, 900)
+	err = chromedp.Do(bctx,
+		chromedp.Navigate(e.url+"/admin/#schedules"),
+		chromedp.WaitVisible("#token"),
+		chromedp.SendKeys("#token", aliceToken),
+		chromedp.Click("#save"),
+		browsertest.WaitText("#schedules-rows td", "brief"),
+		browsertest.WaitText("#schedules-rows", "cron 0 8 * * * (Europe/Berlin)"),
+		browsertest.WaitText("#schedules-rows", "failed · 3 s late · websocket:ann · <img src=x onerror=alert(1)>"),
+		browsertest.WaitText("#reminders-line", "Reminders: 1 due, kept by 1 session;"),
+		chromedp.Click("#tab-sessions"),
+		browsertest.WaitText("#sessions td", "websocket:ann"),
+		chromedp.Click("#sessions tr"),
+		browsertest.WaitText("#transcript li.user .fire", "⏰ schedule:brief · failed"),
+		browsertest.WaitText("#conv-schedules", "Reminders: call Bob"),
+	)
+	if err != nil {
+		t.Fatalf("schedules page: %v", err)
+	}
+	imgs, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('img').length`))
+	if err != nil || imgs != 0 {
+		t.Fatalf("stored text became markup: %d images, %v", imgs, err)
 	}
 }

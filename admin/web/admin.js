@@ -78,20 +78,68 @@ async function start() {
     return;
   }
   if (!statsTimer) statsTimer = setInterval(() => refreshStats().catch(report), STATS_EVERY_MS);
-  showTab(location.hash === '#usage' ? 'usage' : 'sessions');
+  showTab({ '#usage': 'usage', '#schedules': 'schedules' }[location.hash] || 'sessions');
   await loadSessions().catch(report);
 }
 
-// showTab shows the sessions or the usage view; the usage report is
-// loaded the first time its view is shown.
+// showTab shows the sessions, usage or schedules view; the usage report
+// is loaded the first time its view is shown, the schedules every time.
 function showTab(name) {
-  const isUsage = name === 'usage';
-  $('sessions-view').hidden = isUsage;
-  $('usage-view').hidden = !isUsage;
-  $('tab-sessions').setAttribute('aria-selected', String(!isUsage));
-  $('tab-usage').setAttribute('aria-selected', String(isUsage));
-  history.replaceState(null, '', isUsage ? '#usage' : location.pathname + location.search);
-  if (isUsage && !usage.loaded) loadUsage().catch(report);
+  for (const v of ['sessions', 'usage', 'schedules']) {
+    $(v + '-view').hidden = v !== name;
+    $('tab-' + v).setAttribute('aria-selected', String(v === name));
+  }
+  history.replaceState(null, '', name === 'sessions' ? location.pathname + location.search : '#' + name);
+  if (name === 'usage' && !usage.loaded) loadUsage().catch(report);
+  if (name === 'schedules') loadSchedules().catch(report);
+}
+
+// fireText is one fire on a line: due time, state, lag, delivery, reason.
+function fireText(f) {
+  let text = fmtTime(f.due) + ' ' + f.state;
+  if (f.lag_ms >= 1000) text += ' · ' + Math.round(f.lag_ms / 1000) + ' s late';
+  if (f.session_key) text += ' · ' + f.session_key;
+  if (f.delivery_ref) text += ' · ref ' + f.delivery_ref;
+  if (f.reason) text += ' · ' + f.reason;
+  return text;
+}
+
+// loadSchedules shows the schedules in force with their next and last
+// fires, and the reminders users keep.
+async function loadSchedules() {
+  const rep = await api('GET', '/admin/api/schedules');
+  const body = $('schedules-rows');
+  body.replaceChildren();
+  for (const s of rep.schedules) {
+    const tr = document.createElement('tr');
+    cell(tr, s.name);
+    cell(tr, s.when + ' (' + s.timezone + ')');
+    cell(tr, s.target || s.channel);
+    cell(tr, s.misfire + (s.max_late ? ', max_late ' + s.max_late : ''));
+    cell(tr, s.quiet ? 'yes' : 'no');
+    cell(tr, s.next.map(fmtTime).join('\n'));
+    cell(tr, s.last.length ? s.last.map(fireText).join('\n') : 'none yet');
+    body.appendChild(tr);
+  }
+  if (!rep.schedules.length) {
+    const tr = document.createElement('tr');
+    cell(tr, 'No schedules in the configuration.');
+    tr.firstChild.colSpan = 7;
+    body.appendChild(tr);
+  }
+  const r = rep.reminders;
+  $('reminders-line').textContent = r.due ? 'Reminders: ' + r.due + ' due, kept by ' + r.sessions + (r.sessions === 1 ? ' session' : ' sessions') + '; the next ' + fmtTime(r.next) : 'Reminders: none due.';
+}
+
+// loadConvSchedules shows a session's reminders, opt-ins and latest fires
+// under its conversation's heading.
+async function loadConvSchedules(key) {
+  const s = await api('GET', '/admin/api/sessions/' + encodeURIComponent(key) + '/schedules?limit=5');
+  const parts = [];
+  if (s.reminders.length) parts.push('Reminders: ' + s.reminders.map((r) => r.text + ' (' + r.spec + (r.next_due_at ? ', next ' + fmtTime(r.next_due_at) : '') + ')').join('; '));
+  if (s.opt_ins.length) parts.push('Opted in to: ' + s.opt_ins.join(', '));
+  if (s.fires.length) parts.push('Latest fires: ' + s.fires.map((f) => f.schedule_key + ' ' + fireText(f)).join('; '));
+  $('conv-schedules').textContent = parts.join(' · ');
 }
 
 async function refreshStats() {
@@ -162,6 +210,9 @@ async function openConversation(id) {
     (current.reset_reason ? ' (' + current.reset_reason + ')' : '') +
     ' · started ' + fmtTime(current.started_at) + ' · ' + current.total_tokens + ' tokens';
   $('reset').disabled = current.status !== 'active';
+  $('conv-schedules').textContent = '';
+  loadConvSchedules(current.session_key).catch(report);
+  const fires = new Map((t.fires || []).map((f) => [f.turn_seq, f]));
   $('purge').disabled = current.status !== 'archived';
   const ol = $('transcript');
   ol.replaceChildren();
@@ -183,6 +234,14 @@ async function openConversation(id) {
       if (m.turn_attempt) text += ' · attempt ' + m.turn_attempt;
       turn.textContent = text;
       head.appendChild(turn);
+    }
+    const fire = fires.get(m.seq);
+    if (fire) {
+      // The message a schedule or reminder fired, and how the fire ended.
+      const sch = document.createElement('span');
+      sch.className = 'fire ' + fire.state;
+      sch.textContent = '⏰ ' + fire.schedule_key + ' · ' + fire.state;
+      head.appendChild(sch);
     }
     if (m.status !== 'ok') {
       const st = document.createElement('span');
@@ -413,6 +472,8 @@ $('drain').addEventListener('click', async () => {
 
 $('tab-sessions').addEventListener('click', () => showTab('sessions'));
 $('tab-usage').addEventListener('click', () => showTab('usage'));
+$('tab-schedules').addEventListener('click', () => showTab('schedules'));
+$('schedules-refresh').addEventListener('click', () => loadSchedules().catch(report));
 $('usage-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   usage.offset = 0;
