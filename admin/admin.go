@@ -2,7 +2,8 @@
 // sessions, read a transcript with its turns, reset a session through the
 // running session manager, export and purge conversations, watch live
 // stats, report usage (tokens and cost by user, day and model, as JSON or
-// CSV), and drain this replica. Every API call needs a bearer token of
+// CSV), see the operator's schedules with their next and last fires and a
+// session's reminders, and drain this replica. Every API call needs a bearer token of
 // admin.tokens; the token's name is logged with every action. It reads
 // the database through the roles of the query port it uses (Store),
 // and resets through the running session manager.

@@ -30,7 +30,11 @@ func schedulesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			name, args = args[0], args[1:]
 		}
 	}
-	fs, path := configFlag("schedules "+sub, stderr)
+	fsName := "schedules"
+	if sub == "fires" {
+		fsName = "schedules fires"
+	}
+	fs, path := configFlag(fsName, stderr)
 	asJSON := fs.Bool("json", false, "print JSON, as the admin API answers, instead of text")
 	last := fs.Int("last", admin.DefaultLastFires, "show each schedule's last `N` fires (list)")
 	limit := fs.Int("limit", 20, "show the last `N` fires (fires)")
