@@ -22,8 +22,8 @@ func opSchedule(t *testing.T, name, channel, key string, spec schedules.Spec) se
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sessions.OperatorSchedule{Name: name, Channel: channel, SessionKey: key, AllSessions: key == "", Target: channel + " target",
-		Spec: spec, When: w, Misfire: schedules.Misfire{Rule: schedules.MisfireSkip}}
+	return sessions.OperatorSchedule{Name: name, Target: sessions.ScheduleTarget{Channel: channel, SessionKey: key, AllSessions: key == ""},
+		When: w, Misfire: schedules.Misfire{Rule: schedules.MisfireSkip}}
 }
 
 // settle writes a fire through the store as the scheduler does.

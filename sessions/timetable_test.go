@@ -20,7 +20,7 @@ func schedule(t *testing.T, name, channel, key string, spec schedules.Spec) Oper
 	if err != nil {
 		t.Fatal(err)
 	}
-	return OperatorSchedule{Name: name, Channel: channel, SessionKey: key, AllSessions: key == "", Spec: spec, When: w}
+	return OperatorSchedule{Name: name, Target: ScheduleTarget{Channel: channel, SessionKey: key, AllSessions: key == ""}, When: w}
 }
 
 func testSchedules(t *testing.T) []OperatorSchedule {

@@ -27,7 +27,7 @@ func opSchedule(t *testing.T, name, channel, key string, spec schedules.Spec) se
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sessions.OperatorSchedule{Name: name, Channel: channel, SessionKey: key, AllSessions: key == "", Spec: spec, When: w}
+	return sessions.OperatorSchedule{Name: name, Target: sessions.ScheduleTarget{Channel: channel, SessionKey: key, AllSessions: key == ""}, When: w}
 }
 
 func TestSchedulesCommandAndButtons(t *testing.T) {
