@@ -131,7 +131,7 @@ func TestSessionsPurgeCommand(t *testing.T) {
 
 	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
 	code, out, errOut := runCmd(t, "sessions", "purge", "-c", path)
-	if code != 0 || !strings.Contains(out, "purged 0 conversations") || !strings.Contains(out, "and 1 channel states") {
+	if code != 0 || !strings.Contains(out, "purged 0 conversations") || !strings.Contains(out, ", 1 channel states") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	db, err = store.Open(ctx, store.DriverSQLite, dbPath, store.OpenOptions{})
