@@ -75,7 +75,7 @@ type SchedulerOptions struct {
 	Lease time.Duration
 	// Batch is how many fires one look takes at most (default 256).
 	Batch int
-	// Workers is how many fires are claimed and stored at once (default 16).
+	// Workers is how many fires are claimed and stored at once (default 64).
 	Workers int
 	// ReminderMaxLate is how late a reminder missed while no gateway ran
 	// still fires (default 6h): late is better than never for something
@@ -94,7 +94,7 @@ func (o SchedulerOptions) withDefaults() SchedulerOptions {
 		o.Batch = 256
 	}
 	if o.Workers <= 0 {
-		o.Workers = 16
+		o.Workers = 64
 	}
 	if o.ReminderMaxLate <= 0 {
 		o.ReminderMaxLate = 6 * time.Hour
