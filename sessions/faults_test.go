@@ -84,6 +84,12 @@ func TestFaultAtEveryStep(t *testing.T) {
 				visitFaults(t, sc.name+" on "+driver, func(k int, mode faults.Mode) faultRun { return runFaults(t, open, sc, k, mode) })
 			})
 		}
+		// A schedule's fire, with the scheduler driving it (runFireFaults).
+		t.Run(driver+"/schedule-fire", func(t *testing.T) {
+			t.Parallel()
+			open := faultDB(t, driver)
+			visitFaults(t, "schedule-fire on "+driver, func(k int, mode faults.Mode) faultRun { return runFireFaults(t, open, k, mode) })
+		})
 	}
 }
 

@@ -18,33 +18,21 @@ import (
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
-// The fault-at-every-step harness for a fire, as TestFaultAtEveryStep is
-// for users' messages: the fire of a schedule to a Telegram chat (whose
-// delivery is confirmed) runs once without faults, which counts its
-// ledger calls (N) — the scheduler's plan, claim, the message stored, the
-// turn claimed, its reply stored, its delivery marked, the fire settled;
-// then once for every k in 1..N with an outage from the k-th call, before
-// it reaches the database and again after it landed with its answer lost,
-// healed once it has failed a few calls. The scheduler keeps looking, the
-// clock moving on 20 s a look. Every run must end, with no restart, in:
+// The fault-at-every-step harness's scenario for a fire (schedule-fire
+// in TestFaultAtEveryStep): the fire of a schedule to a Telegram chat
+// (whose delivery is confirmed) runs once without faults, which counts
+// its ledger calls (N) — the scheduler's plan, claim, the message stored,
+// the turn claimed, its reply stored, its delivery marked, the fire
+// settled; then once for every k in 1..N with an outage from the k-th
+// call, before it reaches the database and again after it landed with its
+// answer lost, healed once it has failed a few calls. The scheduler keeps
+// looking, the clock moving on 20 s a look. Every run must end, with no
+// restart, in:
 //
 //   - one message of the fire stored, and one final reply to it;
 //   - that reply sent to the chat once (nothing sent twice, nothing lost);
 //   - the fire settled sent, with the channel's reference;
 //   - the schedule's next fire planned.
-func TestFaultAtEveryStepOfAFire(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the fault-at-every-step harness runs in the full suite")
-	}
-	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			open := faultDB(t, driver)
-			visitFaults(t, "a fire on "+driver, func(k int, mode faults.Mode) faultRun { return runFireFaults(t, open, k, mode) })
-		})
-	}
-}
-
 func runFireFaults(t *testing.T, open func() *store.DB, k int, mode faults.Mode) faultRun {
 	t.Helper()
 	label := fmt.Sprintf("outage from step %d (%s)", k, mode)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/oteltest"
 	"github.com/chatgate/chatgate/schedules"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -617,6 +618,80 @@ func TestAllSessionsScheduleGoesToThoseWhoOptedIn(t *testing.T) {
 		defer obs.mu.Unlock()
 		if obs.claimed["schedule"] != 2 || obs.outcomes["schedule sent"] != 2 || len(obs.outcomes) != 1 {
 			t.Fatalf("metrics: claimed %v, outcomes %v (the fan-out itself is not a fire the users see)", obs.claimed, obs.outcomes)
+		}
+	})
+}
+
+// A fire is traced: a span "schedule fire" per fire run, with its key,
+// due time, lag and how far it got here, and the fire's message a child
+// of it.
+func TestAFireHasASpan(t *testing.T) {
+	rec := oteltest.New(t)
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
+	c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+	ag := &fireAgent{}
+	m := New(db, ag, Options{Now: c.Now, Logger: quiet, TracerProvider: rec, Policies: map[string]Policy{"websocket": {MaxHistory: 20}}})
+	m.Routes().Register("websocket", Route{Deliver: func(context.Context, Delivery) (string, error) { return "", nil }})
+	s := NewScheduler(m, SchedulerOptions{}, quiet)
+	s.SetSchedules([]OperatorSchedule{{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}), Prompt: "brief",
+		Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}}})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	if err := s.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(time.Date(2026, 12, 7, 8, 0, 2, 0, time.UTC))
+	if err := s.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	rec.WaitEnded(t, "schedule fire", 1)
+	fire := rec.Named("schedule fire")[0]
+	if oteltest.Attr(fire, "chatgate.fire") != schedules.OperatorKey("brief") || oteltest.Attr(fire, "chatgate.due") != "2026-12-07T08:00:00Z" ||
+		oteltest.Attr(fire, "chatgate.lag_ms") != "2000" || oteltest.Attr(fire, "chatgate.fire_state") != ledger.FireStored {
+		t.Fatalf("fire span attributes: %v", fire.Attributes)
+	}
+	msgs := rec.Named("message")
+	if len(msgs) != 1 || msgs[0].Parent.SpanID() != fire.SpanContext.SpanID() {
+		t.Fatalf("the fire's message span is not its child: %v", rec.Names())
+	}
+}
+
+// A fire that finds its conversation due for a reset (idle here) archives
+// it, as the user's message would, and runs in the new one.
+func TestAFireDueForAResetRunsInTheNewConversation(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC))
+		ag := &fireAgent{answer: func(req agent.Request) string { return fmt.Sprintf("history: %d", len(req.History)) }}
+		sc := OperatorSchedule{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}), Prompt: "brief",
+			Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}}
+		r := newFireRig(t, db, c, ag, Policy{MaxHistory: 20, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}}, sc)
+		if _, err := r.m.Handle(context.Background(), msg(WebSocketKey("ann"), "good morning"), Hooks{}); err != nil {
+			t.Fatal(err)
+		}
+		c.Set(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+		r.pass()
+		c.Set(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+		r.pass()
+		convs := conversations(t, db, WebSocketKey("ann"))
+		if len(convs) != 2 {
+			t.Fatalf("%d conversations, want the idle one archived and a new one", len(convs))
+		}
+		var archived, active int
+		for _, cv := range convs {
+			switch cv.Status {
+			case ledger.StatusArchived:
+				archived++
+				if cv.ResetReason != "idle" || cv.LastSeq != 2 {
+					t.Fatalf("archived %+v", cv)
+				}
+			case ledger.StatusActive:
+				active++
+			}
+		}
+		sent := r.delivered()
+		if archived != 1 || active != 1 || len(sent) != 1 || sent[0].Reply.Text != "history: 0" {
+			t.Fatalf("archived %d, active %d, sent %+v: the fire runs in the new conversation", archived, active, sent)
 		}
 	})
 }

@@ -97,18 +97,20 @@ func (s *Scheduler) claim(ctx context.Context, key string, due time.Time, sessio
 // runFire runs one fire: claim, budgets, the message stored as a turn,
 // and — on a goroutine — its outcome delivered and the fire settled.
 func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
-	ctx, end := s.tr.startSpanCtx(ctx, "schedule fire")
-	var err error
-	defer func() { end(err) }()
 	held, ok, err := s.claim(ctx, f.key, f.due, f.target.SessionKey, now)
 	if err != nil || !ok {
 		s.logErr(err)
 		return
 	}
+	// The fire's span, once it is this replica's to run.
+	ctx, end := s.tr.traceFire(ctx, f.key, f.due, now)
+	state := ledger.FireClaimed
+	defer func() { end(state, err) }()
 	kind := fireKind(f.key)
 	s.obs.FireClaimed(kind, now.Sub(f.due))
 	if why := s.overBudget(ctx, f); why != "" {
 		s.settleClaimed(ctx, held, ledger.FireSkippedBudget, why, now)
+		state = ledger.FireSkippedBudget
 		return
 	}
 	in := Inbound{Channel: f.target.Channel, SessionKey: f.target.SessionKey, UserID: f.target.UserID, ChatID: f.target.ChatID,
@@ -119,6 +121,7 @@ func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
 		return // the claim lapses; the next start, or another replica, runs it
 	case errors.Is(err, ErrBadInbound), errors.Is(err, ErrEmptyMessage), errors.Is(err, ErrTooLong), errors.Is(err, ErrBadText), errors.Is(err, ErrFireID):
 		s.settleClaimed(ctx, held, ledger.FireFailed, "its message was refused: "+err.Error(), now)
+		state = ledger.FireFailed
 		return
 	case err != nil:
 		s.log.Warn("storing a fire's message failed; it is claimed again when its lease runs out", slog.String("fire", f.key),
@@ -128,8 +131,10 @@ func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
 	// Stored: from now on the turn ledger runs it. A claim lost meanwhile
 	// (this replica was too slow, its lease ran out) is harmless: whoever
 	// claimed it finds this message stored, by its client id.
-	if err := s.store.StoreFireTurn(ctx, held, t.ConversationID(), t.Seq(), s.now()); err != nil && !errors.Is(err, ledger.ErrLostClaim) {
-		s.logErr(err) // the claim lapses; the next claimer finds the message and records it
+	if serr := s.store.StoreFireTurn(ctx, held, t.ConversationID(), t.Seq(), s.now()); serr != nil && !errors.Is(serr, ledger.ErrLostClaim) {
+		s.logErr(serr) // the claim lapses; the next claimer finds the message and records it
+	} else if serr == nil {
+		state = ledger.FireStored
 	}
 	s.waits.Add(1)
 	go func() {

@@ -90,6 +90,25 @@ func (tr *tracing) startSpanCtx(ctx context.Context, name string) (context.Conte
 	return ctx, func(err error) { endSpan(span, err) }
 }
 
+// traceFire starts a fire's span "schedule fire", a root span (a fire
+// has no caller), with the fire's key, due time and lag; the fire's
+// message and turn are its children. The returned func ends it with the
+// fire's outcome at that point (its state attribute, and err).
+func (tr *tracing) traceFire(ctx context.Context, key string, due, now time.Time) (context.Context, func(state string, err error)) {
+	if tr.tracer == nil {
+		return ctx, func(string, error) {}
+	}
+	ctx, span := tr.tracer.Start(ctx, "schedule fire", trace.WithNewRoot(), trace.WithAttributes(
+		attribute.String("chatgate.fire", key), attribute.String("chatgate.due", due.UTC().Format(time.RFC3339)),
+		attribute.Int64("chatgate.lag_ms", now.Sub(due).Milliseconds())))
+	return ctx, func(state string, err error) {
+		if state != "" {
+			span.SetAttributes(attribute.String("chatgate.fire_state", state))
+		}
+		endSpan(span, err)
+	}
+}
+
 func endSpan(span trace.Span, err error) {
 	if err != nil {
 		span.RecordError(err)
