@@ -166,12 +166,8 @@ func ScheduleFires(ctx context.Context, q query.Fires, list []sessions.OperatorS
 
 func (a *Admin) scheduleFires(w http.ResponseWriter, r *http.Request, who string) {
 	name := r.PathValue("name")
-	limit, err := intParam(r, "limit", defaultFires, maxFires)
-	if err == nil && limit == 0 {
-		err = fmt.Errorf("limit: want a whole number from 1 to %d, got 0", maxFires)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	limit, ok := firesLimit(w, r)
+	if !ok {
 		return
 	}
 	a.logAction(r, who, "schedule fires", name)
@@ -207,12 +203,8 @@ type sessionSchedules struct {
 
 func (a *Admin) sessionSchedules(w http.ResponseWriter, r *http.Request, who string) {
 	key := r.PathValue("key")
-	limit, err := intParam(r, "limit", defaultFires, maxFires)
-	if err == nil && limit == 0 {
-		err = fmt.Errorf("limit: want a whole number from 1 to %d, got 0", maxFires)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	limit, ok := firesLimit(w, r)
+	if !ok {
 		return
 	}
 	a.logAction(r, who, "session schedules", key)
@@ -241,4 +233,18 @@ func (a *Admin) sessionSchedules(w http.ResponseWriter, r *http.Request, who str
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// firesLimit is the request's limit of fires (1 to maxFires, default
+// defaultFires); false when it was refused, with the answer written.
+func firesLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	limit, err := intParam(r, "limit", defaultFires, maxFires)
+	if err == nil && limit == 0 {
+		err = fmt.Errorf("limit: want a whole number from 1 to %d, got 0", maxFires)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return 0, false
+	}
+	return limit, true
 }

@@ -113,12 +113,21 @@ func (b *Bot) sendModels(ctx context.Context, m *message, in sessions.Inbound) {
 		b.sendPlain(ctx, m.to(), modelFailedText, m.MessageID)
 		return
 	}
+	b.sendWithButtons(ctx, m, modelText(st), modelKeyboard(st), "send the models")
+}
+
+// sendWithButtons answers m with text and an inline keyboard (none when
+// kb is nil), as the command replies with buttons do (/model, /reminders,
+// /schedules); a failed send is warned of once, as what.
+func (b *Bot) sendWithButtons(ctx context.Context, m *message, text string, kb any, what string) {
 	extra := tgbotapi.Params{}
-	if err := extra.AddInterface("reply_markup", modelKeyboard(st)); err != nil {
-		return
+	if kb != nil {
+		if err := extra.AddInterface("reply_markup", kb); err != nil {
+			return
+		}
 	}
-	if _, _, err := b.sendPart(ctx, m.to(), tgformat.Part{Plain: modelText(st)}, false, m.MessageID, extra); err != nil {
-		b.warnOnce("send the models", errors.New(b.redact(err)))
+	if _, _, err := b.sendPart(ctx, m.to(), tgformat.Part{Plain: text}, false, m.MessageID, extra); err != nil {
+		b.warnOnce(what, errors.New(b.redact(err)))
 	}
 }
 

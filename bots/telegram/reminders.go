@@ -21,7 +21,6 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
-	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
@@ -119,15 +118,11 @@ func (b *Bot) sendReminders(ctx context.Context, m *message, in sessions.Inbound
 		b.sendPlain(ctx, m.to(), remindersFailed, m.MessageID)
 		return
 	}
-	extra := tgbotapi.Params{}
-	if kb := remindersKeyboard(list); kb != nil {
-		if err := extra.AddInterface("reply_markup", kb); err != nil {
-			return
-		}
+	var kb any
+	if k := remindersKeyboard(list); k != nil {
+		kb = k
 	}
-	if _, _, err := b.sendPart(ctx, m.to(), tgformat.Part{Plain: remindersText(list, r.Enabled(Channel))}, false, m.MessageID, extra); err != nil {
-		b.warnOnce("send the reminders", errors.New(b.redact(err)))
-	}
+	b.sendWithButtons(ctx, m, remindersText(list, r.Enabled(Channel)), kb, "send the reminders")
 }
 
 // reminderTap handles a tap on a Cancel button of /reminders (rest: the

@@ -24,7 +24,6 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
-	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 )
 
@@ -123,13 +122,7 @@ func (b *Bot) sendSchedules(ctx context.Context, m *message, in sessions.Inbound
 		b.sendPlain(ctx, m.to(), schedulesNoneText, m.MessageID)
 		return
 	}
-	extra := tgbotapi.Params{}
-	if err := extra.AddInterface("reply_markup", schedulesKeyboard(list)); err != nil {
-		return
-	}
-	if _, _, err := b.sendPart(ctx, m.to(), tgformat.Part{Plain: schedulesText(list)}, false, m.MessageID, extra); err != nil {
-		b.warnOnce("send the schedules", errors.New(b.redact(err)))
-	}
+	b.sendWithButtons(ctx, m, schedulesText(list), schedulesKeyboard(list), "send the schedules")
 }
 
 // scheduleTap handles a tap on one of /schedules' buttons (rest: the
