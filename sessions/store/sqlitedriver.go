@@ -1,10 +1,16 @@
 package store
 
 import (
+	"github.com/ncruces/go-sqlite3"
 	_ "github.com/ncruces/go-sqlite3/driver" // registers "sqlite3"
+	"github.com/ncruces/go-sqlite3/ext/fts5"
 	"github.com/ncruces/go-sqlite3/gormlite"
 	"gorm.io/gorm"
 )
+
+// Every connection has FTS5, the full-text search the notes are
+// recalled by (notesql.go).
+func init() { sqlite3.AutoExtension(fts5.Register) }
 
 // The embedded store runs on github.com/ncruces/go-sqlite3: SQLite built
 // to WebAssembly and translated to Go, so no cgo. Its database/sql driver

@@ -291,7 +291,7 @@ var droppedIndexes = []struct {
 func migrateModels(tx *gorm.DB) error {
 	newLedger := tx.Migrator().HasTable(&ledger.Message{}) && !tx.Migrator().HasColumn(&ledger.Message{}, "turn_state")
 	if err := tx.AutoMigrate(&ledger.Conversation{}, &ledger.Message{}, &ledger.ChannelState{}, &ledger.SessionLease{}, &ledger.Replica{}, &ledger.Leader{}, &ledger.ToolCall{}, &ledger.UsageDay{}, &ledger.ModelChoice{},
-		&ledger.ScheduleFire{}, &ledger.Reminder{}, &ledger.ScheduleOptIn{}); err != nil {
+		&ledger.ScheduleFire{}, &ledger.Reminder{}, &ledger.ScheduleOptIn{}, &ledger.Note{}); err != nil {
 		return err
 	}
 	if err := migrateSweepIndex(tx); err != nil {
@@ -304,6 +304,9 @@ func migrateModels(tx *gorm.DB) error {
 	}
 	if err := createOpenIndex(tx); err != nil {
 		return fmt.Errorf("add the index of open turns: %w", err)
+	}
+	if err := migrateNotes(tx, tx.Dialector.Name()); err != nil {
+		return fmt.Errorf("add the notes' full-text search: %w", err)
 	}
 	for _, ix := range droppedIndexes {
 		if tx.Migrator().HasIndex(ix.model, ix.name) {

@@ -1,0 +1,37 @@
+package ledger
+
+import "time"
+
+// Memory: what the bot keeps about one user across conversations. Resets
+// give the model a clean context; notes carry what should outlive them —
+// the user's name, their projects, what they asked the bot never to do
+// again. A note belongs to one user (UsageUser of a session key: a
+// topic's conversations are their chat's user), is never read for
+// another, and is deleted, not archived, when forgotten: notes are the
+// user's data.
+
+// Who wrote a note.
+const (
+	NoteByModel    = "model"    // the model, through the memory tools
+	NoteByUser     = "user"     // the user, by a command or a frame
+	NoteByOperator = "operator" // the operator, through the admin API
+	NoteByReset    = "reset"    // extracted from a conversation at its reset
+)
+
+// Note is one note about a user.
+type Note struct {
+	ID int64 `gorm:"primaryKey;autoIncrement" json:"id"`
+	// UserKey is whose note it is: UsageUser of the session key.
+	UserKey string `gorm:"size:255;not null;index:ix_notes_user,priority:1" json:"user"`
+	Text    string `gorm:"type:text;not null" json:"text"`
+	Author  string `gorm:"size:16;not null" json:"author"`
+	// Where it came from: the conversation and the message (0: none, as
+	// for the operator's).
+	ConversationID string `gorm:"size:36;not null;default:''" json:"conversation_id,omitempty"`
+	MessageSeq     int64  `gorm:"not null;default:0" json:"message_seq,omitempty"`
+	// CallKey names what wrote it — a tool call's idempotency key, an
+	// extraction's conversation — so that the same writer run again after
+	// a crash writes it once ("" for none).
+	CallKey   string    `gorm:"size:128;not null;default:'';index:uq_notes_call,unique,where:call_key <> ''" json:"-"`
+	CreatedAt time.Time `gorm:"not null;index:ix_notes_user,priority:2" json:"created_at"`
+}
