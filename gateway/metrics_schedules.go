@@ -19,7 +19,7 @@ func newScheduleMetrics(reg *prometheus.Registry) *scheduleMetrics {
 	s := &scheduleMetrics{
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatgate_schedule_fires_total",
-			Help: "Fires of schedules (kind schedule) and reminders (kind reminder) settled, by outcome: sent, quiet, skipped_late, skipped_budget, failed.",
+			Help: "Fires of schedules (kind schedule) and reminders (kind reminder) settled, by outcome: sent, quiet, skipped_late, skipped_budget, failed, dropped.",
 		}, []string{"kind", "outcome"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "chatgate_schedule_fire_lag_seconds",
@@ -31,7 +31,7 @@ func newScheduleMetrics(reg *prometheus.Registry) *scheduleMetrics {
 	// Every outcome is exported from the start: an alert on failed sees
 	// a 0 before the first failure.
 	for _, kind := range []string{"schedule", "reminder"} {
-		for _, outcome := range []string{ledger.FireSent, ledger.FireQuiet, ledger.FireSkippedLate, ledger.FireSkippedBudget, ledger.FireFailed} {
+		for _, outcome := range []string{ledger.FireSent, ledger.FireQuiet, ledger.FireSkippedLate, ledger.FireSkippedBudget, ledger.FireFailed, ledger.FireDropped} {
 			s.fires.WithLabelValues(kind, outcome)
 		}
 	}

@@ -60,6 +60,10 @@ func (m *Manager) Edit(ctx context.Context, in Inbound, originalID string, h Hoo
 	if originalID == "" {
 		return EditOutcome{}, ErrEditNotFound
 	}
+	if ledger.IsFireMsgID(originalID) {
+		// A fire's message is the schedule's, not the user's to change.
+		return EditOutcome{}, ErrFireID
+	}
 	if err := m.check(in); err != nil {
 		return EditOutcome{}, err
 	}

@@ -135,6 +135,11 @@ type Scheduler struct {
 	// that does not deliver yet is no backlog: the loop does not spin.
 	backlog atomic.Bool
 	took    atomic.Int64
+	// The schedules with a budget of their own: their fires running
+	// here, and the most one fire has spent, by subject (admit).
+	spendMu  sync.Mutex
+	inflight map[string]int
+	perFire  map[string]int64
 
 	// waits are the fires' turns being waited for, to deliver and settle.
 	waits sync.WaitGroup
@@ -155,7 +160,8 @@ func NewScheduler(m *Manager, opts SchedulerOptions, log *slog.Logger) *Schedule
 	}
 	s := &Scheduler{store: m.store, host: m, routes: m.routes, standing: m.standing, obs: m.opts.Observer, tr: m.tr,
 		now: m.now, after: m.opts.After, replica: m.opts.ReplicaID, log: log, opts: opts.withDefaults(),
-		planned: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+		planned: map[string]time.Time{}, inflight: map[string]int{}, perFire: map[string]int64{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.schedules.Store(&map[string]OperatorSchedule{})
 	return s
@@ -284,11 +290,17 @@ func (s *Scheduler) plan(ctx context.Context, now time.Time) error {
 			continue
 		}
 		from := now.Add(-schedules.OnTime)
-		if found && latest.After(now) {
+		if found && latest.After(now) && sc.When.Next(latest.Add(-time.Nanosecond)).Equal(latest) {
 			s.mu.Lock()
 			s.planned[key] = latest
 			s.mu.Unlock()
 			continue
+		}
+		if found && latest.After(now) {
+			// Planned at a time the schedule no longer has (a reload
+			// changed it): that fire is dropped when it comes due, and the
+			// schedule's next time is planned now.
+			found = false
 		}
 		if found {
 			from = latest
@@ -324,13 +336,20 @@ func (s *Scheduler) plan(ctx context.Context, now time.Time) error {
 // now, none of which has a fire: the one it runs late is claimed and run,
 // the others recorded skipped_late.
 func (s *Scheduler) catchUp(ctx context.Context, sc OperatorSchedule, key, sessionKey string, after, now time.Time) error {
-	d := sc.Misfire.Catchup(sc.When, after, now, 0)
+	d := sc.Misfire.Catchup(sc.When, after, now, keptSkips)
 	return s.decided(ctx, key, sessionKey, d, now, func(due time.Time) { s.runOperator(ctx, sc, key, sessionKey, due, now) })
 }
 
 // decided records a misfire decision: the skipped fires skipped_late,
 // then run for the one to run.
+//
+// Of a long outage only the latest keptSkips missed fires are recorded:
+// a minutely schedule down for a month is not 43,000 rows; the others are
+// counted in the log.
 func (s *Scheduler) decided(ctx context.Context, key, sessionKey string, d schedules.Decision, now time.Time, run func(due time.Time)) error {
+	if d.Omitted > 0 {
+		s.log.Warn("missed fires not recorded one by one", slog.String("fire", key), slog.Int("omitted", d.Omitted))
+	}
 	if len(d.Skipped) > 0 {
 		n, err := s.store.SkipFires(ctx, key, sessionKey, d.Skipped, SkippedLateReason, now)
 		if err != nil {
@@ -345,6 +364,47 @@ func (s *Scheduler) decided(ctx context.Context, key, sessionKey string, d sched
 	}
 	return nil
 }
+
+// dropGrace is how long a fire of a schedule this replica does not know
+// (or knows with other times or another target) is left for a replica
+// that does — during a rolling deploy or a reload of one replica — before
+// it is dropped.
+const dropGrace = 5 * time.Minute
+
+// dropLater drops a fire whose schedule this replica does not have as it
+// was planned, once dropGrace has passed since its due time.
+func (s *Scheduler) dropLater(ctx context.Context, f ledger.ScheduleFire, now time.Time, reason string) {
+	if now.Sub(f.DueAt) < dropGrace {
+		return
+	}
+	s.drop(ctx, f, now, reason)
+}
+
+// drop settles a fire that is not to run, with the reason: claimed first,
+// so that exactly one runner settles it.
+func (s *Scheduler) drop(ctx context.Context, f ledger.ScheduleFire, now time.Time, reason string) {
+	held, ok, err := s.claim(ctx, f.ScheduleKey, f.DueAt, f.SessionKey, now)
+	if err != nil || !ok {
+		s.logErr(err)
+		return
+	}
+	s.settleClaimed(ctx, held, ledger.FireDropped, reason, now)
+}
+
+// withFirst makes sure a catch-up from a fire's own row settles that
+// row: when keptSkips left it out, it is skipped with the others (unless
+// it is the one to run).
+func withFirst(d schedules.Decision, due time.Time) schedules.Decision {
+	if d.Omitted > 0 && (d.Run == nil || !d.Run.Due.Equal(due)) {
+		d.Skipped = append([]time.Time{due}, d.Skipped...)
+		d.Omitted--
+	}
+	return d
+}
+
+// keptSkips is how many missed fires of one key a catch-up records
+// skipped_late, the latest ones.
+const keptSkips = 100
 
 // SkippedLateReason is the reason of a fire skipped by its misfire rule.
 const SkippedLateReason = "missed: no gateway was running at its time, and the misfire rule does not run it late"
@@ -393,13 +453,20 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		s.fail(ctx, f, now, "not a schedule key chatgate knows")
 		return
 	}
+	subject := schedules.OperatorKey(name)
+	if reminder > 0 {
+		subject = f.ScheduleKey
+	}
+	if f.State == ledger.FireClaimed && s.adoptStored(ctx, f, subject, now) {
+		return
+	}
 	if reminder > 0 {
 		r, err := s.store.Reminder(ctx, reminder)
 		if err != nil {
 			return // the next pass tries again
 		}
 		if r == nil || r.CancelledAt != nil {
-			s.fail(ctx, f, now, "the reminder was cancelled")
+			s.drop(ctx, f, now, "the reminder was cancelled")
 			return
 		}
 		if !s.delivers(r.Channel) {
@@ -413,7 +480,8 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		}
 		late := now.Sub(f.DueAt)
 		if late > schedules.OnTime {
-			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, f.DueAt.Add(-time.Nanosecond), now, 0)
+			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, f.DueAt.Add(-time.Nanosecond), now, keptSkips)
+			d = withFirst(d, f.DueAt)
 			s.release(ctx, f, d, now)
 			s.logErr(s.decided(ctx, f.ScheduleKey, f.SessionKey, d, now, func(due time.Time) { s.runReminder(ctx, r, due, now) }))
 			return
@@ -423,12 +491,17 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 	}
 	sc, ok := s.Schedules()[name]
 	if !ok {
-		s.fail(ctx, f, now, "the schedule is no longer in the configuration")
+		s.dropLater(ctx, f, now, "the schedule is no longer in the configuration")
 		return
 	}
 	if sessionKey == "" && sc.Target.AllSessions != (f.SessionKey == "") {
-		// The schedule's target changed since the fire was planned.
-		s.fail(ctx, f, now, "the schedule's target changed since the fire was planned")
+		s.dropLater(ctx, f, now, "the schedule's target changed since the fire was planned")
+		return
+	}
+	if !sc.When.Next(f.DueAt.Add(-time.Nanosecond)).Equal(f.DueAt) {
+		// Planned before a reload changed the schedule's times: the new
+		// times are planned on their own (plan).
+		s.dropLater(ctx, f, now, "the schedule's times changed since the fire was planned")
 		return
 	}
 	if !s.delivers(sc.Target.Channel) {
@@ -440,12 +513,41 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		defer s.planAfter(ctx, sc, f.ScheduleKey, f.DueAt, now)
 	}
 	if late := now.Sub(f.DueAt); late > schedules.OnTime {
-		d := sc.Misfire.Catchup(sc.When, f.DueAt.Add(-time.Nanosecond), now, 0)
+		d := sc.Misfire.Catchup(sc.When, f.DueAt.Add(-time.Nanosecond), now, keptSkips)
+		d = withFirst(d, f.DueAt)
 		s.release(ctx, f, d, now)
 		s.logErr(s.decided(ctx, f.ScheduleKey, f.SessionKey, d, now, func(due time.Time) { s.runOperator(ctx, sc, f.ScheduleKey, sessionKey, due, now) }))
 		return
 	}
 	s.runOperator(ctx, sc, f.ScheduleKey, sessionKey, f.DueAt, now)
+}
+
+// adoptStored takes a fire whose claim lapsed after its message was
+// stored (its runner died, or its store's answer was lost, before it
+// recorded the turn): the fire runs on from that message — submitted
+// again, it is found by its client id, its turn run here if nobody runs
+// it, and the fire recorded and settled from it — whatever its misfire
+// rule, budget or schedule now say, since its turn runs, or ran, all the
+// same. It reports whether the fire had its message stored (or the store
+// could not tell: a later pass looks again).
+func (s *Scheduler) adoptStored(ctx context.Context, f ledger.ScheduleFire, subject string, now time.Time) bool {
+	if f.SessionKey == "" {
+		return false
+	}
+	t, err := s.store.TurnByClientID(ctx, f.SessionKey, ledger.FireMsgID(subject, f.DueAt))
+	if err != nil || t == nil {
+		s.logErr(err)
+		return err != nil
+	}
+	conv, err := s.store.Conversation(ctx, t.ConversationID)
+	if err != nil || conv == nil {
+		s.logErr(err)
+		return true
+	}
+	s.runFire(ctx, fireRun{key: f.ScheduleKey, subject: subject, due: f.DueAt, adopt: true,
+		target: ScheduleTarget{Channel: conv.Channel, SessionKey: f.SessionKey, UserID: conv.UserID, ChatID: conv.ChatID},
+		text: "(stored)"}, now)
+	return true
 }
 
 // release settles a claimed fire whose claim lapsed and that the misfire
@@ -512,7 +614,8 @@ func (s *Scheduler) runReminders(ctx context.Context, now time.Time) error {
 		key := schedules.ReminderKey(r.ID)
 		run := at
 		if now.Sub(at) > schedules.OnTime {
-			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, at.Add(-time.Nanosecond), now, 0)
+			d := schedules.Misfire{MaxLate: s.opts.ReminderMaxLate}.Catchup(w, at.Add(-time.Nanosecond), now, keptSkips)
+			d = withFirst(d, at)
 			if s.decided(ctx, key, r.SessionKey, d, now, func(time.Time) {}) != nil {
 				return
 			}

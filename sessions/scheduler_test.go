@@ -695,3 +695,191 @@ func TestAFireDueForAResetRunsInTheNewConversation(t *testing.T) {
 		}
 	})
 }
+
+// A reminder and an all_sessions fire to Telegram go to the chat their
+// session key names (a reminder's target is its session key alone; an
+// opted-in session may never have written): a Telegram reply without a
+// chat is undeliverable.
+func TestTelegramFiresReachTheChatTheirKeyNames(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+		p := Policy{MaxHistory: 20, Reminders: ReminderPolicy{Enabled: true}}
+		sc := OperatorSchedule{Name: "checkin", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}), Prompt: "How is it going?",
+			Target: ScheduleTarget{Channel: "telegram", AllSessions: true}}
+		r := newFireRig(t, db, c, &fireAgent{}, p, sc)
+		member := TelegramTopicKey(TelegramGroupKey(-100123, 7, true), 3)
+		if err := db.SetScheduleOptIn(context.Background(), ledger.ScheduleOptIn{SessionKey: member, Schedule: "checkin", Channel: "telegram",
+			CreatedAt: c.Now()}, true); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+		if _, err := r.m.Reminders().Create(context.Background(), ReminderRequest{SessionKey: TelegramDMKey(42), Channel: "telegram",
+			Spec: schedules.Spec{At: at}, Text: "Call Ann."}); err != nil {
+			t.Fatal(err)
+		}
+		r.pass()
+		c.Set(at)
+		r.pass()
+		r.pass()
+		got := map[string]Delivery{}
+		for _, d := range r.delivered() {
+			got[d.SessionKey] = d
+		}
+		if d := got[TelegramDMKey(42)]; d.ChatID != "42" || d.UserID != "42" {
+			t.Fatalf("the reminder went to chat %q user %q, want 42", d.ChatID, d.UserID)
+		}
+		if d := got[member]; d.ChatID != "-100123/3" || d.UserID != "7" {
+			t.Fatalf("the check-in went to chat %q user %q, want -100123/3, 7", d.ChatID, d.UserID)
+		}
+		for _, cv := range append(conversations(t, db, TelegramDMKey(42)), conversations(t, db, member)...) {
+			if cv.ChatID == "" {
+				t.Fatalf("a fire opened conversation %s with no chat: later deliveries in it would go nowhere", cv.ID)
+			}
+		}
+	})
+}
+
+// A fire whose runner died after storing its message, before recording
+// it, is found by its message when its claim lapses: it settles from the
+// turn that ran, whatever its misfire rule says of a late fire.
+func TestAFireStoredBeforeACrashSettlesFromItsTurn(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		due := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+		c := newClock(due)
+		ag := &fireAgent{}
+		sc := OperatorSchedule{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}), Prompt: "brief",
+			Misfire: schedules.Misfire{Rule: schedules.MisfireSkip}, Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}}
+		r := newFireRig(t, db, c, ag, Policy{MaxHistory: 20}, sc)
+		key := schedules.OperatorKey("brief")
+		// The runner that died: its claim, and its message stored.
+		if _, ok, err := db.ClaimFire(context.Background(), ledger.FireClaim{ScheduleKey: key, DueAt: due, SessionKey: WebSocketKey("ann"),
+			Owner: "dead", LeaseUntil: due.Add(time.Minute), At: due}); err != nil || !ok {
+			t.Fatalf("claim: %v, %v", ok, err)
+		}
+		tk, err := r.m.Submit(context.Background(), Inbound{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann",
+			ClientMsgID: ledger.FireMsgID(key, due), Text: "brief", Scheduled: true}, Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tk.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// Five minutes on: the claim has lapsed, and under skip a fire that
+		// late is not run — but this one ran.
+		c.Set(due.Add(5 * time.Minute))
+		r.pass()
+		if f := r.fire(key, due); f.State != ledger.FireSent || f.TurnSeq != 1 {
+			t.Fatalf("the fire: %+v, want sent from its turn", f)
+		}
+		if n := ag.calls.Load(); n != 1 {
+			t.Fatalf("%d model calls, want the one turn's", n)
+		}
+	})
+}
+
+// A fire's message is the schedule's: a user cannot edit it.
+func TestUsersCannotEditAFiresMessage(t *testing.T) {
+	c := newClock(t0)
+	m := newManager(t, openStore(t, store.DriverSQLite, t.TempDir()+"/g.db"), agent.Echo{}, c, queued)
+	in := msg("websocket:ann", "mine now")
+	in.ClientMsgID = "e1"
+	if _, err := m.Edit(context.Background(), in, ledger.FireMsgID(schedules.OperatorKey("brief"), t0), Hooks{}); !errors.Is(err, ErrFireID) {
+		t.Fatalf("an edit of a fire's message: %v, want ErrFireID", err)
+	}
+}
+
+// A reload that moves a schedule's time: the new time fires, the fire
+// planned at the old time is dropped (after the grace a replica that has
+// not reloaded yet gets), and nothing runs at the old time.
+func TestAReloadThatMovesAScheduleFiresAtTheNewTime(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		c := newClock(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+		target := ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}
+		ag := &fireAgent{}
+		r := newFireRig(t, open(), c, ag, Policy{MaxHistory: 20},
+			OperatorSchedule{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 10 * * *"}), Prompt: "brief", Target: target})
+		r.pass() // plans 10:00
+		r.s.SetSchedules([]OperatorSchedule{{Name: "brief", When: mustWhen(t, schedules.Spec{Cron: "0 9 * * *"}), Prompt: "brief", Target: target}})
+		c.Set(time.Date(2026, 12, 7, 8, 30, 0, 0, time.UTC))
+		r.pass()
+		for _, at := range []string{"09:00", "10:00", "10:06"} {
+			h, _ := time.Parse("15:04", at)
+			c.Set(time.Date(2026, 12, 7, h.Hour(), h.Minute(), 0, 0, time.UTC))
+			r.pass()
+		}
+		if n := len(r.delivered()); n != 1 || ag.calls.Load() != 1 {
+			t.Fatalf("%d sent, %d model calls: want the 09:00 fire alone", n, ag.calls.Load())
+		}
+		key := schedules.OperatorKey("brief")
+		if f := r.fire(key, time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)); f.State != ledger.FireSent {
+			t.Fatalf("09:00: %+v", f)
+		}
+		if f := r.fire(key, time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)); f.State != ledger.FireDropped || !strings.Contains(f.Reason, "times changed") {
+			t.Fatalf("10:00: %+v", f)
+		}
+	})
+}
+
+// A schedule's own budget holds across an all_sessions fan-out: its fires
+// run one at a time here, so that the first one's spend is counted before
+// the next is checked; the rest are skipped with no model call.
+func TestAScheduleBudgetHoldsAcrossItsFanOut(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+		ag := &fireAgent{tokens: 60}
+		sc := OperatorSchedule{Name: "checkin", When: mustWhen(t, schedules.Spec{Cron: "0 8 * * *"}), Prompt: "hi", TokensPerDay: 50,
+			Target: ScheduleTarget{Channel: "websocket", AllSessions: true}}
+		r := newFireRig(t, db, c, ag, Policy{MaxHistory: 20}, sc)
+		for i := range 8 {
+			if err := db.SetScheduleOptIn(context.Background(), ledger.ScheduleOptIn{SessionKey: WebSocketKey(fmt.Sprint("u", i)), Schedule: "checkin",
+				Channel: "websocket", CreatedAt: c.Now()}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.pass()
+		c.Set(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
+		for range 4 {
+			r.pass()
+		}
+		if n := ag.calls.Load(); n != 1 {
+			t.Fatalf("%d model calls under a budget of 50 tokens at 60 a call, want 1", n)
+		}
+		var skipped int
+		for i := range 8 {
+			f := r.fire(schedules.OperatorSessionKey("checkin", WebSocketKey(fmt.Sprint("u", i))), c.Now())
+			if f.State == ledger.FireSkippedBudget {
+				skipped++
+			}
+		}
+		if skipped != 7 {
+			t.Fatalf("%d of the 8 sessions' fires skipped for the budget, want 7", skipped)
+		}
+	})
+}
+
+// A minutely schedule down for a day records its latest missed fires
+// skipped, not one row per minute.
+func TestALongOutageRecordsItsLatestMissedFires(t *testing.T) {
+	c := newClock(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC))
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
+	sc := OperatorSchedule{Name: "tick", When: mustWhen(t, schedules.Spec{Cron: "* * * * *"}), Prompt: "tick", Misfire: schedules.Misfire{Rule: schedules.MisfireSkip},
+		Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ann"), UserID: "ann"}}
+	r := newFireRig(t, db, c, &fireAgent{}, Policy{MaxHistory: 20}, sc)
+	r.pass()
+	c.Set(time.Date(2026, 12, 8, 0, 0, 30, 0, time.UTC))
+	r.pass()
+	r.pass()
+	var n int64
+	if err := db.Gorm().Model(&ledger.ScheduleFire{}).Where("state = ?", ledger.FireSkippedLate).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 || n > keptSkips+2 {
+		t.Fatalf("%d missed fires recorded for a day of minutes, want at most %d", n, keptSkips+2)
+	}
+	if len(r.delivered()) != 2 {
+		t.Fatalf("%d sent after a day down; want the two 00:00 fires, on time", len(r.delivered()))
+	}
+}

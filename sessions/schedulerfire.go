@@ -26,6 +26,12 @@ type fireRun struct {
 	text    string
 	// tokensPerDay is the schedule's own budget (0: none).
 	tokensPerDay int64
+	// adopt: the fire's message is stored already (adoptStored): it runs
+	// on from it, past the checks a fire meets before its message.
+	adopt bool
+	// dropped, when set, says why a fire claimed is not to run after all
+	// ("": it runs): a reminder cancelled since it was read as due.
+	dropped func(ctx context.Context) string
 }
 
 // runOperator runs the fire due at due of operator schedule sc: for an
@@ -48,7 +54,16 @@ func (s *Scheduler) runOperator(ctx context.Context, sc OperatorSchedule, key, s
 func (s *Scheduler) runReminder(ctx context.Context, r *ledger.Reminder, due, now time.Time) {
 	key := schedules.ReminderKey(r.ID)
 	s.runFire(ctx, fireRun{key: key, subject: key, due: due,
-		target: ScheduleTarget{Channel: r.Channel, SessionKey: r.SessionKey}, text: reminderText(r, due, now)}, now)
+		target: ScheduleTarget{Channel: r.Channel, SessionKey: r.SessionKey}, text: reminderText(r, due, now),
+		dropped: func(ctx context.Context) string {
+			// Cancelled while its due time was being taken: read again
+			// under the claim, so that a cancel answered "cancelled"
+			// before the claim is one.
+			if now, err := s.store.Reminder(ctx, r.ID); err == nil && (now == nil || now.CancelledAt != nil) {
+				return "the reminder was cancelled"
+			}
+			return ""
+		}}, now)
 }
 
 // fanOut claims the fire of an all_sessions schedule and plans, at the
@@ -97,6 +112,26 @@ func (s *Scheduler) claim(ctx context.Context, key string, due time.Time, sessio
 // runFire runs one fire: claim, budgets, the message stored as a turn,
 // and — on a goroutine — its outcome delivered and the fire settled.
 func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
+	// A schedule with a budget of its own runs only as many fires at once
+	// as its budget has room for (admit): its spend is tallied when a
+	// reply is stored, so fires checked side by side (an all_sessions
+	// schedule's) would all pass the check before any of them spent. The
+	// others stay due for the next pass.
+	done := func() {}
+	if f.tokensPerDay > 0 && !f.adopt {
+		release, ok := s.admit(ctx, f)
+		if !ok {
+			s.took.Add(-1) // not run: no backlog of its own
+			return
+		}
+		done = release
+	}
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			done()
+		}
+	}()
 	held, ok, err := s.claim(ctx, f.key, f.due, f.target.SessionKey, now)
 	if err != nil || !ok {
 		s.logErr(err)
@@ -107,11 +142,27 @@ func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
 	state := ledger.FireClaimed
 	defer func() { end(state, err) }()
 	kind := fireKind(f.key)
+	if f.dropped != nil && !f.adopt {
+		if why := f.dropped(ctx); why != "" {
+			s.settleClaimed(ctx, held, ledger.FireDropped, why, now)
+			state = ledger.FireDropped
+			return
+		}
+	}
 	s.obs.FireClaimed(kind, now.Sub(f.due))
-	if why := s.overBudget(ctx, f); why != "" {
+	if why := s.overBudget(ctx, f); why != "" && !f.adopt {
 		s.settleClaimed(ctx, held, ledger.FireSkippedBudget, why, now)
 		state = ledger.FireSkippedBudget
 		return
+	}
+	if f.target.ChatID == "" && f.target.UserID == "" {
+		// A reminder's or an opt-in's target is its session key: its
+		// address is read back from it, so that the fire's conversation
+		// and its delivery have the chat (a Telegram reply with none is
+		// undeliverable).
+		if user, chat, ok := AddressOf(f.target.SessionKey); ok {
+			f.target.UserID, f.target.ChatID = user, chat
+		}
 	}
 	in := Inbound{Channel: f.target.Channel, SessionKey: f.target.SessionKey, UserID: f.target.UserID, ChatID: f.target.ChatID,
 		ClientMsgID: ledger.FireMsgID(f.subject, f.due), Text: f.text, Scheduled: true}
@@ -137,8 +188,10 @@ func (s *Scheduler) runFire(ctx context.Context, f fireRun, now time.Time) {
 		state = ledger.FireStored
 	}
 	s.waits.Add(1)
+	handedOff = true
 	go func() {
 		defer s.waits.Done()
+		defer done()
 		s.deliverFire(t, in, f)
 	}()
 }
@@ -165,6 +218,56 @@ func (s *Scheduler) deliverFire(t *Ticket, in Inbound, f fireRun) {
 	s.settleTurn(s.base, f.key, f.due, t.ConversationID(), t.Seq())
 }
 
+// admit lets a fire of a schedule with its own budget run, when the
+// budget has room for it beside the schedule's fires running here: the
+// tallied spend plus, for each running and this one, the most a fire of
+// the schedule has spent so far (learnt by settleTurn). Until one has
+// settled, one runs at a time. A schedule over its budget admits every
+// fire: each is then claimed and skipped, with no model call.
+func (s *Scheduler) admit(ctx context.Context, f fireRun) (func(), bool) {
+	spent, err := s.scheduleSpent(ctx, f)
+	if err != nil {
+		return nil, false // the next pass tries again
+	}
+	s.spendMu.Lock()
+	defer s.spendMu.Unlock()
+	if spent < f.tokensPerDay {
+		n, per := s.inflight[f.subject], s.perFire[f.subject]
+		if n > 0 && (per == 0 || spent+int64(n+1)*per > f.tokensPerDay) {
+			return nil, false
+		}
+	}
+	s.inflight[f.subject]++
+	return func() {
+		s.spendMu.Lock()
+		defer s.spendMu.Unlock()
+		if s.inflight[f.subject]--; s.inflight[f.subject] <= 0 {
+			delete(s.inflight, f.subject)
+		}
+	}, true
+}
+
+// scheduleSpent is what the schedule's fires spent today, as its budget
+// counts it.
+func (s *Scheduler) scheduleSpent(ctx context.Context, f fireRun) (int64, error) {
+	p := s.host.Policy(f.target.Channel)
+	loc := budgetLocation(p)
+	day := ledger.UsageDayKey(s.now().In(loc), loc)
+	today, _, err := s.store.UserUsage(ctx, f.subject, day, ledger.UsageMonthStart(day))
+	if err != nil {
+		s.log.Warn("reading a schedule's usage failed", slog.String("fire", f.key), slog.String("error", err.Error()))
+		return 0, err
+	}
+	return today.PromptTokens + today.CompletionTokens, nil
+}
+
+// learnSpend records what a fire of subject spent, for admit.
+func (s *Scheduler) learnSpend(subject string, tokens int64) {
+	s.spendMu.Lock()
+	defer s.spendMu.Unlock()
+	s.perFire[subject] = max(s.perFire[subject], tokens)
+}
+
 // overBudget says why the fire may not call the model, or "": its user
 // over their budget, or the schedule over its own.
 func (s *Scheduler) overBudget(ctx context.Context, f fireRun) string {
@@ -175,14 +278,11 @@ func (s *Scheduler) overBudget(ctx context.Context, f fireRun) string {
 	if f.tokensPerDay <= 0 {
 		return ""
 	}
-	loc := budgetLocation(p)
-	day := ledger.UsageDayKey(s.now().In(loc), loc)
-	today, _, err := s.store.UserUsage(ctx, f.subject, day, ledger.UsageMonthStart(day))
+	spent, err := s.scheduleSpent(ctx, f)
 	if err != nil {
-		s.log.Warn("reading a schedule's usage failed; the fire runs without its budget check", slog.String("fire", f.key), slog.String("error", err.Error()))
-		return ""
+		return "" // admit read it a moment ago: the fire runs
 	}
-	if today.PromptTokens+today.CompletionTokens >= f.tokensPerDay {
+	if spent >= f.tokensPerDay {
 		return fmt.Sprintf("the schedule is over its own budget (tokens_per_day %d)", f.tokensPerDay)
 	}
 	return ""
@@ -248,6 +348,9 @@ func (s *Scheduler) settleTurn(ctx context.Context, key string, due time.Time, c
 		if err != nil || reply == nil {
 			s.logErr(err)
 			return
+		}
+		if name, _, id, ok := schedules.ParseKey(key); ok && id == 0 {
+			s.learnSpend(schedules.OperatorKey(name), reply.PromptTokens+reply.CompletionTkns)
 		}
 		switch {
 		case reply.Status == ledger.MsgFailed && strings.HasPrefix(reply.Error, ledger.OverBudgetPrefix):

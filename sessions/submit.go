@@ -249,7 +249,10 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	// A user with a budget is not called early: their tally is read
 	// first, when the turn runs (Standing.overBudget).
-	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any()
+	// A fire's message is stored before its model call starts, as the
+	// scheduler's crash table says: no early call for it.
+	solo := policy.Busy.Debounce == 0 && m.idle(in.SessionKey) && settledTail(hc) && !policy.Budget.For(ledger.UsageUser(in.SessionKey)).Any() &&
+		!in.Scheduled
 	if in.ClientMsgID != "" {
 		id := in.ClientMsgID
 		um.ClientMsgID = &id

@@ -151,7 +151,8 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 	callCtx, endSpan := m.tr.startSpanCtx(ctx, "tool "+c.Name)
 	// Whom the call runs for is the turn's conversation's, never the
 	// model's to say: the gateway's own tools (reminders) act for it.
-	callCtx = tools.WithCaller(callCtx, tools.Caller{SessionKey: tt.hc.conv.SessionKey, Channel: tt.hc.conv.Channel, UserID: tt.in.UserID})
+	callCtx = tools.WithCaller(callCtx, tools.Caller{SessionKey: tt.hc.conv.SessionKey, Channel: tt.hc.conv.Channel, UserID: tt.in.UserID,
+		Scheduled: fireOf(tt.b) != ""})
 	res, cerr := m.opts.Tools.Call(callCtx, c.Name, c.Arguments, c.IdempotencyKey())
 	took := time.Since(began)
 	endSpan(cerr)

@@ -59,6 +59,9 @@ type Caller struct {
 	SessionKey string
 	Channel    string
 	UserID     string
+	// Scheduled: the turn is a fire's — the bot acting on its own time,
+	// with nobody asking.
+	Scheduled bool
 }
 
 // The keys of the caller in a call's _meta.
@@ -66,6 +69,7 @@ const (
 	MetaSessionKey = "chatgate/session-key"
 	MetaChannel    = "chatgate/channel"
 	MetaUserID     = "chatgate/user-id"
+	MetaScheduled  = "chatgate/scheduled"
 )
 
 type callerKey struct{}

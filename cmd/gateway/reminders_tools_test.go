@@ -220,8 +220,21 @@ func TestReminderCreateRunAgainMakesOne(t *testing.T) {
 	if got, _ := r.m.Reminders().List(ctx, "websocket:ann"); len(got) != 1 {
 		t.Fatalf("a call run 3 times made %d reminders", len(got))
 	}
+	// A fire's turn (nobody asking) may list reminders, not set them:
+	// one could set the next, each a model call nobody reads.
+	fire := tools.WithCaller(context.Background(), tools.Caller{SessionKey: "websocket:ann", Channel: "websocket", UserID: "ann", Scheduled: true})
+	res, err := r.set.Call(fire, "reminders__create", `{"text": "again", "every": "1h"}`, "conv-1/9/call_1")
+	if err != nil || !res.IsError || !strings.Contains(res.Text, "scheduled turn") {
+		t.Fatalf("a fire's turn set a reminder: %+v, %v", res, err)
+	}
+	if res, err := r.set.Call(fire, "reminders__list", `{}`, "conv-1/9/call_2"); err != nil || res.IsError {
+		t.Fatalf("a fire's turn could not list: %+v, %v", res, err)
+	}
+	if got, _ := r.m.Reminders().List(ctx, "websocket:ann"); len(got) != 1 {
+		t.Fatalf("%d reminders after a fire's turn tried to set one", len(got))
+	}
 	// A call without the gateway's caller (no turn) acts for nobody.
-	res, err := r.set.Call(context.Background(), "reminders__list", `{}`, "k")
+	res, err = r.set.Call(context.Background(), "reminders__list", `{}`, "k")
 	if err != nil || !res.IsError || !strings.Contains(res.Text, "chat turn") {
 		t.Fatalf("a call without a caller: %+v, %v", res, err)
 	}

@@ -34,13 +34,17 @@ const (
 	FireSkippedLate   = "skipped_late"
 	FireSkippedBudget = "skipped_budget"
 	FireFailed        = "failed"
+	// FireDropped: its schedule was removed, its times or target changed,
+	// or its reminder was cancelled, before it ran: nothing ran or was
+	// sent, by the operator's or the user's choice.
+	FireDropped = "dropped"
 )
 
 // FireSettled reports whether a fire in state is over: it is never
 // claimed, run or sent again.
 func FireSettled(state string) bool {
 	switch state {
-	case FireSent, FireQuiet, FireSkippedLate, FireSkippedBudget, FireFailed:
+	case FireSent, FireQuiet, FireSkippedLate, FireSkippedBudget, FireFailed, FireDropped:
 		return true
 	}
 	return false

@@ -266,6 +266,9 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (tools.Resu
 			params.Meta = mcp.Meta{}
 		}
 		params.Meta[tools.MetaSessionKey], params.Meta[tools.MetaChannel], params.Meta[tools.MetaUserID] = c.SessionKey, c.Channel, c.UserID
+		if c.Scheduled {
+			params.Meta[tools.MetaScheduled] = true
+		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, sv.cfg.Timeout)
 	defer cancel()

@@ -96,6 +96,7 @@ func (h handlers) caller(req *mcp.CallToolRequest) (Backend, tools.Caller, strin
 	c.SessionKey, _ = meta[tools.MetaSessionKey].(string)
 	c.Channel, _ = meta[tools.MetaChannel].(string)
 	c.UserID, _ = meta[tools.MetaUserID].(string)
+	c.Scheduled, _ = meta[tools.MetaScheduled].(bool)
 	key, _ := meta[tools.MetaKey].(string)
 	if c.SessionKey == "" || c.Channel == "" {
 		return nil, c, "", errors.New("reminders can only be managed from a chat turn")
@@ -114,6 +115,11 @@ func (h handlers) create(ctx context.Context, req *mcp.CallToolRequest, in Creat
 	b, c, key, err := h.caller(req)
 	if err != nil {
 		return nil, nil, err
+	}
+	if c.Scheduled {
+		// A fire's turn runs with nobody reading: a reminder it made
+		// could make the next, each a model call nobody asked for.
+		return nil, nil, errors.New("a scheduled turn cannot set reminders: only the user, in the chat, can")
 	}
 	spec, err := in.spec()
 	if err != nil {
