@@ -546,7 +546,7 @@ func (s *Scheduler) adoptStored(ctx context.Context, f ledger.ScheduleFire, subj
 	}
 	s.runFire(ctx, fireRun{key: f.ScheduleKey, subject: subject, due: f.DueAt, adopt: true,
 		target: ScheduleTarget{Channel: conv.Channel, SessionKey: f.SessionKey, UserID: conv.UserID, ChatID: conv.ChatID},
-		text: "(stored)"}, now)
+		text:   "(stored)"}, now)
 	return true
 }
 

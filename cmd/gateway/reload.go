@@ -259,7 +259,7 @@ var reloadKeys = []reloadKey{
 	{path: "log.format"},
 	{path: "metrics"},
 	{path: "admin"},
-	{path: "schedules", live: true, note: "each schedule's next fire is planned again; fires of a removed schedule still due settle failed"},
+	{path: "schedules", live: true, note: "each schedule's next fire is planned again; fires planned at times a schedule no longer has, or of a removed one, are dropped"},
 }
 
 // startOnly is a reloadKey's restart of an effective value.

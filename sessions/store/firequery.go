@@ -94,7 +94,7 @@ const purgeFiresSQL = `DELETE FROM schedule_fires
 	AND due_at < (SELECT MAX(f.due_at) FROM schedule_fires f WHERE f.schedule_key = schedule_fires.schedule_key)`
 
 // settledFires are the states ledger.FireSettled calls over.
-var settledFires = []string{ledger.FireSent, ledger.FireQuiet, ledger.FireSkippedLate, ledger.FireSkippedBudget, ledger.FireFailed}
+var settledFires = []string{ledger.FireSent, ledger.FireQuiet, ledger.FireSkippedLate, ledger.FireSkippedBudget, ledger.FireFailed, ledger.FireDropped}
 
 // PurgeFires deletes the fires settled before endedBefore, but for each
 // schedule key's latest (purgeFiresSQL), and returns how many: the
