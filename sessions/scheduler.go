@@ -380,15 +380,9 @@ func (s *Scheduler) dropLater(ctx context.Context, f ledger.ScheduleFire, now ti
 	s.drop(ctx, f, now, reason)
 }
 
-// drop settles a fire that is not to run, with the reason: claimed first,
-// so that exactly one runner settles it.
+// drop settles a fire that is not to run, with the reason.
 func (s *Scheduler) drop(ctx context.Context, f ledger.ScheduleFire, now time.Time, reason string) {
-	held, ok, err := s.claim(ctx, f.ScheduleKey, f.DueAt, f.SessionKey, now)
-	if err != nil || !ok {
-		s.logErr(err)
-		return
-	}
-	s.settleClaimed(ctx, held, ledger.FireDropped, reason, now)
+	s.settleUnrun(ctx, f, now, ledger.FireDropped, reason)
 }
 
 // withFirst makes sure a catch-up from a fire's own row settles that
@@ -450,7 +444,7 @@ func (s *Scheduler) each(n int, fn func(i int)) {
 func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now time.Time) {
 	name, sessionKey, reminder, ok := schedules.ParseKey(f.ScheduleKey)
 	if !ok {
-		s.fail(ctx, f, now, "not a schedule key chatgate knows")
+		s.settleUnrun(ctx, f, now, ledger.FireFailed, "not a schedule key chatgate knows")
 		return
 	}
 	subject := schedules.OperatorKey(name)
@@ -475,7 +469,7 @@ func (s *Scheduler) runClaimable(ctx context.Context, f ledger.ScheduleFire, now
 		s.took.Add(1)
 		w, err := reminderWhen(r)
 		if err != nil {
-			s.fail(ctx, f, now, "the reminder's time cannot be read: "+err.Error())
+			s.settleUnrun(ctx, f, now, ledger.FireFailed, "the reminder's time cannot be read: "+err.Error())
 			return
 		}
 		late := now.Sub(f.DueAt)

@@ -299,15 +299,16 @@ func (s *Scheduler) settleClaimed(ctx context.Context, h ledger.FireHeld, state,
 	s.obs.FireEnded(fireKind(h.ScheduleKey), state)
 }
 
-// fail settles a claimable fire that cannot run, with the reason: claimed
-// first, so that exactly one runner settles it.
-func (s *Scheduler) fail(ctx context.Context, f ledger.ScheduleFire, now time.Time, reason string) {
+// settleUnrun settles a claimable fire that is not to run — failed, or
+// dropped — with the reason: claimed first, so that exactly one runner
+// settles it.
+func (s *Scheduler) settleUnrun(ctx context.Context, f ledger.ScheduleFire, now time.Time, state, reason string) {
 	held, ok, err := s.claim(ctx, f.ScheduleKey, f.DueAt, f.SessionKey, now)
 	if err != nil || !ok {
 		s.logErr(err)
 		return
 	}
-	s.settleClaimed(ctx, held, ledger.FireFailed, reason, now)
+	s.settleClaimed(ctx, held, state, reason, now)
 }
 
 // settleEnded settles the fires whose turns are stored and have ended:

@@ -58,43 +58,11 @@ func (s *DB) AddNote(ctx context.Context, n *ledger.Note, limit int) (ok bool, e
 		row := *n
 		row.ID = 0
 		row.CreatedAt = row.CreatedAt.UTC()
-		var kept *ledger.Note
-		err := s.commit.do(ctx, func(tx *gorm.DB) error {
-			ok, kept = false, nil
-			if s.driver == DriverPostgres {
-				if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "chatgate:notes:"+row.UserKey).Error; err != nil {
-					return err
-				}
-			}
-			if row.CallKey != "" {
-				var found []ledger.Note
-				if err := tx.Omit("search").Where("call_key = ?", row.CallKey).Limit(1).Find(&found).Error; err != nil {
-					return err
-				}
-				if len(found) == 1 {
-					if found[0].UserKey != row.UserKey {
-						return fmt.Errorf("call key %q wrote a note of another user", row.CallKey)
-					}
-					kept, ok = &found[0], true
-					return nil
-				}
-			}
-			if limit > 0 {
-				var count int64
-				if err := tx.Model(&ledger.Note{}).Where("user_key = ?", row.UserKey).Count(&count).Error; err != nil {
-					return err
-				}
-				if count >= int64(limit) {
-					return nil
-				}
-			}
-			row.ID = 0
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
-			ok = true
-			return nil
-		})
+		kept, ok, err := addOwned(ctx, s, owned[ledger.Note]{
+			lock: "chatgate:notes:" + row.UserKey, owner: row.UserKey, callKey: row.CallKey, limit: limit,
+			ownerOf: func(n *ledger.Note) string { return n.UserKey },
+			count:   func(tx *gorm.DB) *gorm.DB { return tx.Model(&ledger.Note{}).Where("user_key = ?", row.UserKey) },
+		}, &row)
 		if err != nil {
 			return false, fmt.Errorf("add a note of %s: %w", n.UserKey, err)
 		}

@@ -37,42 +37,13 @@ func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok
 			due := fireTime(*row.NextDueAt)
 			row.NextDueAt = &due
 		}
-		var kept *ledger.Reminder
-		err := s.commit.do(ctx, func(tx *gorm.DB) error {
-			ok, kept = false, nil
-			if s.driver == DriverPostgres {
-				if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "chatgate:reminders:"+row.SessionKey).Error; err != nil {
-					return err
-				}
-			}
-			if row.CallKey != "" {
-				var found []ledger.Reminder
-				if err := tx.Where("call_key = ?", row.CallKey).Limit(1).Find(&found).Error; err != nil {
-					return err
-				}
-				if len(found) == 1 {
-					if found[0].SessionKey != row.SessionKey {
-						return fmt.Errorf("call key %q made a reminder of another session", row.CallKey)
-					}
-					kept, ok = &found[0], true
-					return nil
-				}
-			}
-			var n int64
-			if err := tx.Model(&ledger.Reminder{}).Where("session_key = ? AND cancelled_at IS NULL AND next_due_at IS NOT NULL", row.SessionKey).
-				Count(&n).Error; err != nil {
-				return err
-			}
-			if n >= int64(limit) {
-				return nil
-			}
-			row.ID = 0
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
-			ok = true
-			return nil
-		})
+		kept, ok, err := addOwned(ctx, s, owned[ledger.Reminder]{
+			lock: "chatgate:reminders:" + row.SessionKey, owner: row.SessionKey, callKey: row.CallKey, limit: limit,
+			ownerOf: func(r *ledger.Reminder) string { return r.SessionKey },
+			count: func(tx *gorm.DB) *gorm.DB {
+				return tx.Model(&ledger.Reminder{}).Where("session_key = ? AND cancelled_at IS NULL AND next_due_at IS NOT NULL", row.SessionKey)
+			},
+		}, &row)
 		if err != nil {
 			return false, fmt.Errorf("store a reminder of %s: %w", r.SessionKey, err)
 		}
@@ -84,6 +55,65 @@ func (s *DB) AddReminder(ctx context.Context, r *ledger.Reminder, limit int) (ok
 		}
 		return ok, nil
 	})
+}
+
+// owned describes a row that one owner keeps a limited number of, and
+// that its writer's call key makes once (addOwned): reminders, notes.
+type owned[T any] struct {
+	lock    string // the advisory lock's name, one per owner
+	owner   string
+	callKey string
+	limit   int // ≤ 0: none
+	ownerOf func(*T) string
+	count   func(tx *gorm.DB) *gorm.DB // the owner's rows that count against limit
+}
+
+// addOwned stores row unless its owner keeps o.limit rows already (ok
+// false, nothing stored); a row whose call key a stored one has already
+// is not stored again: that one is returned as kept, with ok true (its
+// writer ran again after a crash), and a call key of another owner's row
+// is an error. The look, the count and the insert are one transaction:
+// SQLite has one writer, so the count is exact; on PostgreSQL two
+// connections could each count below the limit and both insert, so the
+// transaction first takes a transaction-scoped advisory lock named by the
+// owner, and the second waits for the first's commit and counts its row.
+func addOwned[T any](ctx context.Context, s *DB, o owned[T], row *T) (kept *T, ok bool, err error) {
+	err = s.commit.do(ctx, func(tx *gorm.DB) error {
+		ok, kept = false, nil
+		if s.driver == DriverPostgres {
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", o.lock).Error; err != nil {
+				return err
+			}
+		}
+		if o.callKey != "" {
+			var found []T
+			if err := tx.Where("call_key = ?", o.callKey).Limit(1).Find(&found).Error; err != nil {
+				return err
+			}
+			if len(found) == 1 {
+				if o.ownerOf(&found[0]) != o.owner {
+					return fmt.Errorf("call key %q made a row of another owner", o.callKey)
+				}
+				kept, ok = &found[0], true
+				return nil
+			}
+		}
+		if o.limit > 0 {
+			var n int64
+			if err := o.count(tx).Count(&n).Error; err != nil {
+				return err
+			}
+			if n >= int64(o.limit) {
+				return nil
+			}
+		}
+		if err := tx.Create(row).Error; err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return kept, ok, err
 }
 
 // Reminders returns the reminders of a session that are still due, oldest
