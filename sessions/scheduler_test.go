@@ -182,31 +182,46 @@ func TestFiresFollowTheirZoneAcrossDST(t *testing.T) {
 		db := open()
 		berlin, ny := zone(t, "Europe/Berlin"), zone(t, "America/New_York")
 		c := newClock(time.Date(2027, 3, 12, 12, 0, 0, 0, time.UTC))
-		sc := OperatorSchedule{Name: "night", When: mustWhen(t, schedules.Spec{Cron: "30 2 * * *", Timezone: "Europe/Berlin"}),
+		night := OperatorSchedule{Name: "night", When: mustWhen(t, schedules.Spec{Cron: "30 2 * * *", Timezone: "Europe/Berlin"}),
 			Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("ops"), UserID: "ops"}, Prompt: "Night check."}
-		r := newFireRig(t, db, c, &fireAgent{}, Policy{MaxHistory: 20}, sc)
-		spec := schedules.Spec{Cron: "0 9 * * *", Timezone: "America/New_York"}
-		w := mustWhen(t, spec)
-		first := w.Next(c.Now())
-		rem := &ledger.Reminder{SessionKey: WebSocketKey("ann"), Channel: "websocket", Spec: spec.Text(), Timezone: spec.Timezone,
-			Text: "Water the plants.", NextDueAt: &first, CreatedAt: c.Now()}
-		if ok, err := db.AddReminder(context.Background(), rem, 10); err != nil || !ok {
-			t.Fatalf("add reminder: %v, %v", ok, err)
+		standup := OperatorSchedule{Name: "standup", When: mustWhen(t, schedules.Spec{Cron: "15 9 * * *", Timezone: "America/New_York"}),
+			Target: ScheduleTarget{Channel: "websocket", SessionKey: WebSocketKey("team"), UserID: "team"}, Prompt: "Stand-up."}
+		r := newFireRig(t, db, c, &fireAgent{}, Policy{MaxHistory: 20}, night, standup)
+		// A reminder in each zone, made as the reminder tools make them.
+		remind := func(key, tz, cron string, first time.Time) *ledger.Reminder {
+			t.Helper()
+			spec := schedules.Spec{Cron: cron, Timezone: tz}
+			if next := mustWhen(t, spec).Next(first.Add(-time.Minute)); !next.Equal(first) {
+				t.Fatalf("%s %s: first %s, want %s", tz, cron, next, first)
+			}
+			rem := &ledger.Reminder{SessionKey: key, Channel: "websocket", Spec: spec.Text(), Timezone: tz, Text: "Water the plants.",
+				NextDueAt: &first, CreatedAt: c.Now()}
+			if ok, err := db.AddReminder(context.Background(), rem, 10); err != nil || !ok {
+				t.Fatalf("add reminder: %v, %v", ok, err)
+			}
+			return rem
 		}
+		inNY := remind(WebSocketKey("ann"), "America/New_York", "0 9 * * *", time.Date(2027, 3, 13, 9, 0, 0, 0, ny))
+		inBerlin := remind(WebSocketKey("bob"), "Europe/Berlin", "0 12 * * *", time.Date(2027, 3, 27, 12, 0, 0, 0, berlin))
 		want := []struct {
-			at  time.Time
-			key string
+			at   time.Time
+			key  string
+			hour int // in UTC
 		}{
-			{time.Date(2027, 3, 13, 9, 0, 0, 0, ny), schedules.ReminderKey(rem.ID)},       // 14:00 UTC
-			{time.Date(2027, 3, 14, 9, 0, 0, 0, ny), schedules.ReminderKey(rem.ID)},       // 13:00 UTC: EDT began at 02:00
-			{time.Date(2027, 3, 27, 2, 30, 0, 0, berlin), schedules.OperatorKey("night")}, // the night before
-			{time.Date(2027, 3, 28, 3, 0, 0, 0, berlin), schedules.OperatorKey("night")},  // 02:30 does not exist that night
-		}
-		if want[0].at.UTC().Hour() != 14 || want[1].at.UTC().Hour() != 13 || want[3].at.UTC().Hour() != 1 {
-			t.Fatal("the test's times are not the DST change's")
+			{time.Date(2027, 3, 13, 9, 0, 0, 0, ny), schedules.ReminderKey(inNY.ID), 14},
+			{time.Date(2027, 3, 13, 9, 15, 0, 0, ny), schedules.OperatorKey("standup"), 14},
+			{time.Date(2027, 3, 14, 9, 0, 0, 0, ny), schedules.ReminderKey(inNY.ID), 13}, // EDT began at 02:00
+			{time.Date(2027, 3, 14, 9, 15, 0, 0, ny), schedules.OperatorKey("standup"), 13},
+			{time.Date(2027, 3, 27, 2, 30, 0, 0, berlin), schedules.OperatorKey("night"), 1},
+			{time.Date(2027, 3, 27, 12, 0, 0, 0, berlin), schedules.ReminderKey(inBerlin.ID), 11},
+			{time.Date(2027, 3, 28, 3, 0, 0, 0, berlin), schedules.OperatorKey("night"), 1},       // 02:30 does not exist that night
+			{time.Date(2027, 3, 28, 12, 0, 0, 0, berlin), schedules.ReminderKey(inBerlin.ID), 10}, // CEST began at 02:00
 		}
 		r.pass()
 		for i, w := range want {
+			if w.at.UTC().Hour() != w.hour {
+				t.Fatalf("fire %d: %s is not the DST change's hour %d UTC", i, w.at.UTC(), w.hour)
+			}
 			before := len(r.delivered())
 			c.Set(w.at.Add(-time.Minute))
 			r.pass()
