@@ -123,6 +123,9 @@ type FireLedger interface {
 	Reminder(ctx context.Context, id int64) (*ledger.Reminder, error)
 	AdvanceReminder(ctx context.Context, id int64, from time.Time, next *time.Time) (bool, error)
 	OptedIn(ctx context.Context, schedule, channel, after string, limit int) ([]string, error)
+	// The end of what keeps failing to deliver (Scheduler.stopUndeliverable).
+	CancelReminder(ctx context.Context, id int64, sessionKey string, at time.Time) (bool, error)
+	SetScheduleOptIn(ctx context.Context, o ledger.ScheduleOptIn, on bool) error
 }
 
 // Observed is a store whose every ledger call passes its hooks

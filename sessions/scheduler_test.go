@@ -53,6 +53,9 @@ type fireRig struct {
 
 	mu   sync.Mutex
 	sent []Delivery
+	// refused: the session keys whose chats refuse every reply for good
+	// (the user blocked the bot).
+	refused map[string]bool
 }
 
 func newFireRig(t *testing.T, db *store.DB, c *clock, ag *fireAgent, p Policy, list ...OperatorSchedule) *fireRig {
@@ -78,6 +81,9 @@ var deliveries atomic.Int64
 func (r *fireRig) deliver(_ context.Context, d Delivery) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.refused[d.SessionKey] {
+		return "", fmt.Errorf("%w: Forbidden: bot was blocked by the user", ErrUndeliverable)
+	}
 	r.sent = append(r.sent, d)
 	return fmt.Sprintf("msg-%d", deliveries.Add(1)), nil
 }
@@ -897,4 +903,56 @@ func TestALongOutageRecordsItsLatestMissedFires(t *testing.T) {
 	if len(r.delivered()) != 2 {
 		t.Fatalf("%d sent after a day down; want the two 00:00 fires, on time", len(r.delivered()))
 	}
+}
+
+// A chat that refuses a fire's reply for good (the user blocked the bot)
+// stops costing model calls: the recurring reminder is cancelled and the
+// session's opt-in withdrawn after the first refusal, and their next
+// times call nothing.
+func TestUndeliverableFiresStopTheirReminderAndOptIn(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(time.Date(2026, 12, 7, 7, 59, 30, 0, time.UTC))
+		ag := &fireAgent{}
+		p := Policy{MaxHistory: 20, Reminders: ReminderPolicy{Enabled: true}}
+		sc := OperatorSchedule{Name: "checkin", When: mustWhen(t, schedules.Spec{Cron: "0 9 * * *"}), Prompt: "hi",
+			Target: ScheduleTarget{Channel: "telegram", AllSessions: true}}
+		r := newFireRig(t, db, c, ag, p, sc)
+		blocked := TelegramDMKey(42)
+		r.refused = map[string]bool{blocked: true}
+		if _, err := r.m.Reminders().Create(context.Background(), ReminderRequest{SessionKey: blocked, Channel: "telegram",
+			Spec: schedules.Spec{Cron: "0 8 * * *"}, Text: "Stretch."}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SetScheduleOptIn(context.Background(), ledger.ScheduleOptIn{SessionKey: blocked, Schedule: "checkin", Channel: "telegram",
+			CreatedAt: c.Now()}, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, at := range []time.Time{time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)} {
+			c.Set(at)
+			r.pass()
+			r.pass()
+		}
+		if n := ag.calls.Load(); n != 2 {
+			t.Fatalf("%d model calls on the first day, want the reminder's and the check-in's", n)
+		}
+		if f := r.fire(schedules.OperatorSessionKey("checkin", blocked), time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)); f.State != ledger.FireFailed ||
+			!strings.Contains(f.Reason, "undeliverable") {
+			t.Fatalf("the check-in's fire: %+v", f)
+		}
+		if left, _ := r.m.Reminders().List(context.Background(), blocked); len(left) != 0 {
+			t.Fatalf("the reminder is still due: %+v", left)
+		}
+		if in, _ := db.OptedIn(context.Background(), "checkin", "telegram", "", 10); len(in) != 0 {
+			t.Fatalf("still opted in: %v", in)
+		}
+		for _, at := range []time.Time{time.Date(2026, 12, 8, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 8, 9, 0, 0, 0, time.UTC)} {
+			c.Set(at)
+			r.pass()
+			r.pass()
+		}
+		if n := ag.calls.Load(); n != 2 {
+			t.Fatalf("%d model calls after the second day, want still 2", n)
+		}
+	})
 }

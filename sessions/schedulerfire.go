@@ -376,6 +376,43 @@ func (s *Scheduler) settleTurn(ctx context.Context, key string, due time.Time, c
 		return
 	}
 	s.obs.FireEnded(fireKind(key), state)
+	if t.Track && t.Error != "" {
+		s.stopUndeliverable(ctx, key)
+	}
+}
+
+// stopUndeliverable ends what made a fire whose chat refused its reply
+// for good (the user blocked the bot, the chat is gone): a reminder is
+// cancelled, a session's opt-in withdrawn, so that they stop calling the
+// model for replies nobody can get. An operator's schedule to one chat
+// is the operator's to change; its failures show in the metrics.
+func (s *Scheduler) stopUndeliverable(ctx context.Context, key string) {
+	name, sessionKey, reminder, ok := schedules.ParseKey(key)
+	switch {
+	case !ok:
+	case reminder > 0:
+		r, err := s.store.Reminder(ctx, reminder)
+		if err != nil || r == nil {
+			s.logErr(err)
+			return
+		}
+		if _, err := s.store.CancelReminder(ctx, r.ID, r.SessionKey, s.now()); err != nil {
+			s.logErr(err)
+			return
+		}
+		s.log.Info("a reminder's chat refused its reply for good; the reminder is cancelled", slog.Int64("reminder", r.ID))
+	case sessionKey != "":
+		sc, known := s.Schedules()[name]
+		if !known {
+			return
+		}
+		if err := s.store.SetScheduleOptIn(ctx, ledger.ScheduleOptIn{SessionKey: sessionKey, Schedule: name, Channel: sc.Target.Channel,
+			CreatedAt: s.now()}, false); err != nil {
+			s.logErr(err)
+			return
+		}
+		s.log.Info("a session's chat refused a fire's reply for good; its opt-in is withdrawn", slog.String("schedule", name))
+	}
 }
 
 func cmpOr(a, b string) string {
