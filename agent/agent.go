@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Roles of a message.
@@ -79,6 +80,39 @@ type Request struct {
 	// backend's own (a chat's choice among agent.models), with what its
 	// tokens cost.
 	Model *ModelSpec
+	// Memory are notes the gateway keeps about the user, the most
+	// relevant to the inputs first; MemoryIntro says what they are. A
+	// backend gives them as one system message (MemoryText) after the
+	// history and before the inputs: marked as memory, not as the user's
+	// words, and after the part of the prompt that stays the same from
+	// turn to turn (a provider's prompt cache keeps it).
+	Memory      []Note
+	MemoryIntro string
+}
+
+// Note is one note of a request's memory.
+type Note struct {
+	ID      int64
+	Text    string
+	Written time.Time
+}
+
+// MemoryText is the request's memory as one message: the intro, then a
+// line per note with the day it was written; "" without notes.
+func (r Request) MemoryText() string {
+	if len(r.Memory) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(r.MemoryIntro)
+	for _, n := range r.Memory {
+		b.WriteString("\n- ")
+		if !n.Written.IsZero() {
+			b.WriteString("(" + n.Written.UTC().Format(time.DateOnly) + ") ")
+		}
+		b.WriteString(n.Text)
+	}
+	return b.String()
 }
 
 // ModelSpec is a model a request asks for: its id as the API knows it,
@@ -128,7 +162,11 @@ func EstimateTokens(n int) int { return n/4 + 4 }
 // counts a message: the instructions, the history, the inputs and the
 // turn's rounds so far. Images are not counted.
 func EstimatePrompt(req Request) int64 {
-	return int64(EstimateMessages(req.Instructions, req.History, req.InputMessages(), req.Turn))
+	n := EstimateMessages(req.Instructions, req.History, req.InputMessages(), req.Turn)
+	if m := req.MemoryText(); m != "" {
+		n += EstimateTokens(len(m))
+	}
+	return int64(n)
 }
 
 // EstimateMessages estimates the tokens of instructions (a system

@@ -224,6 +224,8 @@ type Session struct {
 	// Schedules are what users may schedule themselves: reminders and
 	// check-ins they make in the chat.
 	Schedules SessionSchedules `yaml:"schedules"`
+	// Memory is what the bot keeps about a user across conversations.
+	Memory SessionMemory `yaml:"memory"`
 }
 
 // Compaction summarises what falls out of the history window. Enabled,

@@ -71,6 +71,7 @@ func (c *Config) Describe(w io.Writer) {
 		}
 		describeBudget(tw, p)
 		describeScheduleLimits(tw, p.Schedules)
+		describeMemory(tw, p)
 	}
 	c.describeAgent(tw)
 	c.describeModels(tw)

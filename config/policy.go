@@ -64,6 +64,11 @@ type Policy struct {
 
 	// Schedules are the reminders and check-ins its users may make.
 	Schedules ScheduleLimits
+
+	// Memory is what the bot keeps about the channel's users across
+	// conversations; UserMemory the users with settings of their own.
+	Memory     Memory
+	UserMemory map[string]Memory
 }
 
 // Location is the policy's time zone; the name was validated on load.
@@ -234,6 +239,8 @@ func (c *Config) policy(name string, legacy *int, s Session) Policy {
 	p.Budget = c.budget(base, s)
 	p.UserBudgets = c.userBudgets(base, s, p.Budget)
 	p.Schedules = c.scheduleLimits(base, s)
+	p.Memory = c.memory(base, s)
+	p.UserMemory = c.userMemory(base, s, p.Memory)
 	return p
 }
 

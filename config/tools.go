@@ -37,6 +37,12 @@ const (
 // server may take it.
 const ReminderToolServer = "reminders"
 
+// MemoryToolServer is the name of the gateway's own server of memory
+// tools (offered where session.memory.enabled is on). A configured server
+// may keep the name while memory is off everywhere (the gateway then
+// serves no memory tools); with memory on, it is an error.
+const MemoryToolServer = "memory"
+
 // toolSeparator joins a server's name and its tool's in the name the model
 // sees; a server's name must not contain it.
 const toolSeparator = "__"
@@ -103,6 +109,8 @@ func (c *Config) validateTools() Errors {
 			bad(p+".name", "%q contains %q, which joins a server's name to its tools' names (name__tool)", s.Name, toolSeparator)
 		case s.Name == ReminderToolServer:
 			bad(p+".name", "%q is the name of the gateway's own reminder tools (session.schedules): choose another", s.Name)
+		case s.Name == MemoryToolServer && c.MemoryOn():
+			bad(p+".name", "%q is the name of the gateway's own memory tools, and session.memory.enabled is on: choose another", s.Name)
 		case len(s.Name) > MaxToolServerName:
 			bad(p+".name", "%q is longer than %d characters (the model sees name__tool, at most 64 characters)", s.Name, MaxToolServerName)
 		case named[s.Name] != "":

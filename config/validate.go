@@ -398,6 +398,7 @@ func (c *Config) validateSession(path string, s Session) Errors {
 	}
 	errs = append(errs, c.validateLimits(path+".limits", s.Limits)...)
 	errs = append(errs, c.validateSessionSchedules(path, s.Schedules)...)
+	errs = append(errs, c.validateMemory(path, s.Memory)...)
 	if path != "session" && s.CacheBytes != 0 {
 		bad("cache_bytes", "is a setting of the top-level session only")
 	}

@@ -66,6 +66,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.NoMoreTools = tt.n >= maxRounds
 			}
 			m.routes.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
+			m.memory.inject(turnCtx, in, &req)
 			sink := &deltaSink{next: h.OnDelta}
 			deltas, callCtx := sink.add, turnCtx
 			if results != nil {

@@ -80,6 +80,8 @@ type Policy struct {
 	Budget BudgetPolicy
 	// Reminders is what its users may schedule in the chat.
 	Reminders ReminderPolicy
+	// Memory is what the bot keeps about its users across conversations.
+	Memory MemoryPolicy
 }
 
 // ResetEvent tells that a conversation was archived and why.
@@ -276,6 +278,11 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Tools are the tools turns offer the model (nil: none; see toolTurn).
 	Tools Toolbox
+	// MemoryTools: Tools has the gateway's own memory tools, under
+	// MemoryToolServer; they are offered, and run, only in the turns of a
+	// user whose memory is on. (Without it, a server of that name is the
+	// operator's, offered as any other.)
+	MemoryTools bool
 	// MaxToolRounds bounds a turn's tool rounds; then the model is told to
 	// answer without tools (default DefaultMaxToolRounds).
 	MaxToolRounds int
@@ -334,6 +341,8 @@ type Manager struct {
 	standing *Standing
 	// reminders: the reminders users make in the chat.
 	reminders *Reminders
+	// memory: the notes kept about users across conversations.
+	memory *Memory
 }
 
 // New returns a Manager, with its Rescuer not yet started. Call Start to
@@ -419,6 +428,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		pause: opts.RetryPause, log: opts.Logger})
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.reminders = NewReminders(st, m.Policy, m.now)
+	m.memory = NewMemory(st, m.Policy, m.now, opts.Logger)
 	m.live.Store(live)
 	m.life.unwatch = st.Observe(watcher{m})
 	return m

@@ -71,6 +71,7 @@ type Store interface {
 	FireLedger
 	Observed
 	ReminderStore
+	NoteStore
 	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
 	// UserUsage is a user's tallied spend on day and in its month from
 	// monthStart (days as YYYY-MM-DD).

@@ -42,6 +42,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 	// answered runs again when its tool is idempotent, rather than being
 	// taken for a tool nobody offers.
 	rule, known := m.opts.Tools.Rule(ctx, tt.in.Channel, tt.in.UserID, c.Name)
+	known = known && m.memoryToolFor(tt.in, c.Name)
 	if ctx.Err() != nil {
 		return toolOutcome{err: context.Cause(ctx)}
 	}
@@ -152,7 +153,7 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 	// Whom the call runs for is the turn's conversation's, never the
 	// model's to say: the gateway's own tools (reminders) act for it.
 	callCtx = tools.WithCaller(callCtx, tools.Caller{SessionKey: tt.hc.conv.SessionKey, Channel: tt.hc.conv.Channel, UserID: tt.in.UserID,
-		Scheduled: fireOf(tt.b) != ""})
+		Scheduled: fireOf(tt.b) != "", ConversationID: tt.hc.conv.ID, MessageSeq: tt.b.Lead()})
 	res, cerr := m.opts.Tools.Call(callCtx, c.Name, c.Arguments, c.IdempotencyKey())
 	took := time.Since(began)
 	endSpan(cerr)

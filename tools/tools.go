@@ -62,6 +62,10 @@ type Caller struct {
 	// Scheduled: the turn is a fire's — the bot acting on its own time,
 	// with nobody asking.
 	Scheduled bool
+	// The turn's conversation and its lead message: where what a call
+	// writes came from (a note's provenance).
+	ConversationID string
+	MessageSeq     int64
 }
 
 // The keys of the caller in a call's _meta.
@@ -70,6 +74,8 @@ const (
 	MetaChannel    = "chatgate/channel"
 	MetaUserID     = "chatgate/user-id"
 	MetaScheduled  = "chatgate/scheduled"
+	MetaConv       = "chatgate/conversation"
+	MetaSeq        = "chatgate/message-seq"
 )
 
 type callerKey struct{}

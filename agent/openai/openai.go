@@ -228,6 +228,9 @@ func toParams(req agent.Request, vision bool) []sdk.ChatCompletionMessageParamUn
 	for _, m := range req.History {
 		out = appendParam(out, m, vision)
 	}
+	if mem := req.MemoryText(); mem != "" {
+		out = append(out, sdk.SystemMessage(mem))
+	}
 	for _, in := range req.InputMessages() {
 		out = append(out, userParam(in, vision))
 	}

@@ -227,6 +227,7 @@ var reloadKeys = []reloadKey{
 	{path: "session.tools", live: true, note: "which of the running servers are offered"},
 	{path: "session.limits", live: true, note: "every key of it, `users` included"},
 	{path: "session.schedules", live: true, note: "every key of it: the reminder tools are offered or withdrawn from the next turn"},
+	{path: "session.memory", live: true, note: "every key of it, `users` included: the next turn reads its notes, and is offered the memory tools, by the new values"},
 	{path: "channels.<c>.max_history", live: true},
 	{path: "channels.<c>.session", live: true, note: "as the same keys of `session`"},
 	{path: "locks"},

@@ -199,6 +199,7 @@ var liveSamples = map[string][]any{
 	"session.tools":                        {[]any{}},
 	"session.limits":                       {map[string]any{"tokens_per_day": 100}, map[string]any{"cost_per_day": 0.5}, map[string]any{"cost_per_month": 9}, map[string]any{"users": map[string]any{"websocket:alice": map[string]any{"tokens_per_day": 5}}}},
 	"session.schedules":                    {map[string]any{"enabled": true}, map[string]any{"max_per_user": 4}, map[string]any{"min_interval": "2h"}},
+	"session.memory":                       {map[string]any{"enabled": true}, map[string]any{"inject_tokens": 50}, map[string]any{"max_notes": 3}, map[string]any{"extract_on_reset": true}, map[string]any{"users": map[string]any{"websocket:alice": map[string]any{"enabled": true}}}},
 	"channels.<c>.max_history":             {9},
 	"channels.websocket.auth_tokens":       {map[string]any{"bob": "tok-bob-0123456789ab"}},
 	"channels.websocket.allow_anonymous":   {true},

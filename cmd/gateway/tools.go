@@ -13,6 +13,7 @@ import (
 	"github.com/chatgate/chatgate/config"
 	"github.com/chatgate/chatgate/tools"
 	"github.com/chatgate/chatgate/tools/mcpclient"
+	"github.com/chatgate/chatgate/tools/memtools"
 	"github.com/chatgate/chatgate/tools/remindtools"
 )
 
@@ -54,14 +55,21 @@ func toolServers(cfg *config.Config) []mcpclient.ServerConfig {
 // the channel's session.tools (its policy ladder), less the servers whose
 // users allowlist does not name the user, and the gateway's own reminder
 // tools (remindtools.ServerName) where the channel's
-// session.schedules.enabled allows them. A channel the configuration
+// session.schedules.enabled allows them, and its memory tools
+// (memtools.ServerName) where session.memory.enabled is on for the
+// channel or any of its users (the session manager offers them only in
+// the turns of a user whose memory is on). A channel the configuration
 // does not know gets none.
 func toolPolicy(servers []config.ToolServer, policies []config.Policy) func(channel, userID string) []string {
 	offered := map[string][]string{}
-	reminders := map[string]bool{}
+	reminders, memory := map[string]bool{}, map[string]bool{}
 	for _, p := range policies {
 		offered[p.Channel] = slices.Clone(p.ToolServers.V)
 		reminders[p.Channel] = p.Schedules.Enabled.V
+		memory[p.Channel] = p.Memory.Enabled.V
+		for _, um := range p.UserMemory {
+			memory[p.Channel] = memory[p.Channel] || um.Enabled.V
+		}
 	}
 	byName := map[string]config.ToolServer{}
 	for _, s := range servers {
@@ -76,6 +84,9 @@ func toolPolicy(servers []config.ToolServer, policies []config.Policy) func(chan
 		}
 		if reminders[channel] {
 			out = append(out, remindtools.ServerName)
+		}
+		if memory[channel] && !slices.Contains(out, memtools.ServerName) {
+			out = append(out, memtools.ServerName)
 		}
 		return out
 	}
@@ -138,6 +149,20 @@ func (s *server) startTools() sessions.Toolbox {
 	if closeReminders != nil {
 		s.onExit(func() { _ = closeReminders() })
 	}
+	if s.cfg.ServesMemoryTools() {
+		ms, closeMemory, err := memoryServer(func() memtools.Backend {
+			if s.mgr == nil {
+				return nil
+			}
+			return s.mgr.Memory()
+		})
+		if err != nil {
+			s.log.Error("memory tools not served", slog.Any("error", err))
+		} else {
+			cfgs = append(cfgs, ms)
+			s.onExit(func() { _ = closeMemory() })
+		}
+	}
 	s.liveTools = newLiveTools(s.cfg)
 	return mcpclient.Offer{Set: set, Servers: s.liveTools.offered}
 }
@@ -156,5 +181,21 @@ func reminderServer(b func() remindtools.Backend) (mcpclient.ServerConfig, func(
 		return mcpclient.ServerConfig{}, nil, err
 	}
 	return mcpclient.ServerConfig{Name: remindtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
+		Caller: true, Timeout: 10 * time.Second}, closeFn, nil
+}
+
+// memoryServer is the configuration of the gateway's own memory tools
+// (memtools), served in the process over the backend b gives. Their calls
+// run at once, without asking: the user sees and may forget every note,
+// and session.memory.max_notes bounds them. They are idempotent —
+// remember is keyed by the call's idempotency key, recall reads, forget
+// of a forgotten note changes nothing — and are told the turn's session
+// and user (Caller), whose notes they are.
+func memoryServer(b func() memtools.Backend) (mcpclient.ServerConfig, func() error, error) {
+	tr, closeFn, err := memtools.Connect(context.Background(), memtools.NewServer(b))
+	if err != nil {
+		return mcpclient.ServerConfig{}, nil, err
+	}
+	return mcpclient.ServerConfig{Name: memtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
 		Caller: true, Timeout: 10 * time.Second}, closeFn, nil
 }

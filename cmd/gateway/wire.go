@@ -50,6 +50,7 @@ func policies(cfg *config.Config) map[string]sessions.Policy {
 			},
 			Budget:    budgets(p),
 			Reminders: reminderPolicy(p),
+			Memory:    memoryPolicy(p),
 		}
 	}
 	return out
@@ -137,6 +138,7 @@ func (s *server) startSessions() error {
 		// its caption; WebSocket text is bounded by max_frame_bytes.
 		MaxInputBytes:  maxInputBytes,
 		Tools:          s.startTools(),
+		MemoryTools:    s.cfg.ServesMemoryTools(),
 		MaxToolRounds:  cfg.Agent.MaxRounds(),
 		ApproveTimeout: cfg.Agent.ApproveTimeout(),
 	})

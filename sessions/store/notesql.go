@@ -125,6 +125,59 @@ func (s *DB) RecallNotes(ctx context.Context, user, query string, limit int) ([]
 	})
 }
 
+// NotesFor returns the notes a turn of user carries: up to limit of
+// those sharing a word with query, the most relevant first, then up to
+// limit of the newest, each once — in one statement (a round trip on the
+// path to the reply).
+func (s *DB) NotesFor(ctx context.Context, user, query string, limit int) ([]ledger.Note, error) {
+	return observe(ctx, s, ledger.Call{Op: "NotesFor"}, func() ([]ledger.Note, error) {
+		const cols = `id, user_key, text, author, conversation_id, message_seq, call_key, created_at`
+		newest := `SELECT ` + cols + `, 1 AS part, 0.0 AS rank FROM notes WHERE user_key = ? ORDER BY created_at DESC, id DESC LIMIT ?`
+		words := searchWords(query)
+		var q string
+		var args []any
+		switch {
+		case len(words) == 0:
+			q, args = newest, []any{user, limit}
+		case s.driver == DriverPostgres:
+			tq := strings.Join(words, " | ")
+			q = `SELECT * FROM ((SELECT ` + cols + `, 0 AS part, ts_rank(search, to_tsquery('simple', ?)) AS rank FROM notes
+				WHERE user_key = ? AND search @@ to_tsquery('simple', ?) ORDER BY rank DESC, created_at DESC, id DESC LIMIT ?)
+				UNION ALL (` + newest + `)) AS u ORDER BY part, rank DESC, created_at DESC, id DESC`
+			args = []any{tq, user, tq, limit, user, limit}
+		default:
+			quoted := make([]string, len(words))
+			for i, w := range words {
+				quoted[i] = `"` + w + `"`
+			}
+			// bm25 is lower for better matches: its negation ranks as
+			// ts_rank does.
+			q = `SELECT * FROM (SELECT * FROM (SELECT n.id, n.user_key, n.text, n.author, n.conversation_id, n.message_seq, n.call_key, n.created_at,
+				0 AS part, -bm25(notes_fts) AS rank FROM notes_fts JOIN notes AS n ON n.id = notes_fts.rowid
+				WHERE notes_fts MATCH ? AND n.user_key = ? ORDER BY rank DESC, n.created_at DESC, n.id DESC LIMIT ?)
+				UNION ALL SELECT * FROM (` + newest + `)) ORDER BY part, rank DESC, created_at DESC, id DESC`
+			args = []any{strings.Join(quoted, " OR "), user, limit, user, limit}
+		}
+		var rows []struct {
+			ledger.Note
+			Part int
+			Rank float64
+		}
+		if err := s.read.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+			return nil, fmt.Errorf("read the notes of %s: %w", user, err)
+		}
+		out := make([]ledger.Note, 0, len(rows))
+		seen := make(map[int64]bool, len(rows))
+		for _, r := range rows {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				out = append(out, r.Note)
+			}
+		}
+		return out, nil
+	})
+}
+
 // maxSearchWords bounds the words of a recall: a long message searches
 // by its first ones.
 const maxSearchWords = 32

@@ -269,6 +269,9 @@ func (s *Set) Call(ctx context.Context, name, arguments, key string) (tools.Resu
 		if c.Scheduled {
 			params.Meta[tools.MetaScheduled] = true
 		}
+		if c.ConversationID != "" {
+			params.Meta[tools.MetaConv], params.Meta[tools.MetaSeq] = c.ConversationID, c.MessageSeq
+		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, sv.cfg.Timeout)
 	defer cancel()
