@@ -23,6 +23,7 @@ import (
 	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/tools"
 	"github.com/chatgate/chatgate/tools/mcpclient"
+	"github.com/chatgate/chatgate/tools/memtools"
 )
 
 // The fault-at-every-step harness. Each scenario runs once without faults,
@@ -58,6 +59,10 @@ type faultScenario struct {
 	// server's counter, over the SDK's in-memory transport), then
 	// answers; no call runs twice.
 	tools bool
+	// memory: every turn first has the model keep a note through the
+	// gateway's own memory tools (memtools), then answers; each call
+	// that ran keeps one note, none is kept twice.
+	memory bool
 }
 
 var faultScenarios = []faultScenario{
@@ -67,6 +72,7 @@ var faultScenarios = []faultScenario{
 	{name: "telegram-interrupt", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyInterrupt}, users: 2, msgs: 2},
 	{name: "telegram-edit-debounce", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyCollect, Debounce: 30 * time.Millisecond}, users: 2, msgs: 2, edit: true},
 	{name: "websocket-tools", channel: "websocket", busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}, users: 2, msgs: 2, tools: true},
+	{name: "telegram-memory", channel: "telegram", busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}, users: 2, msgs: 2, memory: true},
 }
 
 func TestFaultAtEveryStep(t *testing.T) {
@@ -145,7 +151,7 @@ func faultDB(t *testing.T, driver string) func() *store.DB {
 			t.Fatal(err)
 		}
 		if pg != "" {
-			if err := db.Gorm().Exec("TRUNCATE messages, conversations, session_leases, replicas, channel_states, leaders, tool_calls").Error; err != nil {
+			if err := db.Gorm().Exec("TRUNCATE messages, conversations, session_leases, replicas, channel_states, leaders, tool_calls, notes, usage_days").Error; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -192,6 +198,11 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 		ag = &toolModel{Script: once(call("c", "t__counter", map[string]string{"key": "k"}))}
 		toolSrv, toolbox = faultTools(t)
 	}
+	var m *sessions.Manager
+	if sc.memory {
+		ag = &toolModel{Script: once(call("c", "memory__remember", map[string]string{"text": "The user keeps bees."}))}
+		toolbox = faultMemoryTools(t, func() *sessions.Manager { return m })
+	}
 	var logs syncBuffer
 	defer func() {
 		if t.Failed() {
@@ -200,7 +211,10 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 	}()
 	track := sc.channel == "telegram"
 	policy := sessions.Policy{MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone}, Busy: sc.busy}
-	m := sessions.New(db, ag, sessions.Options{Events: db.Events(),
+	if sc.memory {
+		policy.Memory = sessions.MemoryPolicy{Default: sessions.MemorySettings{Enabled: true, InjectTokens: 200, MaxNotes: 100}}
+	}
+	m = sessions.New(db, ag, sessions.Options{Events: db.Events(), MemoryTools: sc.memory,
 		Policies:    map[string]sessions.Policy{sc.channel: policy},
 		Logger:      slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond, Tools: toolbox,
@@ -485,6 +499,25 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 			t.Errorf("%s: tool call %s/%d/%s left %s", label, c.ConversationID, c.MessageSeq, c.CallID, c.State)
 		}
 	}
+	// Every memory call that ran kept its note once: as many notes as
+	// calls recorded done, none lost, none twice (a call run again after
+	// a cut finds its note by its key).
+	if sc.memory {
+		var calls, notes int64
+		if err := db.Gorm().Model(&ledger.ToolCall{}).Where("name = ? AND state = ?", "memory__remember", ledger.ToolDone).Count(&calls).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Gorm().Model(&ledger.Note{}).Count(&notes).Error; err != nil {
+			t.Fatal(err)
+		}
+		var open []ledger.ToolCall
+		if err := db.Gorm().Where("state NOT IN ?", []string{ledger.ToolDone, ledger.ToolUnknown}).Find(&open).Error; err != nil {
+			t.Fatal(err)
+		}
+		if calls == 0 || notes != calls || len(open) > 0 {
+			t.Errorf("%s: %d memory calls done, %d notes kept, %d calls left open: want one note per call", label, calls, notes, len(open))
+		}
+	}
 	// No lease outlives its replica's clean stop (a running replica keeps
 	// its leases across turns for a moment: the store's kept leases).
 	m.Shutdown(context.Background())
@@ -549,6 +582,30 @@ func finalRepliesPerTurn(t *testing.T, db *store.DB) []string {
 func faultTools(t *testing.T) (*mcptest.Server, sessions.Toolbox) {
 	srv, set := toolServer(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
 	return srv, mcpclient.Offer{Set: set}
+}
+
+// faultMemoryTools is the gateway's own memory tools over the manager mgr
+// gives (built after its toolbox), as the gateway serves them.
+func faultMemoryTools(t *testing.T, mgr func() *sessions.Manager) sessions.Toolbox {
+	tr, closeFn, err := memtools.Connect(context.Background(), memtools.NewServer(func() memtools.Backend {
+		if m := mgr(); m != nil {
+			return m.Memory()
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mcpclient.New([]mcpclient.ServerConfig{{Name: memtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
+		Caller: true, Timeout: 10 * time.Second}}, slog.New(slog.DiscardHandler))
+	set.Start(context.Background())
+	t.Cleanup(func() { set.Close(); _ = closeFn() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := set.WaitListed(ctx, memtools.ServerName); err != nil {
+		t.Fatal(err)
+	}
+	return mcpclient.Offer{Set: set}
 }
 
 // syncBuffer is a log sink shared by a run's goroutines.

@@ -63,6 +63,9 @@ const (
 	// recallTimeout bounds the read of a turn's notes: a slow database
 	// delays the reply by at most this, then the turn goes without them.
 	recallTimeout = 2 * time.Second
+	// noteRetryPause is the first pause before a note's write is tried
+	// again.
+	noteRetryPause = 50 * time.Millisecond
 )
 
 // Errors of Memory; ErrBadNote wraps what is wrong with a note, in words
@@ -175,6 +178,17 @@ func (mem *Memory) Remember(ctx context.Context, req NoteRequest) (ledger.Note, 
 	n := ledger.Note{UserKey: req.User, Text: text, Author: req.Author, ConversationID: req.ConversationID,
 		MessageSeq: req.MessageSeq, CallKey: req.CallKey, CreatedAt: mem.now()}
 	ok, err := mem.store.AddNote(ctx, &n, set.MaxNotes)
+	// A write keyed by its call is tried again until storage answers or
+	// the caller gives up: a try whose commit landed and whose answer was
+	// lost is found by its key, so the note is kept once, and the caller
+	// (the model) is not told a note failed that was kept.
+	for pause := noteRetryPause; err != nil && req.CallKey != "" && ctx.Err() == nil; pause = min(2*pause, time.Second) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+			ok, err = mem.store.AddNote(ctx, &n, set.MaxNotes)
+		}
+	}
 	if err != nil {
 		return ledger.Note{}, err
 	}

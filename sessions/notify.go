@@ -108,6 +108,7 @@ func (r *relay) publish(ev ResetEvent) {
 	r.m.opts.Observer.ResetDone(ev.Channel, ev.Reason, 1)
 	r.announceReset(ev)
 	r.m.routes.reset(ev)
+	r.m.routes.archived(ev)
 }
 
 // announce publishes an event of this replica, when the store carries

@@ -69,6 +69,32 @@ type Routes struct {
 
 	mu     sync.Mutex // one Register at a time
 	routes atomic.Pointer[map[string]Route]
+	// archive are the listeners of this replica's archives (OnArchive).
+	archive atomic.Pointer[[]func(ResetEvent)]
+}
+
+// OnArchive adds fn to what is told of every conversation this replica
+// archives (a reset made here: on arrival, by a sweep, on request), after
+// the archive is stored; not of another replica's. fn must not block:
+// it is called on the path of the message that caused the reset.
+func (r *Routes) OnArchive(fn func(ResetEvent)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var next []func(ResetEvent)
+	if cur := r.archive.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, fn)
+	r.archive.Store(&next)
+}
+
+// archived tells the archive listeners of a reset made here.
+func (r *Routes) archived(ev ResetEvent) {
+	if fns := r.archive.Load(); fns != nil {
+		for _, fn := range *fns {
+			fn(ev)
+		}
+	}
 }
 
 func newRoutes(tr *tracing, log *slog.Logger, delivered func(ctx context.Context, t ledger.TurnRef, ref string, err error) error, delivers func()) *Routes {

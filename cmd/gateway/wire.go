@@ -153,6 +153,11 @@ func (s *server) startSessions() error {
 		s.timetable.Set(list)
 	}
 	mgr.Standing().UseTimetable(s.timetable)
+	// Notes of archived conversations (session.memory.extract_on_reset),
+	// listening before any sweep archives one.
+	extractor := sessions.NewExtractor(mgr, s.db)
+	extractor.Start()
+	s.services = append(s.services, extractor.Stop)
 	// The reset sweeps and the retention purge, at their times.
 	s.sweeper = sessions.NewSweeper(mgr, s.log)
 	if err := s.sweeper.Start(); err != nil {

@@ -35,3 +35,61 @@ type Note struct {
 	CallKey   string    `gorm:"size:128;not null;default:'';index:uq_notes_call,unique,where:call_key <> ''" json:"-"`
 	CreatedAt time.Time `gorm:"not null;index:ix_notes_user,priority:2" json:"created_at"`
 }
+
+// Extraction states (Extraction.State).
+const (
+	ExtractDue      = "due"      // waiting to be claimed
+	ExtractRunning  = "running"  // claimed: its model call is being made
+	ExtractDone     = "done"     // its notes are stored (Notes of them, maybe none)
+	ExtractSkipped  = "skipped"  // not made: memory or extraction is off now, or nothing to read
+	ExtractRefused  = "refused"  // not made: the user is over their budget
+	ExtractFailed   = "failed"   // its model call failed every attempt
+	MaxExtractTries = 3
+)
+
+// Extraction is the job of writing an archived conversation's notes
+// (session.memory.extract_on_reset): one row per conversation, made when
+// it is archived, claimed by one statement for a lease, and settled in
+// the transaction that stores its notes — so that a run cut by a crash
+// leaves the row to be claimed again and no note of it stored, and a run
+// that stored its notes is never made again.
+type Extraction struct {
+	ConversationID string `gorm:"primaryKey;size:36" json:"conversation_id"`
+	SessionKey     string `gorm:"size:255;not null" json:"session_key"`
+	Channel        string `gorm:"size:32;not null" json:"channel"`
+	// UserKey is whose notes it writes (sessions.MemoryUser).
+	UserKey string `gorm:"size:255;not null" json:"user"`
+	State   string `gorm:"size:16;not null;index:ix_extractions_state,priority:1" json:"state"`
+	// Owner is the replica whose claim holds it, until LeaseUntil; a due
+	// row is not claimed before LeaseUntil (a retry's pause).
+	Owner      string     `gorm:"size:64;not null;default:''" json:"owner,omitempty"`
+	LeaseUntil *time.Time `gorm:"index:ix_extractions_state,priority:2" json:"lease_until,omitempty"`
+	Attempt    int        `gorm:"not null;default:0" json:"attempt"`
+	Notes      int        `gorm:"not null;default:0" json:"notes"`
+	Error      string     `gorm:"type:text;not null;default:''" json:"error,omitempty"`
+	CreatedAt  time.Time  `gorm:"not null" json:"created_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+}
+
+// TableName is the extractions' table.
+func (Extraction) TableName() string { return "memory_extractions" }
+
+// ExtractionEnd settles a claimed extraction: its state, error, and the
+// notes and spend of a done one, stored with it in one transaction.
+type ExtractionEnd struct {
+	ConversationID string
+	Owner          string
+	Attempt        int
+	State          string
+	Error          string
+	// Notes are stored unless their user keeps Limit notes already (the
+	// rest are dropped, counted in Extraction.Notes only as stored).
+	Notes []Note
+	Limit int
+	// Usage is the model call's spend, tallied as the user's.
+	Usage *Usage
+	At    time.Time
+	// RetryAt: a failed attempt that may be tried again goes back to due,
+	// not before this time (State is ignored then).
+	RetryAt *time.Time
+}

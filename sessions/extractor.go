@@ -1,0 +1,354 @@
+package sessions
+
+// The Extractor: at a reset, what is worth keeping of the archived
+// conversation becomes notes (session.memory.extract_on_reset). It is a
+// service beside the Manager, as the Scheduler is: the wiring builds,
+// starts and stops it. Each archived conversation is one row of
+// memory_extractions (ledger.Extraction), recorded when the archive is
+// told (Routes' archive listeners), claimed by one statement for a lease,
+// and settled in the transaction that stores its notes and tallies its
+// spend. A run cut anywhere — a crash, a SIGKILL, a database blip —
+// leaves the row claimable again and none of its notes stored; a run
+// whose settle landed is never made again. No note is written twice.
+//
+// It runs off every turn's path: the archive only queues the conversation
+// (the row is written by the Extractor's own goroutine), and its model
+// call is made in the background, budgeted as the user's and tallied as
+// theirs, as a summary is.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// DefaultExtractionPrompt instructs the model call of an extraction.
+const DefaultExtractionPrompt = `You keep notes about one user across conversations with an assistant. ` +
+	`From the conversation given, write the facts about this user worth keeping for later conversations: ` +
+	`their name, role, projects, preferences, and what they asked the assistant to do or never do again. ` +
+	`Leave out what is already in the notes kept, what is only about this conversation, and anything about other people that is not about the user. ` +
+	`Write one fact per line, in the third person, each under 200 characters, at most ` + "10" + ` lines. ` +
+	`If nothing is worth keeping, answer NONE.`
+
+// Bounds of an extraction.
+const (
+	extractLease    = 3 * time.Minute // longer than its model call may take
+	extractTimeout  = 2 * time.Minute
+	extractRows     = 400 // the newest messages an extraction reads
+	extractMaxNotes = 10
+	extractEvery    = 30 * time.Second // the look for due rows (a retry, a lapsed claim)
+	extractQueue    = 1024
+)
+
+// ExtractionStore is what the Extractor reads and writes of the store
+// (store.DB's extractsql.go).
+type ExtractionStore interface {
+	AddExtraction(ctx context.Context, e ledger.Extraction) error
+	ClaimExtraction(ctx context.Context, owner string, alive []string, at, leaseUntil time.Time) (*ledger.Extraction, error)
+	SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (int, error)
+	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []ledger.Replica, alive []string, err error)
+	MessagesAfter(ctx context.Context, convID string, afterSeq int64, limit int) ([]ledger.Message, error)
+	Notes(ctx context.Context, user string, limit int) ([]ledger.Note, error)
+}
+
+// extractHost is what the Extractor needs of the Manager: the policy and
+// the agent in force, the user's standing against their budget and the
+// tally of what a call spent.
+type extractHost interface {
+	Policy(channel string) Policy
+	settings() *liveSettings
+}
+
+// Extractor writes archived conversations' notes. NewExtractor builds it.
+type Extractor struct {
+	store    ExtractionStore
+	host     extractHost
+	spend    compactSpend
+	memory   *Memory
+	tr       *tracing
+	log      *slog.Logger
+	now      func() time.Time
+	after    func(time.Duration) <-chan time.Time
+	replica  string
+	leaseTTL time.Duration
+
+	queue  chan ledger.Extraction
+	wake   chan struct{}
+	stop   chan struct{}
+	done   sync.WaitGroup
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// NewExtractor returns the Extractor of m's archives, registered as an
+// archive listener of m's Routes; Start runs it.
+func NewExtractor(m *Manager, st ExtractionStore) *Extractor {
+	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
+		replica: m.opts.ReplicaID, leaseTTL: m.opts.LeaseTTL,
+		queue: make(chan ledger.Extraction, extractQueue), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	m.routes.OnArchive(e.archived)
+	return e
+}
+
+// archived queues the extraction of a conversation archived here, when
+// its user's memory extracts at reset. It never blocks: a full queue
+// drops it (logged), as the archive's path must not wait.
+func (e *Extractor) archived(ev ResetEvent) {
+	if ev.OldConversation == "" {
+		return
+	}
+	user := MemoryUser(ev.SessionKey, "")
+	if user == "" {
+		return // a chat its members share: no one user's notes to write
+	}
+	if s := e.memory.Settings(ev.Channel, user); !s.Enabled || !s.ExtractOnReset {
+		return
+	}
+	select {
+	case e.queue <- ledger.Extraction{ConversationID: ev.OldConversation, SessionKey: ev.SessionKey, Channel: ev.Channel, UserKey: user, CreatedAt: e.now()}:
+	default:
+		e.log.Warn("the extraction queue is full; an archived conversation's notes are not extracted",
+			slog.String("session_key", ev.SessionKey), slog.String("conversation", ev.OldConversation))
+	}
+}
+
+// Start runs the Extractor: it records queued extractions and runs due
+// ones, one at a time.
+func (e *Extractor) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done.Add(2)
+	go e.record(ctx)
+	go e.run(ctx)
+}
+
+// Stop ends the Extractor: a run under way is cut (its row is claimed
+// again after its lease, by this replica's next start or another), and
+// queued records not yet written are dropped.
+func (e *Extractor) Stop() {
+	e.once.Do(func() {
+		close(e.stop)
+		if e.cancel != nil {
+			e.cancel()
+		}
+	})
+	e.done.Wait()
+}
+
+// record writes the queued extractions' rows, then wakes the runner.
+func (e *Extractor) record(ctx context.Context) {
+	defer e.done.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case x := <-e.queue:
+			for try := 0; ; try++ {
+				err := e.store.AddExtraction(ctx, x)
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil || try == 4 {
+					e.log.Warn("recording an extraction failed; its conversation's notes are not extracted",
+						slog.String("conversation", x.ConversationID), slog.String("error", err.Error()))
+					break
+				}
+				select {
+				case <-e.stop:
+					return
+				case <-e.after(time.Duration(try+1) * time.Second):
+				}
+			}
+			select {
+			case e.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run claims and runs due extractions until none is left, then waits
+// for a wake or its next look.
+func (e *Extractor) run(ctx context.Context) {
+	defer e.done.Done()
+	for {
+		for ctx.Err() == nil {
+			ran, err := e.RunOne(ctx)
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("extraction pass failed", slog.String("error", err.Error()))
+			}
+			if !ran || err != nil {
+				break
+			}
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-e.wake:
+		case <-e.after(extractEvery):
+		}
+	}
+}
+
+// RunOne claims one due extraction and runs it; false when none was due.
+func (e *Extractor) RunOne(ctx context.Context) (bool, error) {
+	_, alive, err := e.store.Replicas(ctx, e.replica, e.leaseTTL)
+	if err != nil {
+		return false, err
+	}
+	now := e.now()
+	x, err := e.store.ClaimExtraction(ctx, e.replica, alive, now, now.Add(extractLease))
+	if err != nil || x == nil {
+		return false, err
+	}
+	end := e.extract(ctx, *x)
+	if ctx.Err() != nil {
+		return true, context.Cause(ctx) // cut: claimed again after its lease
+	}
+	end.ConversationID, end.Owner, end.Attempt, end.At = x.ConversationID, e.replica, x.Attempt, e.now()
+	if _, err := e.store.SettleExtraction(ctx, end); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// extract makes the extraction's model call and returns how it ends.
+func (e *Extractor) extract(ctx context.Context, x ledger.Extraction) ledger.ExtractionEnd {
+	settings := e.memory.Settings(x.Channel, x.UserKey)
+	if !settings.Enabled || !settings.ExtractOnReset {
+		return ledger.ExtractionEnd{State: ledger.ExtractSkipped, Error: "memory or extract_on_reset is off"}
+	}
+	msgs, err := e.store.MessagesAfter(ctx, x.ConversationID, 0, 0)
+	if err != nil {
+		return e.retry(x, fmt.Errorf("read the conversation: %w", err))
+	}
+	if len(msgs) > extractRows {
+		msgs = msgs[len(msgs)-extractRows:]
+	}
+	transcript := extractionTranscript(msgs)
+	if transcript == "" {
+		return ledger.ExtractionEnd{State: ledger.ExtractSkipped, Error: "no message to read"}
+	}
+	p := e.host.Policy(x.Channel)
+	in := Inbound{Channel: x.Channel, SessionKey: x.SessionKey}
+	if s := e.spend.overBudget(ctx, in, p); s != nil {
+		return ledger.ExtractionEnd{State: ledger.ExtractRefused, Error: OverBudgetPrefix + s.Over()}
+	}
+	kept, err := e.store.Notes(ctx, x.UserKey, 50)
+	if err != nil {
+		return e.retry(x, fmt.Errorf("read the notes kept: %w", err))
+	}
+	live := e.host.settings()
+	ag := live.compactor
+	if ag == nil {
+		ag = live.agent
+	}
+	cctx, cancel := context.WithTimeout(ctx, extractTimeout)
+	defer cancel()
+	cctx, endSpan := e.tr.startSpanCtx(cctx, "memory extraction")
+	reply, err := ag.Reply(cctx, agent.Request{SessionKey: x.SessionKey, Instructions: DefaultExtractionPrompt,
+		Input: extractionInput(kept, transcript), Unstreamed: true}, nil)
+	endSpan(err)
+	if err != nil {
+		return e.retry(x, fmt.Errorf("model call: %w", err))
+	}
+	var text string
+	if n := len(reply.Messages); n > 0 {
+		text = reply.Messages[n-1].Content
+	}
+	end := ledger.ExtractionEnd{State: ledger.ExtractDone, Limit: settings.MaxNotes}
+	for i, line := range extractedNotes(text, kept) {
+		end.Notes = append(end.Notes, ledger.Note{UserKey: x.UserKey, Text: line, Author: ledger.NoteByReset, ConversationID: x.ConversationID,
+			CallKey: fmt.Sprintf("extract:%s:%d", x.ConversationID, i), CreatedAt: e.now()})
+	}
+	conv := &ledger.Conversation{SessionKey: x.SessionKey, Channel: x.Channel}
+	spent := []ledger.Message{{PromptTokens: reply.Usage.PromptTokens, CompletionTkns: reply.Usage.CompletionTokens, Cost: reply.Cost}}
+	model := reply.Model
+	if model == "" {
+		model = ag.Model()
+	}
+	end.Usage = e.spend.usageFor(conv, spent, model, e.now(), 0, reply.Usage.Estimated)
+	return end
+}
+
+// retry is how an attempt that failed ends: due again after a pause, or
+// failed for good after MaxExtractTries.
+func (e *Extractor) retry(x ledger.Extraction, err error) ledger.ExtractionEnd {
+	e.log.Warn("extraction failed", slog.String("conversation", x.ConversationID), slog.Int("attempt", x.Attempt), slog.String("error", err.Error()))
+	if x.Attempt >= ledger.MaxExtractTries {
+		return ledger.ExtractionEnd{State: ledger.ExtractFailed, Error: err.Error()}
+	}
+	at := e.now().Add(time.Duration(x.Attempt) * time.Minute)
+	return ledger.ExtractionEnd{Error: err.Error(), RetryAt: &at}
+}
+
+// extractionTranscript is the conversation as the extraction reads it:
+// the user's and the assistant's messages, one per paragraph.
+func extractionTranscript(msgs []ledger.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		if m.Status != ledger.MsgOK || strings.TrimSpace(m.Content) == "" || len(m.ToolCalls) > 0 {
+			continue
+		}
+		switch m.Role {
+		case agent.RoleUser:
+			b.WriteString("User: ")
+		case agent.RoleAssistant:
+			b.WriteString("Assistant: ")
+		default:
+			continue
+		}
+		b.WriteString(m.Content)
+		b.WriteString("\n\n")
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// extractionInput is what the extraction's model call is asked: the
+// notes kept, then the conversation.
+func extractionInput(kept []ledger.Note, transcript string) string {
+	var b strings.Builder
+	b.WriteString("Notes kept:\n")
+	if len(kept) == 0 {
+		b.WriteString("(none)\n")
+	}
+	for _, n := range kept {
+		b.WriteString("- " + n.Text + "\n")
+	}
+	b.WriteString("\nConversation:\n\n")
+	b.WriteString(transcript)
+	return b.String()
+}
+
+// extractedNotes are the notes of an extraction's answer: a line each
+// (bullets and numbering taken off), valid as notes, not kept already,
+// at most extractMaxNotes. "NONE" is none.
+func extractedNotes(answer string, kept []ledger.Note) []string {
+	have := map[string]bool{}
+	for _, n := range kept {
+		have[strings.ToLower(n.Text)] = true
+	}
+	var out []string
+	for _, line := range strings.Split(answer, "\n") {
+		line = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "-*•0123456789.) "))
+		if line == "" || strings.EqualFold(strings.Trim(line, ".!"), "none") {
+			continue
+		}
+		text, err := keptNoteText(line)
+		if err != nil || have[strings.ToLower(text)] {
+			continue
+		}
+		have[strings.ToLower(text)] = true
+		out = append(out, text)
+		if len(out) == extractMaxNotes {
+			break
+		}
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
+)
+
+// extractAgent echoes turns; an extraction's call (DefaultExtractionPrompt)
+// tells started, waits for release (when set) and answers answer.
+type extractAgent struct {
+	answer  string
+	started chan string // the extraction's input
+	release chan struct{}
+	usage   agent.Usage
+	// turnUsage is what each turn's reply reports spent.
+	turnUsage agent.Usage
+
+	mu    sync.Mutex
+	turns []agent.Request
+	calls int
+}
+
+func (a *extractAgent) Name() string  { return "extract" }
+func (a *extractAgent) Model() string { return "m" }
+func (a *extractAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	if req.Instructions != DefaultExtractionPrompt {
+		a.mu.Lock()
+		a.turns = append(a.turns, req)
+		a.mu.Unlock()
+		r, err := agent.Echo{}.Reply(ctx, req, onDelta)
+		if a.turnUsage.TotalTokens > 0 {
+			r.Usage = a.turnUsage
+		}
+		return r, err
+	}
+	a.mu.Lock()
+	a.calls++
+	a.mu.Unlock()
+	if a.started != nil {
+		a.started <- req.Input
+	}
+	if a.release != nil {
+		select {
+		case <-a.release:
+		case <-ctx.Done():
+			return agent.Reply{}, ctx.Err()
+		}
+	}
+	return agent.Reply{Messages: []agent.Message{{Role: agent.RoleAssistant, Content: a.answer}}, Usage: a.usage, Model: "m"}, nil
+}
+
+func (a *extractAgent) extractions() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls
+}
+
+func (a *extractAgent) lastTurn() agent.Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.turns[len(a.turns)-1]
+}
+
+func extractPolicies(budget Budget) map[string]Policy {
+	p := Policy{MaxHistory: 10, Reset: ResetPolicy{Mode: ResetIdle, IdleFor: time.Hour}, Budget: BudgetPolicy{Default: budget},
+		Memory: MemoryPolicy{Default: MemorySettings{Enabled: true, InjectTokens: 400, MaxNotes: 50, ExtractOnReset: true}}}
+	return map[string]Policy{"websocket": p}
+}
+
+func noteTexts(t *testing.T, db *store.DB, user string) []string {
+	t.Helper()
+	notes, err := db.Notes(context.Background(), user, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range notes {
+		out = append(out, n.Text)
+	}
+	return out
+}
+
+// At a reset the archived conversation's notes are extracted in the
+// background: the new conversation's first reply does not wait for it,
+// the notes reach the next turn as memory, and the call's spend is the
+// user's.
+func TestExtractionAtResetRunsOffThePath(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		ag := &extractAgent{answer: "- The user's name is Ann.\n- Ann grows tomatoes.\nNONE", started: make(chan string, 1), release: make(chan struct{}),
+			usage: agent.Usage{PromptTokens: 40, CompletionTokens: 10, TotalTokens: 50}}
+		m := newManager(t, db, ag, c, extractPolicies(Budget{}))
+		x := NewExtractor(m, db)
+		x.Start()
+		defer x.Stop()
+		key := "websocket:ann"
+		handle(t, m, msg(key, "hi, I am Ann and I grow tomatoes"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		input := <-ag.started // the extraction's call is made, and held
+		if !strings.Contains(input, "I grow tomatoes") {
+			t.Fatalf("the extraction read %q", input)
+		}
+		out := handle(t, m, msg(key, "hello again"))
+		if out.Reply.Text == "" {
+			t.Fatal("the first reply of the new conversation waited for the extraction")
+		}
+		close(ag.release)
+		user := MemoryUser(key, "ann")
+		deadline := time.Now().Add(10 * time.Second)
+		for len(noteTexts(t, db, user)) < 2 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // (polling storage for the background result)
+		}
+		notes := noteTexts(t, db, user)
+		if len(notes) != 2 || !strings.Contains(strings.Join(notes, "|"), "grows tomatoes") {
+			t.Fatalf("notes = %q", notes)
+		}
+		handle(t, m, msg(key, "what do I grow?"))
+		if mem := ag.lastTurn().MemoryText(); !strings.Contains(mem, "tomatoes") {
+			t.Fatalf("the next turn's memory = %q", mem)
+		}
+		day, _, err := db.UserUsage(context.Background(), key, t0.Format(time.DateOnly), t0.Format("2006-01")+"-01")
+		if err != nil || day.PromptTokens < 40 {
+			t.Fatalf("the user's tally = %+v, %v: the extraction's 40 prompt tokens missing", day, err)
+		}
+	})
+}
+
+// An extraction cut in the middle (a crash: its claim never settles) is
+// run again by the next replica, and its notes are stored once — even
+// when the cut run's model call answers after all and tries to settle.
+func TestExtractionCutIsRunAgainAndStoredOnce(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		slow := &extractAgent{answer: "- Ann grows tomatoes.", started: make(chan string, 1), release: make(chan struct{})}
+		a := newManager(t, db, slow, c, extractPolicies(Budget{}))
+		xa := NewExtractor(a, db)
+		key := "websocket:ann"
+		handle(t, a, msg(key, "I grow tomatoes"))
+		if _, err := a.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		ev := <-xa.queue
+		if err := db.AddExtraction(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+		// A claims it and is cut off in its model call.
+		var aErr error
+		aDone := make(chan struct{})
+		go func() {
+			defer close(aDone)
+			_, aErr = xa.RunOne(context.Background())
+		}()
+		<-slow.started
+		// A's lease runs out (a killed replica's heartbeat stops too):
+		// B, another replica, claims it, runs it and settles.
+		c.Advance(extractLease + time.Second)
+		fast := &extractAgent{answer: "- Ann grows tomatoes.\n- Ann lives in Graz."}
+		b := New(db, fast, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, ReplicaID: "replica-b"})
+		defer b.Shutdown(context.Background())
+		xb := NewExtractor(b, db)
+		if ran, err := xb.RunOne(context.Background()); !ran || err != nil {
+			t.Fatalf("B's run = %v, %v", ran, err)
+		}
+		// A's call answers now: its settle finds its claim lost.
+		close(slow.release)
+		<-aDone
+		if !errors.Is(aErr, store.ErrExtractionLost) {
+			t.Fatalf("A's late settle = %v, want ErrExtractionLost", aErr)
+		}
+		notes := noteTexts(t, db, MemoryUser(key, ""))
+		if len(notes) != 2 {
+			t.Fatalf("notes = %q, want B's two, once", notes)
+		}
+		if ran, err := xb.RunOne(context.Background()); ran || err != nil {
+			t.Fatalf("a settled extraction claimed again: %v, %v", ran, err)
+		}
+		x, err := db.Extraction(context.Background(), ev.ConversationID)
+		if err != nil || x.State != ledger.ExtractDone || x.Notes != 2 || x.Attempt != 2 {
+			t.Fatalf("the extraction = %+v, %v", x, err)
+		}
+	})
+}
+
+// A settle whose commit landed and whose answer was lost, made again,
+// stores nothing twice.
+func TestExtractionSettleMadeAgain(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		ctx := context.Background()
+		if err := db.AddExtraction(ctx, ledger.Extraction{ConversationID: "c1", SessionKey: "websocket:ann", Channel: "websocket", UserKey: "websocket:ann", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		x, err := db.ClaimExtraction(ctx, "r1", []string{"r1"}, t0, t0.Add(time.Minute))
+		if err != nil || x == nil {
+			t.Fatalf("claim = %+v, %v", x, err)
+		}
+		if again, err := db.ClaimExtraction(ctx, "r2", []string{"r1", "r2"}, t0, t0.Add(time.Minute)); again != nil || err != nil {
+			t.Fatalf("a held extraction claimed again: %+v, %v", again, err)
+		}
+		end := ledger.ExtractionEnd{ConversationID: "c1", Owner: "r1", Attempt: x.Attempt, State: ledger.ExtractDone, At: t0,
+			Notes: []ledger.Note{{UserKey: "websocket:ann", Text: "one", Author: ledger.NoteByReset, CallKey: "extract:c1:0", CreatedAt: t0},
+				{UserKey: "websocket:ann", Text: "two", Author: ledger.NoteByReset, CallKey: "extract:c1:1", CreatedAt: t0}}}
+		for range 2 {
+			if n, err := db.SettleExtraction(ctx, end); n != 2 || err != nil {
+				t.Fatalf("settle = %d, %v", n, err)
+			}
+		}
+		if notes := noteTexts(t, db, "websocket:ann"); len(notes) != 2 {
+			t.Fatalf("notes = %q", notes)
+		}
+		// The claim lapsed to r2 meanwhile: r1's settle stores nothing.
+		_ = db.AddExtraction(ctx, ledger.Extraction{ConversationID: "c2", SessionKey: "websocket:ann", Channel: "websocket", UserKey: "websocket:ann", CreatedAt: t0})
+		x1, _ := db.ClaimExtraction(ctx, "r1", []string{"r1"}, t0, t0.Add(time.Minute))
+		x2, _ := db.ClaimExtraction(ctx, "r2", []string{"r2"}, t0.Add(2*time.Minute), t0.Add(3*time.Minute))
+		if x1 == nil || x2 == nil || x2.Attempt != 2 {
+			t.Fatalf("claims = %+v, %+v", x1, x2)
+		}
+		lost := ledger.ExtractionEnd{ConversationID: "c2", Owner: "r1", Attempt: x1.Attempt, State: ledger.ExtractDone, At: t0,
+			Notes: []ledger.Note{{UserKey: "websocket:ann", Text: "three", Author: ledger.NoteByReset, CallKey: "extract:c2:0", CreatedAt: t0}}}
+		if _, err := db.SettleExtraction(ctx, lost); !errors.Is(err, store.ErrExtractionLost) {
+			t.Fatalf("a lapsed claim's settle = %v", err)
+		}
+		if notes := noteTexts(t, db, "websocket:ann"); len(notes) != 2 {
+			t.Fatalf("notes after a lost settle = %q", notes)
+		}
+	})
+}
+
+// Over their budget, a user's extraction is refused: no model call.
+func TestExtractionOverBudgetIsRefused(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		ag := &extractAgent{answer: "- x", turnUsage: agent.Usage{PromptTokens: 30, CompletionTokens: 5, TotalTokens: 35}}
+		m := newManager(t, db, ag, c, extractPolicies(Budget{TokensPerDay: 20}))
+		x := NewExtractor(m, db)
+		key := "websocket:ann"
+		handle(t, m, msg(key, "a long enough message to spend more than one token"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		ev := <-x.queue
+		if err := db.AddExtraction(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+		if ran, err := x.RunOne(context.Background()); !ran || err != nil {
+			t.Fatalf("run = %v, %v", ran, err)
+		}
+		got, err := db.Extraction(context.Background(), ev.ConversationID)
+		if err != nil || got.State != ledger.ExtractRefused || ag.extractions() != 0 {
+			t.Fatalf("extraction = %+v, %v; model calls %d", got, err, ag.extractions())
+		}
+	})
+}

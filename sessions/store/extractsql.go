@@ -1,0 +1,166 @@
+package store
+
+// The SQL of extractions (ledger.Extraction): the jobs that write an
+// archived conversation's notes, each claimed by one statement and
+// settled in the transaction that stores its notes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// AddExtraction records the job of an archived conversation, due now;
+// one already recorded (in any state) is left as it is.
+func (s *DB) AddExtraction(ctx context.Context, e ledger.Extraction) error {
+	_, err := observe(ctx, s, ledger.Call{Op: "AddExtraction"}, func() (struct{}, error) {
+		e.State, e.Owner, e.Attempt, e.CreatedAt = ledger.ExtractDue, "", 0, e.CreatedAt.UTC()
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&e).Error
+		})
+		if err != nil {
+			return struct{}{}, fmt.Errorf("record the extraction of %s: %w", e.ConversationID, err)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// ClaimExtraction claims the oldest extraction that is due (its pause
+// over), or running under a claim that lapsed — its lease ran out, or its
+// owner is none of alive — for owner until leaseUntil, and returns it
+// with the attempt its claim made; nil when none is. One conditional
+// statement: two replicas never hold one.
+func (s *DB) ClaimExtraction(ctx context.Context, owner string, alive []string, at, leaseUntil time.Time) (*ledger.Extraction, error) {
+	return observe(ctx, s, ledger.Call{Op: "ClaimExtraction"}, func() (*ledger.Extraction, error) {
+		at = at.UTC()
+		var got []ledger.Extraction
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			got = got[:0]
+			return tx.Raw(`UPDATE memory_extractions SET state = ?, owner = ?, lease_until = ?, attempt = attempt + 1
+				WHERE conversation_id = (SELECT conversation_id FROM memory_extractions
+					WHERE (state = ? AND (lease_until IS NULL OR lease_until <= ?))
+					   OR (state = ? AND (lease_until <= ? OR owner NOT IN ?))
+					ORDER BY created_at LIMIT 1)
+				AND (state = ? OR state = ?)
+				RETURNING *`,
+				ledger.ExtractRunning, owner, leaseUntil.UTC(), ledger.ExtractDue, at, ledger.ExtractRunning, at, alive,
+				ledger.ExtractDue, ledger.ExtractRunning).Scan(&got).Error
+		})
+		if err != nil {
+			return nil, fmt.Errorf("claim an extraction: %w", err)
+		}
+		if len(got) == 0 {
+			return nil, nil
+		}
+		return &got[0], nil
+	})
+}
+
+// ErrExtractionLost is SettleExtraction's answer when the claim it names
+// no longer holds the row (another replica claimed it after the lease
+// ran out): nothing is stored.
+var ErrExtractionLost = errors.New("the extraction's claim was lost")
+
+// SettleExtraction ends a claimed extraction in one transaction: the row
+// settled (or put back due for a retry), its notes stored — each once,
+// by its call key, within the user's limit — and its spend tallied. A
+// settle whose commit landed and whose answer was lost, made again, finds
+// the row settled by the same attempt and reports it done; a claim that
+// no longer holds gets ErrExtractionLost.
+func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stored int, err error) {
+	return observe(ctx, s, ledger.Call{Op: "SettleExtraction"}, func() (int, error) {
+		at := e.At.UTC()
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			stored = 0
+			if e.RetryAt != nil {
+				res := tx.Exec(`UPDATE memory_extractions SET state = ?, owner = '', lease_until = ?, error = ?
+					WHERE conversation_id = ? AND state = ? AND owner = ? AND attempt = ?`,
+					ledger.ExtractDue, e.RetryAt.UTC(), e.Error, e.ConversationID, ledger.ExtractRunning, e.Owner, e.Attempt)
+				if res.Error != nil {
+					return res.Error
+				}
+				if res.RowsAffected == 0 {
+					return ErrExtractionLost
+				}
+				return nil
+			}
+			if s.driver == DriverPostgres && len(e.Notes) > 0 {
+				// The notes' limit holds against the user's other writers
+				// (addOwned takes the same lock).
+				if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "chatgate:notes:"+e.Notes[0].UserKey).Error; err != nil {
+					return err
+				}
+			}
+			var row []ledger.Extraction
+			if err := tx.Where("conversation_id = ?", e.ConversationID).Limit(1).Find(&row).Error; err != nil {
+				return err
+			}
+			switch {
+			case len(row) == 0:
+				return ErrExtractionLost
+			case row[0].State != ledger.ExtractRunning && row[0].Owner == e.Owner && row[0].Attempt == e.Attempt:
+				stored = row[0].Notes // settled by this attempt: its answer was lost
+				return nil
+			case row[0].State != ledger.ExtractRunning || row[0].Owner != e.Owner || row[0].Attempt != e.Attempt:
+				return ErrExtractionLost
+			}
+			if len(e.Notes) > 0 {
+				user := e.Notes[0].UserKey
+				var n int64
+				if err := tx.Model(&ledger.Note{}).Where("user_key = ?", user).Count(&n).Error; err != nil {
+					return err
+				}
+				for _, note := range e.Notes {
+					if e.Limit > 0 && n >= int64(e.Limit) {
+						break
+					}
+					note.ID, note.CreatedAt, note.UserKey = 0, note.CreatedAt.UTC(), user
+					res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&note)
+					if res.Error != nil {
+						return res.Error
+					}
+					if res.RowsAffected == 1 {
+						stored++
+						n++
+					}
+				}
+			}
+			if u := e.Usage; u != nil {
+				row := ledger.UsageDay{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel, PromptTokens: u.PromptTokens,
+					CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns, EstimatedTokens: u.EstimatedTokens}
+				if err := tx.Exec(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns, estimated_tokens)
+					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`+usageUpsertTail, row.UserKey, row.Day, row.Model, row.Channel, row.PromptTokens,
+					row.CompletionTokens, row.Cost, row.Turns, row.EstimatedTokens).Error; err != nil {
+					return fmt.Errorf("tally usage: %w", err)
+				}
+			}
+			return tx.Exec(`UPDATE memory_extractions SET state = ?, lease_until = NULL, notes = ?, error = ?, ended_at = ?
+				WHERE conversation_id = ?`, e.State, stored, e.Error, at, e.ConversationID).Error
+		})
+		if err != nil {
+			return 0, fmt.Errorf("settle the extraction of %s: %w", e.ConversationID, err)
+		}
+		return stored, nil
+	})
+}
+
+// Extraction returns the extraction of a conversation, or nil.
+func (s *DB) Extraction(ctx context.Context, convID string) (*ledger.Extraction, error) {
+	return observe(ctx, s, ledger.Call{Op: "Extraction"}, func() (*ledger.Extraction, error) {
+		var out []ledger.Extraction
+		if err := s.read.WithContext(ctx).Where("conversation_id = ?", convID).Limit(1).Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load the extraction of %s: %w", convID, err)
+		}
+		if len(out) == 0 {
+			return nil, nil
+		}
+		return &out[0], nil
+	})
+}
