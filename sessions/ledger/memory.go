@@ -38,12 +38,12 @@ type Note struct {
 
 // Extraction states (Extraction.State).
 const (
-	ExtractDue      = "due"      // waiting to be claimed
-	ExtractRunning  = "running"  // claimed: its model call is being made
-	ExtractDone     = "done"     // its notes are stored (Notes of them, maybe none)
-	ExtractSkipped  = "skipped"  // not made: memory or extraction is off now, or nothing to read
-	ExtractRefused  = "refused"  // not made: the user is over their budget
-	ExtractFailed   = "failed"   // its model call failed every attempt
+	ExtractDue      = "due"     // waiting to be claimed
+	ExtractRunning  = "running" // claimed: its model call is being made
+	ExtractDone     = "done"    // its notes are stored (Notes of them, maybe none)
+	ExtractSkipped  = "skipped" // not made: memory or extraction is off now, or nothing to read
+	ExtractRefused  = "refused" // not made: the user is over their budget
+	ExtractFailed   = "failed"  // its model call failed every attempt
 	MaxExtractTries = 3
 )
 
