@@ -148,6 +148,11 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&ledger.ToolCall{}).Error; err != nil {
 				return err
 			}
+			// An extraction goes with its conversation; the notes it
+			// wrote are the user's, kept until they are forgotten.
+			if err := tx.Where("conversation_id IN ?", ids).Delete(&ledger.Extraction{}).Error; err != nil {
+				return err
+			}
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&ledger.Message{}).Error; err != nil {
 				return err
 			}
