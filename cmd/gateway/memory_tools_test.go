@@ -205,3 +205,68 @@ func TestMemoryToolsThroughTheModel(t *testing.T) {
 		}
 	})
 }
+
+// groupTurn runs one turn of member user in the group chat its members
+// share, whose model calls name with args once, then answers.
+func (r *memoryRig) groupTurn(t *testing.T, user, id, name, args string) string {
+	t.Helper()
+	r.llm.Script(llmtest.ToolThenAnswer(name, args))
+	in := sessions.Inbound{Channel: "telegram", SessionKey: sessions.TelegramGroupKey(-100, 0, false), UserID: user, ChatID: "-100",
+		ClientMsgID: id, Text: "message " + id}
+	tk, err := r.m.Submit(context.Background(), in, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := tk.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Reply.Text
+}
+
+// In a group chat its members share, a member's model keeps notes about
+// that member only, and another member's model — told by its member to
+// read, forget or overwrite them — reaches none of them.
+func TestGroupMemberCannotReachAnothersNotesThroughTheModel(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newMemoryRig(t, open(), "session:\n  memory: {enabled: true}\n")
+		ctx := context.Background()
+		chat := sessions.TelegramGroupKey(-100, 0, false)
+		ann, eve := sessions.MemoryUser(chat, "1"), sessions.MemoryUser(chat, "2")
+		if reply := r.groupTurn(t, "1", "g1", "memory__remember", `{"text": "Ann's locker code is 4711."}`); !strings.HasPrefix(reply, "done: Noted") {
+			t.Fatalf("Ann's remember: %q", reply)
+		}
+		notes, _ := r.m.Memory().List(ctx, ann)
+		if len(notes) != 1 {
+			t.Fatalf("Ann's notes %+v", notes)
+		}
+		// Eve, in the same conversation (it holds Ann's message), asks her
+		// model for Ann's notes, to forget them, to write about Ann.
+		for i, a := range []struct{ name, args string }{
+			{"memory__recall", `{"query": "locker code"}`},
+			{"memory__recall", `{}`},
+			{"memory__forget", `{"id": ` + jsonInt(notes[0].ID) + `}`},
+			{"memory__remember", `{"text": "Ann's locker code is 0000."}`},
+		} {
+			reply := r.groupTurn(t, "2", "e"+jsonInt(int64(i)), a.name, a.args)
+			if strings.Contains(reply, "4711") || strings.Contains(reply, "is forgotten") {
+				t.Fatalf("Eve's %s %s reached Ann's notes: %q", a.name, a.args, reply)
+			}
+			// Eve's request never carries Ann's notes as memory.
+			for _, m := range r.llm.Received()[len(r.llm.Received())-1].Messages {
+				if m.Role == "system" && strings.HasPrefix(m.Text(), sessions.MemoryIntro) && strings.Contains(m.Text(), "4711") {
+					t.Fatalf("Eve's turn carried Ann's note: %q", m.Text())
+				}
+			}
+		}
+		if got, _ := r.m.Memory().List(ctx, ann); len(got) != 1 || got[0].Text != "Ann's locker code is 4711." {
+			t.Fatalf("Ann's notes after Eve's turns: %+v", got)
+		}
+		// What Eve's model wrote is Eve's own note, whatever it says.
+		if got, _ := r.m.Memory().List(ctx, eve); len(got) != 1 || got[0].Author != ledger.NoteByModel {
+			t.Fatalf("Eve's notes: %+v", got)
+		}
+	})
+}
