@@ -25,6 +25,7 @@ type Metrics struct {
 	tools       *toolMetrics
 	usage       *usageMetrics
 	schedules   *scheduleMetrics
+	memory      *memoryMetrics
 }
 
 // NewMetrics returns a registry with the Go runtime and process collectors
@@ -76,6 +77,7 @@ func NewMetrics() *Metrics {
 	m.tools = newToolMetrics(m.reg)
 	m.usage = newUsageMetrics(m.reg)
 	m.schedules = newScheduleMetrics(m.reg)
+	m.memory = newMemoryMetrics(m.reg)
 	return m
 }
 

@@ -71,6 +71,7 @@ type Extractor struct {
 	host     extractHost
 	spend    compactSpend
 	memory   *Memory
+	obs      Observer
 	tr       *tracing
 	log      *slog.Logger
 	now      func() time.Time
@@ -89,7 +90,7 @@ type Extractor struct {
 // NewExtractor returns the Extractor of m's archives, registered as an
 // archive listener of m's Routes; Start runs it.
 func NewExtractor(m *Manager, st ExtractionStore) *Extractor {
-	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
+	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, obs: m.opts.Observer, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
 		replica: m.opts.ReplicaID, leaseTTL: m.opts.LeaseTTL,
 		queue: make(chan ledger.Extraction, extractQueue), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	m.routes.OnArchive(e.archived)
@@ -212,8 +213,17 @@ func (e *Extractor) RunOne(ctx context.Context) (bool, error) {
 		return true, context.Cause(ctx) // cut: claimed again after its lease
 	}
 	end.ConversationID, end.Owner, end.Attempt, end.At = x.ConversationID, e.replica, x.Attempt, e.now()
-	if _, err := e.store.SettleExtraction(ctx, end); err != nil {
+	stored, err := e.store.SettleExtraction(ctx, end)
+	if err != nil {
 		return true, err
+	}
+	state := end.State
+	if end.RetryAt != nil {
+		state = ledger.ExtractDue
+	}
+	e.obs.ExtractionEnded(state)
+	if stored > 0 {
+		e.obs.NotesWritten(ledger.NoteByReset, stored)
 	}
 	return true, nil
 }

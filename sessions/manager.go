@@ -190,6 +190,15 @@ type Observer interface {
 	// FireEnded: a fire settled with outcome (ledger.FireSent, FireQuiet,
 	// FireSkippedLate, FireSkippedBudget, FireFailed).
 	FireEnded(kind, outcome string)
+	// NotesWritten: n notes were kept, by author (ledger.NoteByModel,
+	// NoteByUser, NoteByOperator, NoteByReset); NotesForgotten: n were
+	// deleted.
+	NotesWritten(author string, n int)
+	NotesForgotten(n int)
+	// ExtractionEnded: an extraction at reset settled in state
+	// (ledger.ExtractDone, ExtractSkipped, ExtractRefused, ExtractFailed),
+	// or went back to due for a retry (ledger.ExtractDue).
+	ExtractionEnded(state string)
 }
 
 type noObserver struct{}
@@ -202,6 +211,9 @@ func (noObserver) Spent(string, string, int64, int64, float64) {}
 func (noObserver) BudgetRefused(string, string)                {}
 func (noObserver) FireClaimed(string, time.Duration)           {}
 func (noObserver) FireEnded(string, string)                    {}
+func (noObserver) NotesWritten(string, int)                    {}
+func (noObserver) NotesForgotten(int)                          {}
+func (noObserver) ExtractionEnded(string)                      {}
 
 // Options configures a Manager.
 type Options struct {
@@ -428,7 +440,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		pause: opts.RetryPause, log: opts.Logger})
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.reminders = NewReminders(st, m.Policy, m.now)
-	m.memory = NewMemory(st, m.Policy, m.now, opts.Logger)
+	m.memory = NewMemory(st, m.Policy, m.now, opts.Logger, opts.Observer)
 	m.live.Store(live)
 	m.life.unwatch = st.Observe(watcher{m})
 	return m

@@ -122,11 +122,16 @@ type Memory struct {
 	policy func(channel string) Policy
 	now    func() time.Time
 	log    *slog.Logger
+	obs    Observer
 }
 
-// NewMemory returns Memory over st, with a channel's policy from policy.
-func NewMemory(st NoteStore, policy func(channel string) Policy, now func() time.Time, log *slog.Logger) *Memory {
-	return &Memory{store: st, policy: policy, now: now, log: log}
+// NewMemory returns Memory over st, with a channel's policy from policy;
+// obs (nil: none) counts the notes written and forgotten.
+func NewMemory(st NoteStore, policy func(channel string) Policy, now func() time.Time, log *slog.Logger, obs Observer) *Memory {
+	if obs == nil {
+		obs = noObserver{}
+	}
+	return &Memory{store: st, policy: policy, now: now, log: log, obs: obs}
 }
 
 // Memory returns the notes users' conversations keep.
@@ -195,6 +200,7 @@ func (mem *Memory) Remember(ctx context.Context, req NoteRequest) (ledger.Note, 
 	if !ok {
 		return ledger.Note{}, fmt.Errorf("%w: %d notes are kept already, the most allowed; forget one first", ErrTooManyNotes, set.MaxNotes)
 	}
+	mem.obs.NotesWritten(req.Author, 1)
 	return n, nil
 }
 
@@ -229,6 +235,7 @@ func (mem *Memory) Forget(ctx context.Context, user string, id int64) error {
 	if !ok {
 		return fmt.Errorf("%w: %d is not one of the notes kept (forgotten already?)", ErrNoSuchNote, id)
 	}
+	mem.obs.NotesForgotten(1)
 	return nil
 }
 
@@ -237,7 +244,11 @@ func (mem *Memory) ForgetAll(ctx context.Context, user string) (int64, error) {
 	if user == "" {
 		return 0, ErrNoMemoryOwner
 	}
-	return mem.store.ForgetNotes(ctx, user)
+	n, err := mem.store.ForgetNotes(ctx, user)
+	if n > 0 {
+		mem.obs.NotesForgotten(int(n))
+	}
+	return n, err
 }
 
 // inject puts the user's notes in req (agent.Request.Memory): those
