@@ -39,6 +39,13 @@ type Server struct {
 
 	mu     sync.Mutex
 	checks []check
+	infos  []info
+}
+
+// info is one named line of /readyz that does not hold readiness.
+type info struct {
+	name string
+	fn   func() string
 }
 
 // New returns a Server with /healthz and /readyz. /readyz answers 503
@@ -56,12 +63,13 @@ func New(log *slog.Logger) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if not := s.NotReady(); len(not) > 0 {
+		lines := s.NotReady()
+		if len(lines) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte(strings.Join(not, "\n") + "\n"))
-			return
+		} else {
+			lines = []string{"ready"}
 		}
-		w.Write([]byte("ready\n"))
+		w.Write([]byte(strings.Join(append(lines, s.Infos()...), "\n") + "\n"))
 	})
 	return s
 }
@@ -76,6 +84,29 @@ func (s *Server) AddCheck(name string, fn func() error) {
 	s.mu.Lock()
 	s.checks = append(s.checks, check{name, fn})
 	s.mu.Unlock()
+}
+
+// AddInfo registers a line of /readyz that does not hold readiness —
+// "name: text", after the status, while fn returns a text (what is
+// degraded, such as a tool server that cannot start). fn must be quick.
+func (s *Server) AddInfo(name string, fn func() string) {
+	s.mu.Lock()
+	s.infos = append(s.infos, info{name, fn})
+	s.mu.Unlock()
+}
+
+// Infos lists the info lines that have a text now, "name: text".
+func (s *Server) Infos() []string {
+	s.mu.Lock()
+	infos := append([]info(nil), s.infos...)
+	s.mu.Unlock()
+	var out []string
+	for _, i := range infos {
+		if t := i.fn(); t != "" {
+			out = append(out, i.name+": "+oneLine(t))
+		}
+	}
+	return out
 }
 
 // Started ends the starting phase: from now on /readyz answers from the

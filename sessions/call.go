@@ -65,8 +65,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.Turn = tt.turn()
 				req.NoMoreTools = tt.n >= maxRounds
 			}
-			m.routes.fetchImages(turnCtx, live.agent, hc.conv.Channel, &req)
-			m.memory.inject(turnCtx, in, &req)
+			m.prepare(turnCtx, live.agent, hc.conv.Channel, in, &req)
 			sink := &deltaSink{next: h.OnDelta}
 			deltas, callCtx := sink.add, turnCtx
 			if results != nil {
@@ -207,9 +206,10 @@ func (s *deltaSink) add(d string) {
 // priorOf), then each of them as a user message — on model (nil: the
 // agent's own; Standing.modelSpec).
 // Its pictures are not fetched yet (fetchImages does that, outside any
-// lock).
+// lock), nor its tools and notes put in (prepare): each may wait on what
+// is slow, which is not done under the key's state lock.
 func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbound, instructions string, model *agent.ModelSpec) agent.Request {
-	req := agent.Request{SessionKey: in.SessionKey, Instructions: instructions, History: hist, Tools: m.offered(in), Model: model}
+	req := agent.Request{SessionKey: in.SessionKey, Instructions: instructions, History: hist, Model: model}
 	last := len(rows) - 1
 	if last > 0 {
 		req.Earlier = make([]string, last)
@@ -228,6 +228,15 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 		req.InputAttachments[i] = decodeAttachments(r.Attachments)
 	}
 	return req
+}
+
+// prepare completes a turn's request outside any lock: the tools the
+// turn offers (a tool server still starting is waited for, within its
+// timeout), its pictures, and the user's notes.
+func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request) {
+	req.Tools = m.offered(in)
+	m.routes.fetchImages(ctx, ag, channel, req)
+	m.memory.inject(ctx, in, req)
 }
 
 // priorOf is the history a turn with lead and members sees: every stored

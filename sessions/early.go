@@ -90,8 +90,7 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	gopool.Go(func() {
 		defer close(e.done)
 		defer e.wrote()
-		m.routes.fetchImages(ctx, ag, channel, &req) // here, not under the state lock
-		m.memory.inject(ctx, in, &req)
+		m.prepare(ctx, ag, channel, in, &req) // here, not under the state lock
 		e.reply, e.err = m.callAgent(whenWritten(ctx, e.wrote), ag, req, e.delta)
 	})
 	// The model's request goes out before the message's commit starts:

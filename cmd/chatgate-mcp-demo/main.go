@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 	notes := fl.String("notes", os.Getenv("CHATGATE_DEMO_NOTES"), "keep the notes in this file (default: in memory; $CHATGATE_DEMO_NOTES)")
 	countFile := fl.String("count-file", "", "keep counter's count and slow's starts in this file (JSON)")
 	slowOnce := fl.Bool("slow-once", false, "slow takes its time on its first start only; later starts answer at once")
+	startDelay := fl.Duration("start-delay", 0, "wait this long before serving (a server slow to start, as npm's are)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -54,6 +55,13 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		return 2
 	}
 	server := demo.New(demo.Options{Notes: *notes, CountFile: *countFile, SlowOnce: *slowOnce})
+	if *startDelay > 0 {
+		select {
+		case <-time.After(*startDelay):
+		case <-ctx.Done():
+			return 0
+		}
+	}
 
 	if *addr == "" {
 		err := server.Run(ctx, &mcp.IOTransport{Reader: stdin, Writer: stdout})

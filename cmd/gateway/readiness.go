@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/chatgate/chatgate/tools/mcpclient"
 
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/query"
@@ -44,5 +47,37 @@ func botCheck(bot botState, connecting string) func() error {
 			return fmt.Errorf("%s (last error: %v)", connecting, err)
 		}
 		return errors.New(connecting)
+	}
+}
+
+// toolSet is what /readyz asks of the tool servers (mcpclient.Set).
+type toolSet interface {
+	Starting() []string
+	Servers() []mcpclient.ServerStatus
+}
+
+// toolsCheck holds readiness until every tool server was tried once —
+// listed its tools, or failed to start, each within its timeout: traffic
+// that comes once the gateway is ready finds the tools it will be offered.
+func toolsCheck(set toolSet) func() error {
+	return func() error {
+		if starting := set.Starting(); len(starting) > 0 {
+			return fmt.Errorf("starting: %s", strings.Join(starting, ", "))
+		}
+		return nil
+	}
+}
+
+// toolsInfo names the tool servers that could not start (they are tried
+// again in the background; their tools are not offered meanwhile).
+func toolsInfo(set toolSet) func() string {
+	return func() string {
+		var down []string
+		for _, st := range set.Servers() {
+			if !st.Connected && st.LastError != "" {
+				down = append(down, fmt.Sprintf("%s down (%s)", st.Name, st.LastError))
+			}
+		}
+		return strings.Join(down, "; ")
 	}
 }

@@ -253,6 +253,8 @@ func (s *server) mountRoutes() {
 		s.srv.Handle("GET /", gateway.WebPage())
 	}
 	s.srv.AddCheck("storage", storageCheck(s.db, s.mgr))
+	s.srv.AddCheck("tools", toolsCheck(s.tools))
+	s.srv.AddInfo("tools", toolsInfo(s.tools))
 }
 
 // listen binds gateway.listen and serves on it. The listener is bound

@@ -20,18 +20,23 @@ type Offer struct {
 	Servers func(channel, userID string) []string
 }
 
-// Offered are the tools of the servers the channel's user gets.
+// Offered are the tools of the servers the channel's user gets. A
+// server still starting (its first try not over) is waited for, within
+// its timeout: a turn that starts then is offered its tools, rather than
+// none.
 func (o Offer) Offered(channel, userID string) []agent.Tool {
 	if o.Set == nil {
 		return nil
 	}
 	if o.Servers == nil {
+		o.Set.WaitStarting(nil)
 		return o.Set.Tools(nil)
 	}
 	servers := o.Servers(channel, userID)
 	if len(servers) == 0 {
 		return nil
 	}
+	o.Set.WaitStarting(servers)
 	return o.Set.Tools(servers)
 }
 

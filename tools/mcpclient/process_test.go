@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -178,5 +180,31 @@ func TestStreamableHTTPSendsTheHeaders(t *testing.T) {
 		if a != "Bearer s3cret" {
 			t.Errorf("request %d: Authorization %q", i, a)
 		}
+	}
+}
+
+// A turn's offer made while a server is still starting waits for its
+// listing; a server that cannot start holds it no longer than its first
+// try, and is offered nothing.
+func TestOfferWaitsForAStartingServer(t *testing.T) {
+	set := mcpclient.New([]mcpclient.ServerConfig{
+		{Name: "demo", Command: demoBinary(t), Args: []string{"-start-delay", "700ms"}},
+		{Name: "broken", Command: filepath.Join(t.TempDir(), "no-such-server"), Timeout: 2 * time.Second},
+	}, nil)
+	set.Start(t.Context())
+	defer set.Close()
+	if starting := set.Starting(); len(starting) == 0 {
+		t.Fatal("no server starting right after Start")
+	}
+	offered := mcpclient.Offer{Set: set}.Offered("websocket", "ann")
+	var names []string
+	for _, tool := range offered {
+		names = append(names, tool.Name)
+	}
+	if !slices.Contains(names, "demo__notes_add") || slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "broken__") }) {
+		t.Fatalf("offered %v", names)
+	}
+	if starting := set.Starting(); len(starting) != 0 {
+		t.Fatalf("still starting after the offer: %v", starting)
 	}
 }

@@ -382,6 +382,46 @@ func (s *Set) WaitTried(ctx context.Context, server string) error {
 	return s.WaitFor(ctx, server, func(st ServerStatus) bool { return st.Connected || st.LastError != "" })
 }
 
+// WaitStarting waits until each named server (nil: every one) was
+// tried once — its tools listed, or its first start failed — each within
+// its own timeout, which bounds a try. A turn that starts while a server
+// is still starting waits for its listing instead of going without its
+// tools; a server that cannot start holds it no longer than its timeout.
+func (s *Set) WaitStarting(servers []string) {
+	s.mu.Lock()
+	var waits []*server
+	for name, sv := range s.servers {
+		if servers != nil && !slices.Contains(servers, name) {
+			continue
+		}
+		if st := sv.status(); !st.Connected && st.LastError == "" {
+			waits = append(waits, sv)
+		}
+	}
+	s.mu.Unlock()
+	for _, sv := range waits {
+		ctx, cancel := context.WithTimeout(context.Background(), sv.cfg.Timeout+startSlack)
+		_ = s.WaitTried(ctx, sv.cfg.Name)
+		cancel()
+	}
+}
+
+// startSlack is what a server's first try may take beyond its timeout:
+// starting its process and opening its session.
+const startSlack = time.Second
+
+// Starting names the servers whose first try is not over (neither
+// listed nor failed), sorted: what /readyz waits for.
+func (s *Set) Starting() []string {
+	var out []string
+	for _, st := range s.Servers() {
+		if !st.Connected && st.LastError == "" {
+			out = append(out, st.Name)
+		}
+	}
+	return out
+}
+
 // update changes a server's state under the lock and wakes its waiters.
 func (s *Set) update(f func()) {
 	s.mu.Lock()
