@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 	countFile := fl.String("count-file", "", "keep counter's count and slow's starts in this file (JSON)")
 	slowOnce := fl.Bool("slow-once", false, "slow takes its time on its first start only; later starts answer at once")
 	startDelay := fl.Duration("start-delay", 0, "wait this long before serving (a server slow to start, as npm's are)")
+	pidFile := fl.String("pid-file", "", "write the process id to this file once serving")
+	linger := fl.Duration("linger", 0, "over stdio: once the client closed stdin, keep running this long (a server finishing its work with nobody to tell)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -55,6 +58,12 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		return 2
 	}
 	server := demo.New(demo.Options{Notes: *notes, CountFile: *countFile, SlowOnce: *slowOnce})
+	if *pidFile != "" {
+		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			fmt.Fprintf(stderr, "chatgate-mcp-demo: %v\n", err)
+			return 1
+		}
+	}
 	if *startDelay > 0 {
 		select {
 		case <-time.After(*startDelay):
@@ -68,6 +77,12 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		if err != nil && ctx.Err() == nil && !errors.Is(err, mcp.ErrConnectionClosed) && !errors.Is(err, io.EOF) {
 			fmt.Fprintf(stderr, "chatgate-mcp-demo: %v\n", err)
 			return 1
+		}
+		if *linger > 0 {
+			select {
+			case <-time.After(*linger):
+			case <-ctx.Done():
+			}
 		}
 		return 0
 	}

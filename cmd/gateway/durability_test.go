@@ -27,6 +27,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "tool-exec" {
+		// A gateway served in the test's process starts its stdio tool
+		// servers through its own executable: this one.
+		os.Exit(toolExec(os.Args[2:], os.Stderr))
+	}
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))

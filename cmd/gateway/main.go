@@ -22,6 +22,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "tool-exec" {
+		// A stdio tool server's supervisor (toolexec.go), started by the
+		// gateway itself: no collector tuning, no configuration.
+		os.Exit(toolExec(os.Args[2:], os.Stderr))
+	}
 	gcPercent, gcFrom = gctune.Apply(os.Getenv)
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

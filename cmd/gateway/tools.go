@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,17 @@ func (lt *liveTools) offered(channel, userID string) []string {
 // returns, after the drain.
 func (s *server) startTools() sessions.Toolbox {
 	cfgs := toolServers(s.cfg)
+	if self, err := os.Executable(); err == nil {
+		// Each stdio server runs under this binary's tool-exec: it and
+		// what it starts die with the gateway (toolexec.go).
+		for i := range cfgs {
+			if cfgs[i].Command != "" {
+				cfgs[i].Supervisor = []string{self, "tool-exec", "--"}
+			}
+		}
+	} else {
+		s.log.Warn("stdio tool servers start without their supervisor", slog.Any("error", err))
+	}
 	rs, closeReminders, err := reminderServer(func() remindtools.Backend {
 		// The session manager is built after its toolbox; no turn runs,
 		// and so no tool is called, before it is.

@@ -39,6 +39,12 @@ type ServerConfig struct {
 	// again with backoff.
 	URL     string
 	Headers map[string]string
+	// Supervisor, for a stdio server, is a command its command and
+	// arguments are appended to, which runs it in a process group of its
+	// own and ends that group when the gateway dies (the gateway's
+	// "tool-exec"); it is started with a parent-death signal. Empty: the
+	// server is started directly, and killed when the gateway dies.
+	Supervisor []string
 
 	// Transport is an explicit transport (the gateway's own in-process
 	// servers, and tests: the SDK's in-memory one). It is connected once

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -168,6 +169,11 @@ func (s *Set) Start(ctx context.Context) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			// A parent-death signal is sent when the thread that started
+			// the process ends, not the gateway: the server's processes are
+			// started from a thread kept for them, until the server is no
+			// longer supervised.
+			runtime.LockOSThread()
 			s.supervise(ctx, sv)
 		}()
 	}

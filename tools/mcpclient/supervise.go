@@ -106,7 +106,12 @@ func (sv *server) transport() (t mcp.Transport, cmd *exec.Cmd) {
 			HTTPClient: &http.Client{Transport: headers{base: http.DefaultTransport, set: c.Headers}},
 		}, nil
 	default:
-		cmd = exec.Command(c.Command, c.Args...)
+		if len(c.Supervisor) > 0 {
+			cmd = exec.Command(c.Supervisor[0], append(append(slices.Clone(c.Supervisor[1:]), c.Command), c.Args...)...)
+		} else {
+			cmd = exec.Command(c.Command, c.Args...)
+		}
+		cmd.SysProcAttr = diesWithGateway(len(c.Supervisor) > 0)
 		cmd.Env = os.Environ()
 		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
 			cmd.Env = append(cmd.Env, k+"="+c.Env[k])
