@@ -5,7 +5,8 @@ package telegram
 // tool call's ask (Bot.toolTap), "back" for a reset notice's Go back
 // (Bot.backTap), "model" for /model's buttons (Bot.modelTap), "rem" for
 // /reminders' Cancel buttons (Bot.reminderTap), "sched" for /schedules'
-// (Bot.scheduleTap); other kinds
+// (Bot.scheduleTap), "mem" for the notes' Forget buttons (Bot.memoryTap);
+// other kinds
 // add a case to callback. Every query is answered with
 // answerCallbackQuery exactly once, whatever becomes of it (refused,
 // stale, unknown, a storage failure), so that the user's client stops
@@ -45,6 +46,8 @@ func (b *Bot) callback(ctx context.Context, u update) {
 			answer, after = b.reminderTap(ctx, q, u.callbackThread, rest)
 		case schedData:
 			answer, after = b.scheduleTap(ctx, q, u.callbackThread, rest)
+		case memData:
+			answer, after = b.memoryTap(ctx, q, u.callbackThread, rest)
 		default:
 			answer = unknownButtonText
 		}

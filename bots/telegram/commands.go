@@ -1,10 +1,11 @@
 package telegram
 
 // The commands (/start, /help, /new, /reset, /resume, /history, /compact,
-// /status, /model, /reminders, /schedules, /stop): what each does and
-// answers. /resume and /history are Bot.resume's and Bot.history's,
-// /status Bot.status's, /model Bot.model's, /reminders Bot.reminders',
-// /schedules Bot.sendSchedules'.
+// /status, /model, /reminders, /schedules, /remember, /memory, /forget,
+// /stop): what each does and answers. /resume and /history are
+// Bot.resume's and Bot.history's, /status Bot.status's, /model
+// Bot.model's, /reminders Bot.reminders', /schedules Bot.sendSchedules',
+// /remember Bot.remember's, /memory Bot.memory's, /forget Bot.forget's.
 
 import (
 	"context"
@@ -25,6 +26,7 @@ const (
 		"/history — the last messages of this conversation\n/compact — sum up our conversation so far, to go on from the summary\n" +
 		"/status — this conversation, the model, your usage and the next reset\n" +
 		"/reminders — your reminders, to cancel them\n" +
+		"/remember — keep a note about you across conversations\n/memory — your notes, to forget them\n" +
 		"/stop — stop the answer being written\n/help — this message"
 	// modelHelp is help's line for /model, when models are offered.
 	modelHelp    = "/model — choose the model that answers\n"
@@ -53,6 +55,9 @@ func commandMenu(models bool) tgbotapi.SetMyCommandsConfig {
 		{Command: "compact", Description: "Sum up the conversation so far"},
 		{Command: "status", Description: "This conversation, the model, usage and the next reset"},
 		{Command: "reminders", Description: "Your reminders, to cancel them"},
+		{Command: "remember", Description: "Keep a note about you across conversations"},
+		{Command: "memory", Description: "Your notes, to forget them"},
+		{Command: "forget", Description: "Forget a note (/forget 12), or list them to forget"},
 	}
 	if models {
 		cmds = append(cmds, tgbotapi.BotCommand{Command: "model", Description: "Choose the model that answers"})
@@ -123,6 +128,13 @@ func (b *Bot) command(ctx context.Context, m *message, in sessions.Inbound, firs
 	case "reminders":
 		b.reminders(ctx, m, in)
 		return nil
+	case "remember":
+		return b.remember(ctx, m, in, first)
+	case "memory":
+		b.memory(ctx, m, in)
+		return nil
+	case "forget":
+		return b.forget(ctx, m, in, first)
 	}
 	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), text, m.MessageID) })
 	return nil

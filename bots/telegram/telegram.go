@@ -47,6 +47,9 @@ type Sessions struct {
 	// Schedules serves /schedules (nil: it answers that none is
 	// offered).
 	Schedules Schedules
+	// Memory serves /remember, /memory and /forget (nil: they answer
+	// that the bot keeps no notes).
+	Memory Memory
 }
 
 // SessionsOf is every door of the bot on m; Transcripts and
@@ -55,7 +58,7 @@ type Sessions struct {
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m.Health(), Registry: m.Routes(),
-		ToolApprovals: m.Approvals(), Reminders: m.Reminders()}
+		ToolApprovals: m.Approvals(), Reminders: m.Reminders(), Memory: m.Memory()}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.

@@ -3,7 +3,9 @@ package telegramtest
 // Inline keyboards and callback queries, as the Bot API has them: a send
 // or an edit may carry reply_markup {"inline_keyboard": [[{text,
 // callback_data}]]} (callback_data 1–64 bytes, else 400
-// BUTTON_DATA_INVALID); the server keeps each message's current markup.
+// BUTTON_DATA_INVALID; more than 100 buttons, or a markup over 10 KB,
+// 400 "reply markup is too long", the Bot API's words for MTProto's
+// REPLY_MARKUP_TOO_LONG); the server keeps each message's current markup.
 // editMessageText without reply_markup removes the message's inline
 // keyboard (as Telegram does), editMessageReplyMarkup without it too; an
 // edit that changes neither text nor markup answers 400 "message is not
@@ -50,6 +52,13 @@ type callbackState struct {
 	notModRM int // editMessageReplyMarkup answered "message is not modified"
 }
 
+// Bounds of an inline keyboard: its buttons, and its markup's bytes (as
+// JSON here; Telegram measures its own encoding, about as long).
+const (
+	maxButtons     = 100
+	maxMarkupBytes = 10 << 10
+)
+
 const errNotModified = "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"
 
 // markupOf reads r's reply_markup: its inline keyboard, and whether r
@@ -73,6 +82,13 @@ func markupOf(w http.ResponseWriter, r *http.Request) (kb [][]Button, present, r
 	}
 	if m.InlineKeyboard == nil {
 		return nil, false, false // a reply keyboard and the like: not kept
+	}
+	buttons := 0
+	for _, row := range *m.InlineKeyboard {
+		buttons += len(row)
+	}
+	if buttons > maxButtons || len(v) > maxMarkupBytes {
+		return fail("reply markup is too long")
 	}
 	kb = [][]Button{}
 	for _, row := range *m.InlineKeyboard {

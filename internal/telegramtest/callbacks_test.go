@@ -2,6 +2,7 @@ package telegramtest
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 // the real client library: a sent keyboard is kept and its callback_data
 // checked (1–64 bytes); a tap is a callback_query update with the bot's
 // message; each query is answered once (a second answer is refused);
+// a keyboard of more than 100 buttons or 10 KB is refused;
 // editMessageReplyMarkup and editMessageText change or remove the
 // keyboard, and an edit that changes nothing is "not modified".
 func TestInlineKeyboardsAndCallbackQueries(t *testing.T) {
@@ -43,6 +45,23 @@ func TestInlineKeyboardsAndCallbackQueries(t *testing.T) {
 		tgbotapi.NewInlineKeyboardButtonData("x", strings.Repeat("d", 65))))
 	if _, err := api.Send(long); apiErr(err).Message != "Bad Request: BUTTON_DATA_INVALID" {
 		t.Fatalf("65 bytes of callback_data: %v", err)
+	}
+	// At most 100 buttons, and about 10 KB of markup.
+	for _, c := range []struct {
+		buttons int
+		label   string
+		ok      bool
+	}{{100, "x", true}, {101, "x", false}, {60, strings.Repeat("y", 120), true}, {60, strings.Repeat("y", 200), false}} {
+		var rows [][]tgbotapi.InlineKeyboardButton
+		for i := range c.buttons {
+			rows = append(rows, tgbotapi.NewInlineKeyboardRow(tgbotapi.NewInlineKeyboardButtonData(c.label, "d"+strconv.Itoa(i))))
+		}
+		big := tgbotapi.NewMessage(-100, "x")
+		big.ReplyMarkup = tgbotapi.NewInlineKeyboardMarkup(rows...)
+		_, err := api.Send(big)
+		if c.ok && err != nil || !c.ok && (err == nil || apiErr(err).Message != "Bad Request: reply markup is too long") {
+			t.Fatalf("%d buttons labelled %d bytes: %v", c.buttons, len(c.label), err)
+		}
 	}
 
 	// A tap reaches the bot as an update; its answer is taken once.

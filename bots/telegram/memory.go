@@ -1,0 +1,413 @@
+package telegram
+
+// Memory: the notes the bot keeps about a user across conversations
+// (sessions.Memory), as the user sees and keeps them in Telegram.
+// /remember <text> keeps a note; /memory (and /forget alone) lists the
+// sender's notes, newest first, each with a Forget button, and a Forget
+// everything button that asks Yes or Cancel first; /forget <id> forgets
+// one. Whose notes is always sessions.MemoryUser of the sender's — or the
+// tapper's — own session key and id, never what a button's data says: a
+// forwarded or crafted button forgets nothing of anyone else's. Listing
+// and forgetting work where memory is off (what was kept stays the
+// user's to see and forget); only /remember then refuses. The notes go
+// out as plain text, without a parse mode: a note is user or model text,
+// and whatever it holds (Markdown, HTML) shows as written.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+
+	"github.com/chatgate/chatgate/bots/telegram/tgformat"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// Memory is the door of /remember, /memory and /forget (sessions.Memory).
+type Memory interface {
+	Enabled(channel, user string) bool
+	Remember(ctx context.Context, req sessions.NoteRequest) (ledger.Note, error)
+	List(ctx context.Context, user string) ([]ledger.Note, error)
+	Forget(ctx context.Context, user string, id int64) error
+	ForgetAll(ctx context.Context, user string) (int64, error)
+}
+
+// memData prefixes the callback data of the notes' buttons:
+// "mem:f:<owner>:<id>" forgets note id, "mem:all:<owner>" asks to forget
+// everything, "mem:yes:<owner>" forgets everything, "mem:no:<owner>"
+// shows the list again. owner is the Telegram user the list was sent to:
+// a tap by anyone else is told the list is not theirs and changes
+// nothing (in a group, one member's list is not redrawn as another's).
+// It decides nothing else — the notes acted on are the tapper's own.
+const memData = "mem"
+
+// The buttons' operations (memData).
+const (
+	memForget    = "f"
+	memAskAll    = "all"
+	memForgetAll = "yes"
+	memCancel    = "no"
+)
+
+// Answers of the memory commands and their buttons.
+const (
+	memoryHead      = "Your notes, newest first — I keep them across conversations:"
+	memoryOffHead   = "Memory is off here: I keep no new notes, but these stay yours to see and forget."
+	memoryNone      = "You have no notes."
+	memoryNoneAsk   = " Send /remember and what I should keep, such as: /remember I prefer metric units."
+	memoryMore      = "… and %d more not shown: forget some to see them."
+	memoryFailed    = "I couldn't read your notes just now; please try again."
+	memoryNoDoor    = "I don't keep notes here."
+	rememberUsage   = "Send /remember and what I should keep across our conversations, such as: /remember I prefer metric units.\n/memory lists your notes, to forget them."
+	rememberOffNote = "\n\nMemory is off here for you, though: I keep no new notes."
+	rememberOff     = "I can't keep notes here: memory is off for you. /memory still lists what was kept, to forget it."
+	rememberedText  = "Noted (#%d). /memory lists your notes; /forget %d forgets this one."
+	rememberBad     = "I can't keep that note: %s."
+	rememberFull    = "You have as many notes as I keep; forget some first (/memory lists them)."
+	forgetUsage     = "Send /forget and the number of a note, such as /forget 12; /memory lists your notes with their numbers."
+	forgotText      = "Forgot note #%d."
+	forgetNoNote    = "#%d is not one of your notes (forgotten already?). /memory lists them."
+	confirmAllText  = "Forget all %d of your notes? This cannot be undone."
+	confirmOneText  = "Forget your one note? This cannot be undone."
+	forgotAllText   = "Forgot all your notes (%d)."
+
+	tapForgotText      = "Note #%d forgotten"
+	tapNoNoteText      = "That note is not yours, or it is forgotten already"
+	tapNotYourList     = "These buttons are for whoever sent /memory; send /memory for your own notes"
+	tapMemoryOffText   = "I don't keep notes here"
+	tapNoNotesText     = "You have no notes"
+	tapConfirmText     = "Sure? Tap Yes to forget them all"
+	tapForgotAllText   = "Forgot all your notes (%d)"
+	tapKeptNotesText   = "Your notes are kept"
+	buttonForgetAll    = "Forget everything"
+	buttonForgetAllYes = "Yes, forget them all"
+	buttonCancel       = "Cancel"
+)
+
+// Bounds of a list: maxNotesListed notes, each with its Forget button
+// (plus Forget everything) — well inside Telegram's 100 inline buttons
+// and the 10 KB its reply markup may take with the longest labels —
+// within MaxMessageUnits of text; noteLabelRunes of a note in its
+// button's label.
+const (
+	maxNotesListed = 25
+	noteLabelRunes = 20
+)
+
+// memoryUserOf is whose notes Telegram user from reads and writes in
+// chat's topic thread: MemoryUser of their own session key.
+func (b *Bot) memoryUserOf(chat *tgbotapi.Chat, from *tgbotapi.User, thread int) string {
+	key := b.sessionKey(&message{Message: &tgbotapi.Message{Chat: chat, From: from}, thread: thread})
+	return sessions.MemoryUser(key, strconv.FormatInt(from.ID, 10))
+}
+
+// noteAuthor says who wrote a note, for the list.
+func noteAuthor(author string) string {
+	switch author {
+	case ledger.NoteByUser:
+		return "by you"
+	case ledger.NoteByModel:
+		return "by me"
+	case ledger.NoteByReset:
+		return "by me, from a past conversation"
+	case ledger.NoteByOperator:
+		return "by the operator"
+	}
+	return ""
+}
+
+// noteEntry is one note of the list: its number (the note's id, which
+// /forget takes), its day (UTC) and who wrote it, then its text.
+func noteEntry(n ledger.Note) string {
+	head := fmt.Sprintf("#%d · %s", n.ID, n.CreatedAt.UTC().Format("2 Jan 2006"))
+	if by := noteAuthor(n.Author); by != "" {
+		head += " · " + by
+	}
+	return "\n\n" + head + "\n" + n.Text
+}
+
+// memoryText is the list as its message shows it, after lead (what a tap
+// just did, "" for none), and the notes it shows: the newest, as many as
+// fit in one message's text and maxNotesListed, the others counted.
+func memoryText(list []ledger.Note, enabled bool, lead string) (string, []ledger.Note) {
+	var sb strings.Builder
+	if lead != "" {
+		sb.WriteString(lead + "\n\n")
+	}
+	if len(list) == 0 {
+		sb.WriteString(memoryNone)
+		if enabled {
+			sb.WriteString(memoryNoneAsk)
+		}
+		return sb.String(), nil
+	}
+	if !enabled {
+		sb.WriteString(memoryOffHead + "\n\n")
+	}
+	sb.WriteString(memoryHead)
+	used := tgformat.Units(sb.String())
+	// Room for the count of the notes not shown, kept by every note but
+	// the last: after it there are none.
+	more := tgformat.Units("\n\n" + fmt.Sprintf(memoryMore, len(list)))
+	shown := 0
+	for i, n := range list {
+		if i == maxNotesListed {
+			break
+		}
+		entry := noteEntry(n)
+		need := tgformat.Units(entry)
+		if i < len(list)-1 {
+			need += more
+		}
+		if used+need > MaxMessageUnits {
+			break
+		}
+		sb.WriteString(entry)
+		used += tgformat.Units(entry)
+		shown++
+	}
+	if shown < len(list) {
+		sb.WriteString("\n\n" + fmt.Sprintf(memoryMore, len(list)-shown))
+	}
+	return sb.String(), list[:shown]
+}
+
+// memButton is a button of the notes with operation op for owner's list
+// (and arg, the note's id, when not 0).
+func memButton(label, op string, owner, arg int64) tgbotapi.InlineKeyboardButton {
+	data := memData + ":" + op + ":" + strconv.FormatInt(owner, 10)
+	if arg != 0 {
+		data += ":" + strconv.FormatInt(arg, 10)
+	}
+	return tgbotapi.NewInlineKeyboardButtonData(label, data)
+}
+
+// memoryKeyboard is a Forget button per shown note, numbered as the text
+// numbers them, and Forget everything; nil for no notes.
+func memoryKeyboard(shown []ledger.Note, owner int64) *tgbotapi.InlineKeyboardMarkup {
+	if len(shown) == 0 {
+		return nil
+	}
+	var rows [][]tgbotapi.InlineKeyboardButton
+	for _, n := range shown {
+		label := fmt.Sprintf("Forget #%d: %s", n.ID, cut(n.Text, noteLabelRunes))
+		rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(label, memForget, owner, n.ID)))
+	}
+	rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(buttonForgetAll, memAskAll, owner, 0)))
+	kb := tgbotapi.NewInlineKeyboardMarkup(rows...)
+	return &kb
+}
+
+// confirmKeyboard asks owner whether to forget all their notes.
+func confirmKeyboard(owner int64) *tgbotapi.InlineKeyboardMarkup {
+	kb := tgbotapi.NewInlineKeyboardMarkup(tgbotapi.NewInlineKeyboardRow(
+		memButton(buttonForgetAllYes, memForgetAll, owner, 0), memButton(buttonCancel, memCancel, owner, 0)))
+	return &kb
+}
+
+// remember runs /remember <text>: the note is kept at once, in the order
+// of the key's updates, and the answer goes out on the key's reply queue.
+// Its call key is the message's, so that an update Telegram sends again
+// (or a retry after a storage failure, which returns the error as /new
+// does) keeps one note.
+func (b *Bot) remember(ctx context.Context, m *message, in sessions.Inbound, first bool) error {
+	text := strings.TrimSpace(m.CommandArguments())
+	mem := b.sess.Memory
+	user := sessions.MemoryUser(in.SessionKey, in.UserID)
+	reply := ""
+	switch {
+	case mem == nil:
+		reply = memoryNoDoor
+	case text == "":
+		reply = rememberUsage
+		if !mem.Enabled(Channel, user) {
+			reply += rememberOffNote
+		}
+	default:
+		// The conversation it came from is not known here without a read
+		// of its own: a note by command names none.
+		n, err := mem.Remember(ctx, sessions.NoteRequest{Channel: Channel, User: user, Text: text,
+			Author: ledger.NoteByUser, CallKey: "telegram:remember:" + in.ClientMsgID})
+		switch {
+		case errors.Is(err, sessions.ErrMemoryOff), errors.Is(err, sessions.ErrNoMemoryOwner):
+			reply = rememberOff
+		case errors.Is(err, sessions.ErrBadNote):
+			reply = fmt.Sprintf(rememberBad, strings.TrimPrefix(err.Error(), sessions.ErrBadNote.Error()+": "))
+		case errors.Is(err, sessions.ErrTooManyNotes):
+			reply = rememberFull
+		case err != nil:
+			b.failed(first, "telegram: /remember failed; retrying", in.SessionKey, err)
+			return err
+		default:
+			reply = fmt.Sprintf(rememberedText, n.ID, n.ID)
+		}
+	}
+	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), reply, m.MessageID) })
+	return nil
+}
+
+// forget runs /forget: alone, the list (as /memory); with a note's
+// number, forgets that note of the sender at once, in the order of the
+// key's updates (a storage failure is retried, as /remember's).
+func (b *Bot) forget(ctx context.Context, m *message, in sessions.Inbound, first bool) error {
+	arg := strings.TrimSpace(m.CommandArguments())
+	if arg == "" {
+		b.memory(ctx, m, in)
+		return nil
+	}
+	mem := b.sess.Memory
+	reply := ""
+	id, err := strconv.ParseInt(strings.TrimPrefix(arg, "#"), 10, 64)
+	switch {
+	case mem == nil:
+		reply = memoryNoDoor
+	case err != nil || id <= 0:
+		reply = forgetUsage
+	default:
+		switch err := mem.Forget(ctx, sessions.MemoryUser(in.SessionKey, in.UserID), id); {
+		case errors.Is(err, sessions.ErrNoSuchNote), errors.Is(err, sessions.ErrNoMemoryOwner):
+			reply = fmt.Sprintf(forgetNoNote, id)
+		case err != nil:
+			b.failed(first, "telegram: /forget failed; retrying", in.SessionKey, err)
+			return err
+		default:
+			reply = fmt.Sprintf(forgotText, id)
+		}
+	}
+	b.later(in.SessionKey, func() { b.sendPlain(ctx, m.to(), reply, m.MessageID) })
+	return nil
+}
+
+// memory runs /memory: the sender's notes go out on the key's reply
+// queue, after the replies to the messages before it.
+func (b *Bot) memory(ctx context.Context, m *message, in sessions.Inbound) {
+	ctx = context.WithoutCancel(ctx)
+	b.later(in.SessionKey, func() { b.sendMemory(ctx, m, in) })
+}
+
+func (b *Bot) sendMemory(ctx context.Context, m *message, in sessions.Inbound) {
+	mem := b.sess.Memory
+	if mem == nil {
+		b.sendPlain(ctx, m.to(), memoryNoDoor, m.MessageID)
+		return
+	}
+	user := sessions.MemoryUser(in.SessionKey, in.UserID)
+	list, err := mem.List(ctx, user)
+	if err != nil {
+		b.log.Warn("telegram: /memory failed", slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))
+		b.sendPlain(ctx, m.to(), memoryFailed, m.MessageID)
+		return
+	}
+	text, shown := memoryText(list, mem.Enabled(Channel, user), "")
+	var kb any
+	if k := memoryKeyboard(shown, m.From.ID); k != nil {
+		kb = k
+	}
+	b.sendWithButtons(ctx, m, text, kb, "send the notes")
+}
+
+// memoryTap handles a tap on a button of the notes (rest: the data after
+// "mem:") and returns the tap's answer, and what to do once it is
+// answered: edit the message to show what the tap did.
+func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int, rest string) (string, func()) {
+	op, rest, _ := strings.Cut(rest, ":")
+	ownerText, idText, hasID := strings.Cut(rest, ":")
+	owner, err := strconv.ParseInt(ownerText, 10, 64)
+	if err != nil || q.Message == nil || q.Message.Chat == nil {
+		return unknownButtonText, nil
+	}
+	var id int64
+	switch op {
+	case memForget:
+		if id, err = strconv.ParseInt(idText, 10, 64); err != nil || id <= 0 {
+			return unknownButtonText, nil
+		}
+	case memAskAll, memForgetAll, memCancel:
+		if hasID {
+			return unknownButtonText, nil
+		}
+	default:
+		return unknownButtonText, nil
+	}
+	mem := b.sess.Memory
+	if mem == nil {
+		return tapMemoryOffText, nil
+	}
+	if owner != q.From.ID {
+		return tapNotYourList, nil
+	}
+	user := b.memoryUserOf(q.Message.Chat, q.From, thread)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	chat, msg := q.Message.Chat.ID, q.Message.MessageID
+	list := func(lead string) func() { return func() { b.editMemoryList(ctx, chat, msg, user, owner, lead) } }
+	switch op {
+	case memForget:
+		switch err := mem.Forget(cctx, user, id); {
+		case errors.Is(err, sessions.ErrNoSuchNote):
+			return tapNoNoteText, nil
+		case err != nil:
+			b.log.Warn("telegram: forgetting a note failed", slog.String("user", user), slog.String("error", err.Error()))
+			return tapTryAgainText, nil
+		}
+		return fmt.Sprintf(tapForgotText, id), list(fmt.Sprintf(forgotText, id))
+	case memAskAll:
+		notes, err := mem.List(cctx, user)
+		switch {
+		case err != nil:
+			b.log.Warn("telegram: reading the notes failed", slog.String("user", user), slog.String("error", err.Error()))
+			return tapTryAgainText, nil
+		case len(notes) == 0:
+			return tapNoNotesText, list("")
+		}
+		text := fmt.Sprintf(confirmAllText, len(notes))
+		if len(notes) == 1 {
+			text = confirmOneText
+		}
+		return tapConfirmText, func() { b.editMemory(ctx, chat, msg, text, confirmKeyboard(owner)) }
+	case memForgetAll:
+		n, err := mem.ForgetAll(cctx, user)
+		if err != nil {
+			b.log.Warn("telegram: forgetting the notes failed", slog.String("user", user), slog.String("error", err.Error()))
+			return tapTryAgainText, nil
+		}
+		return fmt.Sprintf(tapForgotAllText, n), list(fmt.Sprintf(forgotAllText, n))
+	default: // memCancel
+		return tapKeptNotesText, list("")
+	}
+}
+
+// editMemoryList shows user's notes, as they are now, after lead on the
+// notes' message msg of chat, with owner's buttons.
+func (b *Bot) editMemoryList(ctx context.Context, chat int64, msg int, user string, owner int64, lead string) {
+	ctx = context.WithoutCancel(ctx)
+	mem := b.sess.Memory
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := mem.List(cctx, user)
+	cancel()
+	if err != nil {
+		b.log.Warn("telegram: reading the notes failed", slog.String("user", user), slog.String("error", err.Error()))
+		return
+	}
+	text, shown := memoryText(list, mem.Enabled(Channel, user), lead)
+	b.editMemory(ctx, chat, msg, text, memoryKeyboard(shown, owner))
+}
+
+// editMemory edits the notes' message msg of chat to text (plain) and
+// kb; without kb the edit takes the buttons away.
+func (b *Bot) editMemory(ctx context.Context, chat int64, msg int, text string, kb *tgbotapi.InlineKeyboardMarkup) {
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": text}
+	params.AddNonZero("message_id", msg)
+	if kb != nil {
+		if err := params.AddInterface("reply_markup", kb); err != nil {
+			return
+		}
+	}
+	b.editMessage(ctx, methodEdit, params, "edit the notes", nil)
+}
