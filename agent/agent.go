@@ -118,6 +118,9 @@ func (r Request) MemoryText() string {
 // ModelSpec is a model a request asks for: its id as the API knows it,
 // and its prices per 1,000 tokens, for the reply's cost.
 type ModelSpec struct {
+	// Name is the operator's name of the model (agent.models), under
+	// which its use is tallied; "" is ID.
+	Name                 string
 	ID                   string
 	PricePer1KPrompt     float64
 	PricePer1KCompletion float64
@@ -201,7 +204,12 @@ type Reply struct {
 	Messages []Message
 	Usage    Usage
 	Cost     float64
+	// Model is the model as the operator configured it (ModelSpec.Name,
+	// or the backend's model): what the usage is tallied under.
+	// APIModel is the model the API said answered (often a dated id);
+	// "" when it said none.
 	Model    string
+	APIModel string
 }
 
 // Text is the final assistant message's content.

@@ -99,7 +99,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 			break
 		}
 		stored := tt.n
-		results, err = tt.round(turnCtx, last, reply.Usage, reply.Cost, reply.Model)
+		results, err = tt.round(turnCtx, last, reply.Usage, reply.Cost, modelOf(reply))
 		if tt.n > stored {
 			// The round's stored message carries the call's spend: a
 			// turn that ends here does not count it again (spentBy).
@@ -172,6 +172,17 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 	}
 }
 
+// models are the names of the model a call used: as configured (what
+// the usage is tallied under) and as the API said (what the conversation
+// records).
+type models struct{ name, api string }
+
+func modelOf(r agent.Reply) models { return models{r.Model, r.APIModel} }
+
+// recorded is the model the conversation records: the API's id, else
+// the configured name.
+func (m models) recorded() string { return cmp.Or(m.api, m.name) }
+
 // spentBy puts what a call that ended in an error spent — reply's usage
 // and cost, the backend's estimate when it streamed before it was
 // stopped or cut (agent.Usage's Estimated) — on msg, the interrupted or
@@ -182,7 +193,7 @@ func spentBy(msg *ledger.Message, reply agent.Reply) agent.Reply {
 		return agent.Reply{}
 	}
 	msg.PromptTokens, msg.CompletionTkns, msg.Cost = reply.Usage.PromptTokens, reply.Usage.CompletionTokens, reply.Cost
-	return agent.Reply{Usage: reply.Usage, Cost: reply.Cost, Model: reply.Model}
+	return agent.Reply{Usage: reply.Usage, Cost: reply.Cost, Model: reply.Model, APIModel: reply.APIModel}
 }
 
 // deltaSink passes a call's deltas on to next and keeps them: the

@@ -131,7 +131,7 @@ func (st ModelState) spec() *agent.ModelSpec {
 	if st.Current.Name == "" {
 		return nil
 	}
-	return &agent.ModelSpec{ID: st.Current.ID, PricePer1KPrompt: st.Current.PricePer1KPrompt, PricePer1KCompletion: st.Current.PricePer1KCompletion}
+	return &agent.ModelSpec{Name: st.Current.Name, ID: st.Current.ID, PricePer1KPrompt: st.Current.PricePer1KPrompt, PricePer1KCompletion: st.Current.PricePer1KCompletion}
 }
 
 // forgetChoice drops the key's cached choice of model ("": every key's),

@@ -64,7 +64,7 @@ func TestChosenModelReachesTheAgent(t *testing.T) {
 		if st.Chosen != "Smart" || st.Current != testModels[1] || st.UsesDefault {
 			t.Fatalf("after choosing smart: %+v", st)
 		}
-		want := &agent.ModelSpec{ID: "smart-1", PricePer1KPrompt: 10, PricePer1KCompletion: 30}
+		want := &agent.ModelSpec{Name: "Smart", ID: "smart-1", PricePer1KPrompt: 10, PricePer1KCompletion: 30}
 		handle(t, m, msg("websocket:ann", "two"))
 		if got := rec.last().Model; !reflect.DeepEqual(got, want) {
 			t.Fatalf("request's model = %+v, want %+v", got, want)

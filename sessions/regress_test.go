@@ -136,7 +136,7 @@ func TestARetriedReplyAppendFirstLooksWhetherItLanded(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.conv = *fresh
-	done, err := m.tryAppendReply(ctx, hc, reply(), t0, agent.Usage{}, 0, "", []int64{1}, 1, TurnAnswered, "", nil, func() bool { return false },
+	done, err := m.tryAppendReply(ctx, hc, reply(), t0, agent.Usage{}, 0, models{}, []int64{1}, 1, TurnAnswered, "", nil, func() bool { return false },
 		errors.New("commit: connection reset"))
 	if !done || err != nil {
 		t.Fatalf("retry: done %v, %v", done, err)

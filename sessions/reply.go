@@ -62,12 +62,12 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 	if fire != "" {
 		markLate(msgs, b.Rows[0])
 	}
-	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, reply.Model, b.Seqs(), b.Attempt, state, fire, waiting)
+	err := m.appendReply(ctx, t.hc, msgs, t.now, reply.Usage, reply.Cost, modelOf(reply), b.Seqs(), b.Attempt, state, fire, waiting)
 	if errors.Is(err, ledger.ErrRejected) {
 		m.log.ErrorContext(ctx, "the reply was rejected by the database; the turn fails", slog.String("session_key", key),
 			slog.String("conversation", t.conv), slog.Int64("seq", b.Lead()), slog.String("error", err.Error()))
 		msgs, state = rejectedReply(msgs, state, err)
-		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, "", b.Seqs(), b.Attempt, state, fire, waiting)
+		err = m.appendReply(ctx, t.hc, msgs, t.now, agent.Usage{}, 0, models{}, b.Seqs(), b.Attempt, state, fire, waiting)
 	}
 	endStore(err)
 	if err == nil {
@@ -122,7 +122,7 @@ func (m *Manager) storeTurn(ctx context.Context, t *turnRun, msgs []ledger.Messa
 // fire is the subject of the fire whose turn this is ("" for the user's
 // turns): its reply is not the user's activity, and its spend is tallied
 // under the subject too.
-func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state, fire string, waiting func(since time.Time)) error {
+func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model models, answers []int64, attempt int, state, fire string, waiting func(since time.Time)) error {
 	userSeq := answers[len(answers)-1]
 	ctx := context.WithoutCancel(turnCtx)
 	var release *ledger.Settle
@@ -177,7 +177,7 @@ func (m *Manager) appendReply(turnCtx context.Context, hc *hotConv, msgs []ledge
 // done with the outcome, or not done with the storage error to wait on.
 // After a try that failed (failed: its error), the turn is read first:
 // that try may have landed.
-func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model string, answers []int64, attempt int, state, fire string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
+func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger.Message, now time.Time, usage agent.Usage, cost float64, model models, answers []int64, attempt int, state, fire string, release *ledger.Settle, expired func() bool, failed error) (bool, error) {
 	userSeq := answers[len(answers)-1]
 	err := failed
 	for {
@@ -189,12 +189,12 @@ func (m *Manager) tryAppendReply(ctx context.Context, hc *hotConv, msgs []ledger
 			if release == nil && msgs[len(msgs)-1].Status == ledger.MsgOK {
 				turns = 1
 			}
-			tally := m.standing.usageFor(&hc.conv, msgs, model, now, turns, usage.Estimated)
+			tally := m.standing.usageFor(&hc.conv, msgs, model.name, now, turns, usage.Estimated)
 			if tally != nil {
 				tally.Schedule = fire
 			}
 			err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: now, KeepActivity: fire != "",
-				Tokens: usage.TotalTokens, Cost: cost, Model: model, TurnSeq: userSeq, Answers: answers, Settle: release, Usage: tally})
+				Tokens: usage.TotalTokens, Cost: cost, Model: model.recorded(), TurnSeq: userSeq, Answers: answers, Settle: release, Usage: tally})
 			if err == nil {
 				hc.push(msgs...)
 				m.hot.Update(hc.conv.SessionKey, hc)

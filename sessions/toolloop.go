@@ -171,7 +171,7 @@ func (tt *toolTurn) unfinished() *ledger.Message {
 // (finish). It returns an error when the turn cannot go on: its claim is
 // gone, storage never answered, or ctx ended (the outcome of every call
 // that ran is kept all the same).
-func (tt *toolTurn) round(ctx context.Context, am agent.Message, usage agent.Usage, cost float64, model string) (*roundStore, error) {
+func (tt *toolTurn) round(ctx context.Context, am agent.Message, usage agent.Usage, cost float64, model models) (*roundStore, error) {
 	now := tt.m.now()
 	msg := ledger.Message{ConversationID: tt.hc.conv.ID, Role: agent.RoleAssistant, Content: am.Content,
 		ToolCalls: encodeToolCalls(am.ToolCalls), ReplyTo: tt.claim.Lead, Status: ledger.MsgOK, CreatedAt: now,
@@ -263,7 +263,7 @@ func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) (*roundStor
 				return err
 			}
 		}
-		_, err := m.appendRound(sctx, tt, slices.Clone(results), 0, 0, "")
+		_, err := m.appendRound(sctx, tt, slices.Clone(results), 0, 0, models{})
 		return err
 	}}
 	return rs, nil

@@ -116,7 +116,7 @@ func (rs *roundStore) wait() error {
 // A storage failure is retried until storage answers; an append that
 // landed unseen is found, not made twice; one the database rejects
 // (ErrRejected) fails the turn.
-func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.Message, tokens int64, cost float64, model string) ([]ledger.Message, error) {
+func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.Message, tokens int64, cost float64, model models) ([]ledger.Message, error) {
 	hc, key := tt.hc, tt.in.SessionKey
 	wait := min(50*time.Millisecond, m.opts.RetryPause)
 	var failed error
@@ -130,7 +130,7 @@ func (m *Manager) appendRound(ctx context.Context, tt *toolTurn, msgs []ledger.M
 				msgs[i].Seq = hc.conv.LastSeq + int64(i) + 1
 			}
 			failed = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, Messages: msgs, At: m.now(),
-				Tokens: tokens, Cost: cost, Model: model, TurnSeq: tt.claim.Lead, Usage: m.standing.usageFor(&hc.conv, msgs, model, m.now(), 0, false)})
+				Tokens: tokens, Cost: cost, Model: model.recorded(), TurnSeq: tt.claim.Lead, Usage: m.standing.usageFor(&hc.conv, msgs, model.name, m.now(), 0, false)})
 			if failed == nil {
 				hc.push(msgs...)
 				m.hot.Update(key, hc)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,8 +119,17 @@ func TestUsageTalliesAreTheStoredSpend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Tallied under the configured names, not the API's dated ids,
+		// which the conversations record.
 		if len(byModel) != 2 || byModel[0].Model != "large" || byModel[1].Model != "small" || byModel[0].Turns != 16 || byModel[1].Turns != 24 {
 			t.Fatalf("by model: %+v, want large 16 turns and small 24", byModel)
+		}
+		var recorded []string
+		if err := db.Gorm().Raw("SELECT DISTINCT model FROM conversations ORDER BY model").Scan(&recorded).Error; err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(recorded, "large-2026-01-01") || slices.Contains(recorded, "large") {
+			t.Fatalf("conversations record the models %q, want the API's ids", recorded)
 		}
 		one, err := db.UsageReport(context.Background(), store.UsageFilter{User: "telegram:dm:2", Since: ledger.UsageDayKey(t0.Add(24*time.Hour), time.UTC)})
 		if err != nil {

@@ -5,6 +5,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,7 +130,7 @@ func (o *Backend) Reply(ctx context.Context, req agent.Request, onDelta func(str
 		if err := stream.Err(); err != nil {
 			// Stopped or cut before the usage chunk: what the call spent
 			// is estimated, so that a stopped answer is not free.
-			r := agent.Reply{Messages: partialMessages(partial.String()), Model: spec.ID}
+			r := agent.Reply{Messages: partialMessages(partial.String()), Model: cmp.Or(spec.Name, spec.ID)}
 			if accepted.Load() {
 				r.Usage, r.Cost = estimateSpend(req, &acc, partial.Len(), spec)
 			}
@@ -154,9 +155,6 @@ func (o *Backend) Reply(ctx context.Context, req agent.Request, onDelta func(str
 			onDelta(text)
 		}
 	}
-	if model == "" {
-		model = spec.ID
-	}
 	total := usage.TotalTokens
 	if total == 0 {
 		total = usage.PromptTokens + usage.CompletionTokens
@@ -165,7 +163,8 @@ func (o *Backend) Reply(ctx context.Context, req agent.Request, onDelta func(str
 		Messages: []agent.Message{{Role: agent.RoleAssistant, Content: text, ToolCalls: calls}},
 		Usage:    agent.Usage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, TotalTokens: total},
 		Cost:     float64(usage.PromptTokens)/1000*spec.PricePer1KPrompt + float64(usage.CompletionTokens)/1000*spec.PricePer1KCompletion,
-		Model:    model,
+		Model:    cmp.Or(spec.Name, spec.ID),
+		APIModel: model,
 	}, nil
 }
 

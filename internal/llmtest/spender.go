@@ -11,7 +11,8 @@ import (
 // Spender answers like the echo and reports what a model server would:
 // the message's length in prompt tokens, 7 completion tokens, a cost of
 // 0.001 a token, and the model the message names ("m:<model> …"; "small"
-// otherwise). It counts its calls.
+// otherwise) — as configured, with the API's dated id of it beside
+// ("<model>-2026-01-01"). It counts its calls.
 type Spender struct{ calls atomic.Int32 }
 
 // Calls is how many times Reply was called.
@@ -30,6 +31,7 @@ func (s *Spender) Reply(ctx context.Context, req agent.Request, onDelta func(str
 	if rest, ok := strings.CutPrefix(req.Input, "m:"); ok {
 		r.Model, _, _ = strings.Cut(rest, " ")
 	}
+	r.APIModel = r.Model + "-2026-01-01"
 	r.Usage = agent.Usage{PromptTokens: int64(len(req.Input)), CompletionTokens: 7}
 	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
 	r.Cost = float64(r.Usage.TotalTokens) / 1000
