@@ -441,6 +441,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.reminders = NewReminders(st, m.Policy, m.now)
 	m.memory = NewMemory(st, m.Policy, m.now, opts.Logger, opts.Observer)
+	m.memory.tools = opts.MemoryTools
 	m.live.Store(live)
 	m.life.unwatch = st.Observe(watcher{m})
 	return m

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -123,6 +124,9 @@ type Memory struct {
 	now    func() time.Time
 	log    *slog.Logger
 	obs    Observer
+	// tools: the turns' toolbox has the gateway's own memory tools
+	// (Options.MemoryTools), offered only where memory is on.
+	tools bool
 }
 
 // NewMemory returns Memory over st, with a channel's policy from policy;
@@ -308,4 +312,28 @@ func keptNoteText(s string) (string, error) {
 		return "", fmt.Errorf("%w: the note is %d bytes long; at most %d are kept — keep it to one fact", ErrBadNote, len(s), MaxNoteText)
 	}
 	return s, nil
+}
+
+// MemoryToolServer is the name of the gateway's own memory tools' server
+// (tools/memtools): its tools are offered, and run, only in the turns of
+// a user whose memory is on (the channel offers the server when memory is
+// on for any of its users).
+const MemoryToolServer = "memory"
+
+func isMemoryTool(name string) bool { return strings.HasPrefix(name, MemoryToolServer+"__") }
+
+// allows reports whether a tool a turn's model named may run for the
+// turn's user: every tool but a memory tool, which runs only where the
+// user's memory is on.
+func (mem *Memory) allows(in Inbound, name string) bool {
+	return !mem.tools || !isMemoryTool(name) || mem.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID))
+}
+
+// offered is what of offered a turn of in is offered: without the
+// memory tools where its user's memory is off.
+func (mem *Memory) offered(in Inbound, offered []agent.Tool) []agent.Tool {
+	if !mem.tools || mem.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID)) {
+		return offered
+	}
+	return slices.DeleteFunc(offered, func(t agent.Tool) bool { return isMemoryTool(t.Name) })
 }

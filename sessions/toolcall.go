@@ -42,7 +42,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 	// answered runs again when its tool is idempotent, rather than being
 	// taken for a tool nobody offers.
 	rule, known := m.opts.Tools.Rule(ctx, tt.in.Channel, tt.in.UserID, c.Name)
-	known = known && m.memoryToolFor(tt.in, c.Name)
+	known = known && m.memory.allows(tt.in, c.Name)
 	if ctx.Err() != nil {
 		return toolOutcome{err: context.Cause(ctx)}
 	}

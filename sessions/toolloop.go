@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,26 +81,7 @@ func (m *Manager) offered(in Inbound) []agent.Tool {
 	if m.opts.Tools == nil {
 		return nil
 	}
-	offered := m.opts.Tools.Offered(in.Channel, in.UserID)
-	if !m.opts.MemoryTools || m.memory.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID)) {
-		return offered
-	}
-	return slices.DeleteFunc(offered, func(t agent.Tool) bool { return isMemoryTool(t.Name) })
-}
-
-// MemoryToolServer is the name of the gateway's own memory tools' server
-// (tools/memtools): its tools are offered, and run, only in the turns of
-// a user whose memory is on (the channel offers the server when memory is
-// on for any of its users).
-const MemoryToolServer = "memory"
-
-func isMemoryTool(name string) bool { return strings.HasPrefix(name, MemoryToolServer+"__") }
-
-// memoryToolFor reports whether a tool a turn's model named may run for
-// the turn's user: every tool but a memory tool, which runs only where
-// the user's memory is on.
-func (m *Manager) memoryToolFor(in Inbound, name string) bool {
-	return !m.opts.MemoryTools || !isMemoryTool(name) || m.memory.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID))
+	return m.memory.offered(in, m.opts.Tools.Offered(in.Channel, in.UserID))
 }
 
 // newToolTurn returns the tool side of a turn. On a turn run before (an
