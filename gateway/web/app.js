@@ -675,6 +675,7 @@
           showPending();
           placeEdit();
           setStatus("online as " + f.user, "online");
+          if (memoryAsked) askMemory(); // the list as it is now: a change sent before the drop may or may not be in it
           // Resend what was never acknowledged; the ids make it safe.
           for (const p of pending.slice()) {
             if (p.edits) { send({ type: "edit", id: p.id, edits: p.edits, text: p.text }); continue; }
@@ -832,6 +833,7 @@
     };
     ws.onclose = function (ev) {
       ws = null;
+      memoryPending = ""; // its answer, if any, is lost with the connection
       stopBtn.hidden = true;
       if (ev.code === 1008) { setStatus("not authorized: open this page with ?token=…", "offline"); return; }
       const wait = Math.min(backoff, 10000) * (0.75 + Math.random() / 2);
