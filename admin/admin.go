@@ -3,10 +3,11 @@
 // running session manager, export and purge conversations, watch live
 // stats, report usage (tokens and cost by user, day and model, as JSON or
 // CSV), see the operator's schedules with their next and last fires and a
-// session's reminders, and drain this replica. Every API call needs a bearer token of
+// session's reminders, read, add and forget the notes kept about a user,
+// and drain this replica. Every API call needs a bearer token of
 // admin.tokens; the token's name is logged with every action. It reads
 // the database through the roles of the query port it uses (Store),
-// and resets through the running session manager.
+// and resets, and reaches notes, through the running session manager.
 package admin
 
 import (
@@ -116,6 +117,10 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("GET /admin/api/schedules", a.schedules)
 	api("GET /admin/api/schedules/{name}/fires", a.scheduleFires)
 	api("GET /admin/api/sessions/{key}/schedules", a.sessionSchedules)
+	api("GET /admin/api/users/{user}/notes", a.notes)
+	api("POST /admin/api/users/{user}/notes", a.remember)
+	api("DELETE /admin/api/users/{user}/notes", a.forgetNotes)
+	api("DELETE /admin/api/users/{user}/notes/{id}", a.forgetNote)
 	api("GET /admin/api/stats", a.stats)
 	api("POST /admin/api/drain", a.drain)
 	api("POST /admin/api/undrain", a.undrain)

@@ -88,6 +88,8 @@ type envOptions struct {
 	managerClock bool
 	// schedules are the operator's schedules of the admin's timetable.
 	schedules []sessions.OperatorSchedule
+	// policies are the channels' policies (nil: the defaults).
+	policies map[string]sessions.Policy
 }
 
 func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
@@ -105,7 +107,7 @@ func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
 	quiet := slog.New(slog.DiscardHandler)
 	clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	turns := CountTurns(gateway.NewMetrics(), clock.Now)
-	mopts := sessions.Options{Logger: quiet, Observer: turns}
+	mopts := sessions.Options{Logger: quiet, Observer: turns, Policies: o.policies}
 	if o.managerClock {
 		mopts.Now = clock.Now
 	}

@@ -47,6 +47,10 @@ type clientFrame struct {
 	// ReminderID is a reminder_cancel's reminder (a number too:
 	// decodeReminderCancel).
 	ReminderID int64 `json:"-"`
+	// NoteID is a forget frame's note, AllNotes a forget of every note
+	// (decodeMemoryFrame; a remember frame's note is Text).
+	NoteID   int64 `json:"-"`
+	AllNotes bool  `json:"-"`
 }
 
 // toolDecision is a tool_decision frame: allow or deny the call id.
@@ -97,6 +101,11 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 	}
 	if bytes.Contains(data, []byte(`"reminder_cancel"`)) {
 		if f, err, ok := decodeReminderCancel(data); ok {
+			return f, err
+		}
+	}
+	if bytes.Contains(data, []byte(`"memory"`)) || bytes.Contains(data, []byte(`"remember"`)) || bytes.Contains(data, []byte(`"forget"`)) {
+		if f, err, ok := decodeMemoryFrame(data); ok {
 			return f, err
 		}
 	}
@@ -165,6 +174,11 @@ func decodeFrame(data []byte) (*clientFrame, *wsError) {
 			return d, err
 		}
 		return nil, errBadFrame.with("reminder_cancel needs the id of the reminder (a number)")
+	case "memory", "remember", "forget": // their names escaped, as tool_decision's
+		if d, err, ok := decodeMemoryFrame(data); ok {
+			return d, err
+		}
+		return nil, errBadFrame.with("%s is not valid", f.Type)
 	case "":
 		return nil, errBadFrame.with("frame has no type")
 	default:

@@ -49,6 +49,30 @@ func TestDecodeFrame(t *testing.T) {
 		{`{"type":"model","name":7}`, false, "", "bad_frame"},
 		{`{"type":"model","name":"` + strings.Repeat("x", 129) + `"}`, false, "", "bad_frame"},
 		{`{"type":"message","id":"c-1","text":"hi","name":"Smart"}`, false, "", "bad_frame"}, // name is the model frame's
+		{`{"type":"memory"}`, true, "memory", ""},
+		{`{"type":"remember","text":"I am vegetarian"}`, true, "remember", ""},
+		{`{"type":"remember","text":""}`, true, "remember", ""}, // an empty note is refused by Memory, with its own message
+		{`{"type":"forget","id":12}`, true, "forget", ""},
+		{`{"type":"forget","all":true}`, true, "forget", ""},
+		{`{"type":"m\u0065mory"}`, true, "memory", ""}, // escaped, without a numeric field: read as itself
+		{`{"type":"memory","id":3}`, false, "", "bad_frame"},
+		{`{"type":"memory","text":"x"}`, false, "", "bad_frame"},
+		{`{"type":"remember"}`, false, "", "bad_frame"},
+		{`{"type":"remember","text":7}`, false, "", "bad_frame"},
+		{`{"type":"remember","text":"x","id":3}`, false, "", "bad_frame"},
+		{`{"type":"remember","text":"x","user":"eve"}`, false, "", "bad_frame"}, // the user is never the frame's
+		{`{"type":"forget"}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":"12"}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":0}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":-4}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":1.5}`, false, "", "bad_frame"},
+		{`{"type":"forget","all":false}`, false, "", "bad_frame"},
+		{`{"type":"forget","all":"yes"}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":3,"all":true}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":3,"session":"websocket:eve"}`, false, "", "bad_frame"},
+		{`{"type":"forget","id":3} {}`, false, "", "bad_frame"},
+		{`{"type":"forg\u0065t","id":3}`, false, "", "bad_frame"}, // escaped, with a numeric id: refused, never half read
+		{`{"type":"message","id":"c-9","text":"\"forget\" what I said about \"memory\""}`, true, "message", ""},
 	}
 	for _, tt := range tests {
 		f, err := decodeFrame([]byte(tt.in))
@@ -64,6 +88,9 @@ func TestDecodeFrame(t *testing.T) {
 		if err == nil && (f.Type == "tool_decision") != (f.Decision != nil) {
 			t.Fatalf("decodeFrame(%q): decision %+v", tt.in, f.Decision)
 		}
+		if err == nil && f.Type == "forget" && (f.NoteID > 0) == f.AllNotes {
+			t.Fatalf("decodeFrame(%q): forget id %d, all %v", tt.in, f.NoteID, f.AllNotes)
+		}
 	}
 }
 
@@ -77,6 +104,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"message","id":"a","attachments":[{"kind":"audio","mime":"audio/ogg","data":"T2dnUwACAAA="}]}`,
 		`{"type":"reset"}`, `{"type":"stop"}`, `{"type":"message"}`, `not json`, `{"type":1}`, "",
 		`{"type":"tool_decision","id":3,"allow":true}`, `{"type":"tool_decision","id":"3"}`,
+		`{"type":"memory"}`, `{"type":"remember","text":"tea, not coffee"}`, `{"type":"forget","id":12}`, `{"type":"forget","all":true}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -95,12 +123,24 @@ func FuzzDecodeFrame(f *testing.F) {
 		if frame.Decision != nil {
 			wire = frame.Decision // its id is a number: it is decoded apart
 		}
+		if frame.Type == "forget" { // so is a forget's
+			in := memoryFrameIn{Type: "forget"}
+			if frame.AllNotes {
+				in.All = &frame.AllNotes
+			} else {
+				in.ID = &frame.NoteID
+			}
+			wire = in
+		}
 		again, werr := decodeFrame(mustJSON(t, wire))
 		if werr != nil || again.Type != frame.Type || again.ID != frame.ID {
 			t.Fatalf("re-decoding %+v: %+v, %v", frame, again, werr)
 		}
 		if frame.Decision != nil && (again.Decision == nil || *again.Decision.ID != *frame.Decision.ID || *again.Decision.Allow != *frame.Decision.Allow) {
 			t.Fatalf("re-decoding decision %+v: %+v", frame.Decision, again.Decision)
+		}
+		if again.NoteID != frame.NoteID || again.AllNotes != frame.AllNotes {
+			t.Fatalf("re-decoding forget %+v: %+v", frame, again)
 		}
 	})
 }

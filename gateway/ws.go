@@ -45,6 +45,9 @@ type Sessions struct {
 	// Schedules serves the schedules frames (nil: they are answered
 	// unsupported).
 	Schedules Schedules
+	// Memory serves the memory frames (nil: they are answered
+	// unsupported).
+	Memory Memory
 }
 
 // SessionsOf is every door of the WebSocket channel on m; Transcripts
@@ -53,7 +56,7 @@ type Sessions struct {
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes(),
-		Reminders: m.Reminders()}
+		Reminders: m.Reminders(), Memory: m.Memory()}
 }
 
 // Turns are the frames that start, change or stop a turn.

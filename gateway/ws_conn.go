@@ -183,7 +183,7 @@ func (c *wsConn) readLoop() {
 			if !c.ws.sess.Stop(c.key) {
 				c.sendError(errNotFound.with("no turn is running"))
 			}
-		default: // message, edit, reset, resume_previous, compact, status, model, tool_decision, reminders, reminder_cancel: in arrival order, on the worker
+		default: // message, edit, reset, resume_previous, compact, status, model, tool_decision, reminders, reminder_cancel, memory, remember, forget: in arrival order, on the worker
 			if werr := c.ws.admitAudio(f); werr != nil {
 				c.sendMessageError(werr, f.ID)
 				continue

@@ -114,6 +114,10 @@ func (c *wsConn) run(f *clientFrame) {
 		c.cancelReminder(ctx, f.ReminderID)
 		return
 	}
+	if isMemoryFrame(f.Type) {
+		c.memory(ctx, f)
+		return
+	}
 	c.submit(ctx, in, f)
 }
 

@@ -91,14 +91,7 @@ const MemoryIntro = "Memory: notes kept about this user from earlier conversatio
 // says becomes a note about that member only. "" when a shared chat's
 // sender is not known: no notes then.
 func MemoryUser(sessionKey, userID string) string {
-	user := ledger.UsageUser(sessionKey)
-	if rest, ok := strings.CutPrefix(user, "telegram:group:"); ok && !strings.Contains(rest, ":") {
-		if userID == "" {
-			return ""
-		}
-		return user + ":" + userID
-	}
-	return user
+	return ledger.NoteUser(sessionKey, userID)
 }
 
 // NoteStore is what Memory reads and writes of the store (store.DB's

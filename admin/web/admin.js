@@ -35,10 +35,16 @@ function showError(msg) {
 
 class AuthError extends Error {}
 
-// api calls an endpoint and returns the parsed JSON, or the raw response
-// when raw is set. A 401 forgets the token and shows the login again.
-async function api(method, path, raw) {
-  const res = await fetch(path, { method, headers: { Authorization: 'Bearer ' + token() } });
+// api calls an endpoint, with body as JSON if given, and returns the
+// parsed JSON, or the raw response when raw is set. A 401 forgets the token and shows the login again.
+async function api(method, path, raw, body) {
+  const headers = { Authorization: 'Bearer ' + token() };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
   if (res.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
     showLogin('That token was refused.');
@@ -78,14 +84,15 @@ async function start() {
     return;
   }
   if (!statsTimer) statsTimer = setInterval(() => refreshStats().catch(report), STATS_EVERY_MS);
-  showTab({ '#usage': 'usage', '#schedules': 'schedules' }[location.hash] || 'sessions');
+  showTab({ '#usage': 'usage', '#schedules': 'schedules', '#memory': 'memory' }[location.hash] || 'sessions');
   await loadSessions().catch(report);
 }
 
-// showTab shows the sessions, usage or schedules view; the usage report
-// is loaded the first time its view is shown, the schedules every time.
+// showTab shows the sessions, usage, schedules or memory view; the usage
+// report is loaded the first time its view is shown, the schedules every
+// time, a user's notes when one is asked for.
 function showTab(name) {
-  for (const v of ['sessions', 'usage', 'schedules']) {
+  for (const v of ['sessions', 'usage', 'schedules', 'memory']) {
     $(v + '-view').hidden = v !== name;
     $('tab-' + v).setAttribute('aria-selected', String(v === name));
   }
@@ -140,6 +147,65 @@ async function loadConvSchedules(key) {
   if (s.opt_ins.length) parts.push('Opted in to: ' + s.opt_ins.join(', '));
   if (s.fires.length) parts.push('Latest fires: ' + s.fires.map((f) => f.schedule_key + ' ' + fireText(f)).join('; '));
   $('conv-schedules').textContent = parts.join(' · ');
+}
+
+// Memory: the notes kept about the user whose key is in the form (a
+// session key without its Telegram topic; in a group chat its members
+// share, a member's own). noteUser is the user shown. Notes are the
+// model's or a user's words: shown as text.
+let noteUser = '';
+const NOTE_AUTHORS = { model: 'model', user: 'user', operator: 'operator', reset: 'reset (extracted)' };
+
+function notesPath(user) { return '/admin/api/users/' + encodeURIComponent(user) + '/notes'; }
+
+// showNotes opens the memory view on user's notes.
+function showNotes(user) {
+  $('m-user').value = user;
+  showTab('memory');
+  loadNotes().catch(report);
+}
+
+async function loadNotes() {
+  const user = $('m-user').value.trim();
+  if (!user) return;
+  const r = await api('GET', notesPath(user));
+  noteUser = r.user;
+  const body = $('notes-rows');
+  body.replaceChildren();
+  for (const n of r.notes) {
+    const tr = document.createElement('tr');
+    tr.dataset.id = String(n.id);
+    cell(tr, n.text);
+    tr.lastChild.className = 'note-text';
+    cell(tr, NOTE_AUTHORS[n.author] || n.author);
+    cell(tr, fmtTime(n.created_at));
+    cell(tr, n.conversation_id || '');
+    const td = document.createElement('td');
+    const forget = document.createElement('button');
+    forget.type = 'button';
+    forget.className = 'forget danger';
+    forget.textContent = 'Forget';
+    forget.addEventListener('click', () => forgetNote(n).catch(report));
+    td.appendChild(forget);
+    tr.appendChild(td);
+    body.appendChild(tr);
+  }
+  if (!r.notes.length) {
+    const tr = document.createElement('tr');
+    cell(tr, 'No notes.');
+    tr.lastChild.colSpan = 5;
+    body.appendChild(tr);
+  }
+  $('memory-line').textContent = r.user + ': ' + (r.notes.length ? r.notes.length + (r.notes.length === 1 ? ' note' : ' notes') : 'no notes') +
+    '; memory is ' + (r.enabled ? 'on' : 'off (the notes are kept, not used; notes the operator adds are kept all the same)') + '.';
+  $('forget-all').disabled = r.notes.length === 0;
+  $('memory-box').hidden = false;
+}
+
+async function forgetNote(n) {
+  if (!confirm('Forget this note of ' + noteUser + '? It is deleted; the bot no longer reads it.\n\n' + n.text)) return;
+  await api('DELETE', notesPath(noteUser) + '/' + n.id);
+  await loadNotes();
 }
 
 async function refreshStats() {
@@ -212,6 +278,13 @@ async function openConversation(id) {
   $('reset').disabled = current.status !== 'active';
   $('conv-schedules').textContent = '';
   loadConvSchedules(current.session_key).catch(report);
+  // The notes its turns read: its user's (none named for a group chat its
+  // members share: each member's own).
+  const convMemory = $('conv-memory');
+  convMemory.hidden = !t.memory_user;
+  convMemory.dataset.user = t.memory_user || '';
+  const notes = (t.notes || []).length;
+  convMemory.textContent = 'Memory (' + (notes === 1 ? '1 note' : notes + ' notes') + ')';
   const fires = new Map((t.fires || []).map((f) => [f.turn_seq, f]));
   $('purge').disabled = current.status !== 'archived';
   const ol = $('transcript');
@@ -474,6 +547,29 @@ $('tab-sessions').addEventListener('click', () => showTab('sessions'));
 $('tab-usage').addEventListener('click', () => showTab('usage'));
 $('tab-schedules').addEventListener('click', () => showTab('schedules'));
 $('schedules-refresh').addEventListener('click', () => loadSchedules().catch(report));
+$('tab-memory').addEventListener('click', () => showTab('memory'));
+$('conv-memory').addEventListener('click', () => showNotes($('conv-memory').dataset.user));
+$('memory-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  loadNotes().catch(report);
+});
+$('note-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  if (!noteUser) return;
+  try {
+    await api('POST', notesPath(noteUser), false, { text: $('note-text').value });
+    $('note-text').value = '';
+    await loadNotes();
+  } catch (err) { report(err); }
+});
+$('forget-all').addEventListener('click', async () => {
+  const n = $('notes-rows').querySelectorAll('tr[data-id]').length;
+  if (!noteUser || !confirm('Forget all ' + n + ' notes of ' + noteUser + '? They are deleted; this cannot be undone.')) return;
+  try {
+    await api('DELETE', notesPath(noteUser));
+    await loadNotes();
+  } catch (err) { report(err); }
+});
 $('usage-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   usage.offset = 0;

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // startServe runs serve with the configuration body (after a listener,
@@ -90,5 +95,34 @@ func TestSessionsExportMarkdown(t *testing.T) {
 	}
 	if code, _, errOut := runCmd(t, "sessions", "export", "-c", path, "-format", "pdf", out.ConversationID); code != 2 || !strings.Contains(errOut, "want json, text or markdown") {
 		t.Fatalf("export -format pdf: %d %s", code, errOut)
+	}
+}
+
+// `gateway sessions export` carries the notes the conversation's user
+// keeps, and no other user's.
+func TestSessionsExportCarriesNotes(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "g.db")
+	path := writeConfig(t, fmt.Sprintf("storage:\n  dsn: %s\n", dbPath))
+	out := storeTurn(t, dbPath, sessions.Inbound{Channel: "websocket", SessionKey: "websocket:ann", Text: "hello"})
+	db, err := store.Open(context.Background(), "sqlite", dbPath, store.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []ledger.Note{
+		{UserKey: "websocket:ann", Text: "Ann prefers tea", Author: ledger.NoteByUser, ConversationID: out.ConversationID, CreatedAt: time.Now()},
+		{UserKey: "websocket:bob", Text: "Bob prefers coffee", Author: ledger.NoteByUser, CreatedAt: time.Now()},
+	} {
+		if ok, err := db.AddNote(context.Background(), &n, 0); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	db.Close()
+	code, exported, errOut := runCmd(t, "sessions", "export", "-c", path, out.ConversationID)
+	var x store.Export
+	if code != 0 || json.Unmarshal([]byte(exported), &x) != nil {
+		t.Fatalf("export (%d): %s%s", code, exported, errOut)
+	}
+	if x.MemoryUser != "websocket:ann" || len(x.Notes) != 1 || x.Notes[0].Text != "Ann prefers tea" || x.Notes[0].ConversationID != out.ConversationID {
+		t.Fatalf("exported memory %q, notes %+v: want Ann's one note", x.MemoryUser, x.Notes)
 	}
 }

@@ -555,6 +555,89 @@
     remindersBtn.setAttribute("aria-expanded", "true");
   }
 
+  // The memory panel (docs/protocol.md, "Memory"): the Memory button asks
+  // with a memory frame and shows the answer — the notes kept about the
+  // user, newest first, each with a Forget button (a forget frame) — a
+  // field to add one (remember), and "Forget everything", which asks to
+  // confirm before it sends forget all. Each change comes back as a memory
+  // frame (on every tab of the session) that replaces the list; a refusal
+  // is shown in the panel. A note's text is the model's or the user's
+  // words: shown as text.
+  const memoryPanel = document.getElementById("memory-panel");
+  const memoryList = document.getElementById("memory-list");
+  const memoryEmpty = document.getElementById("memory-empty");
+  const memoryError = document.getElementById("memory-error");
+  const memoryText = document.getElementById("memory-text");
+  const memoryBtn = document.getElementById("show-memory");
+  const forgetAllBtn = document.getElementById("forget-all");
+  const forgetAllConfirm = document.getElementById("forget-all-confirm");
+  let memoryAsked = false; // the panel was opened: frames update it
+  let memoryPending = ""; // the change sent ("remember", "forget"), until its answer comes back
+  const noteAuthors = { model: "by me", user: "by you", operator: "by the operator", reset: "from a past conversation" };
+  function memoryFailed(s) { memoryError.textContent = s; memoryError.hidden = !s; }
+  function askMemory() { if (!send({ type: "memory" })) notice("offline: try again when connected"); else memoryAsked = true; }
+  function changeMemory(kind, frame) {
+    if (!send(frame)) { memoryFailed("offline: try again when connected"); return false; }
+    memoryPending = kind;
+    memoryFailed("");
+    return true;
+  }
+  function confirmForgetAll(on) { forgetAllConfirm.hidden = !on; forgetAllBtn.hidden = on; }
+  function closeMemory() { memoryPanel.hidden = true; memoryAsked = false; confirmForgetAll(false); memoryBtn.setAttribute("aria-expanded", "false"); }
+  memoryBtn.addEventListener("click", function () { if (memoryPanel.hidden) askMemory(); else closeMemory(); });
+  document.getElementById("close-memory").addEventListener("click", closeMemory);
+  document.getElementById("memory-add").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    const text = memoryText.value.trim();
+    if (!text) { memoryFailed("Write the note first."); return; }
+    changeMemory("remember", { type: "remember", text: text });
+  });
+  forgetAllBtn.addEventListener("click", function () {
+    const n = memoryList.children.length;
+    document.getElementById("forget-all-question").textContent = "Forget " + (n === 1 ? "the one note" : "all " + n + " notes") + " kept about you? This cannot be undone.";
+    confirmForgetAll(true);
+  });
+  document.getElementById("forget-all-no").addEventListener("click", function () { confirmForgetAll(false); });
+  document.getElementById("forget-all-yes").addEventListener("click", function () {
+    if (changeMemory("forget", { type: "forget", all: true })) confirmForgetAll(false);
+  });
+  function showMemory(f) {
+    if (!memoryAsked) return; // another tab's change, with the panel closed here
+    if (memoryPending === "remember") memoryText.value = "";
+    memoryPending = "";
+    memoryList.textContent = "";
+    const list = f.notes || [];
+    document.getElementById("memory-off").hidden = f.enabled !== false;
+    document.getElementById("memory-add").hidden = f.enabled === false;
+    memoryEmpty.hidden = list.length > 0;
+    memoryEmpty.textContent = f.enabled ? "No notes. Add one below, or tell me something to remember." : "No notes.";
+    forgetAllBtn.disabled = list.length === 0;
+    if (list.length === 0) confirmForgetAll(false);
+    list.forEach(function (n) {
+      const li = document.createElement("li");
+      li.dataset.id = String(n.id);
+      const text = document.createElement("span");
+      text.className = "note-text";
+      text.textContent = n.text;
+      const meta = document.createElement("span");
+      meta.className = "note-meta";
+      meta.textContent = (noteAuthors[n.author] || n.author) + ", " + when(n.created_at);
+      const forget = document.createElement("button");
+      forget.type = "button";
+      forget.className = "note-forget";
+      forget.textContent = "Forget";
+      forget.title = "Forget this note";
+      forget.addEventListener("click", function () {
+        forget.disabled = true;
+        if (!changeMemory("forget", { type: "forget", id: n.id })) forget.disabled = false;
+      });
+      li.append(text, meta, forget);
+      memoryList.appendChild(li);
+    });
+    memoryPanel.hidden = false;
+    memoryBtn.setAttribute("aria-expanded", "true");
+  }
+
   function connect() {
     setStatus("connecting…");
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" + (token ? "?token=" + encodeURIComponent(token) : "");
@@ -592,6 +675,7 @@
           showPending();
           placeEdit();
           setStatus("online as " + f.user, "online");
+          if (memoryAsked) askMemory(); // the list as it is now: a change sent before the drop may or may not be in it
           // Resend what was never acknowledged; the ids make it safe.
           for (const p of pending.slice()) {
             if (p.edits) { send({ type: "edit", id: p.id, edits: p.edits, text: p.text }); continue; }
@@ -676,6 +760,9 @@
         case "reminders":
           showReminders(f);
           break;
+        case "memory":
+          showMemory(f);
+          break;
         case "tool_resolved":
           toolResolved(f);
           break;
@@ -693,6 +780,16 @@
         }
         case "error":
           if (f.tool_id) { toolRefused(f); notice(f.message); break; }
+          if (memoryPending && !f.id) {
+            // The change was refused: said in the panel, and the text of a
+            // note stays to be fixed. A forget refused (forgotten already,
+            // in another tab?) brings the list as it is now.
+            const was = memoryPending;
+            memoryPending = "";
+            memoryFailed(f.message);
+            if (was === "forget") askMemory();
+            break;
+          }
           if (cancelling && !f.id && (f.code === "not_found" || f.code === "internal")) {
             // The cancel was refused (cancelled already, in another tab?):
             // the list as it is now replaces the one shown.
@@ -736,6 +833,7 @@
     };
     ws.onclose = function (ev) {
       ws = null;
+      memoryPending = ""; // its answer, if any, is lost with the connection
       stopBtn.hidden = true;
       if (ev.code === 1008) { setStatus("not authorized: open this page with ?token=…", "offline"); return; }
       const wait = Math.min(backoff, 10000) * (0.75 + Math.random() / 2);

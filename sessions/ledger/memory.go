@@ -1,6 +1,9 @@
 package ledger
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Memory: what the bot keeps about one user across conversations. Resets
 // give the model a clean context; notes carry what should outlive them —
@@ -92,4 +95,31 @@ type ExtractionEnd struct {
 	// RetryAt: a failed attempt that may be tried again goes back to due,
 	// not before this time (State is ignored then).
 	RetryAt *time.Time
+}
+
+// NoteUser is whose notes a turn of sessionKey, sent by userID, reads and
+// writes (sessions.MemoryUser, which says why): the session key without
+// its Telegram topic, and in a group chat its members share the sender's
+// own key in it; "" when that sender is not known.
+func NoteUser(sessionKey, userID string) string {
+	user := UsageUser(sessionKey)
+	if NoteMembers(sessionKey) != "" {
+		if userID == "" {
+			return ""
+		}
+		return user + ":" + userID
+	}
+	return user
+}
+
+// NoteMembers is, for a group chat its members share (a Telegram group
+// with group_scope chat: "telegram:group:CHAT"), how its members' note
+// users begin ("telegram:group:CHAT:"); "" for a session key whose notes
+// are one user's.
+func NoteMembers(sessionKey string) string {
+	user := UsageUser(sessionKey)
+	if rest, ok := strings.CutPrefix(user, "telegram:group:"); ok && !strings.Contains(rest, ":") {
+		return user + ":"
+	}
+	return ""
 }

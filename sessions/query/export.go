@@ -19,6 +19,16 @@ type Export struct {
 	// Fires are the fires of schedules and reminders whose turns are in
 	// the conversation, by the seq of their message (TurnSeq).
 	Fires []ExportFire `json:"fires,omitempty"`
+	// MemoryUser is whose notes the conversation's turns read
+	// (sessions.MemoryUser); "" for a group chat its members share, whose
+	// turns read each sender's own.
+	MemoryUser string `json:"memory_user,omitempty"`
+	// Notes are the notes those turns read, as they are when exported —
+	// MemoryUser's, or each member's of a shared group chat (a note's
+	// user says whose) — newest first. They are the user's, not the
+	// conversation's: every export of the user's conversations carries
+	// them, and forgetting a note is what deletes it.
+	Notes []ledger.Note `json:"notes,omitempty"`
 }
 
 // fireAt is the fire whose turn is the message seq, or nil.
@@ -139,8 +149,24 @@ func (t *Export) writeText(w io.Writer) error {
 			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
 		}
 	}
+	if len(t.Notes) > 0 {
+		fmt.Fprintf(&b, "\nmemory: %d notes\n", len(t.Notes))
+		for _, n := range t.Notes {
+			fmt.Fprintf(&b, "  %s: %s\n", noteHead(n), n.Text)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// noteHead is a note's id, author, time, user and source:
+// "12 user 2026-03-28T12:00:00Z websocket:ann (conversation 4c1e…)".
+func noteHead(n ledger.Note) string {
+	head := fmt.Sprintf("%d %s %s %s", n.ID, n.Author, n.CreatedAt.UTC().Format(time.RFC3339), n.UserKey)
+	if n.ConversationID != "" {
+		head += " (conversation " + n.ConversationID + ")"
+	}
+	return head
 }
 
 func (t *Export) writeMarkdown(w io.Writer) error {
@@ -195,6 +221,17 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 		}
 		for _, c := range m.Calls {
 			fmt.Fprintf(&b, "\n- `%s`\n", mdCode(callNote(c)))
+		}
+	}
+	if len(t.Notes) > 0 {
+		// Each note quoted, as a message is: its text is the model's or a
+		// user's words.
+		fmt.Fprintf(&b, "\n## Memory · %d notes\n", len(t.Notes))
+		for _, n := range t.Notes {
+			fmt.Fprintf(&b, "\n- `%s`\n\n", mdCode(noteHead(n)))
+			for _, line := range strings.Split(n.Text, "\n") {
+				b.WriteString(strings.TrimRight("  > "+line, " ") + "\n")
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"unicode/utf8"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/query"
@@ -52,7 +54,15 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*query.Export, 
 	if err != nil {
 		return nil, err
 	}
-	t := &query.Export{Conversation: *conv, Messages: make([]query.ExportMessage, 0, len(msgs))}
+	notes, err := s.exportNotes(maintenance(ctx), conv)
+	if err != nil {
+		return nil, err
+	}
+	t := &query.Export{Conversation: *conv, Messages: make([]query.ExportMessage, 0, len(msgs)),
+		Notes: notes}
+	if ledger.NoteMembers(conv.SessionKey) == "" {
+		t.MemoryUser = ledger.NoteUser(conv.SessionKey, conv.UserID)
+	}
 	for i := range fires {
 		t.Fires = append(t.Fires, query.ExportFireOf(&fires[i]))
 	}
@@ -84,6 +94,30 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*query.Export, 
 		t.Messages = append(t.Messages, em)
 	}
 	return t, nil
+}
+
+// exportNotes bounds the notes an export carries: more than any user
+// keeps (sessions.DefaultMaxNotes, or session.memory.max_notes).
+const exportNotes = 100_000
+
+// exportNotes are the notes the turns of conv read, newest first: its
+// user's, or in a group chat its members share, every member's
+// (ledger.NoteMembers).
+func (s *DB) exportNotes(ctx context.Context, conv *ledger.Conversation) ([]ledger.Note, error) {
+	prefix := ledger.NoteMembers(conv.SessionKey)
+	if prefix == "" {
+		return s.Notes(ctx, ledger.NoteUser(conv.SessionKey, conv.UserID), exportNotes)
+	}
+	return observe(ctx, s, ledger.Call{Op: "MemberNotes"}, func() ([]ledger.Note, error) {
+		// substr, not LIKE: a key's _ and % are no patterns, and SQLite's
+		// LIKE ignores case.
+		var out []ledger.Note
+		if err := s.read.WithContext(ctx).Where("substr(user_key, 1, ?) = ?", utf8.RuneCountInString(prefix), prefix).
+			Order("created_at DESC, id DESC").Limit(exportNotes).Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load the notes of %s's members: %w", conv.SessionKey, err)
+		}
+		return out, nil
+	})
 }
 
 // finalReplyIn finds, as FinalReply does in the store, the final reply to

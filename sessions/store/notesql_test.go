@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,6 +112,106 @@ func TestNoteLimitRace(t *testing.T) {
 		all, err := dbs[0].Notes(context.Background(), "websocket:ann", 100)
 		if err != nil || len(all) != 3 {
 			t.Fatalf("%d notes kept under a limit of 3 (%v)", len(all), err)
+		}
+	})
+}
+
+// An export carries the notes its conversation's turns read: its user's
+// only — none of another user's, nor of the user's own Telegram topics'
+// neighbours — and in a group chat its members share, each member's (and
+// no other chat's); the text and Markdown transcripts list them with
+// their author, user and source. A forgotten note is in no later export.
+func TestExportCarriesNotes(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC)
+		conv := func(id, key, user string) *ledger.Conversation {
+			t.Helper()
+			c := &ledger.Conversation{ID: id, SessionKey: key, Channel: "telegram", UserID: user, Status: ledger.StatusActive,
+				StartedAt: at, LastActivityAt: at}
+			if err := db.CreateConversation(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		add := func(user, text, author, convID string, after time.Duration) *ledger.Note {
+			t.Helper()
+			n := &ledger.Note{UserKey: user, Text: text, Author: author, ConversationID: convID, CreatedAt: at.Add(after)}
+			if ok, err := db.AddNote(ctx, n, 0); err != nil || !ok {
+				t.Fatalf("add %q: %v, %v", text, ok, err)
+			}
+			return n
+		}
+		dm := conv("conv-dm", "telegram:dm:1", "1")
+		topic := conv("conv-topic", "telegram:dm:1:topic:5", "1")
+		group := conv("conv-group", "telegram:group:-100", "7")
+		tea := add("telegram:dm:1", "Ann likes <b>tea</b>", ledger.NoteByUser, dm.ID, 0)
+		trip := add("telegram:dm:1", "Ann plans a trip to Lisbon", ledger.NoteByModel, topic.ID, time.Minute)
+		add("telegram:dm:11", "Not Ann: another user", ledger.NoteByUser, "", 2*time.Minute)
+		m7 := add("telegram:group:-100:7", "Member 7 is the treasurer", ledger.NoteByModel, group.ID, 3*time.Minute)
+		m8 := add("telegram:group:-100:8", "Member 8 writes the minutes", ledger.NoteByOperator, "", 4*time.Minute)
+		add("telegram:group:-1001:7", "Member 7 in another group", ledger.NoteByModel, "", 5*time.Minute)
+		add("telegram:group:-100", "the group chat itself", ledger.NoteByOperator, "", 6*time.Minute)
+
+		ids := func(ns []ledger.Note) []int64 {
+			out := make([]int64, len(ns))
+			for i, n := range ns {
+				out[i] = n.ID
+			}
+			return out
+		}
+		for _, c := range []struct {
+			conv *ledger.Conversation
+			user string
+			want []int64
+		}{
+			{dm, "telegram:dm:1", []int64{trip.ID, tea.ID}},
+			{topic, "telegram:dm:1", []int64{trip.ID, tea.ID}},
+			{group, "", []int64{m8.ID, m7.ID}},
+		} {
+			x, err := db.ExportConversation(ctx, c.conv.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.MemoryUser != c.user || fmt.Sprint(ids(x.Notes)) != fmt.Sprint(c.want) {
+				t.Fatalf("%s: memory user %q, notes %+v; want %q, %v", c.conv.SessionKey, x.MemoryUser, x.Notes, c.user, c.want)
+			}
+		}
+
+		x, err := db.ExportConversation(ctx, dm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text, md strings.Builder
+		if err := x.Write(&text, FormatText); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Write(&md, FormatMarkdown); err != nil {
+			t.Fatal(err)
+		}
+		wantText := fmt.Sprintf("\nmemory: 2 notes\n  %d model 2026-03-28T12:01:00Z telegram:dm:1 (conversation conv-topic): Ann plans a trip to Lisbon\n"+
+			"  %d user 2026-03-28T12:00:00Z telegram:dm:1 (conversation conv-dm): Ann likes <b>tea</b>\n", trip.ID, tea.ID)
+		if !strings.HasSuffix(text.String(), wantText) {
+			t.Fatalf("text transcript's notes:\n%s\nwant it to end with:\n%s", text.String(), wantText)
+		}
+		wantMD := fmt.Sprintf("\n## Memory · 2 notes\n\n- `%d model 2026-03-28T12:01:00Z telegram:dm:1 (conversation conv-topic)`\n\n  > Ann plans a trip to Lisbon\n", trip.ID)
+		if !strings.Contains(md.String(), wantMD) {
+			t.Fatalf("Markdown transcript's notes:\n%s\nwant:\n%s", md.String(), wantMD)
+		}
+
+		if ok, err := db.ForgetNote(ctx, "telegram:dm:1", tea.ID); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if x, err := db.ExportConversation(ctx, dm.ID); err != nil || fmt.Sprint(ids(x.Notes)) != fmt.Sprint([]int64{trip.ID}) {
+			t.Fatalf("after forgetting: %+v, %v", x.Notes, err)
+		}
+		if n, err := db.ForgetNotes(ctx, "telegram:dm:1"); err != nil || n != 1 {
+			t.Fatal(n, err)
+		}
+		var js strings.Builder
+		if x, err = db.ExportConversation(ctx, dm.ID); err != nil || x.Write(&js, FormatJSON) != nil || strings.Contains(js.String(), `"notes"`) {
+			t.Fatalf("an export without notes: %v\n%s", err, js.String())
 		}
 	})
 }
