@@ -65,6 +65,11 @@ type Inbound struct {
 	// activity: an idle reset counts from the user's last message. Only
 	// scheduled messages may carry a fire's client id.
 	Scheduled bool
+	// anySender: the turn may answer another sender than UserID — a batch
+	// of several members' messages, a turn taken up without its
+	// messages' senders (rescued), a fire. In a group chat its members
+	// share, such a turn reads and writes no notes (memoryUserOf).
+	anySender bool
 }
 
 // Policy is one channel's conversation policy.

@@ -94,6 +94,18 @@ func MemoryUser(sessionKey, userID string) string {
 	return ledger.NoteUser(sessionKey, userID)
 }
 
+// memoryUserOf is whose notes the turn of in reads and writes: "" — none
+// — for a turn of a group chat its members share that may answer another
+// member than in.UserID (several members' messages merged into one turn,
+// a turn taken up without its senders, a fire), so that one member's
+// notes never reach, nor are written by, another's turn.
+func memoryUserOf(in Inbound) string {
+	if (in.anySender || in.Scheduled) && ledger.NoteMembers(in.SessionKey) != "" {
+		return ""
+	}
+	return MemoryUser(in.SessionKey, in.UserID)
+}
+
 // NoteStore is what Memory reads and writes of the store (store.DB's
 // notesql.go).
 type NoteStore interface {
@@ -258,7 +270,7 @@ func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
 	if mem == nil {
 		return
 	}
-	user := MemoryUser(in.SessionKey, in.UserID)
+	user := memoryUserOf(in)
 	if user == "" {
 		return
 	}
@@ -319,13 +331,13 @@ func isMemoryTool(name string) bool { return strings.HasPrefix(name, MemoryToolS
 // turn's user: every tool but a memory tool, which runs only where the
 // user's memory is on.
 func (mem *Memory) allows(in Inbound, name string) bool {
-	return !mem.tools || !isMemoryTool(name) || mem.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID))
+	return !mem.tools || !isMemoryTool(name) || mem.Enabled(in.Channel, memoryUserOf(in))
 }
 
 // offered is what of offered a turn of in is offered: without the
 // memory tools where its user's memory is off.
 func (mem *Memory) offered(in Inbound, offered []agent.Tool) []agent.Tool {
-	if !mem.tools || mem.Enabled(in.Channel, MemoryUser(in.SessionKey, in.UserID)) {
+	if !mem.tools || mem.Enabled(in.Channel, memoryUserOf(in)) {
 		return offered
 	}
 	return slices.DeleteFunc(offered, func(t agent.Tool) bool { return isMemoryTool(t.Name) })

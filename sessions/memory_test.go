@@ -223,3 +223,54 @@ func TestMemoryRefusals(t *testing.T) {
 		}
 	})
 }
+
+// In a group chat its members share, a turn that answers several
+// members' messages at once (collect mode merges them) reads and writes
+// no member's notes: its request carries none, so that Ann's notes never
+// reach a turn that answers Bob.
+func TestMergedMembersTurnCarriesNoNotes(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		rec := &recorder{}
+		pol := memoryPolicies(ResetPolicy{Mode: ResetNone}, MemorySettings{Enabled: true, InjectTokens: 400})
+		p := pol["telegram"]
+		p.Busy = BusyPolicy{Mode: BusyCollect, Debounce: 200 * time.Millisecond}
+		pol["telegram"] = p
+		m := newManager(t, db, rec, c, pol)
+		chat := TelegramGroupKey(-100, 0, false)
+		ctx := context.Background()
+		if _, err := m.Memory().Remember(ctx, NoteRequest{Channel: "telegram", User: MemoryUser(chat, "1"), Text: "Ann's locker code is 4711.", Author: ledger.NoteByUser}); err != nil {
+			t.Fatal(err)
+		}
+		in := func(user, id, text string) Inbound {
+			return Inbound{Channel: "telegram", SessionKey: chat, UserID: user, ChatID: "-100", ClientMsgID: id, Text: text}
+		}
+		// Ann, then Bob within the debounce: one turn answers both.
+		var tickets []*Ticket
+		for _, x := range []Inbound{in("1", "a1", "my locker code?"), in("2", "b1", "what is Ann's locker code?")} {
+			tk, err := m.Submit(ctx, x, Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tickets = append(tickets, tk)
+		}
+		for _, tk := range tickets {
+			if _, err := tk.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req := rec.last()
+		if len(req.Inputs()) != 2 {
+			t.Fatalf("the turn answered %q: want both messages merged", req.Inputs())
+		}
+		if mem := req.MemoryText(); mem != "" {
+			t.Fatalf("a turn answering Ann and Bob carried %q", mem)
+		}
+		// Ann alone: her notes again.
+		handle(t, m, in("1", "a2", "my locker code?"))
+		if mem := rec.last().MemoryText(); !strings.Contains(mem, "4711") {
+			t.Fatalf("Ann's own turn carried %q", mem)
+		}
+	})
+}

@@ -180,8 +180,27 @@ func (m *Manager) claimTurn(ctx context.Context, in Inbound, conv string, alive 
 	m.tr.traceClaim(ctx, b, t.tickets)
 	if t.in.UserID == "" {
 		t.in.UserID, t.in.ChatID = hc.conv.UserID, hc.conv.ChatID
+		t.in.anySender = true // the conversation's first sender, not this message's
+	}
+	if !t.in.anySender && !oneSender(b, t.tickets, t.in.UserID) {
+		t.in.anySender = true
 	}
 	return t, nil
+}
+
+// oneSender reports whether every message of the batch was sent here by
+// user: each has its ticket (the rescuer's turns have none), and each
+// ticket's sender is user.
+func oneSender(b *ledger.Batch, tickets []*Ticket, user string) bool {
+	if len(tickets) < len(b.Rows) {
+		return false
+	}
+	for _, tk := range tickets {
+		if tk.in.UserID != user {
+			return false
+		}
+	}
+	return true
 }
 
 // RejectedText is the reply of a turn whose reply the database rejected

@@ -19,7 +19,8 @@ import (
 // starting (it takes a second to answer, as npm's servers take most of
 // one), and the first message sent the moment it turns 200 is offered
 // that server's tools. A server that cannot start holds readiness no
-// longer than its first try and is named in /readyz.
+// longer than its first try and is named in /readyz. The gateway's own
+// memory tools are offered beside them.
 func TestFirstMessageAfterReadyIsOfferedTheTools(t *testing.T) {
 	buildBinary(t) // skips in -short
 	demo := filepath.Join(t.TempDir(), "chatgate-mcp-demo")
@@ -41,6 +42,8 @@ agent:
     servers:
       - {name: demo, command: %q, args: ["-start-delay", "1s"], approve: auto}
       - {name: broken, command: %q, timeout: 2s}
+session:
+  memory: {enabled: true}
 log:
   level: error
 `, addr, srv.URL, demo, filepath.Join(dir, "no-such-server")))
@@ -67,8 +70,8 @@ log:
 	cl.c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": "ping"})
 	cl.next(t, "reply")
 	got := llm.Received()
-	if len(got) == 0 || !slices.Contains(got[0].Tools, "demo__notes_add") {
-		t.Fatalf("the first message was offered %v", got[0].Tools)
+	if len(got) == 0 || !slices.Contains(got[0].Tools, "demo__notes_add") || !slices.Contains(got[0].Tools, "memory__remember") {
+		t.Fatalf("the first message was offered %v; want the demo's tools and the gateway's memory tools", got[0].Tools)
 	}
 	if !sawStarting {
 		t.Fatal("/readyz never said the demo server was starting")

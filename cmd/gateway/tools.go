@@ -154,13 +154,6 @@ func (s *server) startTools() sessions.Toolbox {
 	} else {
 		cfgs = append(cfgs, rs)
 	}
-	set := mcpclient.New(cfgs, s.log)
-	set.Start(context.Background())
-	s.tools = set
-	s.onExit(set.Close)
-	if closeReminders != nil {
-		s.onExit(func() { _ = closeReminders() })
-	}
 	if s.cfg.ServesMemoryTools() {
 		ms, closeMemory, err := memoryServer(func() memtools.Backend {
 			if s.mgr == nil {
@@ -174,6 +167,13 @@ func (s *server) startTools() sessions.Toolbox {
 			cfgs = append(cfgs, ms)
 			s.onExit(func() { _ = closeMemory() })
 		}
+	}
+	set := mcpclient.New(cfgs, s.log)
+	set.Start(context.Background())
+	s.tools = set
+	s.onExit(set.Close)
+	if closeReminders != nil {
+		s.onExit(func() { _ = closeReminders() })
 	}
 	s.liveTools = newLiveTools(s.cfg)
 	return mcpclient.Offer{Set: set, Servers: s.liveTools.offered}
