@@ -264,3 +264,54 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// On PostgreSQL a claim that waited for another's row lock re-checks the
+// row it updates: the extraction another replica claimed meanwhile is
+// not taken a second time.
+func TestExtractionClaimWaitingOnALockTakesNothing(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		if db.Driver() != store.DriverPostgres {
+			t.Skip("SQLite has one writer: no claim waits on another's row lock")
+		}
+		ctx := context.Background()
+		if err := db.AddExtraction(ctx, ledger.Extraction{ConversationID: "c-lock", SessionKey: "websocket:ann", Channel: "websocket", UserKey: "websocket:ann", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		// A holds the row's lock and claims it; B's claim comes meanwhile.
+		tx := db.Gorm().Begin()
+		defer tx.Rollback()
+		if err := tx.Exec("SELECT 1 FROM memory_extractions WHERE conversation_id = 'c-lock' FOR UPDATE").Error; err != nil {
+			t.Fatal(err)
+		}
+		type claim struct {
+			x   *ledger.Extraction
+			err error
+		}
+		got := make(chan claim, 1)
+		go func() {
+			x, err := db.ClaimExtraction(ctx, "B", []string{"A", "B"}, t0, t0.Add(time.Minute))
+			got <- claim{x, err}
+		}()
+		// B's statement is waiting for the lock once PostgreSQL says so.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var waiting int64
+			db.Gorm().Raw("SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting)
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("B's claim never waited for the lock")
+			}
+		}
+		if err := tx.Exec("UPDATE memory_extractions SET state = 'running', owner = 'A', attempt = 1, lease_until = ? WHERE conversation_id = 'c-lock'", t0.Add(time.Minute)).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit().Error; err != nil {
+			t.Fatal(err)
+		}
+		if c := <-got; c.err != nil || c.x != nil {
+			t.Fatalf("B's claim after A's = %+v, %v; want none", c.x, c.err)
+		}
+	})
+}

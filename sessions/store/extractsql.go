@@ -36,7 +36,9 @@ func (s *DB) AddExtraction(ctx context.Context, e ledger.Extraction) error {
 // over), or running under a claim that lapsed — its lease ran out, or its
 // owner is none of alive — for owner until leaseUntil, and returns it
 // with the attempt its claim made; nil when none is. One conditional
-// statement: two replicas never hold one.
+// statement, its condition checked again on the row it updates: on
+// PostgreSQL a second claim that waited for the first one's row lock
+// finds the row held, and takes nothing — two replicas never hold one.
 func (s *DB) ClaimExtraction(ctx context.Context, owner string, alive []string, at, leaseUntil time.Time) (*ledger.Extraction, error) {
 	return observe(ctx, s, ledger.Call{Op: "ClaimExtraction"}, func() (*ledger.Extraction, error) {
 		at = at.UTC()
@@ -48,10 +50,10 @@ func (s *DB) ClaimExtraction(ctx context.Context, owner string, alive []string, 
 					WHERE (state = ? AND (lease_until IS NULL OR lease_until <= ?))
 					   OR (state = ? AND (lease_until <= ? OR owner NOT IN ?))
 					ORDER BY created_at LIMIT 1)
-				AND (state = ? OR state = ?)
+				AND ((state = ? AND (lease_until IS NULL OR lease_until <= ?)) OR (state = ? AND (lease_until <= ? OR owner NOT IN ?)))
 				RETURNING *`,
 				ledger.ExtractRunning, owner, leaseUntil.UTC(), ledger.ExtractDue, at, ledger.ExtractRunning, at, alive,
-				ledger.ExtractDue, ledger.ExtractRunning).Scan(&got).Error
+				ledger.ExtractDue, at, ledger.ExtractRunning, at, alive).Scan(&got).Error
 		})
 		if err != nil {
 			return nil, fmt.Errorf("claim an extraction: %w", err)
