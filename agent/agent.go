@@ -95,6 +95,9 @@ type Note struct {
 	ID      int64
 	Text    string
 	Written time.Time
+	// By is who wrote it: the assistant, the user, the operator, or a
+	// summary at a reset.
+	By string
 }
 
 // MemoryText is the request's memory as one message: the intro, then a
@@ -106,10 +109,14 @@ func (r Request) MemoryText() string {
 	var b strings.Builder
 	b.WriteString(r.MemoryIntro)
 	for _, n := range r.Memory {
-		b.WriteString("\n- ")
+		b.WriteString("\n- (")
 		if !n.Written.IsZero() {
-			b.WriteString("(" + n.Written.UTC().Format(time.DateOnly) + ") ")
+			b.WriteString(n.Written.UTC().Format(time.DateOnly))
 		}
+		if n.By != "" {
+			b.WriteString(", by " + n.By)
+		}
+		b.WriteString(") ")
 		b.WriteString(n.Text)
 	}
 	return b.String()

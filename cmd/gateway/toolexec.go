@@ -17,30 +17,38 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
 
 // toolExecGrace is how long a server's group has between SIGTERM and
-// SIGKILL on a clean stop.
-const toolExecGrace = 2 * time.Second
+// SIGKILL on a clean stop: shorter than the gateway's own wait before it
+// kills the supervisor (mcpclient's terminateAfter), so that the group
+// is always killed by the supervisor, never orphaned by its death.
+const toolExecGrace = time.Second
 
-// toolExec runs the server of args (after "--") in a process group of
-// its own, with this process's stdin, stdout and stderr, and returns its
-// exit code.
+// toolExec runs the server of args ("-parent PID -- COMMAND ARGS…": the
+// gateway's pid, then the server's command) in a process group of its
+// own, with this process's stdin, stdout and stderr, and returns its exit
+// code.
 func toolExec(args []string, stderr io.Writer) int {
+	parent := 0
+	if len(args) > 1 && args[0] == "-parent" {
+		parent, _ = strconv.Atoi(args[1])
+		args = args[2:]
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "gateway tool-exec: no command (gateway tool-exec -- COMMAND ARGS…)")
+	if len(args) == 0 || parent <= 0 {
+		fmt.Fprintln(stderr, "gateway tool-exec: want -parent PID -- COMMAND ARGS…")
 		return 2
 	}
 	// Before the server starts, so that no signal of the gateway's is
 	// missed once it runs.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, parentDied)
-	parent := os.Getppid()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = groupAttr()

@@ -16,5 +16,6 @@ func groupAttr() *syscall.SysProcAttr {
 }
 
 // gatewayGone reports whether the gateway that started the supervisor
-// is gone already.
-func gatewayGone(parent int) bool { return os.Getppid() != parent || parent == 1 }
+// (whose pid it was given: a gateway may itself be pid 1, in a
+// container) is gone already.
+func gatewayGone(parent int) bool { return os.Getppid() != parent }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -135,7 +136,7 @@ func (s *server) startTools() sessions.Toolbox {
 		// what it starts die with the gateway (toolexec.go).
 		for i := range cfgs {
 			if cfgs[i].Command != "" {
-				cfgs[i].Supervisor = []string{self, "tool-exec", "--"}
+				cfgs[i].Supervisor = []string{self, "tool-exec", "-parent", strconv.Itoa(os.Getpid()), "--"}
 			}
 		}
 	} else {

@@ -92,7 +92,7 @@ func addOwned[T any](ctx context.Context, s *DB, o owned[T], row *T) (kept *T, o
 			}
 			if len(found) == 1 {
 				if o.ownerOf(&found[0]) != o.owner {
-					return fmt.Errorf("call key %q made a row of another owner", o.callKey)
+					return fmt.Errorf("%w: call key %q made a row of another owner", ledger.ErrRejected, o.callKey)
 				}
 				kept, ok = &found[0], true
 				return nil
