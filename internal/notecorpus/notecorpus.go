@@ -14,7 +14,7 @@ import (
 
 // Notes returns n note texts, the same for the same seed: facts of the
 // kinds the memory tools ask the model to keep (name, work, family,
-// projects, preferences, plans), 40–130 bytes each.
+// projects, preferences, plans), 30–90 bytes each.
 func Notes(seed uint64, n int) []string {
 	r := rand.New(rand.NewPCG(seed, 0x6e6f746573))
 	out := make([]string, n)
