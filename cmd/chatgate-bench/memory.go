@@ -451,14 +451,26 @@ func memTurns(ctx context.Context, driver string, o options) (memTurnsResult, er
 		meter.server, _ = localPGServer(o.dsn) // nil: not measured, as in the turn rows
 	}
 	texts := notecorpus.Messages(13, 256)
-	run := func(url string) loadResult {
-		return meter.measureCPU(ctx, func() loadResult { return driveSaying(ctx, url, memUsers, o, texts) })
+	// Every turn timed must have been a turn: the model called for it.
+	run := func(url string, counter *noteCounter, pair int) (loadResult, error) {
+		calls := counter.requests.Load()
+		l := meter.measureCPU(ctx, func() loadResult { return driveSaying(ctx, url, memUsers, pair*o.messages, o, texts) })
+		if n := counter.requests.Load() - calls; n < int64(l.Turns) {
+			return l, fmt.Errorf("%d turns answered with %d model calls", l.Turns, n)
+		}
+		return l, nil
 	}
 	var offRate, onRate float64
-	for range o.memoryPairs {
+	for pair := range o.memoryPairs {
 		load := loadAvg()
-		off := run(offURL)
-		on := run(onURL)
+		off, err := run(offURL, offCount, pair)
+		if err != nil {
+			return res, err
+		}
+		on, err := run(onURL, onCount, pair)
+		if err != nil {
+			return res, err
+		}
 		res.Off, res.On = append(res.Off, off), append(res.On, on)
 		res.Loads = append(res.Loads, load+" → "+loadAvg())
 		offRate += off.PerSecond
@@ -476,8 +488,11 @@ func memTurns(ctx context.Context, driver string, o options) (memTurnsResult, er
 
 // driveSaying is drive on the gateway's protocol, one message at a time,
 // client i saying hello as memClient(i) and its message m saying
-// texts[(i+m) % len(texts)].
-func driveSaying(ctx context.Context, url string, n int, o options, texts []string) loadResult {
+// texts[(i+m) % len(texts)]. Its messages' ids are "m<first+m>": a run
+// of the same clients again starts past the last one's, since a message
+// id the gateway has stored is a resend, answered with the stored reply
+// instead of a turn.
+func driveSaying(ctx context.Context, url string, n, first int, o options, texts []string) loadResult {
 	return runClients(ctx, n, o, func(ctx context.Context, i int, deadline time.Time, fail func()) []time.Duration {
 		c, err := dialClient(ctx, url, memClient(i))
 		if err != nil {
@@ -488,7 +503,7 @@ func driveSaying(ctx context.Context, url string, n int, o options, texts []stri
 		mine := make([]time.Duration, 0, o.messages)
 		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
 			t0 := time.Now()
-			if !sendRound(c, m, 1, true, texts[(i+m)%len(texts)]) {
+			if !sendRound(c, first+m, 1, true, texts[(i+m)%len(texts)]) {
 				fail()
 				return nil
 			}
