@@ -63,9 +63,10 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 			`DROP TRIGGER IF EXISTS notes_fts_delete`,
 			`DROP TRIGGER IF EXISTS notes_fts_update`,
 			`DROP TABLE IF EXISTS notes_fts`,
-			// Contentless: its text is the terms, which no query reads
-			// back; a note's row is deleted by its id.
-			`CREATE VIRTUAL TABLE IF NOT EXISTS notes_terms USING fts5(terms, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2')`,
+			// It keeps its text, the terms, so that a note's row is
+			// deleted by its id alone (by any SQLite, the sqlite3 shell's
+			// too); no query reads them back.
+			`CREATE VIRTUAL TABLE IF NOT EXISTS notes_terms USING fts5(terms, tokenize='unicode61 remove_diacritics 2')`,
 			`CREATE TRIGGER IF NOT EXISTS notes_terms_insert AFTER INSERT ON notes BEGIN
 				INSERT INTO notes_terms(rowid, terms) VALUES (new.id, ` + noteTermsFunc + `(new.user_key, new.text)); END`,
 			`CREATE TRIGGER IF NOT EXISTS notes_terms_delete AFTER DELETE ON notes BEGIN
