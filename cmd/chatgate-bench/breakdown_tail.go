@@ -230,7 +230,7 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 		var times []turn
 		for m := 0; m < o.messages && time.Now().Before(deadline); m++ {
 			t0 := time.Now()
-			if !sendRound(c, m, 1, true) {
+			if !sendRound(c, m, 1, true, "hello gateway") {
 				fail()
 				return nil
 			}

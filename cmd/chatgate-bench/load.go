@@ -39,7 +39,7 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 		mine := make([]time.Duration, 0, o.messages/burst+1)
 		for m := 0; m < o.messages && time.Now().Before(deadline); m += burst {
 			t0 := time.Now()
-			if !sendRound(c, m, burst, gatewayProtocol) {
+			if !sendRound(c, m, burst, gatewayProtocol, "hello gateway") {
 				fail()
 				return nil
 			}
@@ -49,15 +49,15 @@ func drive(ctx context.Context, url string, n int, o options, gatewayProtocol bo
 	})
 }
 
-// sendRound sends messages m to m+burst-1 (ids "m<n>") and reads until
-// their answer: the reply to the last of them (replies to earlier ones
-// are read past) or, without the gateway's protocol, the first frame
-// back. False when a write or read failed.
-func sendRound(c *websocket.Conn, m, burst int, gatewayProtocol bool) bool {
+// sendRound sends messages m to m+burst-1 (ids "m<n>", each saying text)
+// and reads until their answer: the reply to the last of them (replies to
+// earlier ones are read past) or, without the gateway's protocol, the
+// first frame back. False when a write or read failed.
+func sendRound(c *websocket.Conn, m, burst int, gatewayProtocol bool, text string) bool {
 	last := ""
 	for k := 0; k < burst; k++ {
 		last = fmt.Sprint("m", m+k)
-		if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": "hello gateway"}) != nil {
+		if c.WriteJSON(map[string]any{"type": "message", "id": last, "text": text}) != nil {
 			return false
 		}
 	}

@@ -9,6 +9,8 @@
 //	the gateway, at 1 and 50 clients;
 //	with PostgreSQL, what delivery to a client on another replica adds;
 //	memory per idle WebSocket connection (a child process holding 10,000);
+//	what users' notes (session.memory) cost a turn: time to first delta and
+//	turns/s with memory on ÷ off, and the reads of a user's notes;
 //	the daily reset sweep over 1,000,000 conversations;
 //	the lock cache's memory at 10,000 and 1,000,000 keys.
 //
@@ -31,9 +33,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/chatgate/chatgate/internal/gctune"
-	"time"
 )
 
 func main() {
@@ -72,6 +74,13 @@ type options struct {
 	schedulesOver time.Duration
 	idleSchedules int
 	schedulesOnly bool
+	// memoryOnly runs the memory rows alone (memory.go): the recall's
+	// user keeps memoryNotes notes, recallQueries user messages are
+	// asked, and the turn rows run memoryPairs pairs.
+	memoryOnly    bool
+	memoryNotes   int
+	recallQueries int
+	memoryPairs   int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -101,6 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	idleSchedulesN := fs.Int("idle-schedules", 100_000, "idle schedules (reminders not due) for the scheduler's memory")
 	schedulesOnly := fs.Bool("schedules-only", false, "measure only the scheduler: schedules due at once, and idle schedules' memory (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
 	serveIdleSchedules := fs.Bool("serve-idle-schedules", false, "internal: run a scheduler for the idle-schedule memory (child process)")
+	memoryOnly := fs.Bool("memory-only", false, "measure only memory: time to first delta and turns/s with session.memory on ÷ off, and the reads of a user's notes (on PostgreSQL too when CHATGATE_TEST_POSTGRES_DSN is set)")
+	memoryNotes := fs.Int("memory-notes", 10_000, "notes of the user whose reads the memory's recall row times")
+	recallQueries := fs.Int("recall-queries", 500, "user messages the memory's recall row asks each read")
+	memoryPairs := fs.Int("memory-pairs", 3, "pairs of turn runs, memory off then on, per store")
 	breakdownOnly := fs.Bool("breakdown", false, "measure only where a turn's time goes: one client's path with clocks along it, and what 50 clients' turns waited for")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -117,7 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := options{messages: *messages, duration: *duration, store: *store, idleConns: *idle,
 		sweepRows: *sweep, rawRows: *raw, quick: *quick, jsonPath: *jsonPath,
 		dsn: os.Getenv("CHATGATE_TEST_POSTGRES_DSN"), firstChunk: *firstChunk, chunkGap: *chunkGap, firstDeltaOnly: *firstDeltaOnly, pgCostOnly: *pgCostOnly, turnsOnly: *turnsOnly,
-		schedules: *schedulesN, schedulesOver: *schedulesOver, idleSchedules: *idleSchedulesN, schedulesOnly: *schedulesOnly}
+		schedules: *schedulesN, schedulesOver: *schedulesOver, idleSchedules: *idleSchedulesN, schedulesOnly: *schedulesOnly,
+		memoryOnly: *memoryOnly, memoryNotes: *memoryNotes, recallQueries: *recallQueries, memoryPairs: *memoryPairs}
 	for _, c := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n < 1 {
@@ -149,6 +163,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			o.schedulesOver = 2 * time.Second
 		}
 		pick("idle-schedules", &o.idleSchedules, 5_000)
+		pick("memory-notes", &o.memoryNotes, 2_000)
+		pick("recall-queries", &o.recallQueries, 200)
+		pick("memory-pairs", &o.memoryPairs, 1)
 	}
 	if o.store == "postgres" && o.dsn == "" {
 		fmt.Fprintln(stderr, "chatgate-bench: -store postgres needs CHATGATE_TEST_POSTGRES_DSN")
@@ -245,9 +262,11 @@ type report struct {
 	// once; IdleSchedules what idle ones cost its process (schedules.go).
 	Fires         []firesResult         `json:"schedules_due_at_once,omitempty"`
 	IdleSchedules []idleSchedulesResult `json:"idle_schedules,omitempty"`
-	Sweeps        []sweepResult         `json:"daily_sweep"`
-	Locks         locksResult           `json:"lock_cache"`
-	Goals         []goal                `json:"goals"`
+	// Memory is what users' notes cost a turn (memory.go).
+	Memory *memoryReport `json:"memory,omitempty"`
+	Sweeps []sweepResult `json:"daily_sweep"`
+	Locks  locksResult   `json:"lock_cache"`
+	Goals  []goal        `json:"goals"`
 }
 
 type loadResult struct {
@@ -296,12 +315,14 @@ type goal struct {
 }
 
 func (r *report) print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w)
 	fmt.Fprintf(w, "chatgate-bench on %s (store %s%s, %s)\n\n", r.Machine, r.Store, map[bool]string{true: ", quick"}[r.Quick], r.GC)
 	if r.Wake != nil {
 		r.Wake.print(w)
 	}
-	fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
+	if len(r.Echo)+len(r.Gateway)+len(r.Postgres)+len(r.RawRows) > 0 || r.Cross != nil {
+		fmt.Fprintln(tw, "measurement\tclients\tper second\tp50 ms\tp99 ms\terrors\tCPU µs each\tserver µs each\tcores busy\t")
+	}
 	row := func(name string, l loadResult) {
 		// "-" where a figure was not measured (a row without CPU, a
 		// server elsewhere).
@@ -374,6 +395,10 @@ func (r *report) print(w io.Writer) {
 			g.Store, g.Turns, g.P50Millis, g.P99Millis, g.Errors)
 	}
 	fmt.Fprintln(w)
+	if r.Memory != nil {
+		r.Memory.print(w)
+		fmt.Fprintln(w)
+	}
 	for _, f := range r.Fires {
 		fmt.Fprintf(w, "%d schedules due over %g s (%s): %d fired, %.0f fires/s, lag due → model call p50 %.0f ms, p99 %.0f ms, max %.0f ms (planned in %.1f s)",
 			f.Schedules, f.OverSeconds, f.Store, f.Fired, f.PerSecond, f.LagP50Millis, f.LagP99Millis, f.LagMaxMillis, f.PlanSeconds)
@@ -400,6 +425,11 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3g\t%v\n", g.Name, g.Target, g.Value, g.Met)
 	}
 	tw.Flush()
+}
+
+// newTable is a table of right-aligned columns, as the run prints them.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 }
 
 func machine() string {

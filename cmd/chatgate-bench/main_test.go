@@ -72,3 +72,41 @@ func TestGoals(t *testing.T) {
 		}
 	}
 }
+
+// The memory rows' goals: on ÷ off within the target, and only when
+// memory was really on — a run whose requests carried no notes, or
+// whose turns failed, misses them.
+func TestMemoryGoals(t *testing.T) {
+	r := &memoryReport{
+		FirstDelta: []memFirstDeltaResult{
+			{Store: "sqlite", Ratio: 1.04, NotesPerRequest: 18},
+			{Store: "postgres", Ratio: 1.02, NotesPerRequest: 0},
+		},
+		Turns: []memTurnsResult{
+			{Store: "sqlite", Clients: 50, Ratio: 0.95, NotesPerTurn: 19, On: []loadResult{{ErrorCount: 0}}},
+			{Store: "postgres", Clients: 50, Ratio: 0.95, NotesPerTurn: 19, On: []loadResult{{ErrorCount: 2}}},
+		},
+	}
+	met := map[string]bool{}
+	for _, g := range memoryGoals(r) {
+		met[g.Name] = g.Met
+	}
+	want := map[string]bool{
+		"time to first delta p50 with memory on ÷ off, 1 client, sqlite":   true,
+		"time to first delta p50 with memory on ÷ off, 1 client, postgres": false, // no notes carried
+		"turns/s at 50 clients with memory on ÷ off, sqlite":               true,
+		"turns/s at 50 clients with memory on ÷ off, postgres":             false, // errors
+	}
+	if len(met) != len(want) {
+		t.Errorf("goals %v, want %v", met, want)
+	}
+	for name, w := range want {
+		if got, ok := met[name]; !ok || got != w {
+			t.Errorf("goal %q met = %v (present %v), want %v", name, got, ok, w)
+		}
+	}
+	r.FirstDelta[0].Ratio = 1.2
+	if g := memoryGoals(r)[0]; g.Met {
+		t.Errorf("%s met at %.2f", g.Name, g.Value)
+	}
+}

@@ -92,6 +92,19 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		rep.Goals = goals(rep)
 		return rep, nil
 	}
+	if o.memoryOnly {
+		drivers := []string{store.DriverSQLite}
+		if o.dsn != "" {
+			drivers = append(drivers, store.DriverPostgres)
+		}
+		m, err := measureMemory(ctx, drivers, o, false, step, progress)
+		if err != nil {
+			return nil, err
+		}
+		rep.Memory = m
+		rep.Goals = goals(rep)
+		return rep, nil
+	}
 	if o.firstDeltaOnly {
 		if err := firstDeltaRuns(); err != nil {
 			return nil, err
@@ -192,6 +205,12 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 			return nil, err
 		}
 		rep.Cross = &c
+	}
+
+	// Memory (users' notes): the quick run, which CI runs, only its time
+	// to first delta, some 10 s on both stores.
+	if rep.Memory, err = measureMemory(ctx, drivers, o, o.quick, step, progress); err != nil {
+		return nil, err
 	}
 
 	step(fmt.Sprintf("memory of %d idle connections (child process)", o.idleConns))
@@ -482,6 +501,7 @@ func goals(r *report) []goal {
 			before = &r.FirstDelta[i]
 		}
 	}
+	out = append(out, memoryGoals(r.Memory)...)
 	for _, g := range r.ToolGap {
 		if g.Store == store.DriverSQLite && g.Turns > 0 {
 			out = append(out, goal{"a tool's result to the next model request, p50, sqlite (ms)", "≤ 1", g.P50Millis, g.P50Millis <= 1 && g.Errors == 0})

@@ -253,13 +253,17 @@ type asker func(ctx context.Context, m int) (first time.Duration, ok, fatal bool
 // as a client of the model would, and as the gateway does: its history,
 // trimmed to the gateway's max_history (ttfdMaxHistory), goes with every
 // question, so that both sides send the model the same request.
-func directAsker(ag agent.Agent, i int) asker {
+func directAsker(ag agent.Agent, i int) asker { return directAskerSaying(ag, i, nil) }
+
+// directAskerSaying is directAsker whose question m says
+// texts[m % len(texts)] ("hello gateway" when there are none).
+func directAskerSaying(ag agent.Agent, i int, texts []string) asker {
 	var history []agent.Message
 	return func(ctx context.Context, m int) (time.Duration, bool, bool) {
 		var first time.Duration
 		t0 := time.Now()
 		mark(ctx, "direct asked", m)
-		req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: "hello gateway"}
+		req := agent.Request{SessionKey: fmt.Sprint("bench-", i), History: history, Input: question(texts, m)}
 		reply, err := ag.Reply(ctx, req, func(string) {
 			if first == 0 {
 				first = time.Since(t0)
@@ -282,7 +286,13 @@ func directAsker(ag agent.Agent, i int) asker {
 // that answers it, and the client reads on to the reply. A reply without
 // a delta before it is an error.
 func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error) {
-	c, err := dialClient(ctx, url, fmt.Sprintf("ttfd-%d-%s", i, shortID()))
+	return gatewayAskerAs(ctx, url, fmt.Sprintf("ttfd-%d-%s", i, shortID()), nil)
+}
+
+// gatewayAskerAs is gatewayAsker as user, whose question m says
+// texts[m % len(texts)] ("hello gateway" when there are none).
+func gatewayAskerAs(ctx context.Context, url, user string, texts []string) (asker, func(), error) {
+	c, err := dialClient(ctx, url, user)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -290,7 +300,7 @@ func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error)
 		id := fmt.Sprint("m", m)
 		t0 := time.Now()
 		mark(ctx, "gateway asked", m)
-		if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": "hello gateway"}) != nil {
+		if c.WriteJSON(map[string]any{"type": "message", "id": id, "text": question(texts, m)}) != nil {
 			return 0, false, true
 		}
 		var first time.Duration
@@ -309,6 +319,15 @@ func gatewayAsker(ctx context.Context, url string, i int) (asker, func(), error)
 		}
 		return first, first != 0, false
 	}, func() { c.Close() }, nil
+}
+
+// question is what question m of texts says: texts[m % len(texts)], or
+// "hello gateway" when there are none.
+func question(texts []string, m int) string {
+	if len(texts) == 0 {
+		return "hello gateway"
+	}
+	return texts[m%len(texts)]
 }
 
 // mark logs a question's moment (what, for question m) to the execution

@@ -2,20 +2,46 @@ package store
 
 // The SQL of notes (ledger.Note): what the bot keeps about a user across
 // conversations. Relevance is the database's own full-text search — FTS5
-// on SQLite (an external-content table over notes, kept by triggers),
-// a generated tsvector with a GIN index on PostgreSQL — and recency
-// breaks ties. Every query names the user: no note is read for another.
+// on SQLite, a generated tsvector with a GIN index on PostgreSQL — and
+// recency breaks ties. Every query names the user: no note is read for
+// another.
+//
+// On SQLite the index holds each user's words apart (notes_terms): a word
+// is indexed as the user's token followed by the word (noteTerms), so a
+// search walks only its user's notes, and bm25's statistics — how many
+// notes hold a word — are the user's own. An index of the plain words
+// (notes_fts, before) made every turn's read walk each note of every user
+// holding a word of the message ("the", "my"), look each up to drop those
+// of other users, and count every user's notes per word for bm25: a read
+// for a user with 100 notes took half as long as one for a user with
+// 10,000 (docs/performance.md, "Memory").
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"unicode"
 
+	"github.com/ncruces/go-sqlite3"
 	"gorm.io/gorm"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
+
+// Every SQLite connection has noteTermsFunc: the triggers that keep
+// notes_terms call it.
+func init() { sqlite3.AutoExtension(registerNoteTerms) }
+
+// noteTermsFunc is the SQL function noteTerms(user_key, text).
+const noteTermsFunc = "chatgate_note_terms"
+
+func registerNoteTerms(c *sqlite3.Conn) error {
+	return c.CreateFunction(noteTermsFunc, 2, sqlite3.DETERMINISTIC|sqlite3.INNOCUOUS, func(ctx sqlite3.Context, arg ...sqlite3.Value) {
+		ctx.ResultText(noteTerms(arg[0].Text(), arg[1].Text()))
+	})
+}
 
 // migrateNotes adds the notes' full-text search.
 func migrateNotes(tx *gorm.DB, driver string) error {
@@ -23,18 +49,35 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 	if driver == DriverPostgres {
 		stmts = []string{
 			`ALTER TABLE notes ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED`,
-			`CREATE INDEX IF NOT EXISTS ix_notes_search ON notes USING gin (search)`,
+			// A GIN index over every user's notes: no read uses it (see
+			// mineOnly), and every note written paid for it.
+			`DROP INDEX IF EXISTS ix_notes_search`,
 		}
 	} else {
+		var have int64
+		if err := tx.Raw(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'notes_terms'`).Scan(&have).Error; err != nil {
+			return err
+		}
 		stmts = []string{
-			`CREATE VIRTUAL TABLE IF NOT EXISTS notes_fts USING fts5(text, content='notes', content_rowid='id', tokenize='unicode61 remove_diacritics 2')`,
-			`CREATE TRIGGER IF NOT EXISTS notes_fts_insert AFTER INSERT ON notes BEGIN
-				INSERT INTO notes_fts(rowid, text) VALUES (new.id, new.text); END`,
-			`CREATE TRIGGER IF NOT EXISTS notes_fts_delete AFTER DELETE ON notes BEGIN
-				INSERT INTO notes_fts(notes_fts, rowid, text) VALUES ('delete', old.id, old.text); END`,
-			`CREATE TRIGGER IF NOT EXISTS notes_fts_update AFTER UPDATE OF text ON notes BEGIN
-				INSERT INTO notes_fts(notes_fts, rowid, text) VALUES ('delete', old.id, old.text);
-				INSERT INTO notes_fts(rowid, text) VALUES (new.id, new.text); END`,
+			// The index of plain words, over every user's notes at once.
+			`DROP TRIGGER IF EXISTS notes_fts_insert`,
+			`DROP TRIGGER IF EXISTS notes_fts_delete`,
+			`DROP TRIGGER IF EXISTS notes_fts_update`,
+			`DROP TABLE IF EXISTS notes_fts`,
+			// It keeps its text, the terms, so that a note's row is
+			// deleted by its id alone (by any SQLite, the sqlite3 shell's
+			// too); no query reads them back.
+			`CREATE VIRTUAL TABLE IF NOT EXISTS notes_terms USING fts5(terms, tokenize='unicode61 remove_diacritics 2')`,
+			`CREATE TRIGGER IF NOT EXISTS notes_terms_insert AFTER INSERT ON notes BEGIN
+				INSERT INTO notes_terms(rowid, terms) VALUES (new.id, ` + noteTermsFunc + `(new.user_key, new.text)); END`,
+			`CREATE TRIGGER IF NOT EXISTS notes_terms_delete AFTER DELETE ON notes BEGIN
+				DELETE FROM notes_terms WHERE rowid = old.id; END`,
+			`CREATE TRIGGER IF NOT EXISTS notes_terms_update AFTER UPDATE OF user_key, text ON notes BEGIN
+				DELETE FROM notes_terms WHERE rowid = old.id;
+				INSERT INTO notes_terms(rowid, terms) VALUES (new.id, ` + noteTermsFunc + `(new.user_key, new.text)); END`,
+		}
+		if have == 0 {
+			stmts = append(stmts, `INSERT INTO notes_terms(rowid, terms) SELECT id, `+noteTermsFunc+`(user_key, text) FROM notes`)
 		}
 	}
 	for _, q := range stmts {
@@ -43,6 +86,50 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 		}
 	}
 	return nil
+}
+
+// userTokenLen is the hex digits of a user's token: 48 bits of a hash of
+// the user's key. Two users whose tokens meet share their words'
+// statistics, nothing else: every query also names the user's key.
+const userTokenLen = 12
+
+// userToken is what each of user's indexed words starts with on SQLite:
+// "u" and userTokenLen hex digits, letters and digits only, so that the
+// tokenizer keeps it and the word after it one token.
+func userToken(user string) string {
+	h := sha256.Sum256([]byte(user))
+	return "u" + hex.EncodeToString(h[:])[:userTokenLen]
+}
+
+// noteTerms is a note's text as notes_terms indexes it: each of its words
+// (noteWords) after user's token, in order.
+func noteTerms(user, text string) string {
+	tok := userToken(user)
+	var b strings.Builder
+	for _, w := range noteWords(text) {
+		b.WriteString(tok)
+		b.WriteString(w)
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// noteWords are the words of a text as the search takes them: letters
+// and digits, lower-cased. The index's tokenizer folds them further
+// (diacritics), the same way for a note and a query.
+func noteWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+}
+
+// sqliteMatch is the FTS5 query of words for user: each word after the
+// user's token, a quoted string, OR'ed.
+func sqliteMatch(user string, words []string) string {
+	tok := userToken(user)
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = `"` + tok + w + `"`
+	}
+	return strings.Join(quoted, " OR ")
 }
 
 // AddNote stores n (its ID and CreatedAt as stored are set) unless its
@@ -87,6 +174,23 @@ func (s *DB) Notes(ctx context.Context, user string, limit int) ([]ledger.Note, 
 	})
 }
 
+// mineOnly is a user's notes on PostgreSQL (the user's key its one
+// argument), fenced (OFFSET 0) so that a search of them reads them by
+// their user (ix_notes_user) and matches each: at most max_notes rows,
+// where an index of the words would have walked every user's notes that
+// hold a word of the query. The driver keeps statements prepared, and
+// PostgreSQL's generic plan, which cannot see the query's words, took
+// that way: 3.7 ms among 20,000 notes for a user with 100, 0.25 ms
+// fenced (docs/performance.md, "Memory").
+const mineOnly = `(SELECT * FROM notes WHERE user_key = ? OFFSET 0) AS mine`
+
+// pgQuery is a search's words as one tsquery, q (the words its one
+// argument, OR'ed), parsed once: in the generic plan of a prepared
+// statement, to_tsquery of a parameter in a condition is parsed again for
+// every row it is matched against, which for a user with 10,000 notes
+// took 220 ms where the search took 17.
+const pgQuery = `to_tsquery('simple', ?) AS q`
+
 // RecallNotes returns up to limit of a user's notes that share a word
 // with query, the most relevant first (the full-text search's rank), the
 // newer first among equals; a query with no word returns none.
@@ -98,25 +202,20 @@ func (s *DB) RecallNotes(ctx context.Context, user, query string, limit int) ([]
 		}
 		var out []ledger.Note
 		var err error
-		db := s.read.WithContext(ctx)
+		db := s.notesDB(ctx)
 		if s.driver == DriverPostgres {
 			// Each word its own lexeme, OR'ed: a note sharing any word is
 			// found, and ts_rank orders them.
 			q := strings.Join(words, " | ")
-			err = db.Raw(`SELECT id, user_key, text, author, conversation_id, message_seq, call_key, created_at FROM notes
-				WHERE user_key = ? AND search @@ to_tsquery('simple', ?)
-				ORDER BY ts_rank(search, to_tsquery('simple', ?)) DESC, created_at DESC, id DESC LIMIT ?`, user, q, q, limit).Scan(&out).Error
+			err = db.Raw(`SELECT id, user_key, text, author, conversation_id, message_seq, call_key, created_at FROM `+mineOnly+`, `+pgQuery+`
+				WHERE search @@ q ORDER BY ts_rank(search, q) DESC, created_at DESC, id DESC LIMIT ?`, user, q, limit).Scan(&out).Error
 		} else {
-			// Each word a quoted FTS5 string, OR'ed; bm25 is lower for
+			// The user's words OR'ed (sqliteMatch); bm25 is lower for
 			// better matches.
-			quoted := make([]string, len(words))
-			for i, w := range words {
-				quoted[i] = `"` + w + `"`
-			}
 			err = db.Raw(`SELECT n.id, n.user_key, n.text, n.author, n.conversation_id, n.message_seq, n.call_key, n.created_at
-				FROM notes_fts JOIN notes AS n ON n.id = notes_fts.rowid
-				WHERE notes_fts MATCH ? AND n.user_key = ?
-				ORDER BY bm25(notes_fts), n.created_at DESC, n.id DESC LIMIT ?`, strings.Join(quoted, " OR "), user, limit).Scan(&out).Error
+				FROM notes_terms JOIN notes AS n ON n.id = notes_terms.rowid
+				WHERE notes_terms MATCH ? AND n.user_key = ?
+				ORDER BY bm25(notes_terms), n.created_at DESC, n.id DESC LIMIT ?`, sqliteMatch(user, words), user, limit).Scan(&out).Error
 		}
 		if err != nil {
 			return nil, fmt.Errorf("recall the notes of %s: %w", user, err)
@@ -141,41 +240,60 @@ func (s *DB) NotesFor(ctx context.Context, user, query string, limit int) ([]led
 			q, args = newest, []any{user, limit}
 		case s.driver == DriverPostgres:
 			tq := strings.Join(words, " | ")
-			q = `SELECT * FROM ((SELECT ` + cols + `, 0 AS part, ts_rank(search, to_tsquery('simple', ?)) AS rank FROM notes
-				WHERE user_key = ? AND search @@ to_tsquery('simple', ?) ORDER BY rank DESC, created_at DESC, id DESC LIMIT ?)
+			q = `SELECT * FROM ((SELECT ` + cols + `, 0 AS part, ts_rank(search, q) AS rank FROM ` + mineOnly + `, ` + pgQuery + `
+				WHERE search @@ q ORDER BY rank DESC, created_at DESC, id DESC LIMIT ?)
 				UNION ALL (` + newest + `)) AS u ORDER BY part, rank DESC, created_at DESC, id DESC`
-			args = []any{tq, user, tq, limit, user, limit}
+			args = []any{user, tq, limit, user, limit}
 		default:
-			quoted := make([]string, len(words))
-			for i, w := range words {
-				quoted[i] = `"` + w + `"`
-			}
 			// bm25 is lower for better matches: its negation ranks as
 			// ts_rank does.
 			q = `SELECT * FROM (SELECT * FROM (SELECT n.id, n.user_key, n.text, n.author, n.conversation_id, n.message_seq, n.call_key, n.created_at,
-				0 AS part, -bm25(notes_fts) AS rank FROM notes_fts JOIN notes AS n ON n.id = notes_fts.rowid
-				WHERE notes_fts MATCH ? AND n.user_key = ? ORDER BY rank DESC, n.created_at DESC, n.id DESC LIMIT ?)
+				0 AS part, -bm25(notes_terms) AS rank FROM notes_terms JOIN notes AS n ON n.id = notes_terms.rowid
+				WHERE notes_terms MATCH ? AND n.user_key = ? ORDER BY rank DESC, n.created_at DESC, n.id DESC LIMIT ?)
 				UNION ALL SELECT * FROM (` + newest + `)) ORDER BY part, rank DESC, created_at DESC, id DESC`
-			args = []any{strings.Join(quoted, " OR "), user, limit, user, limit}
+			args = []any{sqliteMatch(user, words), user, limit, user, limit}
 		}
-		var rows []struct {
-			ledger.Note
-			Part int
-			Rank float64
-		}
-		if err := s.read.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		// Scanned by hand: GORM's scan of a turn's 50-odd rows took a
+		// sixth of the read.
+		rows, err := s.notesDB(ctx).Raw(q, args...).Rows()
+		if err != nil {
 			return nil, fmt.Errorf("read the notes of %s: %w", user, err)
 		}
-		out := make([]ledger.Note, 0, len(rows))
-		seen := make(map[int64]bool, len(rows))
-		for _, r := range rows {
-			if !seen[r.ID] {
-				seen[r.ID] = true
-				out = append(out, r.Note)
+		defer rows.Close()
+		size := min(max(2*limit, 0), 128)
+		out := make([]ledger.Note, 0, size)
+		seen := make(map[int64]bool, size)
+		for rows.Next() {
+			var n ledger.Note
+			var part int
+			var rank float64
+			if err := rows.Scan(&n.ID, &n.UserKey, &n.Text, &n.Author, &n.ConversationID, &n.MessageSeq, &n.CallKey, &n.CreatedAt, &part, &rank); err != nil {
+				return nil, fmt.Errorf("read the notes of %s: %w", user, err)
 			}
+			if !seen[n.ID] {
+				seen[n.ID] = true
+				out = append(out, n)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read the notes of %s: %w", user, err)
 		}
 		return out, nil
 	})
+}
+
+// notesDB is the reader of RecallNotes and NotesFor. On SQLite it keeps
+// their statements prepared: the driver compiles a statement each time it
+// runs one that is not, which for a turn's read of its notes took a fifth
+// of the read. (PostgreSQL's driver keeps them prepared itself.)
+func (s *DB) notesDB(ctx context.Context) *gorm.DB {
+	s.notesOnce.Do(func() {
+		s.notesRead = s.read
+		if s.driver == DriverSQLite {
+			s.notesRead = s.read.Session(&gorm.Session{PrepareStmt: true})
+		}
+	})
+	return s.notesRead.WithContext(ctx)
 }
 
 // maxSearchWords bounds the words of a recall: a long message searches
@@ -188,7 +306,7 @@ const maxSearchWords = 32
 func searchWords(query string) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, w := range strings.FieldsFunc(strings.ToLower(query), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+	for _, w := range noteWords(query) {
 		if seen[w] {
 			continue
 		}

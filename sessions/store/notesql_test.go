@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -214,4 +215,130 @@ func TestExportCarriesNotes(t *testing.T) {
 			t.Fatalf("an export without notes: %v\n%s", err, js.String())
 		}
 	})
+}
+
+// A turn's read of its user's notes: those sharing a word with the
+// message, the best match first, then the newest, each note once, only
+// the user's own — however many of another user's notes hold the same
+// words.
+func TestNotesFor(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+		ann, bob := "telegram:dm:1", "telegram:dm:2"
+		ids := map[int64]string{}
+		add := func(user, text string, at time.Time) int64 {
+			t.Helper()
+			n := &ledger.Note{UserKey: user, Text: text, Author: ledger.NoteByModel, CreatedAt: at}
+			if ok, err := db.AddNote(ctx, n, 0); err != nil || !ok {
+				t.Fatalf("add %q: %v, %v", text, ok, err)
+			}
+			ids[n.ID] = text
+			return n.ID
+		}
+		// Bob's notes share every word of the query, and are the newest.
+		for i := range 40 {
+			add(bob, fmt.Sprintf("Bob's Zephyr project, a weather app, note %d.", i), t0.Add(time.Duration(100+i)*time.Hour))
+		}
+		both := add(ann, "Ann works on the Zephyr project.", t0)
+		one := add(ann, "Ann's cat is called Zephyr.", t0.Add(time.Hour))
+		short := add(ann, "Ann prefers short answers.", t0.Add(2*time.Hour))
+		tea := add(ann, "Ann drinks green tea.", t0.Add(3*time.Hour))
+		newest := add(ann, "Ann is vegetarian.", t0.Add(4*time.Hour))
+
+		texts := func(notes []ledger.Note) []string {
+			var out []string
+			for _, n := range notes {
+				if n.UserKey != ann {
+					t.Fatalf("another user's note read for Ann: %+v", n)
+				}
+				out = append(out, n.Text)
+			}
+			return out
+		}
+		check := func(query string, limit int, want ...int64) {
+			t.Helper()
+			got, err := db.NotesFor(ctx, ann, query, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w []string
+			for _, id := range want {
+				w = append(w, ids[id])
+			}
+			if g := texts(got); fmt.Sprint(g) != fmt.Sprint(w) {
+				t.Fatalf("NotesFor(%q, %d):\n got  %q\n want %q", query, limit, g, w)
+			}
+		}
+		// Both words, then one; then the two newest, of which neither
+		// was listed.
+		check("How is the Zephyr project going?", 2, both, one, newest, tea)
+		// The newest is also relevant: listed once, where it matched.
+		check("Any vegetarian recipes?", 2, newest, tea)
+		// A limit past her notes: each once, the relevant first (equal
+		// matches, the newer first).
+		check("zephyr", 10, one, both, newest, tea, short)
+		// No word: the newest only.
+		check("?!", 2, newest, tea)
+	})
+}
+
+// A database whose notes were indexed by their plain words (notes_fts,
+// the first version) is indexed per user when it is opened: its notes
+// are found again, the old index is gone, and the new one follows what
+// is written and forgotten after.
+func TestNotesIndexPerUserMigrates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	db := openStore(t, DriverSQLite, path)
+	ctx := context.Background()
+	for _, q := range []string{
+		`DROP TRIGGER notes_terms_insert`, `DROP TRIGGER notes_terms_delete`, `DROP TRIGGER notes_terms_update`, `DROP TABLE notes_terms`,
+		`CREATE VIRTUAL TABLE notes_fts USING fts5(text, content='notes', content_rowid='id', tokenize='unicode61 remove_diacritics 2')`,
+		`CREATE TRIGGER notes_fts_insert AFTER INSERT ON notes BEGIN
+			INSERT INTO notes_fts(rowid, text) VALUES (new.id, new.text); END`,
+		`CREATE TRIGGER notes_fts_delete AFTER DELETE ON notes BEGIN
+			INSERT INTO notes_fts(notes_fts, rowid, text) VALUES ('delete', old.id, old.text); END`,
+	} {
+		if err := db.Gorm().Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ann := "websocket:ann"
+	old := &ledger.Note{UserKey: ann, Text: "Ann's cat is called Zephyr.", Author: ledger.NoteByUser, CreatedAt: time.Now()}
+	if ok, err := db.AddNote(ctx, old, 0); err != nil || !ok {
+		t.Fatalf("add: %v, %v", ok, err)
+	}
+	db.Close()
+
+	db = openStore(t, DriverSQLite, path)
+	recall := func(q string) []ledger.Note {
+		t.Helper()
+		got, err := db.RecallNotes(ctx, ann, q, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := recall("what is my cat called?"); len(got) != 1 || got[0].ID != old.ID {
+		t.Fatalf("the note written before the migration: %+v", got)
+	}
+	var left int64
+	db.Gorm().Raw(`SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'notes_fts%'`).Scan(&left)
+	if left != 0 {
+		t.Fatalf("%d tables and triggers of the old index left", left)
+	}
+	n := &ledger.Note{UserKey: ann, Text: "Ann is learning Japanese.", Author: ledger.NoteByUser, CreatedAt: time.Now()}
+	if ok, err := db.AddNote(ctx, n, 0); err != nil || !ok {
+		t.Fatalf("add: %v, %v", ok, err)
+	}
+	if got := recall("japanese"); len(got) != 1 || got[0].ID != n.ID {
+		t.Fatalf("a note written after the migration: %+v", got)
+	}
+	if ok, err := db.ForgetNote(ctx, ann, old.ID); err != nil || !ok {
+		t.Fatalf("forget: %v, %v", ok, err)
+	}
+	if got := recall("cat zephyr"); len(got) != 0 {
+		t.Fatalf("a forgotten note found: %+v", got)
+	}
 }

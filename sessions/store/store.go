@@ -49,6 +49,10 @@ type DB struct {
 	hooks hooks
 	// closed is closed by Close, ending background retries.
 	closed chan struct{}
+	// notesRead is the reader of the notes' reads (notesql.go), set
+	// once by notesOnce.
+	notesOnce sync.Once
+	notesRead *gorm.DB
 }
 
 // OpenOptions tunes Open.
