@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,12 +39,19 @@ const DefaultExtractionPrompt = `You keep notes about one user across conversati
 
 // Bounds of an extraction.
 const (
-	extractLease    = 3 * time.Minute // longer than its model call may take
-	extractTimeout  = 2 * time.Minute
-	extractRows     = 400 // the newest messages an extraction reads
-	extractMaxNotes = 10
-	extractEvery    = 30 * time.Second // the look for due rows (a retry, a lapsed claim)
-	extractQueue    = 1024
+	extractLease   = 3 * time.Minute // longer than its model call may take
+	extractTimeout = 2 * time.Minute
+	extractRows    = 400 // the newest messages an extraction reads
+	// extractTokens bounds the transcript an extraction sends, in
+	// estimated tokens: the newest messages that fit. A long conversation
+	// costs one bounded call.
+	extractTokens = 8000
+	// extractMinMessages: a conversation with fewer user messages is
+	// not worth a model call.
+	extractMinMessages = 2
+	extractMaxNotes    = 10
+	extractEvery       = 30 * time.Second // the look for due rows (a retry, a lapsed claim)
+	extractQueue       = 16384            // archives waiting to be recorded: a daily sweep's at once
 )
 
 // ExtractionStore is what the Extractor reads and writes of the store
@@ -299,13 +307,32 @@ func (e *Extractor) retry(x ledger.Extraction, err error) ledger.ExtractionEnd {
 }
 
 // extractionTranscript is the conversation as the extraction reads it:
-// the user's and the assistant's messages, one per paragraph.
+// the user's and the assistant's messages, one per paragraph, the newest
+// that fit extractTokens; "" for one with fewer than extractMinMessages
+// of the user's.
 func extractionTranscript(msgs []ledger.Message) string {
-	var b strings.Builder
-	for _, m := range msgs {
-		if m.Status != ledger.MsgOK || strings.TrimSpace(m.Content) == "" || len(m.ToolCalls) > 0 {
+	var keep []ledger.Message
+	users, tokens := 0, 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Status != ledger.MsgOK || strings.TrimSpace(m.Content) == "" || len(m.ToolCalls) > 0 ||
+			(m.Role != agent.RoleUser && m.Role != agent.RoleAssistant) {
 			continue
 		}
+		if tokens += agent.EstimateTokens(len(m.Content)); tokens > extractTokens {
+			break
+		}
+		if m.Role == agent.RoleUser {
+			users++
+		}
+		keep = append(keep, m)
+	}
+	if users < extractMinMessages {
+		return ""
+	}
+	slices.Reverse(keep)
+	var b strings.Builder
+	for _, m := range keep {
 		switch m.Role {
 		case agent.RoleUser:
 			b.WriteString("User: ")

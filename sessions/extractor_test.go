@@ -103,7 +103,8 @@ func TestExtractionAtResetRunsOffThePath(t *testing.T) {
 		x.Start()
 		defer x.Stop()
 		key := "websocket:ann"
-		handle(t, m, msg(key, "hi, I am Ann and I grow tomatoes"))
+		handle(t, m, msg(key, "hi, I am Ann"))
+		handle(t, m, msg(key, "and I grow tomatoes"))
 		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +148,7 @@ func TestExtractionCutIsRunAgainAndStoredOnce(t *testing.T) {
 		a := newManager(t, db, slow, c, extractPolicies(Budget{}))
 		xa := NewExtractor(a, db)
 		key := "websocket:ann"
+		handle(t, a, msg(key, "I am Ann"))
 		handle(t, a, msg(key, "I grow tomatoes"))
 		if _, err := a.Reset(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
@@ -238,7 +240,8 @@ func TestExtractionSettleMadeAgain(t *testing.T) {
 	})
 }
 
-// Over their budget, a user's extraction is refused: no model call.
+// Over their budget, a user's extraction is refused: no model call. A
+// conversation of one message is not worth one either.
 func TestExtractionOverBudgetIsRefused(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
@@ -248,6 +251,7 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		x := NewExtractor(m, db)
 		key := "websocket:ann"
 		handle(t, m, msg(key, "a long enough message to spend more than one token"))
+		handle(t, m, msg(key, "and another one"))
 		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
 		}
@@ -261,6 +265,28 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		got, err := db.Extraction(context.Background(), ev.ConversationID)
 		if err != nil || got.State != ledger.ExtractRefused || ag.extractions() != 0 {
 			t.Fatalf("extraction = %+v, %v; model calls %d", got, err, ag.extractions())
+		}
+		m2 := newManager(t, db, ag, c, extractPolicies(Budget{}))
+		x2 := NewExtractor(m2, db)
+		handle(t, m2, msg("websocket:bo", "just one line"))
+		if _, err := m2.Reset(context.Background(), msg("websocket:bo", "")); err != nil {
+			t.Fatal(err)
+		}
+		ev2 := <-x2.queue
+		if err := db.AddExtraction(context.Background(), ev2); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ran, err := x2.RunOne(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ran {
+				break
+			}
+		}
+		if got, err := db.Extraction(context.Background(), ev2.ConversationID); err != nil || got.State != ledger.ExtractSkipped || ag.extractions() != 0 {
+			t.Fatalf("a one-line conversation's extraction = %+v, %v; model calls %d", got, err, ag.extractions())
 		}
 	})
 }

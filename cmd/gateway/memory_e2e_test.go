@@ -103,7 +103,9 @@ log:
 	p := startGateway(t, dir, config)
 	waitHealthy(t, "http://"+addr)
 	cl, _ := dialClient(t, addr, map[string]any{"user": "ann"})
-	cl.c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": "Hi, I am Ann and I keep bees in Graz."})
+	cl.c.WriteJSON(map[string]any{"type": "message", "id": "m1", "text": "Hi, I am Ann."})
+	cl.next(t, "reply")
+	cl.c.WriteJSON(map[string]any{"type": "message", "id": "m1b", "text": "I keep bees in Graz."})
 	cl.next(t, "reply")
 	cl.c.WriteJSON(map[string]any{"type": "reset"})
 	select {

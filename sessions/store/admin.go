@@ -103,6 +103,9 @@ func (s *DB) PurgeConversation(ctx context.Context, id string) (bool, error) {
 			return res.Error
 		}
 		deleted = res.RowsAffected
+		if err := tx.Where("conversation_id = ?", id).Delete(&ledger.Extraction{}).Error; err != nil {
+			return err
+		}
 		if err := tx.Where("conversation_id = ?", id).Delete(&ledger.ToolCall{}).Error; err != nil {
 			return err
 		}
