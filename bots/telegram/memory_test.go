@@ -6,7 +6,9 @@ package telegram
 // forgets for the tapper's own user only and edits the list; Forget
 // everything asks Yes or Cancel first; where memory is off notes are
 // still listed and forgotten but /remember refuses; in a group shared by
-// its members each member sees and forgets only their own notes; a long
+// its members each member sees and forgets only their own notes, listed
+// in their private chat and never in the group (which is told to start a
+// chat with the bot when Telegram refuses the private message); a long
 // list is cut within Telegram's limits. Every callback query is answered
 // exactly once.
 

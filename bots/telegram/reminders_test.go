@@ -4,7 +4,8 @@ package telegram
 // store: the list shows each reminder's next time on its zone's clock
 // with a Cancel button; a tap cancels for the tapper's own session only
 // and edits the list; stale, foreign and crafted taps are answered and
-// change nothing; every callback query is answered exactly once.
+// change nothing; a long list is cut to one message; every callback query
+// is answered exactly once.
 
 import (
 	"context"
