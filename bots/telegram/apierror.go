@@ -3,11 +3,25 @@ package telegram
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
+
+// cannotMessage reports whether Telegram refused a send to a user's
+// private chat because the bot may not write there: 403 Forbidden, for a
+// user who never started the bot ("bot can't initiate conversation with
+// a user"), who blocked it ("bot was blocked by the user"), or whose
+// account is gone ("user is deactivated"). Sending again will not help
+// until the user writes to the bot.
+func cannotMessage(err error) bool {
+	var apiErr *tgbotapi.Error
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusForbidden
+}
 
 // describeFailure makes a failed Bot API answer say what failed when the
 // server gave no description: the library's error is only the answer's

@@ -12,19 +12,28 @@ package telegram
 // user's to see and forget); only /remember then refuses. The notes go
 // out as plain text, without a parse mode: a note is user or model text,
 // and whatever it holds (Markdown, HTML) shows as written.
+//
+// A list is only ever shown in its owner's private chat with the bot: a
+// group member's notes must not be read by the other members. /memory in
+// a group sends the sender's notes of that group to their private chat
+// and says so in the group (or, when Telegram refuses the private
+// message, that they must start a chat with the bot first); the list
+// names the group, and its buttons name the group's chat, so that a tap
+// acts on the tapper's notes of that group. /forget <id> and /remember
+// answer in the group, without any note's text.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
-	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
@@ -39,12 +48,15 @@ type Memory interface {
 }
 
 // memData prefixes the callback data of the notes' buttons:
-// "mem:f:<owner>:<id>" forgets note id, "mem:all:<owner>" asks to forget
-// everything, "mem:yes:<owner>" forgets everything, "mem:no:<owner>"
-// shows the list again. owner is the Telegram user the list was sent to:
-// a tap by anyone else is told the list is not theirs and changes
-// nothing (in a group, one member's list is not redrawn as another's).
-// It decides nothing else — the notes acted on are the tapper's own.
+// "mem:f:<chat>:<id>" forgets note id, "mem:all:<chat>" asks to forget
+// everything, "mem:yes:<chat>" forgets everything, "mem:no:<chat>" shows
+// the list again. chat is the chat whose notes the list shows: the
+// owner's private chat (their own id), or the group /memory was sent in.
+// The notes acted on are the tapper's own in that chat (memoryTap): the
+// data names a chat, never a user. No owner is needed besides: the list
+// is in its owner's private chat, where no one else can tap; and the
+// longest data, "mem:f:" with two int64s, takes 46 of Telegram's 64 bytes
+// (an owner besides would take 66).
 const memData = "mem"
 
 // The buttons' operations (memData).
@@ -58,6 +70,11 @@ const (
 // Answers of the memory commands and their buttons.
 const (
 	memoryHead      = "Your notes, newest first — I keep them across conversations:"
+	memoryGroupLine = "For the group: " // the first line of a group's list, and its label
+	memoryNoneGroup = " Send /remember in the group and what I should keep there, such as: /remember I prefer metric units."
+	memorySentAside = "I sent your notes to you in a private chat."
+	memoryNoPrivate = "I can't message you privately yet: open a chat with me and send /start, then /memory here again."
+	memoryNotSent   = "I couldn't send you your notes just now; please try again."
 	memoryOffHead   = "Memory is off here: I keep no new notes, but these stay yours to see and forget."
 	memoryNone      = "You have no notes."
 	memoryNoneAsk   = " Send /remember and what I should keep, such as: /remember I prefer metric units."
@@ -79,7 +96,7 @@ const (
 
 	tapForgotText      = "Note #%d forgotten"
 	tapNoNoteText      = "That note is not yours, or it is forgotten already"
-	tapNotYourList     = "These buttons are for whoever sent /memory; send /memory for your own notes"
+	tapListElsewhere   = "I list your notes in our private chat now: send /memory for them"
 	tapMemoryOffText   = "I don't keep notes here"
 	tapNoNotesText     = "You have no notes"
 	tapConfirmText     = "Sure? Tap Yes to forget them all"
@@ -94,16 +111,18 @@ const (
 // (plus Forget everything) — well inside Telegram's 100 inline buttons
 // and the 10 KB its reply markup may take with the longest labels —
 // within MaxMessageUnits of text; noteLabelRunes of a note in its
-// button's label.
+// button's label; groupLabelRunes of a group's title (Telegram's longest).
 const (
-	maxNotesListed = 25
-	noteLabelRunes = 20
+	maxNotesListed  = 25
+	noteLabelRunes  = 20
+	groupLabelRunes = 128
 )
 
 // memoryUserOf is whose notes Telegram user from reads and writes in
-// chat's topic thread: MemoryUser of their own session key.
-func (b *Bot) memoryUserOf(chat *tgbotapi.Chat, from *tgbotapi.User, thread int) string {
-	key := b.sessionKey(&message{Message: &tgbotapi.Message{Chat: chat, From: from}, thread: thread})
+// chat: MemoryUser of their own session key there. Its General topic's
+// key will do: a chat's topics share its notes.
+func (b *Bot) memoryUserOf(chat *tgbotapi.Chat, from *tgbotapi.User) string {
+	key := b.sessionKey(&message{Message: &tgbotapi.Message{Chat: chat, From: from}})
 	return sessions.MemoryUser(key, strconv.FormatInt(from.ID, 10))
 }
 
@@ -132,82 +151,111 @@ func noteEntry(n ledger.Note) string {
 	return "\n\n" + head + "\n" + n.Text
 }
 
-// memoryText is the list as its message shows it, after lead (what a tap
-// just did, "" for none), and the notes it shows: the newest, as many as
-// fit in one message's text and maxNotesListed, the others counted.
-func memoryText(list []ledger.Note, enabled bool, lead string) (string, []ledger.Note) {
-	var sb strings.Builder
+// memoryText is the list as its message shows it — after group's line
+// when it is a group's (group: its label, "" for the private chat's own
+// notes) and lead (what a tap just did, "" for none) — and the notes it
+// shows: the newest, as many as fit in one message's text and
+// maxNotesListed, the others counted.
+func memoryText(list []ledger.Note, enabled bool, group, lead string) (string, []ledger.Note) {
+	head := groupLine(group)
 	if lead != "" {
-		sb.WriteString(lead + "\n\n")
+		head += lead + "\n\n"
 	}
 	if len(list) == 0 {
-		sb.WriteString(memoryNone)
-		if enabled {
-			sb.WriteString(memoryNoneAsk)
+		head += memoryNone
+		switch {
+		case !enabled:
+		case group != "":
+			head += memoryNoneGroup
+		default:
+			head += memoryNoneAsk
 		}
-		return sb.String(), nil
+		return head, nil
 	}
 	if !enabled {
-		sb.WriteString(memoryOffHead + "\n\n")
+		head += memoryOffHead + "\n\n"
 	}
-	sb.WriteString(memoryHead)
-	used := tgformat.Units(sb.String())
-	// Room for the count of the notes not shown, kept by every note but
-	// the last: after it there are none.
-	more := tgformat.Units("\n\n" + fmt.Sprintf(memoryMore, len(list)))
-	shown := 0
-	for i, n := range list {
-		if i == maxNotesListed {
-			break
-		}
-		entry := noteEntry(n)
-		need := tgformat.Units(entry)
-		if i < len(list)-1 {
-			need += more
-		}
-		if used+need > MaxMessageUnits {
-			break
-		}
-		sb.WriteString(entry)
-		used += tgformat.Units(entry)
-		shown++
-	}
-	if shown < len(list) {
-		sb.WriteString("\n\n" + fmt.Sprintf(memoryMore, len(list)-shown))
-	}
-	return sb.String(), list[:shown]
+	text, shown := fitList(head+memoryHead, len(list), maxNotesListed,
+		func(i int) string { return noteEntry(list[i]) },
+		func(left int) string { return fmt.Sprintf(memoryMore, left) })
+	return text, list[:shown]
 }
 
-// memButton is a button of the notes with operation op for owner's list
-// (and arg, the note's id, when not 0).
-func memButton(label, op string, owner, arg int64) tgbotapi.InlineKeyboardButton {
-	data := memData + ":" + op + ":" + strconv.FormatInt(owner, 10)
+// groupLine is the first line of a message about a group's notes (group:
+// its label), with the blank line after it; "" for no group.
+func groupLine(group string) string {
+	if group == "" {
+		return ""
+	}
+	return memoryGroupLine + group + "\n\n"
+}
+
+// groupLabel names a group in its notes' private list: its title, on
+// one line, else its id.
+func groupLabel(chat *tgbotapi.Chat) string {
+	title := strings.Join(strings.Fields(chat.Title), " ")
+	if title == "" {
+		return strconv.FormatInt(chat.ID, 10)
+	}
+	return cut(title, groupLabelRunes)
+}
+
+// listedGroup is the label of group chat on a tapped list's message msg:
+// a tap's update has no group title, the list it was on does, on its
+// first line. Only a message whose buttons are chat's lists chat's notes
+// (data naming another chat is not a button of it); for any other, or a
+// message Telegram sends without its text (one too old), chat's id. It
+// only names the group: what a tap acts on is the data's chat.
+func listedGroup(msg *tgbotapi.Message, chat int64) string {
+	id := strconv.FormatInt(chat, 10)
+	if msg.ReplyMarkup == nil || !slices.ContainsFunc(msg.ReplyMarkup.InlineKeyboard, func(row []tgbotapi.InlineKeyboardButton) bool {
+		return slices.ContainsFunc(row, func(b tgbotapi.InlineKeyboardButton) bool {
+			if b.CallbackData == nil {
+				return false
+			}
+			parts := strings.Split(*b.CallbackData, ":")
+			return len(parts) >= 3 && parts[0] == memData && parts[2] == id
+		})
+	}) {
+		return id
+	}
+	line, _, _ := strings.Cut(msg.Text, "\n")
+	if label, ok := strings.CutPrefix(line, memoryGroupLine); ok && label != "" {
+		return label
+	}
+	return id
+}
+
+// memButton is a button of the notes of chat with operation op (and arg,
+// the note's id, when not 0).
+func memButton(label, op string, chat, arg int64) tgbotapi.InlineKeyboardButton {
+	data := memData + ":" + op + ":" + strconv.FormatInt(chat, 10)
 	if arg != 0 {
 		data += ":" + strconv.FormatInt(arg, 10)
 	}
 	return tgbotapi.NewInlineKeyboardButtonData(label, data)
 }
 
-// memoryKeyboard is a Forget button per shown note, numbered as the text
-// numbers them, and Forget everything; nil for no notes.
-func memoryKeyboard(shown []ledger.Note, owner int64) *tgbotapi.InlineKeyboardMarkup {
+// memoryKeyboard is a Forget button per shown note of chat, numbered as
+// the text numbers them, and Forget everything; nil for no notes.
+func memoryKeyboard(shown []ledger.Note, chat int64) *tgbotapi.InlineKeyboardMarkup {
 	if len(shown) == 0 {
 		return nil
 	}
 	var rows [][]tgbotapi.InlineKeyboardButton
 	for _, n := range shown {
 		label := fmt.Sprintf("Forget #%d: %s", n.ID, cut(n.Text, noteLabelRunes))
-		rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(label, memForget, owner, n.ID)))
+		rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(label, memForget, chat, n.ID)))
 	}
-	rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(buttonForgetAll, memAskAll, owner, 0)))
+	rows = append(rows, tgbotapi.NewInlineKeyboardRow(memButton(buttonForgetAll, memAskAll, chat, 0)))
 	kb := tgbotapi.NewInlineKeyboardMarkup(rows...)
 	return &kb
 }
 
-// confirmKeyboard asks owner whether to forget all their notes.
-func confirmKeyboard(owner int64) *tgbotapi.InlineKeyboardMarkup {
+// confirmKeyboard asks whether to forget all the tapper's notes of chat.
+func confirmKeyboard(chat int64) *tgbotapi.InlineKeyboardMarkup {
 	kb := tgbotapi.NewInlineKeyboardMarkup(tgbotapi.NewInlineKeyboardRow(
-		memButton(buttonForgetAllYes, memForgetAll, owner, 0), memButton(buttonCancel, memCancel, owner, 0)))
+		memButton(buttonForgetAllYes, memForgetAll, chat, 0), memButton(buttonCancel, memCancel, chat, 0)))
 	return &kb
 }
 
@@ -291,6 +339,10 @@ func (b *Bot) memory(ctx context.Context, m *message, in sessions.Inbound) {
 	b.later(in.SessionKey, func() { b.sendMemory(ctx, m, in) })
 }
 
+// sendMemory sends the sender's notes of m's chat: in a private chat as
+// the answer to m; from a group to the sender's private chat, the group
+// told only that they went there — or, when Telegram refuses to write
+// to the sender first, that they must start a chat with the bot.
 func (b *Bot) sendMemory(ctx context.Context, m *message, in sessions.Inbound) {
 	mem := b.sess.Memory
 	if mem == nil {
@@ -304,21 +356,40 @@ func (b *Bot) sendMemory(ctx context.Context, m *message, in sessions.Inbound) {
 		b.sendPlain(ctx, m.to(), memoryFailed, m.MessageID)
 		return
 	}
-	text, shown := memoryText(list, mem.Enabled(Channel, user), "")
+	group := ""
+	if !m.Chat.IsPrivate() {
+		group = groupLabel(m.Chat)
+	}
+	text, shown := memoryText(list, mem.Enabled(Channel, user), group, "")
 	var kb any
-	if k := memoryKeyboard(shown, m.From.ID); k != nil {
+	if k := memoryKeyboard(shown, m.Chat.ID); k != nil {
 		kb = k
 	}
-	b.sendWithButtons(ctx, m, text, kb, "send the notes")
+	if group == "" {
+		b.sendWithButtons(ctx, m, text, kb, "send the notes")
+		return
+	}
+	// The sender's private chat with the bot is the chat whose id is
+	// theirs; no topic, no reply (m is in the group).
+	reply := memorySentAside
+	switch err := b.sendButtons(ctx, place{chat: m.From.ID}, text, kb, 0); {
+	case cannotMessage(err):
+		reply = memoryNoPrivate
+	case err != nil:
+		b.warnOnce("send the notes privately", errors.New(b.redact(err)))
+		reply = memoryNotSent
+	}
+	b.sendPlain(ctx, m.to(), reply, m.MessageID)
 }
 
 // memoryTap handles a tap on a button of the notes (rest: the data after
 // "mem:") and returns the tap's answer, and what to do once it is
-// answered: edit the message to show what the tap did.
-func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread int, rest string) (string, func()) {
+// answered: edit the message to show what the tap did. The thread the
+// tap came from does not matter: a chat's topics share its notes.
+func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, _ int, rest string) (string, func()) {
 	op, rest, _ := strings.Cut(rest, ":")
-	ownerText, idText, hasID := strings.Cut(rest, ":")
-	owner, err := strconv.ParseInt(ownerText, 10, 64)
+	chatText, idText, hasID := strings.Cut(rest, ":")
+	listChat, err := strconv.ParseInt(chatText, 10, 64)
 	if err != nil || q.Message == nil || q.Message.Chat == nil {
 		return unknownButtonText, nil
 	}
@@ -335,18 +406,45 @@ func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread i
 	default:
 		return unknownButtonText, nil
 	}
+	// Whose notes: the TAPPER's own in the chat the data names, computed
+	// from the tapper's id as their own message there would be (in its
+	// General topic: a chat's topics share its notes) — never anyone the
+	// data names. So data naming another chat, forged or not, reaches only
+	// the tapper's own notes of that chat, never another member's; and a
+	// note id of someone else's is not the tapper's and is not forgotten.
+	// A positive id other than the tapper's names someone else's private
+	// chat, which no list of the tapper's is for.
+	var named *tgbotapi.Chat
+	group := false
+	switch {
+	case listChat == q.From.ID:
+		named = &tgbotapi.Chat{ID: listChat, Type: "private"}
+	case listChat < 0:
+		named, group = &tgbotapi.Chat{ID: listChat, Type: "supergroup"}, true
+	default:
+		return unknownButtonText, nil
+	}
 	mem := b.sess.Memory
 	if mem == nil {
 		return tapMemoryOffText, nil
 	}
-	if owner != q.From.ID {
-		return tapNotYourList, nil
+	// A list is only ever in its owner's private chat. A tap elsewhere is
+	// on a list a group got before lists went to private chats: redrawn
+	// there, it would show the tapper's notes to the whole group.
+	if !q.Message.Chat.IsPrivate() || q.Message.Chat.ID != q.From.ID {
+		return tapListElsewhere, nil
 	}
-	user := b.memoryUserOf(q.Message.Chat, q.From, thread)
+	user := b.memoryUserOf(named, q.From)
+	label := ""
+	if group {
+		label = listedGroup(q.Message, listChat)
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	chat, msg := q.Message.Chat.ID, q.Message.MessageID
-	list := func(lead string) func() { return func() { b.editMemoryList(ctx, chat, msg, user, owner, lead) } }
+	list := func(lead string) func() {
+		return func() { b.editMemoryList(ctx, chat, msg, user, listChat, label, lead) }
+	}
 	switch op {
 	case memForget:
 		switch err := mem.Forget(cctx, user, id); {
@@ -370,7 +468,8 @@ func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread i
 		if len(notes) == 1 {
 			text = confirmOneText
 		}
-		return tapConfirmText, func() { b.editMemory(ctx, chat, msg, text, confirmKeyboard(owner)) }
+		text = groupLine(label) + text
+		return tapConfirmText, func() { b.editMemory(ctx, chat, msg, text, confirmKeyboard(listChat)) }
 	case memForgetAll:
 		n, err := mem.ForgetAll(cctx, user)
 		if err != nil {
@@ -383,9 +482,10 @@ func (b *Bot) memoryTap(ctx context.Context, q *tgbotapi.CallbackQuery, thread i
 	}
 }
 
-// editMemoryList shows user's notes, as they are now, after lead on the
-// notes' message msg of chat, with owner's buttons.
-func (b *Bot) editMemoryList(ctx context.Context, chat int64, msg int, user string, owner int64, lead string) {
+// editMemoryList shows user's notes of listChat (a group labelled group,
+// or the private chat for ""), as they are now, after lead on the notes'
+// message msg of chat, with their buttons.
+func (b *Bot) editMemoryList(ctx context.Context, chat int64, msg int, user string, listChat int64, group, lead string) {
 	ctx = context.WithoutCancel(ctx)
 	mem := b.sess.Memory
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -395,8 +495,8 @@ func (b *Bot) editMemoryList(ctx context.Context, chat int64, msg int, user stri
 		b.log.Warn("telegram: reading the notes failed", slog.String("user", user), slog.String("error", err.Error()))
 		return
 	}
-	text, shown := memoryText(list, mem.Enabled(Channel, user), lead)
-	b.editMemory(ctx, chat, msg, text, memoryKeyboard(shown, owner))
+	text, shown := memoryText(list, mem.Enabled(Channel, user), group, lead)
+	b.editMemory(ctx, chat, msg, text, memoryKeyboard(shown, listChat))
 }
 
 // editMemory edits the notes' message msg of chat to text (plain) and

@@ -6,7 +6,9 @@ package telegram
 // forgets for the tapper's own user only and edits the list; Forget
 // everything asks Yes or Cancel first; where memory is off notes are
 // still listed and forgotten but /remember refuses; in a group shared by
-// its members each member sees and forgets only their own notes; a long
+// its members each member sees and forgets only their own notes, listed
+// in their private chat and never in the group (which is told to start a
+// chat with the bot when Telegram refuses the private message); a long
 // list is cut within Telegram's limits. Every callback query is answered
 // exactly once.
 
@@ -19,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/internal/pgtest"
@@ -62,10 +66,10 @@ func keepNote(t *testing.T, h *harness, user, author, text string) int64 {
 	return n.ID
 }
 
-// forgetButton is the label=data of a note's Forget button on owner's
-// list.
-func forgetButton(owner, id int64, text string) string {
-	return fmt.Sprintf("Forget #%d: %s=mem:f:%d:%d", id, text, owner, id)
+// forgetButton is the label=data of a note's Forget button on the list
+// of chat's notes.
+func forgetButton(chat, id int64, text string) string {
+	return fmt.Sprintf("Forget #%d: %s=mem:f:%d:%d", id, text, chat, id)
 }
 
 // waitText waits until message id of chat shows want, bounded.
@@ -315,9 +319,14 @@ func TestRememberRefusedWhereMemoryIsOff(t *testing.T) {
 }
 
 // In a group whose members share one conversation (group_scope chat),
-// each member's notes are their own: /memory never shows another's, and
-// a tap on another's list, or a crafted one naming another's note,
-// forgets nothing. On SQLite and on PostgreSQL.
+// each member's notes are their own and never shown to the group:
+// /memory (and /forget alone) in the group sends the sender's notes of
+// that group to their private chat, and the group gets only a short
+// note — no note's text, no buttons; /remember and /forget <id> answer in
+// the group without any note's text. Taps on the private list act on the
+// tapper's notes of the group; data naming another chat reaches only the
+// tapper's own notes there, never another member's, and a tap on a list
+// left in the group changes nothing. On SQLite and on PostgreSQL.
 func TestMemoryInGroupIsEachMembersOwn(t *testing.T) {
 	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
 		t.Run(driver, func(t *testing.T) {
@@ -328,64 +337,210 @@ func TestMemoryInGroupIsEachMembersOwn(t *testing.T) {
 			}
 			api := telegramtest.New(t)
 			h := start(t, api, t.TempDir(), setup{policies: memoryOn(true, 0), now: memoryNow, dsn: dsn, opts: Options{GroupScope: "chat"}})
-			const chat, a, b = -100, 7, 8
+			const chat, other, a, b = -100, -200, 7, 8
 			userA, userB := "telegram:group:-100:7", "telegram:group:-100:8"
+			// Both wrote to the bot privately before: it may write to them.
+			api.RefuseUnstarted()
+			api.Started(a)
+			api.Started(b)
 			api.Push(telegramtest.Group(chat, a, "/remember A is vegetarian"))
 			api.Push(telegramtest.Group(chat, b, "/remember B's PIN hint: blue"))
 			api.WaitSent(t, 2)
 			noteA, noteB := keepNoteID(t, h, userA, "A is vegetarian"), keepNoteID(t, h, userB, "B's PIN hint: blue")
+			if got := texts(api.Messages()); got[0] != fmt.Sprintf(rememberedText, noteA, noteA) || got[1] != fmt.Sprintf(rememberedText, noteB, noteB) {
+				t.Fatalf("/remember in the group answered %q", got)
+			}
+			// Notes of the same members elsewhere: A's own private chat,
+			// and another group.
+			privA := keepNote(t, h, "telegram:dm:7", ledger.NoteByUser, "A's private note")
+			privB := keepNote(t, h, "telegram:dm:8", ledger.NoteByUser, "B's private note")
+			otherA := keepNote(t, h, "telegram:group:-200:7", ledger.NoteByModel, "A in the other group")
+			otherB := keepNote(t, h, "telegram:group:-200:8", ledger.NoteByModel, "B in the other group")
 
-			listOf := func(user int64, n int) (string, int) {
+			// listOf sends /memory (or /forget) from user in the group: the
+			// n-th and n+1-th messages are the private list and the note
+			// in the group.
+			listOf := func(user int64, cmd string, n int) (string, int) {
 				t.Helper()
-				api.Push(telegramtest.Group(chat, user, "/memory"))
-				return api.WaitSent(t, n)[n-1].Text, api.SentIDs()[n-1]
+				id := api.Push(telegramtest.Group(chat, user, cmd))
+				sent := api.WaitSent(t, n+1)
+				list, note := sent[n-1], sent[n]
+				if list.ChatID != user || list.ReplyTo != 0 || note.ChatID != chat || note.ReplyTo != id || note.Text != memorySentAside {
+					t.Fatalf("%s from %d sent %+v, then %+v", cmd, user, list, note)
+				}
+				return list.Text, api.SentIDs()[n-1]
 			}
-			textA, listA := listOf(a, 3)
-			textB, listB := listOf(b, 4)
-			if !strings.Contains(textA, "A is vegetarian") || strings.Contains(textA, "PIN") {
-				t.Fatalf("A's /memory: %q", textA)
+			textA, listA := listOf(a, "/memory", 3)
+			textB, _ := listOf(b, "/forget", 5)
+			wantA := memoryGroupLine + "G\n\n" + memoryHead + fmt.Sprintf("\n\n#%d · 28 Mar 2026 · by you\nA is vegetarian", noteA)
+			if textA != wantA {
+				t.Fatalf("A's list: %q, want %q", textA, wantA)
 			}
-			if !strings.Contains(textB, "PIN hint") || strings.Contains(textB, "vegetarian") {
-				t.Fatalf("B's /memory: %q", textB)
+			if !strings.Contains(textB, "PIN hint") || strings.Contains(textB, "vegetarian") || strings.Contains(textB, "private note") {
+				t.Fatalf("B's list: %q", textB)
 			}
-			waitButtons(t, api, chat, listA, forgetButton(a, noteA, "A is vegetarian"), buttonForgetAll+"=mem:all:7")
+			waitButtons(t, api, a, listA, fmt.Sprintf("Forget #%d: A is vegetarian=mem:f:%d:%d", noteA, chat, noteA), buttonForgetAll+"=mem:all:-100")
 
-			// A crafts a Forget of B's note on A's own list: the note is
-			// not A's.
-			q := api.TapStale(a, chat, listA, fmt.Sprintf("mem:f:%d:%d", a, noteB))
-			if ans := api.WaitAnswered(t, q); ans.Text != tapNoNoteText {
-				t.Fatalf("a crafted Forget answered %+v", ans)
-			}
-			// A taps the buttons of B's list.
-			for _, data := range []string{fmt.Sprintf("mem:f:%d:%d", b, noteB), fmt.Sprintf("mem:all:%d", b), fmt.Sprintf("mem:yes:%d", b)} {
-				q := api.TapStale(a, chat, listB, data)
-				if ans := api.WaitAnswered(t, q); ans.Text != tapNotYourList {
-					t.Fatalf("A's tap of %q on B's list answered %+v", data, ans)
+			tap := func(data, want string) {
+				t.Helper()
+				q := api.TapStale(a, a, listA, data)
+				if ans := api.WaitAnswered(t, q); ans.Text != want {
+					t.Fatalf("A's tap of %q answered %+v, want %q", data, ans, want)
 				}
 			}
-			if got := notesOf(t, h, userB); len(got) != 1 {
-				t.Fatalf("B's notes after A's taps: %q", got)
+			// A forges a Forget of B's note of the group, and of B's notes
+			// of the other group and B's private chat: none is A's.
+			tap(fmt.Sprintf("mem:f:%d:%d", chat, noteB), tapNoNoteText)
+			tap(fmt.Sprintf("mem:f:%d:%d", other, otherB), tapNoNoteText)
+			tap(fmt.Sprintf("mem:f:%d:%d", chat, privB), tapNoNoteText)
+			// A's own private note is not a note of the group either.
+			tap(fmt.Sprintf("mem:f:%d:%d", chat, privA), tapNoNoteText)
+			// Naming B's private chat is no list of A's.
+			tap(fmt.Sprintf("mem:f:%d:%d", b, privB), unknownButtonText)
+			tap(fmt.Sprintf("mem:yes:%d", b), unknownButtonText)
+			// Naming the other group reaches A's own note there only.
+			tap(fmt.Sprintf("mem:f:%d:%d", other, otherA), fmt.Sprintf(tapForgotText, otherA))
+			waitText(t, api, a, listA, memoryGroupLine+"-200\n\n"+fmt.Sprintf(forgotText, otherA)+"\n\n"+memoryNone+memoryNoneGroup)
+			tap(fmt.Sprintf("mem:yes:%d", other), fmt.Sprintf(tapForgotAllText, 0))
+			for user, want := range map[string]int{userB: 1, "telegram:dm:8": 1, "telegram:group:-200:8": 1, "telegram:group:-200:7": 0, "telegram:dm:7": 1, userA: 1} {
+				if got := notesOf(t, h, user); len(got) != want {
+					t.Fatalf("%s's notes after A's forged taps: %q, want %d", user, got, want)
+				}
 			}
-			if api.Text(chat, listB) != textB {
-				t.Fatalf("B's list changed: %q", api.Text(chat, listB))
+
+			// A's list again, and its buttons: they act on A's notes of
+			// the group, and the group's line stays.
+			_, listA = listOf(a, "/memory", 7)
+			q := api.Tap(t, a, a, listA, "mem:all:-100")
+			if ans := api.WaitAnswered(t, q); ans.Text != tapConfirmText {
+				t.Fatalf("Forget everything answered %+v", ans)
 			}
-			// A's own Forget forgets A's note only.
-			q = api.Tap(t, a, chat, listA, fmt.Sprintf("mem:f:%d:%d", a, noteA))
+			waitText(t, api, a, listA, memoryGroupLine+"G\n\n"+confirmOneText)
+			q = api.Tap(t, a, a, listA, "mem:no:-100")
+			api.WaitAnswered(t, q)
+			waitText(t, api, a, listA, wantA)
+			q = api.Tap(t, a, a, listA, fmt.Sprintf("mem:f:%d:%d", chat, noteA))
 			if ans := api.WaitAnswered(t, q); ans.Text != fmt.Sprintf(tapForgotText, noteA) {
 				t.Fatalf("A's Forget answered %+v", ans)
 			}
-			api.WaitKeyboard(t, chat, listA, true)
+			api.WaitKeyboard(t, a, listA, true)
+			waitText(t, api, a, listA, memoryGroupLine+"G\n\n"+fmt.Sprintf(forgotText, noteA)+"\n\n"+memoryNone+memoryNoneGroup)
 			if got := notesOf(t, h, userA); len(got) != 0 {
 				t.Fatalf("A's notes: %q", got)
 			}
-			if got := notesOf(t, h, userB); len(got) != 1 {
-				t.Fatalf("B's notes: %q", got)
+			for _, user := range []string{userB, "telegram:dm:7", "telegram:dm:8"} {
+				if got := notesOf(t, h, user); len(got) != 1 {
+					t.Fatalf("%s's notes after A's Forget: %q", user, got)
+				}
 			}
-			if texts := texts(api.Messages()); strings.Contains(strings.Join(texts[:3], "|"), "PIN") {
-				t.Fatalf("A was shown B's note: %q", texts)
+
+			// A list a group got before lists went to private chats: a
+			// tap there, its owner's or anyone's, changes nothing.
+			note := api.SentIDs()[7]
+			for _, data := range []string{fmt.Sprintf("mem:no:%d", a), fmt.Sprintf("mem:no:%d", chat), fmt.Sprintf("mem:f:%d:%d", chat, noteB)} {
+				q := api.TapStale(a, chat, note, data)
+				if ans := api.WaitAnswered(t, q); ans.Text != tapListElsewhere {
+					t.Fatalf("a tap of %q in the group answered %+v", data, ans)
+				}
+			}
+			// /forget <id> in the group forgets the sender's own, and says
+			// so without the note's text.
+			api.Push(telegramtest.Group(chat, b, fmt.Sprintf("/forget %d", noteB)))
+			if got := api.WaitSent(t, 9)[8]; got.ChatID != chat || got.Text != fmt.Sprintf(forgotText, noteB) {
+				t.Fatalf("/forget %d in the group answered %+v", noteB, got)
+			}
+			if got := notesOf(t, h, userB); len(got) != 0 {
+				t.Fatalf("B's notes after /forget: %q", got)
+			}
+			if api.Text(chat, note) != memorySentAside {
+				t.Fatalf("the group's note changed: %q", api.Text(chat, note))
+			}
+
+			// The group saw no note's text and no buttons.
+			for i, m := range api.Messages() {
+				if m.ChatID != chat {
+					continue
+				}
+				for _, secret := range []string{"vegetarian", "PIN", "private note", "other group"} {
+					if strings.Contains(m.Text, secret) {
+						t.Fatalf("the group was shown %q: %+v", secret, m)
+					}
+				}
+				if kb := api.Keyboard(chat, api.SentIDs()[i]); len(kb) != 0 {
+					t.Fatalf("the group got buttons: %+v on %+v", kb, m)
+				}
+			}
+			for _, c := range api.Calls("editMessageText") {
+				if c.Params.Get("chat_id") == strconv.Itoa(chat) {
+					t.Fatalf("a message of the group was edited: %v", c.Params)
+				}
 			}
 			api.CheckAnswers(t)
 		})
+	}
+}
+
+// In a group, /memory from a member the bot may not write to privately —
+// who never started it, or blocked it — is told in the group to start a
+// chat with it, and nothing of their notes is sent anywhere; once they
+// wrote to the bot privately, /memory sends them their list. A group
+// without a title is named by its id.
+func TestMemoryInGroupNeedsPrivateChat(t *testing.T) {
+	api := telegramtest.New(t)
+	api.RefuseUnstarted()
+	h := start(t, api, t.TempDir(), setup{policies: memoryOn(true, 0), now: memoryNow})
+	const chat, user = -300, 9
+	keepNote(t, h, "telegram:group:-300:9", ledger.NoteByUser, "nine's secret")
+	untitled := func(text string) map[string]any {
+		m := telegramtest.Group(chat, user, text)
+		delete(m["chat"].(map[string]any), "title")
+		return m
+	}
+	tried := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got := 0
+			for _, c := range api.Calls("sendMessage") {
+				if c.Params.Get("chat_id") == strconv.Itoa(user) {
+					got++
+				}
+			}
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sends to %d, want %d", got, user, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	cmd := api.Push(untitled("/memory"))
+	if got := api.WaitSent(t, 1)[0]; got.ChatID != chat || got.ReplyTo != cmd || got.Text != memoryNoPrivate {
+		t.Fatalf("/memory of a member who never started the bot answered %+v", got)
+	}
+	tried(1) // refused: Telegram took nothing
+
+	api.Push(telegramtest.DM(user, "/start"))
+	api.WaitSent(t, 2)
+	api.Push(untitled("/forget"))
+	sent := api.WaitSent(t, 4)
+	if sent[2].ChatID != user || !strings.HasPrefix(sent[2].Text, memoryGroupLine+"-300\n\n"+memoryHead) || !strings.Contains(sent[2].Text, "nine's secret") ||
+		sent[3].ChatID != chat || sent[3].Text != memorySentAside {
+		t.Fatalf("/forget once started sent %+v", sent[2:])
+	}
+
+	api.Block(user)
+	api.Push(untitled("/memory"))
+	if got := api.WaitSent(t, 5)[4]; got.ChatID != chat || got.Text != memoryNoPrivate {
+		t.Fatalf("/memory of a member who blocked the bot answered %+v", got)
+	}
+	tried(4) // the refused one, /start's answer, the list, the refused one
+	for _, m := range api.Messages() {
+		if m.ChatID == chat && strings.Contains(m.Text, "secret") {
+			t.Fatalf("the group was shown the note: %+v", m)
+		}
 	}
 }
 
@@ -450,19 +605,25 @@ func TestMemoryTextBounds(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		list  []ledger.Note
+		group string
 		lead  string
 		shown int
 	}{
-		{"short", notes(40, func(i int) string { return "n" + strconv.Itoa(i) }), "", maxNotesListed},
-		{"longest", notes(12, sized(sessions.MaxNoteText)), "", 3},
-		{"longest, all shown", notes(3, sized(sessions.MaxNoteText)), "", 3},
-		{"exact, all shown", notes(4, sized(exact)), "", 4},
-		{"exact and one more", notes(5, sized(exact)), "", 3},
-		{"exact after a lead", notes(4, sized(exact)), fmt.Sprintf(forgotText, int64(math.MaxInt64)), 3},
-		{"emoji", notes(20, emoji), "", 7}, // 7 × 531 units
+		{"short", notes(40, func(i int) string { return "n" + strconv.Itoa(i) }), "", "", maxNotesListed},
+		{"longest", notes(12, sized(sessions.MaxNoteText)), "", "", 3},
+		{"longest, all shown", notes(3, sized(sessions.MaxNoteText)), "", "", 3},
+		{"exact, all shown", notes(4, sized(exact)), "", "", 4},
+		{"exact and one more", notes(5, sized(exact)), "", "", 3},
+		{"exact after a lead", notes(4, sized(exact)), "", fmt.Sprintf(forgotText, int64(math.MaxInt64)), 3},
+		{"exact for a group", notes(4, sized(exact)), "G", "", 3},
+		{"emoji", notes(20, emoji), "", "", 7}, // 7 × 531 units
+		// The longest group title (its emoji two units each: 272 units of
+		// line) after a lead leaves room for 6.
+		{"emoji for a group", notes(20, emoji), groupLabel(&tgbotapi.Chat{ID: -1, Title: strings.Repeat("😀", 200)}),
+			fmt.Sprintf(forgotText, int64(math.MaxInt64)), 6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			text, shown := memoryText(c.list, true, c.lead)
+			text, shown := memoryText(c.list, true, c.group, c.lead)
 			if tgformat.Units(text) > MaxMessageUnits {
 				t.Fatalf("%d units", tgformat.Units(text))
 			}
@@ -478,14 +639,15 @@ func TestMemoryTextBounds(t *testing.T) {
 }
 
 // The largest keyboard a list has — the most notes, the largest ids and
-// owner, labels of characters JSON escapes — is within Telegram's bounds,
-// and its data within 64 bytes.
+// chat (a group's are negative: the longest is math.MinInt64), labels of
+// characters JSON escapes — is within Telegram's bounds, and its data
+// within 64 bytes.
 func TestMemoryKeyboardBounds(t *testing.T) {
 	var list []ledger.Note
 	for i := range maxNotesListed {
 		list = append(list, ledger.Note{ID: math.MaxInt64 - int64(i), Text: strings.Repeat("<&>", 300)})
 	}
-	kb := memoryKeyboard(list, math.MaxInt64)
+	kb := memoryKeyboard(list, math.MinInt64)
 	raw, err := json.Marshal(kb)
 	if err != nil {
 		t.Fatal(err)
@@ -502,7 +664,10 @@ func TestMemoryKeyboardBounds(t *testing.T) {
 	if n != maxNotesListed+1 || n > 100 || len(raw) > 8<<10 {
 		t.Fatalf("%d buttons, %d bytes of markup", n, len(raw))
 	}
-	for _, b := range confirmKeyboard(math.MaxInt64).InlineKeyboard[0] {
+	if got := *kb.InlineKeyboard[0][0].CallbackData; got != "mem:f:-9223372036854775808:9223372036854775807" {
+		t.Fatalf("the longest data is %q", got)
+	}
+	for _, b := range confirmKeyboard(math.MinInt64).InlineKeyboard[0] {
 		if len(*b.CallbackData) > 64 {
 			t.Fatalf("data %q over 64 bytes", *b.CallbackData)
 		}

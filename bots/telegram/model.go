@@ -120,15 +120,23 @@ func (b *Bot) sendModels(ctx context.Context, m *message, in sessions.Inbound) {
 // kb is nil), as the command replies with buttons do (/model, /reminders,
 // /schedules); a failed send is warned of once, as what.
 func (b *Bot) sendWithButtons(ctx context.Context, m *message, text string, kb any, what string) {
+	if err := b.sendButtons(ctx, m.to(), text, kb, m.MessageID); err != nil {
+		b.warnOnce(what, errors.New(b.redact(err)))
+	}
+}
+
+// sendButtons sends text, plain, to to with the inline keyboard kb (nil
+// for none), answering replyTo unless it is 0, and returns sendPart's
+// error: a refusal keeps Telegram's *tgbotapi.Error in its chain.
+func (b *Bot) sendButtons(ctx context.Context, to place, text string, kb any, replyTo int) error {
 	extra := tgbotapi.Params{}
 	if kb != nil {
 		if err := extra.AddInterface("reply_markup", kb); err != nil {
-			return
+			return err
 		}
 	}
-	if _, _, err := b.sendPart(ctx, m.to(), tgformat.Part{Plain: text}, false, m.MessageID, extra); err != nil {
-		b.warnOnce(what, errors.New(b.redact(err)))
-	}
+	_, _, err := b.sendPart(ctx, to, tgformat.Part{Plain: text}, false, replyTo, extra)
+	return err
 }
 
 // modelTap handles a tap on one of /model's buttons (name: the data

@@ -45,53 +45,58 @@ const (
 	tapCancelledText   = "Reminder cancelled"
 	tapNoReminderText  = "That reminder is not yours, or it is cancelled or done already"
 	tapRemindersOffTxt = "Reminders are off here"
+	remindersMore      = "… and %d more not shown: cancel some to see them."
 	// maxListed bounds the reminders one message lists (and buttons it
 	// carries); max_per_user is at most 1000, Telegram's messages are
-	// not that long.
+	// not that long. Fewer fit when their texts are long: the list is
+	// cut to one message's MaxMessageUnits, as /memory's is.
 	maxListed = 50
+	// reminderTextRunes of a reminder's text are listed.
+	reminderTextRunes = 300
 )
 
-// remindersText is the list as the message shows it.
-func remindersText(list []ledger.Reminder, enabled bool) string {
+// remindersText is the list as the message shows it, and the reminders
+// it shows: the first, as many as fit in one message's text and
+// maxListed, the others counted.
+func remindersText(list []ledger.Reminder, enabled bool) (string, []ledger.Reminder) {
 	if len(list) == 0 {
 		if enabled {
-			return remindersNone + remindersAsk
+			return remindersNone + remindersAsk, nil
 		}
-		return remindersNone
+		return remindersNone, nil
 	}
+	text, shown := fitList(remindersHead, len(list), maxListed,
+		func(i int) string { return reminderEntry(i+1, list[i]) },
+		func(left int) string { return fmt.Sprintf(remindersMore, left) })
+	return text, list[:shown]
+}
+
+// reminderEntry is reminder r of the list, numbered n: its text, its
+// next time on its zone's clock, and how it repeats.
+func reminderEntry(n int, r ledger.Reminder) string {
 	var sb strings.Builder
-	sb.WriteString(remindersHead)
-	for i, r := range list {
-		if i == maxListed {
-			fmt.Fprintf(&sb, "\n… and %d more.", len(list)-maxListed)
-			break
+	fmt.Fprintf(&sb, "\n\n%d. %s", n, cut(r.Text, reminderTextRunes))
+	next := sessions.ReminderNext(r)
+	if !next.IsZero() {
+		fmt.Fprintf(&sb, "\n   next: %s", next.Format("Mon 2 Jan 2006 15:04 MST"))
+		if r.Timezone != "" && r.Timezone != "UTC" {
+			fmt.Fprintf(&sb, " (%s)", r.Timezone)
 		}
-		fmt.Fprintf(&sb, "\n\n%d. %s", i+1, cut(r.Text, 300))
-		next := sessions.ReminderNext(r)
-		if !next.IsZero() {
-			fmt.Fprintf(&sb, "\n   next: %s", next.Format("Mon 2 Jan 2006 15:04 MST"))
-			if r.Timezone != "" && r.Timezone != "UTC" {
-				fmt.Fprintf(&sb, " (%s)", r.Timezone)
-			}
-		}
-		if rep := sessions.ReminderRepeats(r); rep != "" {
-			fmt.Fprintf(&sb, "\n   repeats: %s", rep)
-		}
+	}
+	if rep := sessions.ReminderRepeats(r); rep != "" {
+		fmt.Fprintf(&sb, "\n   repeats: %s", rep)
 	}
 	return sb.String()
 }
 
-// remindersKeyboard is a Cancel button per listed reminder, numbered as
+// remindersKeyboard is a Cancel button per shown reminder, numbered as
 // the text numbers them.
-func remindersKeyboard(list []ledger.Reminder) *tgbotapi.InlineKeyboardMarkup {
-	if len(list) == 0 {
+func remindersKeyboard(shown []ledger.Reminder) *tgbotapi.InlineKeyboardMarkup {
+	if len(shown) == 0 {
 		return nil
 	}
 	var rows [][]tgbotapi.InlineKeyboardButton
-	for i, r := range list {
-		if i == maxListed {
-			break
-		}
+	for i, r := range shown {
 		label := fmt.Sprintf("Cancel %d: %s", i+1, cut(r.Text, 24))
 		rows = append(rows, tgbotapi.NewInlineKeyboardRow(tgbotapi.NewInlineKeyboardButtonData(label, remindData+":"+strconv.FormatInt(r.ID, 10))))
 	}
@@ -118,11 +123,12 @@ func (b *Bot) sendReminders(ctx context.Context, m *message, in sessions.Inbound
 		b.sendPlain(ctx, m.to(), remindersFailed, m.MessageID)
 		return
 	}
+	text, shown := remindersText(list, r.Enabled(Channel))
 	var kb any
-	if k := remindersKeyboard(list); k != nil {
+	if k := remindersKeyboard(shown); k != nil {
 		kb = k
 	}
-	b.sendWithButtons(ctx, m, remindersText(list, r.Enabled(Channel)), kb, "send the reminders")
+	b.sendWithButtons(ctx, m, text, kb, "send the reminders")
 }
 
 // reminderTap handles a tap on a Cancel button of /reminders (rest: the
@@ -165,11 +171,12 @@ func (b *Bot) editReminders(ctx context.Context, chat int64, msg int, key string
 		b.log.Warn("telegram: reading the reminders failed", slog.String("session_key", key), slog.String("error", err.Error()))
 		return
 	}
-	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": remindersText(list, r.Enabled(Channel))}
+	text, shown := remindersText(list, r.Enabled(Channel))
+	params := tgbotapi.Params{"chat_id": strconv.FormatInt(chat, 10), "text": text}
 	params.AddNonZero("message_id", msg)
 	// Without reply_markup the edit takes the buttons away: none are
 	// left to cancel.
-	if kb := remindersKeyboard(list); kb != nil {
+	if kb := remindersKeyboard(shown); kb != nil {
 		if err := params.AddInterface("reply_markup", kb); err != nil {
 			return
 		}

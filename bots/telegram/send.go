@@ -129,8 +129,11 @@ func (b *Bot) sendPart(ctx context.Context, to place, part tgformat.Part, html b
 			if apiErr.RetryAfter > 0 {
 				wait = time.Duration(apiErr.RetryAfter) * time.Second
 			} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
-				// A 4xx other than 429 will not get better.
-				err = fmt.Errorf("%w: %s", sessions.ErrUndeliverable, b.redact(err))
+				// A 4xx other than 429 will not get better. Telegram's
+				// error stays in the chain (redacted), for callers that
+				// tell refusals apart (cannotMessage).
+				err = fmt.Errorf("%w: %w", sessions.ErrUndeliverable,
+					&tgbotapi.Error{Code: apiErr.Code, Message: b.redact(err), ResponseParameters: apiErr.ResponseParameters})
 				break
 			}
 		}

@@ -11,6 +11,9 @@
 // topic its chat does not have (or deleted) and 400 TOPIC_CLOSED for a
 // closed one; a send without it goes to the chat (a forum's General topic).
 // An album is one update per item sharing a media_group_id (Server.PushAlbum).
+// A bot cannot start a private chat: a send to a user who blocked it, or
+// (RefuseUnstarted) who never wrote to it privately, answers 403
+// (private.go).
 package telegramtest
 
 import (
@@ -65,6 +68,7 @@ type Server struct {
 	stream    streamState // sendMessageDraft and editMessageText
 	topics    topics
 	cb        callbackState
+	private   privateState // who may be written to privately (private.go)
 	// allowed are the update kinds the last getUpdates (or setWebhook)
 	// asked for with allowed_updates (nil: every kind); as Telegram does,
 	// the setting stays until changed and other updates are not delivered.
@@ -169,7 +173,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}`)
 			return
 		}
-		if a.refuseEntities(w, r) {
+		if a.refusePrivate(w, r) || a.refuseEntities(w, r) {
 			a.mu.Unlock()
 			return
 		}
@@ -197,7 +201,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ok(msg)
 	case "sendChatAction":
 		a.mu.Lock()
-		if a.refuseThread(w, r) {
+		if a.refusePrivate(w, r) || a.refuseThread(w, r) {
 			a.mu.Unlock()
 			return
 		}
@@ -316,6 +320,7 @@ func (a *Server) Push(message map[string]any) int {
 
 // queue adds update u, under a.mu.
 func (a *Server) queue(u map[string]any) {
+	a.notePrivate(u)
 	a.updates = append(a.updates, u)
 	a.pushed = append(a.pushed, u)
 }

@@ -128,7 +128,7 @@ func (a *Server) serveStreaming(method string, w http.ResponseWriter, r *http.Re
 			fail(http.StatusBadRequest, `{"ok":false,"error_code":400,"description":"Bad Request: draft_id must be non-zero"}`)
 			return true
 		}
-		if a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") || a.refuseThread(w, r) {
+		if a.refusePrivate(w, r) || a.refuseEntities(w, r) || a.refuseLength(w, r, "text is too long") || a.refuseThread(w, r) {
 			return true
 		}
 		chat, _ := strconv.ParseInt(r.FormValue("chat_id"), 10, 64)

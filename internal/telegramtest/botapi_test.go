@@ -351,3 +351,48 @@ func TestAlbumIsOneUpdatePerPart(t *testing.T) {
 		t.Fatal("two albums share a media_group_id")
 	}
 }
+
+// TestPrivateChatRules: as the Bot API (with RefuseUnstarted), a send to
+// a user's private chat answers 403 "bot can't initiate conversation with
+// a user" until the user wrote to the bot there (a group message is not
+// enough), and 403 "bot was blocked by the user" while they block it; a
+// message from them afterwards opens it again. Groups take sends whoever
+// is in them. Without RefuseUnstarted only a block refuses.
+func TestPrivateChatRules(t *testing.T) {
+	a, api := newClient(t)
+	forbidden := func(chat int64, want string) {
+		t.Helper()
+		_, err := api.Send(tgbotapi.NewMessage(chat, "hi"))
+		var e *tgbotapi.Error
+		if !errors.As(err, &e) || e.Code != 403 || e.Message != "Forbidden: "+want {
+			t.Fatalf("send to %d: %v, want 403 %q", chat, err, want)
+		}
+	}
+	sends := func(chat int64) {
+		t.Helper()
+		if _, err := api.Send(tgbotapi.NewMessage(chat, "hi")); err != nil {
+			t.Fatalf("send to %d: %v", chat, err)
+		}
+	}
+	sends(9)
+	a.Block(9)
+	forbidden(9, "bot was blocked by the user")
+	a.RefuseUnstarted()
+	a.Push(Group(-100, 7, "hello all"))
+	forbidden(7, "bot can't initiate conversation with a user")
+	if _, err := api.MakeRequest("sendMessageDraft", tgbotapi.Params{"chat_id": "7", "draft_id": "5", "text": "Hel"}); err == nil {
+		t.Fatal("a draft to a user who never started the bot was taken")
+	}
+	sends(-100)
+	a.Push(DM(7, "/start"))
+	sends(7)
+	a.Block(7)
+	forbidden(7, "bot was blocked by the user")
+	a.Push(DM(7, "/start"))
+	sends(7)
+	a.Started(8)
+	sends(8)
+	if got := len(a.Messages()); got != 5 {
+		t.Fatalf("%d messages taken, want 5: %+v", got, a.Messages())
+	}
+}
