@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 )
 
@@ -139,10 +140,16 @@ func (c *Config) validateMemory(path string, m SessionMemory) Errors {
 			errs = append(errs, c.errAt(path+".memory.users", "a user's key is empty"))
 			continue
 		}
+		if groupChatKey.MatchString(u) {
+			c.warn(path+".memory.users."+u, "%q is a group chat: with group_scope chat its members' notes are keyed %s:USER (each member's own), so this entry matches nobody", u, u)
+		}
 		check(path+".memory.users."+u+".", m.Users[u])
 	}
 	return errs
 }
+
+// groupChatKey is a Telegram group chat's session key without a member.
+var groupChatKey = regexp.MustCompile(`^telegram:group:-?[0-9]+$`)
 
 // describeMemory prints a channel's memory settings, and each user's
 // own, with where each value came from.

@@ -104,3 +104,12 @@ agent:
 		t.Fatalf("a server named memory with memory on: %v", err)
 	}
 }
+
+// A memory.users entry keyed by a group chat (no member) matches nobody
+// under group_scope chat: gateway check says so.
+func TestMemoryUsersGroupKeyWarns(t *testing.T) {
+	c := mustParse(t, "session:\n  memory:\n    users:\n      \"telegram:group:-100\": {enabled: true}\n")
+	if !strings.Contains(strings.Join(c.Warnings, "\n"), "telegram:group:-100:USER") {
+		t.Fatalf("warnings %q", c.Warnings)
+	}
+}

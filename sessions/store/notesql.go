@@ -307,7 +307,7 @@ func searchWords(query string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, w := range noteWords(query) {
-		if seen[w] {
+		if seen[w] || stopWords[w] {
 			continue
 		}
 		seen[w] = true
@@ -317,6 +317,19 @@ func searchWords(query string) []string {
 		}
 	}
 	return out
+}
+
+// stopWords are words a search leaves out: nearly every note and message
+// holds them ("the user is…", "what is my…"), so a match on them says
+// nothing, and PostgreSQL's ts_rank would rank by how often they occur.
+var stopWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`a an and are as at be but by did do does for from had has have he her his how i if in is it its
+		me my of on or our she so than that the their them they this to was we were what when where which who why will with would you your
+		user user's users`) {
+		stopWords[w] = true
+	}
 }
 
 // ForgetNote deletes a user's note; false when the user has no such note
