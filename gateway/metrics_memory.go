@@ -40,7 +40,9 @@ func newMemoryMetrics(reg *prometheus.Registry) *memoryMetrics {
 }
 
 // NotesWritten implements sessions.Observer.
-func (m *Metrics) NotesWritten(author string, n int) { m.memory.written.WithLabelValues(author).Add(float64(n)) }
+func (m *Metrics) NotesWritten(author string, n int) {
+	m.memory.written.WithLabelValues(author).Add(float64(n))
+}
 
 // NotesForgotten implements sessions.Observer.
 func (m *Metrics) NotesForgotten(n int) { m.memory.forgotten.Add(float64(n)) }
