@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/tools/inproc"
+
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/faults"
 	"github.com/chatgate/chatgate/internal/mcptest"
@@ -587,12 +589,12 @@ func faultTools(t *testing.T) (*mcptest.Server, sessions.Toolbox) {
 // faultMemoryTools is the gateway's own memory tools over the manager mgr
 // gives (built after its toolbox), as the gateway serves them.
 func faultMemoryTools(t *testing.T, mgr func() *sessions.Manager) sessions.Toolbox {
-	tr, closeFn, err := memtools.Connect(context.Background(), memtools.NewServer(func() memtools.Backend {
+	tr, closeFn, err := inproc.Connect(context.Background(), memtools.NewServer(func() memtools.Backend {
 		if m := mgr(); m != nil {
 			return m.Memory()
 		}
 		return nil
-	}))
+	}), "memory tools")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chatgate/chatgate/tools/inproc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/chatgate/chatgate/sessions"
 
 	"github.com/chatgate/chatgate/config"
@@ -189,11 +192,18 @@ func (s *server) startTools() sessions.Toolbox {
 // runs again rather than leaving the model unsure. They are told the
 // turn's session (Caller), which they act for.
 func reminderServer(b func() remindtools.Backend) (mcpclient.ServerConfig, func() error, error) {
-	tr, closeFn, err := remindtools.Connect(context.Background(), remindtools.NewServer(b))
+	return ownServer(remindtools.ServerName, remindtools.NewServer(b), "reminder tools")
+}
+
+// ownServer is the configuration of one of the gateway's own servers,
+// served in the process: run without asking, idempotent, told the turn's
+// caller.
+func ownServer(name string, srv *mcp.Server, what string) (mcpclient.ServerConfig, func() error, error) {
+	tr, closeFn, err := inproc.Connect(context.Background(), srv, what)
 	if err != nil {
 		return mcpclient.ServerConfig{}, nil, err
 	}
-	return mcpclient.ServerConfig{Name: remindtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
+	return mcpclient.ServerConfig{Name: name, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
 		Caller: true, Timeout: 10 * time.Second}, closeFn, nil
 }
 
@@ -205,10 +215,5 @@ func reminderServer(b func() remindtools.Backend) (mcpclient.ServerConfig, func(
 // of a forgotten note changes nothing — and are told the turn's session
 // and user (Caller), whose notes they are.
 func memoryServer(b func() memtools.Backend) (mcpclient.ServerConfig, func() error, error) {
-	tr, closeFn, err := memtools.Connect(context.Background(), memtools.NewServer(b))
-	if err != nil {
-		return mcpclient.ServerConfig{}, nil, err
-	}
-	return mcpclient.ServerConfig{Name: memtools.ServerName, Transport: tr, Approve: tools.ApproveAuto, Idempotent: true,
-		Caller: true, Timeout: 10 * time.Second}, closeFn, nil
+	return ownServer(memtools.ServerName, memtools.NewServer(b), "memory tools")
 }

@@ -1,6 +1,6 @@
 // Package memtools is the gateway's own MCP server of memory tools
 // (remember, recall, forget), served in the process over the SDK's
-// in-memory transport, as remindtools is. The gateway's MCP client calls
+// in-memory transport (inproc), as remindtools is. The gateway's MCP client calls
 // it as any other server, so its calls go through the same tool ledger,
 // approval, metrics and tool frames.
 //
@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/chatgate/chatgate/tools/inproc"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -74,18 +76,6 @@ func NewServer(b func() Backend) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "forget", Description: "Delete one note about the user by its number (see recall), when it is wrong, " +
 		"out of date, or the user asks."}, h.forget)
 	return s
-}
-
-// Connect serves s in the process and returns the client's end of the
-// in-memory transport (mcpclient.ServerConfig.Transport) and how to close
-// the server's session.
-func Connect(ctx context.Context, s *mcp.Server) (mcp.Transport, func() error, error) {
-	client, server := mcp.NewInMemoryTransports()
-	ss, err := s.Connect(ctx, server, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("serve the memory tools: %w", err)
-	}
-	return client, ss.Close, nil
 }
 
 type handlers struct {
@@ -201,6 +191,4 @@ func userError(err error) error {
 	return errors.New("the notes could not be reached; try again later")
 }
 
-func text(format string, args ...any) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
-}
+var text = inproc.Text

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatgate/chatgate/tools/inproc"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chatgate/chatgate/schedules"
@@ -70,18 +72,6 @@ func NewServer(b func() Backend) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "list", Description: "List the user's reminders: number, next time in their time zone, how it repeats, and text."}, h.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "cancel", Description: "Cancel one of the user's reminders by its number (see list)."}, h.cancel)
 	return s
-}
-
-// Connect serves s in the process and returns the client's end of the
-// in-memory transport (mcpclient.ServerConfig.Transport) and how to close
-// the server's session.
-func Connect(ctx context.Context, s *mcp.Server) (mcp.Transport, func() error, error) {
-	client, server := mcp.NewInMemoryTransports()
-	ss, err := s.Connect(ctx, server, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("serve the reminder tools: %w", err)
-	}
-	return client, ss.Close, nil
 }
 
 type handlers struct {
@@ -193,9 +183,7 @@ func userError(err error) error {
 	return errors.New("the reminders could not be reached; try again later")
 }
 
-func text(format string, args ...any) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
-}
+var text = inproc.Text
 
 // Describe is a reminder in one line: its next time on its zone's clock,
 // how it repeats, and its text.
