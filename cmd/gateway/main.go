@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/chatgate/chatgate/internal/gctune"
 )
@@ -45,8 +46,18 @@ func gcString() string {
 	return fmt.Sprintf("%d (%s)", gcPercent, gcFrom)
 }
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = ""
+// version and commit are stamped by the release build (scripts/release.sh,
+// the Containerfile):
+//
+//	-ldflags "-X main.version=v1.2.3 -X main.commit=$(git rev-parse HEAD)"
+//
+// Unstamped, `gateway version` falls back to what the go command recorded:
+// the module's version (go install …@v1.2.3) and the VCS revision of a
+// build inside a git checkout.
+var (
+	version = ""
+	commit  = ""
+)
 
 const usage = `usage: gateway [command] [flags]
 
@@ -66,7 +77,7 @@ commands:
                                   bot.yaml's schedules: when, target, misfire, quiet, next 3 fires, last outcomes; reminders
   schedules fires [-c FILE] NAME [-limit N] [-json]
                                   one schedule's latest fires
-  version                         print the version
+  version                         print the version, the commit and the Go release it was built with
 
 Without -c, ./bot.yaml is used when it exists, else the embedded defaults
 (echo agent, SQLite gateway.db, http://127.0.0.1:8765, Telegram when
@@ -105,17 +116,63 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// versionString is the version, the commit and the Go release of this
+// binary, as `gateway version`, the start-up log and the traces' resource
+// name them: "v1.2.3 (commit 3e4d55b…, go1.26.8)".
 func versionString() string {
-	v := version
 	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		v = info.Main.Version
+	if !ok {
+		info = nil
+	}
+	return describeVersion(version, commit, info)
+}
+
+// describeVersion is versionString on given stamps and build information
+// (nil when the binary carries none): a stamp wins over what the go
+// command recorded.
+func describeVersion(version, commit string, info *debug.BuildInfo) string {
+	v, c := version, commit
+	var details []string
+	if info != nil {
+		if v == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+		if c == "" {
+			c = vcsCommit(info.Settings)
+		}
 	}
 	if v == "" {
 		v = "dev"
 	}
-	if ok {
-		v += " (" + info.GoVersion + ")"
+	if c != "" {
+		details = append(details, "commit "+c)
 	}
-	return v
+	if info != nil {
+		details = append(details, info.GoVersion)
+	}
+	if len(details) == 0 {
+		return v
+	}
+	return v + " (" + strings.Join(details, ", ") + ")"
+}
+
+// vcsCommit is the revision the go command recorded for a build inside a
+// checkout (vcs.revision), with "-dirty" when the work tree had changes
+// (vcs.modified): the form scripts/release.sh stamps. "" when the build
+// recorded none (-buildvcs=false, no checkout, go run).
+func vcsCommit(settings []debug.BuildSetting) string {
+	var rev string
+	var modified bool
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev != "" && modified {
+		rev += "-dirty"
+	}
+	return rev
 }
