@@ -118,6 +118,7 @@ type NoteStore interface {
 	Notes(ctx context.Context, user string, limit int) ([]ledger.Note, error)
 	RecallNotes(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
 	NotesFor(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
+	NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error)
 	ForgetNote(ctx context.Context, user string, id int64) (bool, error)
 	ForgetNotes(ctx context.Context, user string) (int64, error)
 }
@@ -137,6 +138,8 @@ type Memory struct {
 	// tools: the turns' toolbox has the gateway's own memory tools
 	// (Options.MemoryTools), offered only where memory is on.
 	tools bool
+	// cache: users' notes as turns rank them (notecache.go).
+	cache *noteCache
 }
 
 // NewMemory returns Memory over st, with a channel's policy from policy;
@@ -145,7 +148,7 @@ func NewMemory(st NoteStore, policy func(channel string) Policy, now func() time
 	if obs == nil {
 		obs = noObserver{}
 	}
-	return &Memory{store: st, policy: policy, now: now, log: log, obs: obs}
+	return &Memory{store: st, policy: policy, now: now, log: log, obs: obs, cache: newNoteCache(noteCacheBytes)}
 }
 
 // Memory returns the notes users' conversations keep.
@@ -267,9 +270,9 @@ func (mem *Memory) ForgetAll(ctx context.Context, user string) (int64, error) {
 
 // inject puts the user's notes in req (agent.Request.Memory): those
 // sharing a word with its inputs, the most relevant first, then the
-// newest, within the policy's inject_tokens. Notes are read from the
-// database at every turn, so that one forgotten on any replica is gone
-// from the next request. A read that fails leaves the turn without them
+// newest, within the policy's inject_tokens. Each turn reads their
+// version (notesFor), so that one forgotten on any replica is gone from
+// the next request. A read that fails leaves the turn without them
 // (logged): the user is answered.
 func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
 	if mem == nil {
@@ -285,7 +288,7 @@ func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, recallTimeout)
 	defer cancel()
-	notes, err := mem.store.NotesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates)
+	notes, err := mem.notesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates)
 	if err != nil {
 		mem.log.WarnContext(ctx, "reading the user's notes failed; the turn goes without them",
 			slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))

@@ -3,6 +3,7 @@ package ledger
 import (
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Memory: what the bot keeps about one user across conversations. Resets
@@ -122,4 +123,65 @@ func NoteMembers(sessionKey string) string {
 		return user + ":"
 	}
 	return ""
+}
+
+// NoteWords are the words of a text as a search of notes takes them:
+// letters and digits, lower-cased. (SQLite's index folds them further,
+// diacritics, the same way for a note and a query.)
+func NoteWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+}
+
+// MaxSearchWords bounds the words of a search: a long message searches
+// by its first ones.
+const MaxSearchWords = 32
+
+// SearchWords are the words of a query as every search of notes takes
+// them — the databases' full-text searches and a turn's ranking of its
+// user's cached notes: NoteWords less stop words, at most MaxSearchWords,
+// each once. Nothing else of the query reaches a search's syntax.
+func SearchWords(query string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, w := range NoteWords(query) {
+		if seen[w] || stopWords[w] {
+			continue
+		}
+		seen[w] = true
+		out = append(out, w)
+		if len(out) == MaxSearchWords {
+			break
+		}
+	}
+	return out
+}
+
+// IsStopWord reports whether a search leaves w out.
+func IsStopWord(w string) bool { return stopWords[w] }
+
+// stopWords are words a search leaves out: nearly every note and message
+// holds them ("the user is…", "what is my…"), so a match on them says
+// nothing, and a rank would count how often they occur.
+var stopWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`a an and are as at be but by did do does for from had has have he her his how i if in is it its
+		me my of on or our she so than that the their them they this to was we were what when where which who why will with would you your
+		user user's users`) {
+		stopWords[w] = true
+	}
+}
+
+// NotesVersion names a state of one user's notes: two reads of them
+// taken after the same version was read hold the same notes, so a copy
+// kept with the version it was read after is good while the version
+// stays. Local counts this process's writes of the user's notes; Last and
+// Count, the newest id and how many — read from the database where other
+// processes write (PostgreSQL's replicas), where every write of a user's
+// notes holds the user's lock, so ids are given in the order writes
+// commit and no change leaves both the same.
+type NotesVersion struct {
+	Local uint64
+	Last  int64
+	Count int64
 }

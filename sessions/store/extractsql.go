@@ -115,6 +115,7 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 			}
 			if len(e.Notes) > 0 {
 				user := e.Notes[0].UserKey
+				defer notesWritten(user)
 				var n int64
 				if err := tx.Model(&ledger.Note{}).Where("user_key = ?", user).Count(&n).Error; err != nil {
 					return err

@@ -21,8 +21,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"strings"
-	"unicode"
+	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3"
 	"gorm.io/gorm"
@@ -52,6 +53,9 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 			// A GIN index over every user's notes: no read uses it (see
 			// mineOnly), and every note written paid for it.
 			`DROP INDEX IF EXISTS ix_notes_search`,
+			// NotesVersion's read: the user's newest id and count from
+			// the index alone.
+			`CREATE INDEX IF NOT EXISTS ix_notes_user_id ON notes (user_key, id)`,
 		}
 	} else {
 		var have int64
@@ -106,19 +110,12 @@ func userToken(user string) string {
 func noteTerms(user, text string) string {
 	tok := userToken(user)
 	var b strings.Builder
-	for _, w := range noteWords(text) {
+	for _, w := range ledger.NoteWords(text) {
 		b.WriteString(tok)
 		b.WriteString(w)
 		b.WriteByte(' ')
 	}
 	return b.String()
-}
-
-// noteWords are the words of a text as the search takes them: letters
-// and digits, lower-cased. The index's tokenizer folds them further
-// (diacritics), the same way for a note and a query.
-func noteWords(s string) []string {
-	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
 // sqliteMatch is the FTS5 query of words for user: each word after the
@@ -142,6 +139,7 @@ func sqliteMatch(user string, words []string) string {
 // writers.
 func (s *DB) AddNote(ctx context.Context, n *ledger.Note, limit int) (ok bool, err error) {
 	return observe(ctx, s, ledger.Call{Op: "AddNote"}, func() (bool, error) {
+		defer notesWritten(n.UserKey)
 		row := *n
 		row.ID = 0
 		row.CreatedAt = row.CreatedAt.UTC()
@@ -196,7 +194,7 @@ const pgQuery = `to_tsquery('simple', ?) AS q`
 // newer first among equals; a query with no word returns none.
 func (s *DB) RecallNotes(ctx context.Context, user, query string, limit int) ([]ledger.Note, error) {
 	return observe(ctx, s, ledger.Call{Op: "RecallNotes"}, func() ([]ledger.Note, error) {
-		words := searchWords(query)
+		words := ledger.SearchWords(query)
 		if len(words) == 0 {
 			return nil, nil
 		}
@@ -232,7 +230,7 @@ func (s *DB) NotesFor(ctx context.Context, user, query string, limit int) ([]led
 	return observe(ctx, s, ledger.Call{Op: "NotesFor"}, func() ([]ledger.Note, error) {
 		const cols = `id, user_key, text, author, conversation_id, message_seq, call_key, created_at`
 		newest := `SELECT ` + cols + `, 1 AS part, 0.0 AS rank FROM notes WHERE user_key = ? ORDER BY created_at DESC, id DESC LIMIT ?`
-		words := searchWords(query)
+		words := ledger.SearchWords(query)
 		var q string
 		var args []any
 		switch {
@@ -296,46 +294,11 @@ func (s *DB) notesDB(ctx context.Context) *gorm.DB {
 	return s.notesRead.WithContext(ctx)
 }
 
-// maxSearchWords bounds the words of a recall: a long message searches
-// by its first ones.
-const maxSearchWords = 32
-
-// searchWords are the words of a query as both searches take them:
-// letters and digits, lower-cased, at most maxSearchWords, each once.
-// Nothing else of the query reaches the search's syntax.
-func searchWords(query string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, w := range noteWords(query) {
-		if seen[w] || stopWords[w] {
-			continue
-		}
-		seen[w] = true
-		out = append(out, w)
-		if len(out) == maxSearchWords {
-			break
-		}
-	}
-	return out
-}
-
-// stopWords are words a search leaves out: nearly every note and message
-// holds them ("the user is…", "what is my…"), so a match on them says
-// nothing, and PostgreSQL's ts_rank would rank by how often they occur.
-var stopWords = map[string]bool{}
-
-func init() {
-	for _, w := range strings.Fields(`a an and are as at be but by did do does for from had has have he her his how i if in is it its
-		me my of on or our she so than that the their them they this to was we were what when where which who why will with would you your
-		user user's users`) {
-		stopWords[w] = true
-	}
-}
-
 // ForgetNote deletes a user's note; false when the user has no such note
 // (another user's id, or one forgotten already).
 func (s *DB) ForgetNote(ctx context.Context, user string, id int64) (bool, error) {
 	return observe(ctx, s, ledger.Call{Op: "ForgetNote"}, func() (bool, error) {
+		defer notesWritten(user)
 		n, err := s.moveRows(ctx, `DELETE FROM notes WHERE id = ? AND user_key = ?`, id, user)
 		if err != nil {
 			return false, fmt.Errorf("forget note %d of %s: %w", id, user, err)
@@ -347,10 +310,46 @@ func (s *DB) ForgetNote(ctx context.Context, user string, id int64) (bool, error
 // ForgetNotes deletes every note of a user and returns how many.
 func (s *DB) ForgetNotes(ctx context.Context, user string) (int64, error) {
 	return observe(ctx, s, ledger.Call{Op: "ForgetNotes"}, func() (int64, error) {
+		defer notesWritten(user)
 		n, err := s.moveRows(ctx, `DELETE FROM notes WHERE user_key = ?`, user)
 		if err != nil {
 			return 0, fmt.Errorf("forget the notes of %s: %w", user, err)
 		}
 		return n, nil
+	})
+}
+
+// noteWrites counts this process's writes of notes, in stripes of users
+// (a user's stripe: a hash of its key). A write counts when its statement
+// is done, landed or not, so a copy read before it is never taken for
+// one read after; two users sharing a stripe only read theirs again
+// sooner. The process's stores share them: a SQLite file has one
+// gateway process (its pid file), which may open it more than once.
+var noteWrites [1024]atomic.Uint64
+
+func noteStripe(user string) *atomic.Uint64 {
+	h := fnv.New32a()
+	h.Write([]byte(user))
+	return &noteWrites[h.Sum32()%uint32(len(noteWrites))]
+}
+
+// notesWritten counts a write of user's notes.
+func notesWritten(user string) { noteStripe(user).Add(1) }
+
+// NotesVersion returns the version of user's notes (ledger.NotesVersion):
+// on SQLite this process's count of their writes, read from memory; on
+// PostgreSQL, where other replicas write too, also their newest id and
+// count, from the index (ix_notes_user_id) in one round trip.
+func (s *DB) NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error) {
+	v := ledger.NotesVersion{Local: noteStripe(user).Load()}
+	if s.driver != DriverPostgres {
+		return v, nil
+	}
+	return observe(ctx, s, ledger.Call{Op: "NotesVersion"}, func() (ledger.NotesVersion, error) {
+		if err := s.notesDB(ctx).Raw(`SELECT COALESCE(MAX(id), 0), COUNT(*) FROM notes WHERE user_key = ?`, user).
+			Row().Scan(&v.Last, &v.Count); err != nil {
+			return v, fmt.Errorf("read the version of the notes of %s: %w", user, err)
+		}
+		return v, nil
 	})
 }

@@ -342,3 +342,87 @@ func TestNotesIndexPerUserMigrates(t *testing.T) {
 		t.Fatalf("a forgotten note found: %+v", got)
 	}
 }
+
+// Every write of a user's notes changes their version — the store's own
+// writes on both stores, and on PostgreSQL another process's statements
+// too — and a write of another user's notes leaves it be (on
+// PostgreSQL; SQLite's count of writes is kept in stripes of users).
+func TestNotesVersionFollowsEveryWrite(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		user, other := fmt.Sprint("websocket:version-", time.Now().UnixNano()), "websocket:someone-else"
+		at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+		version := func() ledger.NotesVersion {
+			t.Helper()
+			v, err := db.NotesVersion(ctx, user)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		changes := func(what string, write func()) {
+			t.Helper()
+			before := version()
+			write()
+			if after := version(); after == before {
+				t.Fatalf("%s left the version at %+v", what, before)
+			}
+		}
+		add := func(u, text, key string) *ledger.Note {
+			n := &ledger.Note{UserKey: u, Text: text, Author: ledger.NoteByModel, CallKey: key, CreatedAt: at}
+			if ok, err := db.AddNote(ctx, n, 0); err != nil || !ok {
+				t.Fatalf("add: %v, %v", ok, err)
+			}
+			return n
+		}
+		var first *ledger.Note
+		changes("a note added", func() { first = add(user, "one", "k1") })
+		changes("a note added again by its call key", func() { add(user, "one", "k1") })
+		changes("a note forgotten", func() {
+			if ok, err := db.ForgetNote(ctx, user, first.ID); err != nil || !ok {
+				t.Fatalf("forget: %v, %v", ok, err)
+			}
+		})
+		add(user, "two", "")
+		changes("every note forgotten", func() {
+			if _, err := db.ForgetNotes(ctx, user); err != nil {
+				t.Fatal(err)
+			}
+		})
+		conv := fmt.Sprint("00000000-0000-0000-0000-", time.Now().UnixNano()%1_000_000_000_000)
+		if err := db.AddExtraction(ctx, ledger.Extraction{ConversationID: conv, SessionKey: user, Channel: "websocket", UserKey: user,
+			State: ledger.ExtractDue, CreatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		x, err := db.ClaimExtraction(ctx, "me", []string{"me"}, at, at.Add(time.Minute))
+		if err != nil || x == nil {
+			t.Fatalf("claim: %+v, %v", x, err)
+		}
+		changes("an extraction's notes", func() {
+			if _, err := db.SettleExtraction(ctx, ledger.ExtractionEnd{ConversationID: conv, Owner: "me", Attempt: x.Attempt,
+				State: ledger.ExtractDone, At: at, Notes: []ledger.Note{{UserKey: user, Text: "three", Author: ledger.NoteByReset,
+					CallKey: conv + "/0", CreatedAt: at}}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if db.driver != DriverPostgres {
+			return
+		}
+		before := version()
+		add(other, "not theirs", "")
+		if after := version(); after.Last != before.Last || after.Count != before.Count {
+			t.Fatalf("another user's note changed the version read: %+v → %+v", before, after)
+		}
+		changes("another process's insert", func() {
+			if err := db.write.Exec(`INSERT INTO notes (user_key, text, author, created_at) VALUES (?, 'four', 'model', ?)`, user, at).Error; err != nil {
+				t.Fatal(err)
+			}
+		})
+		changes("another process's delete", func() {
+			if err := db.write.Exec(`DELETE FROM notes WHERE user_key = ? AND text = 'three'`, user).Error; err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
