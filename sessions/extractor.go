@@ -51,13 +51,12 @@ const (
 	extractMinMessages = 2
 	extractMaxNotes    = 10
 	extractEvery       = 30 * time.Second // the look for due rows (a retry, a lapsed claim)
-	extractQueue       = 16384            // archives waiting to be recorded: a daily sweep's at once
 )
 
 // ExtractionStore is what the Extractor reads and writes of the store
 // (store.DB's extractsql.go).
 type ExtractionStore interface {
-	AddExtraction(ctx context.Context, e ledger.Extraction) error
+	ExtractAtArchive(user func(channel, sessionKey string) string)
 	ClaimExtraction(ctx context.Context, owner string, alive []string, at, leaseUntil time.Time) (*ledger.Extraction, error)
 	SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (int, error)
 	Replicas(ctx context.Context, self string, ttl time.Duration) (gone []ledger.Replica, alive []string, err error)
@@ -87,7 +86,6 @@ type Extractor struct {
 	replica  string
 	leaseTTL time.Duration
 
-	queue  chan ledger.Extraction
 	wake   chan struct{}
 	stop   chan struct{}
 	done   sync.WaitGroup
@@ -100,30 +98,36 @@ type Extractor struct {
 func NewExtractor(m *Manager, st ExtractionStore) *Extractor {
 	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, obs: m.opts.Observer, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
 		replica: m.opts.ReplicaID, leaseTTL: m.opts.LeaseTTL,
-		queue: make(chan ledger.Extraction, extractQueue), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	st.ExtractAtArchive(e.extractsFor)
 	m.routes.OnArchive(e.archived)
 	return e
 }
 
-// archived queues the extraction of a conversation archived here, when
-// its user's memory extracts at reset. It never blocks: a full queue
-// drops it (logged), as the archive's path must not wait.
+// extractsFor is whose notes an archived conversation of channel and
+// key writes ("" for none): its user's, when their memory extracts at
+// reset. The store calls it in the transaction that archives it
+// (store.DB.ExtractAtArchive), so an archive that commits has its
+// extraction recorded.
+func (e *Extractor) extractsFor(channel, key string) string {
+	user := MemoryUser(key, "")
+	if user == "" {
+		return "" // a chat its members share: no one user's notes to write
+	}
+	if s := e.memory.Settings(channel, user); !s.Enabled || !s.ExtractOnReset {
+		return ""
+	}
+	return user
+}
+
+// archived wakes the runner for the extraction a local archive recorded.
 func (e *Extractor) archived(ev ResetEvent) {
 	if ev.OldConversation == "" {
 		return
 	}
-	user := MemoryUser(ev.SessionKey, "")
-	if user == "" {
-		return // a chat its members share: no one user's notes to write
-	}
-	if s := e.memory.Settings(ev.Channel, user); !s.Enabled || !s.ExtractOnReset {
-		return
-	}
 	select {
-	case e.queue <- ledger.Extraction{ConversationID: ev.OldConversation, SessionKey: ev.SessionKey, Channel: ev.Channel, UserKey: user, CreatedAt: e.now()}:
+	case e.wake <- struct{}{}:
 	default:
-		e.log.Warn("the extraction queue is full; an archived conversation's notes are not extracted",
-			slog.String("session_key", ev.SessionKey), slog.String("conversation", ev.OldConversation))
 	}
 }
 
@@ -132,14 +136,13 @@ func (e *Extractor) archived(ev ResetEvent) {
 func (e *Extractor) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.done.Add(2)
-	go e.record(ctx)
+	e.done.Add(1)
 	go e.run(ctx)
 }
 
 // Stop ends the Extractor: a run under way is cut (its row is claimed
-// again after its lease, by this replica's next start or another), and
-// queued records not yet written are dropped.
+// again after its lease, by this replica's next start or another); the
+// extractions recorded and not run yet wait in the store.
 func (e *Extractor) Stop() {
 	e.once.Do(func() {
 		close(e.stop)
@@ -148,38 +151,6 @@ func (e *Extractor) Stop() {
 		}
 	})
 	e.done.Wait()
-}
-
-// record writes the queued extractions' rows, then wakes the runner.
-func (e *Extractor) record(ctx context.Context) {
-	defer e.done.Done()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case x := <-e.queue:
-			for try := 0; ; try++ {
-				err := e.store.AddExtraction(ctx, x)
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil || try == 4 {
-					e.log.Warn("recording an extraction failed; its conversation's notes are not extracted",
-						slog.String("conversation", x.ConversationID), slog.String("error", err.Error()))
-					break
-				}
-				select {
-				case <-e.stop:
-					return
-				case <-e.after(time.Duration(try+1) * time.Second):
-				}
-			}
-			select {
-			case e.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
 }
 
 // run claims and runs due extractions until none is left, then waits

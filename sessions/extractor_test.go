@@ -98,7 +98,9 @@ func TestExtractionAtResetRunsOffThePath(t *testing.T) {
 		c := newClock(t0)
 		ag := &extractAgent{answer: "- The user's name is Ann.\n- Ann grows tomatoes.\nNONE", started: make(chan string, 1), release: make(chan struct{}),
 			usage: agent.Usage{PromptTokens: 40, CompletionTokens: 10, TotalTokens: 50}}
-		m := newManager(t, db, ag, c, extractPolicies(Budget{}))
+		ended := &extractionsEnded{states: make(chan string, 4)}
+		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
+		defer m.Shutdown(context.Background())
 		x := NewExtractor(m, db)
 		x.Start()
 		defer x.Stop()
@@ -117,12 +119,10 @@ func TestExtractionAtResetRunsOffThePath(t *testing.T) {
 			t.Fatal("the first reply of the new conversation waited for the extraction")
 		}
 		close(ag.release)
-		user := MemoryUser(key, "ann")
-		deadline := time.Now().Add(10 * time.Second)
-		for len(noteTexts(t, db, user)) < 2 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) // (polling storage for the background result)
+		if state := <-ended.states; state != ledger.ExtractDone {
+			t.Fatalf("the extraction ended %s", state)
 		}
-		notes := noteTexts(t, db, user)
+		notes := noteTexts(t, db, MemoryUser(key, "ann"))
 		if len(notes) != 2 || !strings.Contains(strings.Join(notes, "|"), "grows tomatoes") {
 			t.Fatalf("notes = %q", notes)
 		}
@@ -153,10 +153,7 @@ func TestExtractionCutIsRunAgainAndStoredOnce(t *testing.T) {
 		if _, err := a.Reset(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
 		}
-		ev := <-xa.queue
-		if err := db.AddExtraction(context.Background(), ev); err != nil {
-			t.Fatal(err)
-		}
+		ev := archivedExtraction(t, db, key)
 		// A claims it and is cut off in its model call.
 		var aErr error
 		aDone := make(chan struct{})
@@ -255,10 +252,7 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
 		}
-		ev := <-x.queue
-		if err := db.AddExtraction(context.Background(), ev); err != nil {
-			t.Fatal(err)
-		}
+		ev := archivedExtraction(t, db, key)
 		if ran, err := x.RunOne(context.Background()); !ran || err != nil {
 			t.Fatalf("run = %v, %v", ran, err)
 		}
@@ -272,10 +266,7 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		if _, err := m2.Reset(context.Background(), msg("websocket:bo", "")); err != nil {
 			t.Fatal(err)
 		}
-		ev2 := <-x2.queue
-		if err := db.AddExtraction(context.Background(), ev2); err != nil {
-			t.Fatal(err)
-		}
+		ev2 := archivedExtraction(t, db, "websocket:bo")
 		for {
 			ran, err := x2.RunOne(context.Background())
 			if err != nil {
@@ -341,3 +332,27 @@ func TestExtractionClaimWaitingOnALockTakesNothing(t *testing.T) {
 		}
 	})
 }
+
+// archivedExtraction is the extraction recorded with the archive of
+// key's last conversation, due.
+func archivedExtraction(t *testing.T, db *store.DB, key string) *ledger.Extraction {
+	t.Helper()
+	ctx := context.Background()
+	conv, err := db.LastArchived(ctx, key)
+	if err != nil || conv == nil {
+		t.Fatalf("the archived conversation of %s: %+v, %v", key, conv, err)
+	}
+	x, err := db.Extraction(ctx, conv.ID)
+	if err != nil || x == nil || x.State != ledger.ExtractDue {
+		t.Fatalf("the archive of %s recorded no extraction: %+v, %v", conv.ID, x, err)
+	}
+	return x
+}
+
+// extractionsEnded is an Observer telling how extractions end.
+type extractionsEnded struct {
+	noObserver
+	states chan string
+}
+
+func (o *extractionsEnded) ExtractionEnded(state string) { o.states <- state }

@@ -175,13 +175,10 @@ func init() {
 // NotesVersion names a state of one user's notes: two reads of them
 // taken after the same version was read hold the same notes, so a copy
 // kept with the version it was read after is good while the version
-// stays. Local counts this process's writes of the user's notes; Last and
-// Count, the newest id and how many — read from the database where other
-// processes write (PostgreSQL's replicas), where every write of a user's
-// notes holds the user's lock, so ids are given in the order writes
-// commit and no change leaves both the same.
+// stays. Local counts this process's writes of the user's notes; Changes,
+// every change of them by any process, kept in the database where other
+// processes write (PostgreSQL's replicas).
 type NotesVersion struct {
-	Local uint64
-	Last  int64
-	Count int64
+	Local   uint64
+	Changes int64
 }

@@ -196,7 +196,10 @@ func (s *DB) Archive(ctx context.Context, convID, reason string, at time.Time, e
 			}
 			res := q.Updates(map[string]any{"status": ledger.StatusArchived, "archived_at": at, "reset_reason": reason})
 			archived = res.RowsAffected == 1
-			return res.Error
+			if res.Error != nil || !archived {
+				return res.Error
+			}
+			return s.recordExtraction(tx, convID, at)
 		})
 		if err != nil {
 			return false, fmt.Errorf("archive conversation %s: %w", convID, err)

@@ -16,6 +16,54 @@ import (
 	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
+// ExtractAtArchive makes every archive record the extraction of each
+// conversation it archives, in the transaction that archives it, when
+// user — given the conversation's channel and session key — names whose
+// notes it writes ("" for none): an archive that commits has its
+// extraction, whatever happens to the process after. The archives are
+// Archive (a reset on arrival, /new, the CLI's ResetKey), the sweeps and
+// Reopen. A recorded extraction whose user's memory is off by the time
+// it is claimed is skipped.
+func (s *DB) ExtractAtArchive(user func(channel, sessionKey string) string) { s.extractAt.Store(&user) }
+
+// minExtractSeq is the fewest messages an archived conversation has for
+// its extraction to be recorded: a sweep passes over emptier ones (an
+// extraction reads two user messages at least).
+const minExtractSeq = 2
+
+// recordExtractions inserts the extractions of the conversations tx
+// archived, at, for those ExtractAtArchive's function names a user of.
+func (s *DB) recordExtractions(tx *gorm.DB, archived []ledger.Archived, at time.Time) error {
+	fn := s.extractAt.Load()
+	if fn == nil {
+		return nil
+	}
+	var rows []ledger.Extraction
+	for _, a := range archived {
+		if user := (*fn)(a.Channel, a.SessionKey); user != "" {
+			rows = append(rows, ledger.Extraction{ConversationID: a.ID, SessionKey: a.SessionKey, Channel: a.Channel, UserKey: user,
+				State: ledger.ExtractDue, CreatedAt: at.UTC()})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows).Error
+}
+
+// recordExtraction is recordExtractions of one conversation tx archived,
+// read by its id.
+func (s *DB) recordExtraction(tx *gorm.DB, convID string, at time.Time) error {
+	if s.extractAt.Load() == nil {
+		return nil
+	}
+	a := ledger.Archived{ID: convID}
+	if err := tx.Raw(`SELECT session_key, channel, last_seq FROM conversations WHERE id = ?`, convID).Row().Scan(&a.SessionKey, &a.Channel, &a.LastSeq); err != nil {
+		return err
+	}
+	return s.recordExtractions(tx, worthExtracting([]ledger.Archived{a}), at)
+}
+
 // AddExtraction records the job of an archived conversation, due now;
 // one already recorded (in any state) is left as it is.
 func (s *DB) AddExtraction(ctx context.Context, e ledger.Extraction) error {

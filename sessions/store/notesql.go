@@ -18,6 +18,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -53,9 +55,25 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 			// A GIN index over every user's notes: no read uses it (see
 			// mineOnly), and every note written paid for it.
 			`DROP INDEX IF EXISTS ix_notes_search`,
-			// NotesVersion's read: the user's newest id and count from
-			// the index alone.
-			`CREATE INDEX IF NOT EXISTS ix_notes_user_id ON notes (user_key, id)`,
+			`DROP INDEX IF EXISTS ix_notes_user_id`,
+			// NotesVersion's row: every change of a user's notes, by any
+			// statement of any process, counts in its user's row, in the
+			// transaction that makes it.
+			`CREATE TABLE IF NOT EXISTS note_versions (user_key varchar(255) PRIMARY KEY, version bigint NOT NULL)`,
+			`CREATE OR REPLACE FUNCTION chatgate_note_version() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF TG_OP <> 'DELETE' THEN
+					INSERT INTO note_versions (user_key, version) VALUES (NEW.user_key, 1)
+						ON CONFLICT (user_key) DO UPDATE SET version = note_versions.version + 1;
+				END IF;
+				IF TG_OP = 'DELETE' OR OLD.user_key <> NEW.user_key THEN
+					INSERT INTO note_versions (user_key, version) VALUES (OLD.user_key, 1)
+						ON CONFLICT (user_key) DO UPDATE SET version = note_versions.version + 1;
+				END IF;
+				RETURN NULL;
+			END $$`,
+			`DROP TRIGGER IF EXISTS notes_version ON notes`,
+			`CREATE TRIGGER notes_version AFTER INSERT OR UPDATE OR DELETE ON notes FOR EACH ROW EXECUTE FUNCTION chatgate_note_version()`,
 		}
 	} else {
 		var have int64
@@ -338,18 +356,27 @@ func notesWritten(user string) { noteStripe(user).Add(1) }
 
 // NotesVersion returns the version of user's notes (ledger.NotesVersion):
 // on SQLite this process's count of their writes, read from memory; on
-// PostgreSQL, where other replicas write too, also their newest id and
-// count, from the index (ix_notes_user_id) in one round trip.
+// PostgreSQL, where other replicas write too, also the count of every
+// change of them (note_versions, kept by a trigger), by its primary key,
+// in one round trip.
 func (s *DB) NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error) {
 	v := ledger.NotesVersion{Local: noteStripe(user).Load()}
 	if s.driver != DriverPostgres {
 		return v, nil
 	}
 	return observe(ctx, s, ledger.Call{Op: "NotesVersion"}, func() (ledger.NotesVersion, error) {
-		if err := s.notesDB(ctx).Raw(`SELECT COALESCE(MAX(id), 0), COUNT(*) FROM notes WHERE user_key = ?`, user).
-			Row().Scan(&v.Last, &v.Count); err != nil {
+		// On database/sql: at every turn, GORM's statement building
+		// would cost more than the read.
+		err := s.readSQL().QueryRowContext(ctx, `SELECT version FROM note_versions WHERE user_key = $1`, user).Scan(&v.Changes)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return v, fmt.Errorf("read the version of the notes of %s: %w", user, err)
 		}
 		return v, nil
 	})
+}
+
+// readSQL is the readers' database/sql pool.
+func (s *DB) readSQL() *sql.DB {
+	db, _ := s.read.DB()
+	return db
 }

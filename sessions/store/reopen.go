@@ -48,6 +48,9 @@ func (s *DB) Reopen(ctx context.Context, r ledger.Reopen) error {
 			if res.RowsAffected != 1 {
 				return ledger.ErrStale
 			}
+			if err := s.recordExtraction(tx, r.Current, r.At); err != nil {
+				return err
+			}
 		}
 		set := map[string]any{"status": ledger.StatusActive, "archived_at": nil, "reset_reason": "", "last_activity_at": r.At}
 		if r.StartedAt != nil {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,9 @@ type DB struct {
 	// notesRead is the reader of the notes' reads (notesql.go), set
 	// once by notesOnce.
 	notesOnce sync.Once
+	// extractAt names whose notes an archived conversation writes
+	// (ExtractAtArchive); nil: no extraction is recorded.
+	extractAt atomic.Pointer[func(channel, sessionKey string) string]
 	notesRead *gorm.DB
 }
 

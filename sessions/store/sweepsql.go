@@ -83,7 +83,11 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 				}
 				got = append(got, a)
 			}
-			return rows.Err()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			rows.Close()
+			return s.recordExtractions(tx, worthExtracting(got), at)
 		})
 		if err != nil {
 			return total, fmt.Errorf("%s sweep: %w", reason, err)
@@ -96,6 +100,18 @@ func (s *DB) sweep(ctx context.Context, reason string, at time.Time, each func([
 			return total, nil
 		}
 	}
+}
+
+// worthExtracting are those of archived that hold enough messages for an
+// extraction (minExtractSeq), in a slice of their own.
+func worthExtracting(archived []ledger.Archived) []ledger.Archived {
+	var out []ledger.Archived
+	for _, a := range archived {
+		if a.LastSeq >= minExtractSeq {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Purge deletes archived conversations (and their messages) archived before
