@@ -18,10 +18,10 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
