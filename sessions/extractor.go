@@ -4,16 +4,16 @@ package sessions
 // conversation becomes notes (session.memory.extract_on_reset). It is a
 // service beside the Manager, as the Scheduler is: the wiring builds,
 // starts and stops it. Each archived conversation is one row of
-// memory_extractions (ledger.Extraction), recorded when the archive is
-// told (Routes' archive listeners), claimed by one statement for a lease,
+// memory_extractions (ledger.Extraction), recorded in the transaction
+// that archives it (ExtractionUser), claimed by one statement for a lease,
 // and settled in the transaction that stores its notes and tallies its
 // spend. A run cut anywhere — a crash, a SIGKILL, a database blip —
 // leaves the row claimable again and none of its notes stored; a run
 // whose settle landed is never made again. No note is written twice.
 //
-// It runs off every turn's path: the archive only queues the conversation
-// (the row is written by the Extractor's own goroutine), and its model
-// call is made in the background, budgeted as the user's and tallied as
+// It runs off every turn's path: the archive only adds the row (and a
+// local one wakes the Extractor), and its model call is made in the
+// background, budgeted as the user's and tallied as
 // theirs, as a summary is.
 
 import (
@@ -99,25 +99,28 @@ func NewExtractor(m *Manager, st ExtractionStore) *Extractor {
 	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, obs: m.opts.Observer, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
 		replica: m.opts.ReplicaID, leaseTTL: m.opts.LeaseTTL,
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	st.ExtractAtArchive(e.extractsFor)
+	st.ExtractAtArchive(ExtractionUser(m.Policy))
 	m.routes.OnArchive(e.archived)
 	return e
 }
 
-// extractsFor is whose notes an archived conversation of channel and
-// key writes ("" for none): its user's, when their memory extracts at
-// reset. The store calls it in the transaction that archives it
-// (store.DB.ExtractAtArchive), so an archive that commits has its
-// extraction recorded.
-func (e *Extractor) extractsFor(channel, key string) string {
-	user := MemoryUser(key, "")
-	if user == "" {
-		return "" // a chat its members share: no one user's notes to write
+// ExtractionUser returns whose notes an archived conversation of a
+// channel and session key writes, under policy ("" for none): its
+// user's, when their memory extracts at reset. The store calls it in the
+// transaction that archives a conversation (store.DB.ExtractAtArchive),
+// so an archive that commits has its extraction recorded; the Extractor
+// sets it with the gateway's live policy, the CLI with the file's.
+func ExtractionUser(policy func(channel string) Policy) func(channel, key string) string {
+	return func(channel, key string) string {
+		user := MemoryUser(key, "")
+		if user == "" {
+			return "" // a chat its members share: no one user's notes to write
+		}
+		if s := policy(channel).Memory.For(user); !s.Enabled || !s.ExtractOnReset {
+			return ""
+		}
+		return user
 	}
-	if s := e.memory.Settings(channel, user); !s.Enabled || !s.ExtractOnReset {
-		return ""
-	}
-	return user
 }
 
 // archived wakes the runner for the extraction a local archive recorded.

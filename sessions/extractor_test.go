@@ -266,18 +266,15 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		if _, err := m2.Reset(context.Background(), msg("websocket:bo", "")); err != nil {
 			t.Fatal(err)
 		}
-		ev2 := archivedExtraction(t, db, "websocket:bo")
-		for {
-			ran, err := x2.RunOne(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ran {
-				break
-			}
+		conv, err := db.LastArchived(context.Background(), "websocket:bo")
+		if err != nil || conv == nil {
+			t.Fatalf("bo's archived conversation: %+v, %v", conv, err)
 		}
-		if got, err := db.Extraction(context.Background(), ev2.ConversationID); err != nil || got.State != ledger.ExtractSkipped || ag.extractions() != 0 {
-			t.Fatalf("a one-line conversation's extraction = %+v, %v; model calls %d", got, err, ag.extractions())
+		if x, err := db.Extraction(context.Background(), conv.ID); err != nil || x != nil {
+			t.Fatalf("a one-line conversation's extraction = %+v, %v", x, err)
+		}
+		if ran, err := x2.RunOne(context.Background()); ran || err != nil || ag.extractions() != 0 {
+			t.Fatalf("run = %v, %v; model calls %d", ran, err, ag.extractions())
 		}
 	})
 }
@@ -356,3 +353,90 @@ type extractionsEnded struct {
 }
 
 func (o *extractionsEnded) ExtractionEnded(state string) { o.states <- state }
+
+// Every way a conversation is archived records its extraction in the
+// archive's own transaction — a reset on arrival, /new, the sweep, a
+// resume of the previous conversation, the CLI's reset — so that no
+// archive that committed goes without one, whatever happens to the
+// process after: here no Extractor runs, and a new one, as after a
+// restart, finds every row due. A conversation too short to extract from
+// is passed over, and so is a user whose memory does not extract.
+func TestEveryArchiveRecordsItsExtraction(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		ctx := context.Background()
+		pol := extractPolicies(Budget{})
+		p := pol["websocket"]
+		p.Memory.Users = map[string]MemorySettings{"websocket:off": {Enabled: true, InjectTokens: 400}}
+		pol["websocket"] = p
+		m := newManager(t, db, agent.Echo{}, c, pol)
+		NewExtractor(m, db) // sets what archives record; never started
+		talk := func(key string) string {
+			handle(t, m, msg(key, "first"))
+			return handle(t, m, msg(key, "second")).ConversationID
+		}
+		recorded := func(how, conv string, want bool) {
+			t.Helper()
+			x, err := db.Extraction(ctx, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := x != nil && x.State == ledger.ExtractDue; got != want {
+				t.Fatalf("%s: the extraction of %s = %+v, want recorded %v", how, conv, x, want)
+			}
+		}
+		// /new.
+		conv := talk("websocket:new")
+		if _, err := m.Reset(ctx, msg("websocket:new", "")); err != nil {
+			t.Fatal(err)
+		}
+		recorded("/new", conv, true)
+		// A resume archives the conversation it leaves.
+		left := talk("websocket:new")
+		if _, err := m.Conversations().ResumePrevious(ctx, msg("websocket:new", "")); err != nil {
+			t.Fatal(err)
+		}
+		recorded("a resume", left, true)
+		// The CLI's reset.
+		conv = talk("websocket:cli")
+		if _, err := db.ResetKey(ctx, "websocket:cli", c.Now()); err != nil {
+			t.Fatal(err)
+		}
+		recorded("the CLI's reset", conv, true)
+		// Idle: on arrival, and by the sweep; a user whose memory does
+		// not extract, and a conversation of one message, are passed over.
+		arrival, swept, off := talk("websocket:arrival"), talk("websocket:swept"), talk("websocket:off")
+		short := handle(t, m, msg("websocket:short", "only")).ConversationID
+		c.Advance(2 * time.Hour)
+		handle(t, m, msg("websocket:arrival", "back"))
+		recorded("a reset on arrival", arrival, true)
+		// (Four: the resumed conversation of websocket:new too.)
+		if n, err := NewSweeper(m, nil).SweepIdle(ctx); err != nil || n != 4 {
+			t.Fatalf("sweep = %d, %v; want 4 archived", n, err)
+		}
+		recorded("the sweep", swept, true)
+		recorded("the sweep, memory not extracting", off, false)
+		recorded("the sweep, one message", short, false)
+		// After a restart: a new Extractor runs them all.
+		ag := &extractAgent{answer: "- A fact."}
+		m2 := newManager(t, db, ag, c, pol)
+		x := NewExtractor(m2, db)
+		ran := 0
+		for {
+			ok, err := x.RunOne(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			ran++
+		}
+		// Five: the conversation /new archived, resumed and swept is
+		// extracted once.
+		if ran != 5 || ag.extractions() != 5 {
+			t.Fatalf("after a restart %d extractions ran, %d model calls; want 5", ran, ag.extractions())
+		}
+	})
+}

@@ -37,6 +37,10 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	defer db.Close()
+	// A reset here records its conversation's extraction as the
+	// gateway's would; a running gateway makes it.
+	pols := policies(cfg)
+	db.ExtractAtArchive(sessions.ExtractionUser(func(channel string) sessions.Policy { return pols[channel] }))
 
 	arg := fs.Arg(0)
 	needArg := func(what string) bool {

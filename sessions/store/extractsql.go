@@ -27,9 +27,9 @@ import (
 func (s *DB) ExtractAtArchive(user func(channel, sessionKey string) string) { s.extractAt.Store(&user) }
 
 // minExtractSeq is the fewest messages an archived conversation has for
-// its extraction to be recorded: a sweep passes over emptier ones (an
-// extraction reads two user messages at least).
-const minExtractSeq = 2
+// its extraction to be recorded: an extraction reads two user messages
+// at least, so one message and its reply (or none) are passed over.
+const minExtractSeq = 3
 
 // recordExtractions inserts the extractions of the conversations tx
 // archived, at, for those ExtractAtArchive's function names a user of.

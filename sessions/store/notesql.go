@@ -21,11 +21,12 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"gorm.io/gorm"
@@ -357,23 +358,109 @@ func notesWritten(user string) { noteStripe(user).Add(1) }
 // NotesVersion returns the version of user's notes (ledger.NotesVersion):
 // on SQLite this process's count of their writes, read from memory; on
 // PostgreSQL, where other replicas write too, also the count of every
-// change of them (note_versions, kept by a trigger), by its primary key,
-// in one round trip.
+// change of them (note_versions, kept by a trigger), read by key — one
+// statement for the users of every turn asking at once (versionReads).
 func (s *DB) NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error) {
 	v := ledger.NotesVersion{Local: noteStripe(user).Load()}
 	if s.driver != DriverPostgres {
 		return v, nil
 	}
 	return observe(ctx, s, ledger.Call{Op: "NotesVersion"}, func() (ledger.NotesVersion, error) {
-		// On database/sql: at every turn, GORM's statement building
-		// would cost more than the read.
-		err := s.readSQL().QueryRowContext(ctx, `SELECT version FROM note_versions WHERE user_key = $1`, user).Scan(&v.Changes)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		s.versionsOnce.Do(func() { s.versions = &versionReads{db: s.readSQL(), wait: map[string][]chan versionAnswer{}} })
+		changes, err := s.versions.read(ctx, user)
+		if err != nil {
 			return v, fmt.Errorf("read the version of the notes of %s: %w", user, err)
 		}
+		v.Changes = changes
 		return v, nil
 	})
 }
+
+// versionReads reads note_versions for the turns that ask, in batches:
+// the users asking while a read is out are read together by the next
+// one. At 50 turns at once a statement each cost a PostgreSQL turn a
+// third of its time (docs/performance.md, "Memory").
+type versionReads struct {
+	db   *sql.DB
+	mu   sync.Mutex
+	wait map[string][]chan versionAnswer
+	busy bool // a reader is running (readAll)
+}
+
+type versionAnswer struct {
+	changes int64
+	err     error
+}
+
+// read returns user's count of changes (0: none yet).
+func (r *versionReads) read(ctx context.Context, user string) (int64, error) {
+	ch := make(chan versionAnswer, 1)
+	r.mu.Lock()
+	r.wait[user] = append(r.wait[user], ch)
+	lead := !r.busy
+	r.busy = true
+	r.mu.Unlock()
+	if lead {
+		go r.readAll()
+	}
+	select {
+	case a := <-ch:
+		return a.changes, a.err
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+}
+
+// readAll reads the waiting users' versions, a statement at a time,
+// until none waits.
+func (r *versionReads) readAll() {
+	for {
+		r.mu.Lock()
+		batch := r.wait
+		if len(batch) == 0 {
+			r.busy = false
+			r.mu.Unlock()
+			return
+		}
+		r.wait = make(map[string][]chan versionAnswer, len(batch))
+		r.mu.Unlock()
+		got, err := r.readBatch(batch)
+		for user, chs := range batch {
+			for _, ch := range chs {
+				ch <- versionAnswer{changes: got[user], err: err}
+			}
+		}
+	}
+}
+
+func (r *versionReads) readBatch(batch map[string][]chan versionAnswer) (map[string]int64, error) {
+	users := make([]string, 0, len(batch))
+	for u := range batch {
+		users = append(users, u)
+	}
+	// Its own bound: the statement answers every waiter, whatever became
+	// of the one that started it.
+	ctx, cancel := context.WithTimeout(context.Background(), versionReadTimeout)
+	defer cancel()
+	rows, err := r.db.QueryContext(ctx, `SELECT user_key, version FROM note_versions WHERE user_key = ANY($1)`, users)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := make(map[string]int64, len(users))
+	for rows.Next() {
+		var u string
+		var v int64
+		if err := rows.Scan(&u, &v); err != nil {
+			return nil, err
+		}
+		got[u] = v
+	}
+	return got, rows.Err()
+}
+
+// versionReadTimeout bounds a batch's read of note_versions.
+const versionReadTimeout = 5 * time.Second
 
 // readSQL is the readers' database/sql pool.
 func (s *DB) readSQL() *sql.DB {

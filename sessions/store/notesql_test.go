@@ -426,3 +426,46 @@ func TestNotesVersionFollowsEveryWrite(t *testing.T) {
 		})
 	})
 }
+
+// On PostgreSQL the turns asking at once are answered by one statement:
+// each still gets its own user's version.
+func TestNotesVersionsReadTogether(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		if db.driver != DriverPostgres {
+			t.Skip("SQLite's versions are read from memory")
+		}
+		ctx := context.Background()
+		users := make([]string, 8)
+		for i := range users {
+			users[i] = fmt.Sprint("websocket:batch-", i)
+			for range i {
+				if ok, err := db.AddNote(ctx, &ledger.Note{UserKey: users[i], Text: "x", Author: ledger.NoteByUser, CreatedAt: time.Now()}, 0); err != nil || !ok {
+					t.Fatal(ok, err)
+				}
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8*25)
+		for i, u := range users {
+			for range 25 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					v, err := db.NotesVersion(ctx, u)
+					if err == nil && v.Changes != int64(i) {
+						err = fmt.Errorf("%s: %d changes, want %d", u, v.Changes, i)
+					}
+					if err != nil {
+						errs <- err
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	})
+}

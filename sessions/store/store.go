@@ -53,6 +53,10 @@ type DB struct {
 	// notesRead is the reader of the notes' reads (notesql.go), set
 	// once by notesOnce.
 	notesOnce sync.Once
+	// versions batches PostgreSQL's reads of notes' versions, made once
+	// by versionsOnce (notesql.go).
+	versionsOnce sync.Once
+	versions     *versionReads
 	// extractAt names whose notes an archived conversation writes
 	// (ExtractAtArchive); nil: no extraction is recorded.
 	extractAt atomic.Pointer[func(channel, sessionKey string) string]
