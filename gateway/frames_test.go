@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -128,7 +129,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			if frame.AllNotes {
 				in.All = &frame.AllNotes
 			} else {
-				in.ID = &frame.NoteID
+				in.ID = json.RawMessage(strconv.FormatInt(frame.NoteID, 10))
 			}
 			wire = in
 		}

@@ -17,6 +17,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -76,8 +78,10 @@ func newMemoryFrame(enabled bool, list []ledger.Note) memoryFrame {
 type memoryFrameIn struct {
 	Type string  `json:"type"`
 	Text *string `json:"text"`
-	ID   *int64  `json:"id"`
-	All  *bool   `json:"all"`
+	// ID is forget's note (a number), or remember's own id (a string):
+	// a remember sent again with the same id keeps one note.
+	ID  json.RawMessage `json:"id,omitempty"`
+	All *bool           `json:"all,omitempty"`
 }
 
 // isMemoryFrame reports whether a frame's type is one of the memory
@@ -102,6 +106,9 @@ func decodeMemoryFrame(data []byte) (f *clientFrame, werr *wsError, ok bool) {
 	if dec.More() {
 		return nil, errBadFrame.with("one JSON object per frame"), true
 	}
+	if string(d.ID) == "null" {
+		d.ID = nil // as if absent, as for the other fields
+	}
 	out := &clientFrame{Type: d.Type}
 	switch d.Type {
 	case "memory":
@@ -109,20 +116,35 @@ func decodeMemoryFrame(data []byte) (f *clientFrame, werr *wsError, ok bool) {
 			return nil, errBadFrame.with("memory asks for the notes: it has no text, id or all"), true
 		}
 	case "remember":
-		if d.Text == nil || d.ID != nil || d.All != nil {
-			return nil, errBadFrame.with("remember needs the note's text (text), and nothing else"), true
+		if d.Text == nil || d.All != nil {
+			return nil, errBadFrame.with("remember needs the note's text (text), an id of the client's (a string) if any, and nothing else"), true
 		}
 		out.Text = d.Text
+		if d.ID != nil {
+			if json.Unmarshal(d.ID, &out.ID) != nil || out.ID == "" {
+				return nil, errBadFrame.with("remember's id is the client's own: a string, not empty"), true
+			}
+			if len(out.ID) > maxClientMsgID {
+				return nil, errBadFrame.with("remember's id is over %d bytes", maxClientMsgID), true
+			}
+		}
 	case "forget":
+		var id *int64
+		if d.ID != nil {
+			id = new(int64)
+			if json.Unmarshal(d.ID, id) != nil {
+				return nil, errBadFrame.with("forget id is a note's id: a number"), true
+			}
+		}
 		switch {
 		case d.Text != nil:
 			return nil, errBadFrame.with("forget names a note by its id (a number), or all: true"), true
-		case d.ID != nil && d.All != nil:
+		case id != nil && d.All != nil:
 			return nil, errBadFrame.with("forget takes an id or all, not both"), true
-		case d.ID != nil && *d.ID <= 0:
+		case id != nil && *id <= 0:
 			return nil, errBadFrame.with("forget id must be a positive number"), true
-		case d.ID != nil:
-			out.NoteID = *d.ID
+		case id != nil:
+			out.NoteID = *id
 		case d.All != nil && *d.All:
 			out.AllNotes = true
 		default:
@@ -180,7 +202,7 @@ func (c *wsConn) changeMemory(ctx context.Context, mem Memory, user string, f *c
 	case f.Type == "remember":
 		conv, _ := c.position()
 		_, err := mem.Remember(ctx, sessions.NoteRequest{Channel: Channel, User: user, Text: *f.Text, Author: ledger.NoteByUser,
-			ConversationID: conv})
+			ConversationID: conv, CallKey: rememberKey(user, f.ID)})
 		switch {
 		case errors.Is(err, sessions.ErrMemoryOff):
 			return errMemoryOff
@@ -212,4 +234,16 @@ func (c *wsConn) memoryFrame(ctx context.Context, mem Memory, user string) ([]by
 		return nil, readError(err, "the notes could not be read; ask again")
 	}
 	return encode(newMemoryFrame(mem.Enabled(Channel, user), list)), nil
+}
+
+// rememberKey is the call key of a remember frame with the client's id
+// (sessions.NoteRequest.CallKey): the user's and the id's hash, so that
+// the same id sent again by the same user keeps one note, and no user's
+// id can name another's. "" without an id.
+func rememberKey(user, id string) string {
+	if id == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(user + "\x00" + id))
+	return "ws-remember:" + hex.EncodeToString(h[:16])
 }

@@ -155,6 +155,9 @@ func TestMemoryFrames(t *testing.T) {
 		`{"type":"forget","id":2,"session":"websocket:eve"}`,
 		`{"type":"remember","text":"x","user":"eve"}`,
 		`{"type":"memory","user":"eve"}`,
+		`{"type":"remember","text":"x","id":12}`,
+		`{"type":"remember","text":"x","id":""}`,
+		`{"type":"remember","text":"x","id":"` + strings.Repeat("i", 129) + `"}`,
 	} {
 		ann.sendRaw(bad)
 		if ef := ann.expect("error"); ef["code"] != "bad_frame" {
@@ -168,7 +171,19 @@ func TestMemoryFrames(t *testing.T) {
 			t.Fatalf("after forget all: %v", f)
 		}
 	}
+
 	if got, _ := e.mgr.Memory().List(context.Background(), sessions.WebSocketKey("ann")); len(got) != 0 {
 		t.Fatalf("ann's notes after forget all: %+v", got)
+	}
+
+	// A remember with the client's id, sent again (a resend after a
+	// reconnect), keeps one note; the same id from another user is
+	// theirs.
+	for range 2 {
+		ann.send(map[string]any{"type": "remember", "id": "r-1", "text": "I cycle to work"})
+		if f := ann.expect("memory"); len(f["notes"].([]any)) != 1 {
+			t.Fatalf("remember r-1: %v", f)
+		}
+		ann2.expect("memory")
 	}
 }

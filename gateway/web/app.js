@@ -590,7 +590,7 @@
     ev.preventDefault();
     const text = memoryText.value.trim();
     if (!text) { memoryFailed("Write the note first."); return; }
-    changeMemory("remember", { type: "remember", text: text });
+    changeMemory("remember", { type: "remember", id: newId(), text: text });
   });
   forgetAllBtn.addEventListener("click", function () {
     const n = memoryList.children.length;
