@@ -183,13 +183,9 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 					}
 				}
 			}
-			if u := e.Usage; u != nil {
-				row := ledger.UsageDay{UserKey: u.User, Day: u.Day, Model: u.Model, Channel: u.Channel, PromptTokens: u.PromptTokens,
-					CompletionTokens: u.CompletionTokens, Cost: u.Cost, Turns: u.Turns, EstimatedTokens: u.EstimatedTokens}
-				if err := tx.Exec(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns, estimated_tokens)
-					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`+usageUpsertTail, row.UserKey, row.Day, row.Model, row.Channel, row.PromptTokens,
-					row.CompletionTokens, row.Cost, row.Turns, row.EstimatedTokens).Error; err != nil {
-					return fmt.Errorf("tally usage: %w", err)
+			if e.Usage != nil {
+				if err := tallyOne(tx, e.Usage); err != nil {
+					return err
 				}
 			}
 			return tx.Exec(`UPDATE memory_extractions SET state = ?, lease_until = NULL, notes = ?, error = ?, ended_at = ?

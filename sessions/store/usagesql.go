@@ -40,16 +40,30 @@ func tallyUsage(tx *gorm.DB, st *stmtCache, ops []*writeOp) error {
 	rows := ledger.UsageRows(usageOf(ops))
 	for start := 0; start < len(rows); start += stmtRows {
 		chunk := rows[start:min(start+stmtRows, len(rows))]
-		args := make([]any, 0, 9*len(chunk))
-		for i := range chunk {
-			r := &chunk[i]
-			args = append(args, &r.UserKey, &r.Day, &r.Model, &r.Channel, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
-		}
-		if _, err := st.exec(tx, tallyUsageSQL.text(len(chunk)), args...); err != nil {
+		if _, err := st.exec(tx, tallyUsageSQL.text(len(chunk)), usageArgs(chunk)...); err != nil {
 			return fmt.Errorf("tally usage: %w", err)
 		}
 	}
 	return nil
+}
+
+// tallyOne adds one usage to its row on tx, as tallyUsage does (an
+// extraction's settle).
+func tallyOne(tx *gorm.DB, u *ledger.Usage) error {
+	if err := tx.Exec(tallyUsageSQL.text(1), usageArgs(ledger.UsageRows([]*ledger.Usage{u}))...).Error; err != nil {
+		return fmt.Errorf("tally usage: %w", err)
+	}
+	return nil
+}
+
+// usageArgs is the arguments of tallyUsageSQL for rows.
+func usageArgs(rows []ledger.UsageDay) []any {
+	args := make([]any, 0, 9*len(rows))
+	for i := range rows {
+		r := &rows[i]
+		args = append(args, &r.UserKey, &r.Day, &r.Model, &r.Channel, &r.PromptTokens, &r.CompletionTokens, &r.Cost, &r.Turns, &r.EstimatedTokens)
+	}
+	return args
 }
 
 var tallyUsageSQL = newRowTexts(`INSERT INTO usage_days (user_key, day, model, channel, prompt_tokens, completion_tokens, cost, turns, estimated_tokens) VALUES `,
