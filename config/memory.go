@@ -24,13 +24,17 @@ type SessionMemory struct {
 	MaxNotes *int `yaml:"max_notes"`
 	// ExtractOnReset: when a conversation is archived, a background model
 	// call writes what is worth keeping of it as notes (default false).
-	ExtractOnReset *bool                 `yaml:"extract_on_reset"`
-	Users          map[string]MemoryKeys `yaml:"users"`
+	ExtractOnReset *bool `yaml:"extract_on_reset"`
+	// Approve is how the model's memory tools run: auto (default), or
+	// ask — each call waits for the user's decision, as an MCP tool's
+	// with approve: ask.
+	Approve *string               `yaml:"approve"`
+	Users   map[string]MemoryKeys `yaml:"users"`
 }
 
 // keys are the level's own keys, without its users.
 func (m SessionMemory) keys() MemoryKeys {
-	return MemoryKeys{Enabled: m.Enabled, InjectTokens: m.InjectTokens, MaxNotes: m.MaxNotes, ExtractOnReset: m.ExtractOnReset}
+	return MemoryKeys{Enabled: m.Enabled, InjectTokens: m.InjectTokens, MaxNotes: m.MaxNotes, ExtractOnReset: m.ExtractOnReset, Approve: m.Approve}
 }
 
 // MemoryKeys are one user's keys under session.memory.users.
@@ -47,14 +51,18 @@ type MemoryKeys struct {
 	// ExtractOnReset: when a conversation is archived, a background model
 	// call writes what is worth keeping of it as notes (default false).
 	ExtractOnReset *bool `yaml:"extract_on_reset"`
+	// Approve is how the model's memory tools run for the user: auto or
+	// ask.
+	Approve *string `yaml:"approve"`
 }
 
 // Defaults and bounds of session.memory.
 const (
-	DefaultInjectTokens = 400
-	MaxInjectTokens     = 8000
-	DefaultMaxNotes     = 200
-	MaxMaxNotes         = 10_000
+	DefaultInjectTokens  = 400
+	MaxInjectTokens      = 8000
+	DefaultMaxNotes      = 200
+	MaxMaxNotes          = 10_000
+	DefaultMemoryApprove = ApproveAuto
 )
 
 // Memory is one set of effective memory settings with their provenance.
@@ -63,6 +71,7 @@ type Memory struct {
 	InjectTokens   Value[int]
 	MaxNotes       Value[int]
 	ExtractOnReset Value[bool]
+	Approve        Value[string]
 }
 
 // memory resolves a channel's session.memory:
@@ -75,6 +84,7 @@ func (c *Config) memory(base string, s Session) Memory {
 		InjectTokens:   pick(c, DefaultInjectTokens, cand[int]{p + "inject_tokens", mine.InjectTokens}, cand[int]{"session.memory.inject_tokens", top.InjectTokens}),
 		MaxNotes:       pick(c, DefaultMaxNotes, cand[int]{p + "max_notes", mine.MaxNotes}, cand[int]{"session.memory.max_notes", top.MaxNotes}),
 		ExtractOnReset: pick(c, false, cand[bool]{p + "extract_on_reset", mine.ExtractOnReset}, cand[bool]{"session.memory.extract_on_reset", top.ExtractOnReset}),
+		Approve:        pick(c, DefaultMemoryApprove, cand[string]{p + "approve", mine.Approve}, cand[string]{"session.memory.approve", top.Approve}),
 	}
 }
 
@@ -107,11 +117,13 @@ func (c *Config) userMemory(base string, s Session, channel Memory) map[string]M
 			InjectTokens:   pick(c, channel.InjectTokens.V, cand[int]{cp + "inject_tokens", mine.InjectTokens}, cand[int]{tp + "inject_tokens", top.InjectTokens}),
 			MaxNotes:       pick(c, channel.MaxNotes.V, cand[int]{cp + "max_notes", mine.MaxNotes}, cand[int]{tp + "max_notes", top.MaxNotes}),
 			ExtractOnReset: pick(c, channel.ExtractOnReset.V, cand[bool]{cp + "extract_on_reset", mine.ExtractOnReset}, cand[bool]{tp + "extract_on_reset", top.ExtractOnReset}),
+			Approve:        pick(c, channel.Approve.V, cand[string]{cp + "approve", mine.Approve}, cand[string]{tp + "approve", top.Approve}),
 		}
 		m.Enabled.From = inherit(m.Enabled.From, channel.Enabled.From)
 		m.InjectTokens.From = inherit(m.InjectTokens.From, channel.InjectTokens.From)
 		m.MaxNotes.From = inherit(m.MaxNotes.From, channel.MaxNotes.From)
 		m.ExtractOnReset.From = inherit(m.ExtractOnReset.From, channel.ExtractOnReset.From)
+		m.Approve.From = inherit(m.Approve.From, channel.Approve.From)
 		out[u] = m
 	}
 	return out
@@ -127,6 +139,9 @@ func (c *Config) validateMemory(path string, m SessionMemory) Errors {
 		}
 		if n := k.MaxNotes; n != nil && (*n < 1 || *n > MaxMaxNotes) {
 			errs = append(errs, c.errAt(p+"max_notes", "must be 1–%d, got %d", MaxMaxNotes, *n))
+		}
+		if a := k.Approve; a != nil && *a != ApproveAuto && *a != ApproveAsk {
+			errs = append(errs, c.errAt(p+"approve", "%q is not one of auto, ask (turn memory off to keep the model from its tools)", *a))
 		}
 	}
 	check(path+".memory.", m.keys())
@@ -162,6 +177,7 @@ func describeMemory(w io.Writer, p Policy) {
 		fmt.Fprintf(w, "  %smemory.inject_tokens\t%d\t%s\n", prefix, m.InjectTokens.V, m.InjectTokens.From)
 		fmt.Fprintf(w, "  %smemory.max_notes\t%d\t%s\n", prefix, m.MaxNotes.V, m.MaxNotes.From)
 		fmt.Fprintf(w, "  %smemory.extract_on_reset\t%t\t%s\n", prefix, m.ExtractOnReset.V, m.ExtractOnReset.From)
+		fmt.Fprintf(w, "  %smemory.approve\t%s\t%s\n", prefix, m.Approve.V, m.Approve.From)
 	}
 	line("", p.Memory)
 	users := make([]string, 0, len(p.UserMemory))

@@ -80,12 +80,14 @@ channels:
         max_notes: 0
         users:
           "websocket:ann": {max_notes: 20000}
+          "websocket:bo": {approve: deny}
 `)
 	if err == nil {
 		t.Fatal("bad memory values accepted")
 	}
 	for _, want := range []string{"bot.yaml:3", "session.memory.inject_tokens", "channels.websocket.session.memory.max_notes",
-		"channels.websocket.session.memory.users.websocket:ann.max_notes", "must be 1–10000"} {
+		"channels.websocket.session.memory.users.websocket:ann.max_notes", "must be 1–10000",
+		"bot.yaml:11", "channels.websocket.session.memory.users.websocket:bo.approve", `"deny" is not one of auto, ask`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/tools"
 )
 
 // MemorySettings are one user's session.memory.
@@ -33,6 +34,10 @@ type MemorySettings struct {
 	// ExtractOnReset: an archived conversation's notes are extracted by
 	// a background model call.
 	ExtractOnReset bool
+	// AskTools: each call of the model's memory tools waits for the
+	// user's decision (session.memory.approve: ask), as an MCP tool's
+	// with approve: ask.
+	AskTools bool
 }
 
 // MemoryPolicy is a channel's session.memory: its users' settings, and
@@ -340,6 +345,18 @@ func isMemoryTool(name string) bool { return strings.HasPrefix(name, MemoryToolS
 // user's memory is on.
 func (mem *Memory) allows(in Inbound, name string) bool {
 	return !mem.tools || !isMemoryTool(name) || mem.Enabled(in.Channel, memoryUserOf(in))
+}
+
+// rule is the rule a memory tool's call of a turn of in runs by: the
+// server's (run at once), or asking the user where their memory says
+// ask. Other tools' rules are theirs.
+func (mem *Memory) rule(in Inbound, name string, r tools.Rule) tools.Rule {
+	if mem.tools && isMemoryTool(name) && r.Approve != tools.ApproveDeny {
+		if user := memoryUserOf(in); user != "" && mem.Settings(in.Channel, user).AskTools {
+			r.Approve = tools.ApproveAsk
+		}
+	}
+	return r
 }
 
 // offered is what of offered a turn of in is offered: without the

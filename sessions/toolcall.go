@@ -43,6 +43,7 @@ func (tt *toolTurn) run(ctx context.Context, c *ledger.ToolCall, running *atomic
 	// taken for a tool nobody offers.
 	rule, known := m.opts.Tools.Rule(ctx, tt.in.Channel, tt.in.UserID, c.Name)
 	known = known && m.memory.allows(tt.in, c.Name)
+	rule = m.memory.rule(tt.in, c.Name, rule)
 	if ctx.Err() != nil {
 		return toolOutcome{err: context.Cause(ctx)}
 	}

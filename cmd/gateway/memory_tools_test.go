@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -267,6 +268,53 @@ func TestGroupMemberCannotReachAnothersNotesThroughTheModel(t *testing.T) {
 		// What Eve's model wrote is Eve's own note, whatever it says.
 		if got, _ := r.m.Memory().List(ctx, eve); len(got) != 1 || got[0].Author != ledger.NoteByModel {
 			t.Fatalf("Eve's notes: %+v", got)
+		}
+	})
+}
+
+// With session.memory.approve: ask, each memory tool call of that user
+// waits for their decision, as an MCP tool's with approve: ask: denied,
+// nothing is kept; allowed, the note is. Others' calls run at once.
+func TestMemoryToolsAskWhereTheUserSaysSo(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		r := newMemoryRig(t, open(), `
+session:
+  memory:
+    enabled: true
+    users:
+      "websocket:cy": {approve: ask}
+`)
+		ctx := context.Background()
+		var mu sync.Mutex
+		allow := false
+		var asked []string
+		r.m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+			mu.Lock()
+			asked = append(asked, a.SessionKey+" "+a.Call.Name)
+			d := sessions.ToolDecision{SessionKey: a.SessionKey, UserID: a.UserID, ID: a.Call.ID, Allow: allow}
+			mu.Unlock()
+			go r.m.Approvals().DecideTool(context.WithoutCancel(ctx), d)
+			return "", nil
+		}})
+		reply := r.turn(t, "websocket", "cy", "c1", "memory__remember", `{"text": "Cy keeps goats."}`)
+		if got, _ := r.m.Memory().List(ctx, "websocket:cy"); len(got) != 0 || !strings.Contains(reply, "denied") {
+			t.Fatalf("a denied remember: reply %q, notes %+v", reply, got)
+		}
+		mu.Lock()
+		allow = true
+		mu.Unlock()
+		r.turn(t, "websocket", "cy", "c2", "memory__remember", `{"text": "Cy keeps goats."}`)
+		if got, _ := r.m.Memory().List(ctx, "websocket:cy"); len(got) != 1 {
+			t.Fatalf("an allowed remember: notes %+v", got)
+		}
+		r.turn(t, "websocket", "ann", "a1", "memory__remember", `{"text": "Ann keeps bees."}`)
+		if got, _ := r.m.Memory().List(ctx, "websocket:ann"); len(got) != 1 {
+			t.Fatalf("ann's remember: notes %+v", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"websocket:cy memory__remember", "websocket:cy memory__remember"}; !slices.Equal(asked, want) {
+			t.Fatalf("asked %q, want %q", asked, want)
 		}
 	})
 }

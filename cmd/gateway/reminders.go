@@ -16,7 +16,8 @@ func reminderPolicy(p config.Policy) sessions.ReminderPolicy {
 // takes it, its users' own settings included.
 func memoryPolicy(p config.Policy) sessions.MemoryPolicy {
 	of := func(m config.Memory) sessions.MemorySettings {
-		return sessions.MemorySettings{Enabled: m.Enabled.V, InjectTokens: m.InjectTokens.V, MaxNotes: m.MaxNotes.V, ExtractOnReset: m.ExtractOnReset.V}
+		return sessions.MemorySettings{Enabled: m.Enabled.V, InjectTokens: m.InjectTokens.V, MaxNotes: m.MaxNotes.V, ExtractOnReset: m.ExtractOnReset.V,
+			AskTools: m.Approve.V == config.ApproveAsk}
 	}
 	mp := sessions.MemoryPolicy{Default: of(p.Memory)}
 	if len(p.UserMemory) > 0 {
