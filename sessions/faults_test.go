@@ -92,6 +92,13 @@ func TestFaultAtEveryStep(t *testing.T) {
 				visitFaults(t, sc.name+" on "+driver, func(k int, mode faults.Mode) faultRun { return runFaults(t, open, sc, k, mode) })
 			})
 		}
+		// An extraction at reset, with the Extractor driving it
+		// (runExtractionFaults).
+		t.Run(driver+"/reset-extraction", func(t *testing.T) {
+			t.Parallel()
+			open := faultDB(t, driver)
+			visitFaults(t, "reset-extraction on "+driver, func(k int, mode faults.Mode) faultRun { return runExtractionFaults(t, open, k, mode) })
+		})
 		// A schedule's fire, with the scheduler driving it (runFireFaults).
 		t.Run(driver+"/schedule-fire", func(t *testing.T) {
 			t.Parallel()
