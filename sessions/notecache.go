@@ -138,17 +138,22 @@ type userNotes struct {
 	// tooMany: the user keeps more than noteCacheNotes; notes is empty
 	// and the database is searched.
 	tooMany bool
-	// postings: for each word, the notes holding it (index in notes) and
-	// how often; length: each note's words; avgLen their mean.
-	postings map[string][]posting
-	length   []int32
-	avgLen   float64
-	size     int64
+	// words: for each word, its idf and the notes holding it, each with
+	// the word's BM25 weight there — all of a ranking that does not
+	// depend on the query, computed once.
+	words map[string]*wordPostings
+	size  int64
+}
+
+type wordPostings struct {
+	idf      float64
+	postings []posting
 }
 
 type posting struct {
-	note  int32
-	count int32
+	note   int32
+	count  int32
+	weight float64 // tf·(k1+1) / (tf + k1·(1 − b + b·len/avgLen))
 }
 
 // notePostingSize is a posting's bytes, and noteOverhead what a note and
@@ -160,32 +165,48 @@ const (
 
 // newUserNotes indexes notes (newest first) read after version v.
 func newUserNotes(v ledger.NotesVersion, notes []ledger.Note) *userNotes {
-	u := &userNotes{version: v, notes: notes, postings: map[string][]posting{}, length: make([]int32, len(notes)),
-		size: 256}
+	u := &userNotes{version: v, notes: notes, words: map[string]*wordPostings{}, size: 256}
+	length := make([]int, len(notes))
 	total := 0
 	for i, n := range notes {
 		words := ledger.NoteWords(n.Text)
-		u.length[i] = int32(len(words))
+		length[i] = len(words)
 		total += len(words)
 		u.size += noteOverhead + int64(len(n.Text)+len(n.UserKey)+len(n.Author)+len(n.ConversationID)+len(n.CallKey))
 		for _, w := range words {
 			if ledger.IsStopWord(w) {
 				continue
 			}
-			ps := u.postings[w]
-			if k := len(ps) - 1; k >= 0 && ps[k].note == int32(i) {
-				ps[k].count++
+			wp := u.words[w]
+			if wp == nil {
+				wp = &wordPostings{}
+				u.words[w] = wp
+				u.size += int64(len(w)) + 96 // the map's entry and its postings
+			}
+			if k := len(wp.postings) - 1; k >= 0 && wp.postings[k].note == int32(i) {
+				wp.postings[k].count++
 				continue
 			}
-			if ps == nil {
-				u.size += int64(len(w)) + 48 // the map's entry
-			}
-			u.postings[w] = append(ps, posting{note: int32(i), count: 1})
+			wp.postings = append(wp.postings, posting{note: int32(i), count: 1})
 			u.size += notePostingSize
 		}
 	}
-	if len(notes) > 0 {
-		u.avgLen = float64(total) / float64(len(notes))
+	if len(notes) == 0 {
+		return u
+	}
+	avg, n := float64(total)/float64(len(notes)), float64(len(notes))
+	for _, wp := range u.words {
+		// FTS5's idf: log((N - n + 0.5) / (n + 0.5)), and a word in
+		// more than half of the notes still counts a little.
+		wp.idf = math.Log((n - float64(len(wp.postings)) + 0.5) / (float64(len(wp.postings)) + 0.5))
+		if wp.idf <= 0 {
+			wp.idf = 1e-6
+		}
+		for j := range wp.postings {
+			p := &wp.postings[j]
+			tf := float64(p.count)
+			p.weight = tf * (bm25K1 + 1) / (tf + bm25K1*(1-bm25B+bm25B*float64(length[p.note])/avg))
+		}
 	}
 	return u
 }
@@ -193,35 +214,29 @@ func newUserNotes(v ledger.NotesVersion, notes []ledger.Note) *userNotes {
 // notesFor is what a turn's NotesFor would return, from the copy: up to
 // limit of the notes sharing a word with query, the best ranked first
 // (the newer first among equals), then up to limit of the newest, each
-// once.
-func (u *userNotes) notesFor(query string, limit int) []ledger.Note {
-	n := float64(len(u.notes))
+// once. The notes are the copy's own: never to be changed.
+func (u *userNotes) notesFor(query string, limit int) []*ledger.Note {
 	type scored struct {
 		note  int32
 		score float64
 	}
+	var score []float64 // by note, once a word matched
 	var hits []scored
-	at := map[int32]int{}
 	for _, w := range ledger.SearchWords(query) {
-		ps := u.postings[w]
-		if len(ps) == 0 {
+		wp := u.words[w]
+		if wp == nil {
 			continue
 		}
-		// FTS5's idf: log((N - n + 0.5) / (n + 0.5)), and a word in
-		// more than half of the notes still counts a little.
-		idf := math.Log((n - float64(len(ps)) + 0.5) / (float64(len(ps)) + 0.5))
-		if idf <= 0 {
-			idf = 1e-6
+		if score == nil {
+			score = make([]float64, len(u.notes))
 		}
-		for _, p := range ps {
-			tf := float64(p.count)
-			s := idf * tf * (bm25K1 + 1) / (tf + bm25K1*(1-bm25B+bm25B*float64(u.length[p.note])/u.avgLen))
-			if i, ok := at[p.note]; ok {
-				hits[i].score += s
-			} else {
-				at[p.note] = len(hits)
-				hits = append(hits, scored{p.note, s})
-			}
+		for _, p := range wp.postings {
+			score[p.note] += wp.idf * p.weight
+		}
+	}
+	for i, sc := range score {
+		if sc > 0 {
+			hits = append(hits, scored{int32(i), sc})
 		}
 	}
 	// notes are newest first: the lower index is the newer note.
@@ -231,15 +246,14 @@ func (u *userNotes) notesFor(query string, limit int) []ledger.Note {
 		}
 		return cmp.Compare(a.note, b.note)
 	})
-	out := make([]ledger.Note, 0, min(len(hits), limit)+min(len(u.notes), limit))
-	seen := make(map[int32]bool, limit)
+	out := make([]*ledger.Note, 0, min(len(hits), limit)+min(len(u.notes), limit))
 	for _, h := range hits[:min(len(hits), limit)] {
-		seen[h.note] = true
-		out = append(out, u.notes[h.note])
+		score[h.note] = -1 // taken
+		out = append(out, &u.notes[h.note])
 	}
 	for i := range min(len(u.notes), limit) {
-		if !seen[int32(i)] {
-			out = append(out, u.notes[i])
+		if score == nil || score[i] >= 0 {
+			out = append(out, &u.notes[i])
 		}
 	}
 	return out
@@ -254,7 +268,7 @@ func (u *userNotes) notesFor(query string, limit int) []ledger.Note {
 // copy is taken without reading the version: use records the copy's, and
 // the early call checks it against the version its message's commit read
 // (earlyCall.checkNotes), so that a turn pays no round trip of its own.
-func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int, use *notesUse) ([]ledger.Note, error) {
+func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int, use *notesUse) ([]*ledger.Note, error) {
 	if use != nil && mem.store.SharedNotes() {
 		if u, ok := mem.cache.peek(user); ok && !u.tooMany {
 			*use = notesUse{user: user, changes: u.version.Changes, unchecked: true}
@@ -281,7 +295,12 @@ func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int, 
 		mem.cache.put(user, u)
 	}
 	if u.tooMany {
-		return mem.store.NotesFor(ctx, user, query, limit)
+		found, err := mem.store.NotesFor(ctx, user, query, limit)
+		out := make([]*ledger.Note, len(found))
+		for i := range found {
+			out[i] = &found[i]
+		}
+		return out, err
 	}
 	return u.notesFor(query, limit), nil
 }

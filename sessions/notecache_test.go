@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/internal/notecorpus"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
 )
@@ -179,4 +180,21 @@ func TestNotesReadOnceUntilTheyChange(t *testing.T) {
 			t.Fatalf("two changes by another replica: the notes were read %d times, want 2", n)
 		}
 	})
+}
+
+// BenchmarkCachedNotesFor times a turn's ranking of its user's kept
+// notes (100, as the memory bench's users keep):
+//
+//	go test -run '^$' -bench CachedNotesFor -benchmem ./sessions/
+func BenchmarkCachedNotesFor(b *testing.B) {
+	var notes []ledger.Note
+	for i, text := range notecorpus.Notes(1, 100) {
+		notes = append(notes, ledger.Note{ID: int64(i + 1), Text: text, CreatedAt: t0.Add(-time.Duration(i) * time.Minute)})
+	}
+	u := newUserNotes(ledger.NotesVersion{}, notes)
+	msgs := notecorpus.Messages(2, 64)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		u.notesFor(msgs[i%len(msgs)], injectCandidates)
+	}
 }
