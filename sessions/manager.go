@@ -65,6 +65,11 @@ type Inbound struct {
 	// activity: an idle reset counts from the user's last message. Only
 	// scheduled messages may carry a fire's client id.
 	Scheduled bool
+	// OnBehalf marks a message sent on behalf of a chat, not by a person
+	// (Telegram's anonymous group admins, a channel's posts in its
+	// discussion group): its UserID is shared by whoever sends so, and
+	// its turn reads and writes no notes.
+	OnBehalf bool
 	// anySender: the turn may answer another sender than UserID — a batch
 	// of several members' messages, a turn taken up without its
 	// messages' senders (rescued), a fire. In a group chat its members

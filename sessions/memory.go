@@ -108,9 +108,11 @@ func MemoryUser(sessionKey, userID string) string {
 // — for a turn of a group chat its members share that may answer another
 // member than in.UserID (several members' messages merged into one turn,
 // a turn taken up without its senders, a fire), so that one member's
-// notes never reach, nor are written by, another's turn.
+// notes never reach, nor are written by, another's turn; and "" for a
+// message sent on behalf of a chat (Inbound.OnBehalf), whose sender is
+// nobody's own.
 func memoryUserOf(in Inbound) string {
-	if (in.anySender || in.Scheduled) && ledger.NoteMembers(in.SessionKey) != "" {
+	if in.OnBehalf || (in.anySender || in.Scheduled) && ledger.NoteMembers(in.SessionKey) != "" {
 		return ""
 	}
 	return MemoryUser(in.SessionKey, in.UserID)

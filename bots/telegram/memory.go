@@ -84,6 +84,7 @@ const (
 	rememberUsage   = "Send /remember and what I should keep across our conversations, such as: /remember I prefer metric units.\n/memory lists your notes, to forget them."
 	rememberOffNote = "\n\nMemory is off here for you, though: I keep no new notes."
 	rememberOff     = "I can't keep notes here: memory is off for you. /memory still lists what was kept, to forget it."
+	memoryOnBehalf  = "I keep notes for a person, and this message was sent on behalf of the chat: send it as yourself."
 	rememberedText  = "Noted (#%d). /memory lists your notes; /forget %d forgets this one."
 	rememberBad     = "I can't keep that note: %s."
 	rememberFull    = "You have as many notes as I keep; forget some first (/memory lists them)."
@@ -272,6 +273,8 @@ func (b *Bot) remember(ctx context.Context, m *message, in sessions.Inbound, fir
 	switch {
 	case mem == nil:
 		reply = memoryNoDoor
+	case in.OnBehalf:
+		reply = memoryOnBehalf
 	case text == "":
 		reply = rememberUsage
 		if !mem.Enabled(Channel, user) {
@@ -315,6 +318,8 @@ func (b *Bot) forget(ctx context.Context, m *message, in sessions.Inbound, first
 	switch {
 	case mem == nil:
 		reply = memoryNoDoor
+	case in.OnBehalf:
+		reply = memoryOnBehalf
 	case err != nil || id <= 0:
 		reply = forgetUsage
 	default:
@@ -347,6 +352,10 @@ func (b *Bot) sendMemory(ctx context.Context, m *message, in sessions.Inbound) {
 	mem := b.sess.Memory
 	if mem == nil {
 		b.sendPlain(ctx, m.to(), memoryNoDoor, m.MessageID)
+		return
+	}
+	if in.OnBehalf {
+		b.sendPlain(ctx, m.to(), memoryOnBehalf, m.MessageID)
 		return
 	}
 	user := sessions.MemoryUser(in.SessionKey, in.UserID)

@@ -17,13 +17,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
@@ -671,5 +674,61 @@ func TestMemoryKeyboardBounds(t *testing.T) {
 		if len(*b.CallbackData) > 64 {
 			t.Fatalf("data %q over 64 bytes", *b.CallbackData)
 		}
+	}
+}
+
+// memoryAgent echoes, keeping each request's memory text.
+type memoryAgent struct {
+	agent.Echo
+	mu   sync.Mutex
+	seen []string
+}
+
+func (a *memoryAgent) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	a.mu.Lock()
+	a.seen = append(a.seen, req.MemoryText())
+	a.mu.Unlock()
+	return a.Echo.Reply(ctx, req, onDelta)
+}
+
+// A message sent on behalf of the chat — an anonymous admin's, which
+// Telegram sends from one stand-in user for all of them — is nobody's
+// own: its turn carries no notes (not even those kept for the stand-in
+// before), and /remember, /memory and /forget from it are refused with
+// why; a member's own message carries theirs.
+func TestMemoryOnBehalfOfTheChat(t *testing.T) {
+	api := telegramtest.New(t)
+	ag := &memoryAgent{}
+	pol := memoryOn(true, 0)
+	p := pol[Channel]
+	p.Memory.Default.InjectTokens = 400
+	pol[Channel] = p
+	h := start(t, api, t.TempDir(), setup{agent: ag, policies: pol, now: memoryNow, opts: Options{GroupScope: "chat"}})
+	const chat, member, standIn = -100, 7, 1087968824 // Telegram's GroupAnonymousBot
+	keepNote(t, h, fmt.Sprintf("telegram:group:%d:%d", chat, standIn), ledger.NoteByModel, "An admin's secret plan")
+	keepNote(t, h, fmt.Sprintf("telegram:group:%d:%d", chat, member), ledger.NoteByUser, "The member likes tea")
+	onBehalf := func(text string) map[string]any {
+		m := telegramtest.Group(chat, standIn, text+" @"+telegramtest.BotName)
+		m["sender_chat"] = map[string]any{"id": chat, "type": "supergroup", "title": "G"}
+		return m
+	}
+	api.Push(onBehalf("what is the plan?"))
+	api.WaitSent(t, 1)
+	api.Push(telegramtest.Group(chat, member, "what do I like? @"+telegramtest.BotName))
+	api.WaitSent(t, 2)
+	ag.mu.Lock()
+	seen := slices.Clone(ag.seen)
+	ag.mu.Unlock()
+	if len(seen) != 2 || seen[0] != "" || !strings.Contains(seen[1], "tea") || strings.Contains(seen[1], "secret") {
+		t.Fatalf("memory of the two turns: %q", seen)
+	}
+	for i, cmd := range []string{"/remember the plan is secret", "/memory", "/forget 1"} {
+		api.Push(onBehalf(cmd))
+		if got := api.WaitSent(t, 3+i)[2+i]; got.Text != memoryOnBehalf {
+			t.Fatalf("%s on behalf of the chat answered %q", cmd, got.Text)
+		}
+	}
+	if got := notesOf(t, h, fmt.Sprintf("telegram:group:%d:%d", chat, standIn)); len(got) != 1 {
+		t.Fatalf("the stand-in's notes: %q", got)
 	}
 }

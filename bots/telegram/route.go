@@ -126,6 +126,9 @@ func (b *Bot) process(ctx context.Context, m *message, key string, first bool, s
 		UserID: strconv.FormatInt(m.From.ID, 10), ChatID: m.to().String(),
 		ClientMsgID: clientMsgID(m.Chat.ID, m.MessageID),
 		Quote:       m.quoted(),
+		// An anonymous admin's message, or a channel's post in its
+		// discussion group: From is Telegram's stand-in, shared by all.
+		OnBehalf: m.SenderChat != nil,
 	}
 	if m.edit {
 		return b.edit(ctx, m, key, in, first, stored)
