@@ -3,7 +3,6 @@ package sessions_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -43,15 +42,10 @@ func runExtractionFaults(t *testing.T, open func() *store.DB, k int, mode faults
 			t.Fatal(err)
 		}
 	}
-	var logs syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s: the run's log:\n%s", label, logs.String())
-		}
-	}()
+	log, dump := runLog(t, label)
+	defer dump()
 	c := clocktest.New(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC))
 	ag := &factsAgent{}
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	memory := sessions.MemoryPolicy{Default: sessions.MemorySettings{Enabled: true, InjectTokens: 400, MaxNotes: 50, ExtractOnReset: true}}
 	m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Now: c.Now, Logger: log,
 		Policies:    map[string]sessions.Policy{"telegram": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone}, Memory: memory}},
@@ -79,14 +73,7 @@ func runExtractionFaults(t *testing.T, open func() *store.DB, k int, mode faults
 	if k > 0 {
 		fs.Outage(k, mode)
 	}
-	healed := make(chan struct{})
-	go func() {
-		defer close(healed)
-		if k > 0 {
-			fs.WaitFailures(3, 500*time.Millisecond)
-			fs.Heal()
-		}
-	}()
+	healed := healAfter(fs, k)
 	aside := faults.Aside(ctx)
 	extraction := func() *ledger.Extraction {
 		e, err := db.Extraction(aside, conv)

@@ -143,6 +143,32 @@ func visitFaults(t *testing.T, what string, run func(k int, mode faults.Mode) fa
 	t.Logf("%s: %d fault points visited (%d steps × before/after); struck first: %s", what, 2*n, n, strings.Join(kinds, ", "))
 }
 
+// healAfter ends fs's outage (from step k; none when k is 0) once it has
+// failed a few calls, or the run made fewer than k — whatever the
+// clients are doing — and closes the channel it returns then.
+func healAfter(fs *faults.Injector, k int) chan struct{} {
+	healed := make(chan struct{})
+	go func() {
+		defer close(healed)
+		if k > 0 {
+			fs.WaitFailures(3, 500*time.Millisecond)
+			fs.Heal()
+		}
+	}()
+	return healed
+}
+
+// runLog is a run's log, and what prints it when the test failed by
+// then (deferred by the run).
+func runLog(t *testing.T, label string) (*slog.Logger, func()) {
+	logs := &syncBuffer{}
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), func() {
+		if t.Failed() {
+			t.Logf("%s: the run's log:\n%s", label, logs.String())
+		}
+	}
+}
+
 // faultDB returns what opens a fresh database for one run: a new SQLite
 // file, or the scenario's PostgreSQL schema emptied.
 func faultDB(t *testing.T, driver string) func() *store.DB {
@@ -304,17 +330,7 @@ func runFaults(t *testing.T, open func() *store.DB, sc faultScenario, k int, mod
 		}
 		return nil
 	}
-	// The outage lasts until it has failed a few calls (or the run made
-	// fewer than k), then storage answers again — whatever the clients
-	// are doing.
-	healed := make(chan struct{})
-	go func() {
-		defer close(healed)
-		if k > 0 {
-			fs.WaitFailures(3, 500*time.Millisecond)
-			fs.Heal()
-		}
-	}()
+	healed := healAfter(fs, k)
 	var ids []string
 	var unacked sync.Map  // id → user
 	var unedited sync.Map // user → true: the edit to send again

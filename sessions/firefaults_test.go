@@ -3,7 +3,6 @@ package sessions_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -43,16 +42,11 @@ func runFireFaults(t *testing.T, open func() *store.DB, k int, mode faults.Mode)
 			t.Fatal(err)
 		}
 	}
-	var logs syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s: the run's log:\n%s", label, logs.String())
-		}
-	}()
+	log, dump := runLog(t, label)
+	defer dump()
 	due := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
 	c := clocktest.New(due.Add(-30 * time.Second))
 	ag := &countingAgent{}
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Now: c.Now, Logger: log,
 		Policies:    map[string]sessions.Policy{"telegram": {MaxHistory: 20, Reset: sessions.ResetPolicy{Mode: sessions.ResetNone}}},
 		RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond})
@@ -83,14 +77,7 @@ func runFireFaults(t *testing.T, open func() *store.DB, k int, mode faults.Mode)
 	if k > 0 {
 		fs.Outage(k, mode)
 	}
-	healed := make(chan struct{})
-	go func() {
-		defer close(healed)
-		if k > 0 {
-			fs.WaitFailures(3, 500*time.Millisecond)
-			fs.Heal()
-		}
-	}()
+	healed := healAfter(fs, k)
 	key := schedules.OperatorKey("brief")
 	aside := faults.Aside(context.Background())
 	settled := func() bool {
