@@ -73,8 +73,15 @@ func migrateNotes(tx *gorm.DB, driver string) error {
 				END IF;
 				RETURN NULL;
 			END $$`,
-			`DROP TRIGGER IF EXISTS notes_version ON notes`,
-			`CREATE TRIGGER notes_version AFTER INSERT OR UPDATE OR DELETE ON notes FOR EACH ROW EXECUTE FUNCTION chatgate_note_version()`,
+		}
+		// The trigger once: making it takes the table's strongest lock,
+		// which every start of every replica would otherwise wait for.
+		var have int64
+		if err := tx.Raw(`SELECT COUNT(*) FROM pg_trigger WHERE tgname = 'notes_version' AND tgrelid = 'notes'::regclass`).Scan(&have).Error; err != nil {
+			return err
+		}
+		if have == 0 {
+			stmts = append(stmts, `CREATE TRIGGER notes_version AFTER INSERT OR UPDATE OR DELETE ON notes FOR EACH ROW EXECUTE FUNCTION chatgate_note_version()`)
 		}
 	} else {
 		var have int64
