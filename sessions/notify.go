@@ -154,13 +154,18 @@ const askTimeout = 10 * time.Second
 
 // askInOrder runs fn on a goroutine of its own (the events' goroutine
 // must not wait on the database) once the ask events before it are
-// handed on.
+// handed on. The drain waits for it; once the drain began, asks are not
+// handed on (the channels are closing their clients).
 func (r *relay) askInOrder(fn func(ctx context.Context)) {
+	if !r.m.life.enterSweep() {
+		return
+	}
 	r.asksMu.Lock()
 	prev, done := r.lastAsk, make(chan struct{})
 	r.lastAsk = done
 	r.asksMu.Unlock()
 	go func() {
+		defer r.m.life.leaveSweep()
 		defer close(done)
 		if prev != nil {
 			<-prev

@@ -464,3 +464,86 @@ func TestAnotherReplicasAskSendsNothing(t *testing.T) {
 		}
 	}
 }
+
+// seenEvents hears, after the manager, every event of other replicas.
+type seenEvents struct {
+	sessions.Events
+	self string
+	seen chan ledger.Event
+}
+
+func (s *seenEvents) Listen(ctx context.Context, fn func(ledger.Event)) error {
+	return s.Events.Listen(ctx, func(ev ledger.Event) {
+		fn(ev)
+		if ev.Origin != s.self && !ev.Missed {
+			select {
+			case s.seen <- ev:
+			default:
+			}
+		}
+	})
+}
+
+// Two replicas on one PostgreSQL database: the replica running the turn
+// asks the chat; the other hears of the ask and of its end (for its
+// WebSocket clients) and sends Telegram nothing. The chat gets one ask.
+func TestToolAskedOnceWithTwoReplicas(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	api := telegramtest.New(t)
+	seen := make(chan ledger.Event, 64)
+	var hs []*harness
+	for i := range 2 {
+		s, _ := toolSetup(t, nil, Options{Streaming: StreamOff}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+		s.dsn = dsn
+		replica := fmt.Sprintf("replica-%d", i)
+		manager := s.manager
+		s.manager = func(o *sessions.Options) {
+			manager(o)
+			o.ReplicaID = replica
+			o.Events = &seenEvents{Events: o.Events, self: replica, seen: seen}
+		}
+		h := start(t, api, t.TempDir(), s)
+		h.mgr.Rescuer().Listen()
+		hs = append(hs, h)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !hs[0].mgr.Peers() || !hs[1].mgr.Peers(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas did not learn of each other")
+		}
+	}
+	api.Push(telegramtest.DM(7, "count"))
+	id, allow, _ := askOf(t, api, 7, 1)
+	q := api.Tap(t, 7, 7, id, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" {
+		t.Fatalf("reply = %q", got.Text)
+	}
+	// The other replica heard of the ask's end, which comes after the ask.
+	var other *harness
+	for other == nil {
+		select {
+		case ev := <-seen:
+			if ev.Kind == ledger.EventAskSettled && ev.Channel == Channel {
+				for _, h := range hs {
+					if h.mgr.ReplicaID() != ev.Origin {
+						other = h
+					}
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no replica heard of the other's ask ending")
+		}
+	}
+	other.shutdown(5 * time.Second) // its drain waits for what it was handing on
+	asks := 0
+	for _, c := range api.Calls("sendMessage") {
+		if c.Params.Get("reply_markup") != "" {
+			asks++
+		}
+	}
+	if sent := api.Messages(); asks != 1 || len(sent) != 2 {
+		t.Fatalf("%d asks and messages %q; want one ask, then the reply", asks, texts(sent))
+	}
+}
