@@ -185,9 +185,9 @@ func TestCheckTriesToStartTheToolServers(t *testing.T) {
 	}))
 	defer hang.Close()
 	defer close(stop)
-	exits, err := exec.LookPath("false")
+	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no false(1) to start")
+		t.Skip("no sh to start")
 	}
 	path := writeConfig(t, fmt.Sprintf(`agent:
   tools:
@@ -198,10 +198,11 @@ func TestCheckTriesToStartTheToolServers(t *testing.T) {
         command: %s
       - name: exits
         command: %s
+        args: ["-c", "echo 'Error: Cannot find module x' >&2; exit 3"]
       - name: mute
         url: %s
         timeout: 1s
-`, ok.URL, filepath.Join(t.TempDir(), "no-such-server"), exits, hang.URL))
+`, ok.URL, filepath.Join(t.TempDir(), "no-such-server"), sh, hang.URL))
 	code, out, errOut := runCmd(t, "check", "-c", path)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (warnings only)\n%s%s", code, out, errOut)
@@ -225,11 +226,14 @@ func TestCheckTriesToStartTheToolServers(t *testing.T) {
 	for name, want := range map[string]string{
 		"missing": path + `:6: agent.tools.servers[1]: tool server "missing" cannot start: connect: `,
 		"exits":   path + `:8: agent.tools.servers[2]: tool server "exits" cannot start: connect: `,
-		"mute":    path + `:10: agent.tools.servers[3]: tool server "mute" cannot start: it did not answer within its timeout (1s)`,
+		"mute":    path + `:11: agent.tools.servers[3]: tool server "mute" cannot start: it did not answer within its timeout (1s)`,
 	} {
 		if !strings.HasPrefix(warnings[name], want) {
 			t.Errorf("warning for %s = %q, want it to start %q", name, warnings[name], want)
 		}
+	}
+	if !strings.Contains(warnings["exits"], `(its last line on stderr: "Error: Cannot find module x")`) {
+		t.Errorf("the warning for a server that exits does not say what it said: %q", warnings["exits"])
 	}
 	if !strings.Contains(warnings["missing"], "no-such-server") {
 		t.Errorf("the warning for a missing command does not name it: %q", warnings["missing"])
