@@ -502,6 +502,11 @@ func boolOr(p *bool, def bool) bool {
 	return *p
 }
 
+// Warn adds a warning at the line of key path (Warnings): a problem found
+// beyond the file itself, such as a tool server gateway check could not
+// start.
+func (c *Config) Warn(path, format string, args ...any) { c.warn(path, format, args...) }
+
 // where returns "file:line" for a key path, or the file alone.
 func (c *Config) where(path string) string {
 	if l := c.lines[path]; l > 0 {

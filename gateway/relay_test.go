@@ -6,9 +6,13 @@ import (
 	"testing"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/pgtest"
+	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/store"
+	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // newReplica runs one gateway of several on the PostgreSQL schema dsn:
@@ -99,4 +103,86 @@ func TestMissedEventsAreRecheckedFromStorage(t *testing.T) {
 	if r := c.expect("reply"); r["reply_to"] != "c-2" || num(r["seq"]) != 6 {
 		t.Fatalf("reply after the re-check = %v", r)
 	}
+}
+
+// newToolReplica is newReplica whose model asks for calls of its own MCP
+// test server "t", every one of which needs the user's approval.
+func newToolReplica(t *testing.T, dsn string, calls ...agent.ToolCall) (*env, *mcptest.Server) {
+	t.Helper()
+	srv, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAsk})
+	db, err := store.Open(context.Background(), store.DriverPostgres, dsn, store.OpenOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := sessions.Options{Logger: quiet, Events: db.Events(), Tools: mcpclient.Offer{Set: set},
+		Policies: map[string]sessions.Policy{Channel: {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: sessions.BusyQueue}}}}
+	return serveEnv(t, db, sessions.New(db, tooltest.Asking(calls...), opts), WSOptions{}, true), srv
+}
+
+// A user with a tab on each of two replicas: the ask of a turn running on
+// A reaches the tab on B live, a decision sent on B lets the turn on A
+// go on, and B's tab is told the ask is over.
+func TestToolRequestReachesTheUserOnAnotherReplica(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	call := toolCall("call-1", mcptest.Counter, map[string]string{"key": "k"})
+	a, srvA := newToolReplica(t, dsn, call)
+	b, srvB := newToolReplica(t, dsn, call)
+	ca, _ := a.connect(map[string]any{"user": "ann"})
+	cb, _ := b.connect(map[string]any{"user": "ann"})
+	// Each replica has heard of the other: A publishes its events.
+	waitFor(t, func() bool { return a.mgr.Peers() && b.mgr.Peers() })
+
+	req := asked(t, ca, "c-1")
+	id := num(req["id"])
+	// B's tab, which sent nothing, is asked live (not at its next hello).
+	got := cb.expect("tool_request")
+	if num(got["id"]) != id {
+		t.Fatalf("asked on B about %v, want call %d", got, id)
+	}
+	checkRequest(t, got, 1)
+
+	cb.send(map[string]any{"type": "tool_decision", "id": id, "allow": true})
+	if f := cb.expect("tool_resolved"); num(f["id"]) != id || f["status"] != sessions.ToolStarted {
+		t.Fatalf("B after its decision: %v", f)
+	}
+	frames := withoutRepeats(ca.until("reply"))
+	if r := frames[len(frames)-1]; r["reply_to"] != "c-1" || r["text"] != "answer: 1" {
+		t.Fatalf("A's frames after the decision on B: %v", frames)
+	}
+	if n, m := srvA.Count(), srvB.Count(); n != 1 || m != 0 {
+		t.Fatalf("the tool ran %d times on A and %d on B, want once, on A", n, m)
+	}
+	// The turn's own end of the ask reaches B too (a second tool_resolved,
+	// which the protocol allows), and then A's reply.
+	for {
+		f := cb.expect2("tool_resolved", "reply")
+		if f["type"] == "reply" {
+			t.Fatalf("B got the reply before the turn's end of the ask: %v", f)
+		}
+		if num(f["id"]) == id && f["status"] == sessions.ToolStarted {
+			break
+		}
+	}
+}
+
+// An ask of a turn on A that ends there (here: denied on A) is taken
+// back on B: B's tab is told it is over.
+func TestToolAskSettledOnOneReplicaReachesAnother(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	call := toolCall("call-1", mcptest.Counter, map[string]string{"key": "k"})
+	a, _ := newToolReplica(t, dsn, call)
+	b, _ := newToolReplica(t, dsn, call)
+	ca, _ := a.connect(map[string]any{"user": "ann"})
+	cb, _ := b.connect(map[string]any{"user": "ann"})
+	waitFor(t, func() bool { return a.mgr.Peers() && b.mgr.Peers() })
+	req := asked(t, ca, "c-1")
+	id := num(req["id"])
+	if got := cb.expect("tool_request"); num(got["id"]) != id {
+		t.Fatalf("asked on B: %v", got)
+	}
+	ca.send(map[string]any{"type": "tool_decision", "id": id, "allow": false})
+	if f := cb.expect("tool_resolved"); num(f["id"]) != id || f["status"] != sessions.ToolDenied || num(f["reply_to"]) != 1 {
+		t.Fatalf("B after the denial on A: %v", f)
+	}
+	ca.until("reply")
 }

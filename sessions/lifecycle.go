@@ -54,8 +54,9 @@ func (l *lifecycle) join() { l.turns.Add(1) }
 // leave ends what enter or join counted.
 func (l *lifecycle) leave() { l.turns.Done() }
 
-// enterSweep counts a sweep, purge or summary for the drain; false once
-// Shutdown has begun.
+// enterSweep counts a sweep, purge or summary (or the hand-on of another
+// replica's ask, relay.askInOrder) for the drain; false once Shutdown has
+// begun.
 func (l *lifecycle) enterSweep() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -436,7 +436,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 		turnLocks: locks.New(locks.Options{Now: opts.Now}),
 		tr:        &tracing{tracer: newTracer(opts.TracerProvider), log: opts.Logger, observer: opts.Observer},
 	}
-	m.asks = newApprovals(st, m.now)
+	m.asks = newApprovals(st, m.now, m.relay.announce)
 	m.standing = newStanding(st, m, managerLoad{m}, hot, m.relay.announce,
 		standingConfig{ReplicaID: opts.ReplicaID, LeaseTTL: opts.LeaseTTL, Now: m.now, Logger: opts.Logger})
 	m.compaction = newCompaction(st, hot, m.tr, opts.Logger, m.now, m.life.base, m, m.standing,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -35,6 +36,11 @@ var ErrNoReply = errors.New("reply not stored")
 type relay struct {
 	m      *Manager
 	events Events // nil: no other replica to tell (Options.Events)
+
+	// asksMu guards lastAsk: the end of the last ask event handed on, so
+	// that the next waits for it (askInOrder).
+	asksMu  sync.Mutex
+	lastAsk chan struct{}
 }
 
 // Cross-replica events, the manager's side: replicas sharing a PostgreSQL
@@ -86,6 +92,10 @@ func (r *relay) on(ev ledger.Event) {
 		m.standing.forgetChoice(ev.Key) // read again at the key's next turn
 		return
 	}
+	if ev.Kind == ledger.EventAsk || ev.Kind == ledger.EventAskSettled {
+		r.onAsk(ev)
+		return
+	}
 	// Another replica changed the key's conversation: the cached copy
 	// would fail its next append and be reloaded anyway.
 	m.hot.Remove(ev.Key)
@@ -100,6 +110,83 @@ func (r *relay) on(ev ledger.Event) {
 		m.routes.reset(ResetEvent{Channel: ev.Channel, SessionKey: ev.Key, OldConversation: ev.Old, NewConversation: ev.Conv,
 			Reason: ev.Reason, Remote: true})
 	}
+}
+
+// onAsk hands another replica's ask, or its end, to the route of its
+// channel (ToolAsk.Remote), and wakes a turn here waiting for a decision
+// stored elsewhere. The ask is read from the ledger (the event names the
+// call only; its arguments are the model's, of any size), and it is not
+// shown once it is over. Asks and ends are handed on in the order they
+// came, so that an ask's end never overtakes the ask.
+func (r *relay) onAsk(ev ledger.Event) {
+	m := r.m
+	if ev.Kind == ledger.EventAskSettled {
+		m.asks.wake(ev.Call)
+		if ev.Channel == "" || !askEnds[ev.State] {
+			return // a decision only: the turn that waited for it tells its end
+		}
+		a := ToolAsk{Channel: ev.Channel, SessionKey: ev.Key, Remote: true,
+			Call: ToolEvent{ConversationID: ev.Conv, Seq: ev.Seq, ID: ev.Call, Status: ev.State}}
+		r.askInOrder(func(ctx context.Context) { m.routes.askSettled(ctx, a) })
+		return
+	}
+	r.askInOrder(func(ctx context.Context) {
+		c, err := m.store.ToolCall(ctx, ev.Call)
+		if err != nil {
+			m.log.Debug("showing another replica's ask failed; its clients here get it with their next hello",
+				slog.Int64("call", ev.Call), slog.String("error", err.Error()))
+			return
+		}
+		if c == nil || c.State != ledger.ToolAsking || c.SessionKey != ev.Key || c.ExpiresAt == nil || !m.now().Before(*c.ExpiresAt) {
+			return // over already
+		}
+		m.routes.ask(ctx, ToolAsk{Channel: ev.Channel, SessionKey: c.SessionKey, UserID: c.UserID, Remote: true,
+			Call: ToolEvent{ConversationID: c.ConversationID, Seq: c.TurnSeq, ID: c.ID, CallID: c.CallID, Name: c.Name,
+				Arguments: c.Arguments, Status: ToolAsking, ExpiresAt: *c.ExpiresAt}})
+	})
+}
+
+// askEnds are the ends of an ask a channel is told (ToolAsk.Call.Status).
+var askEnds = map[string]bool{ToolStarted: true, ToolDenied: true, ToolExpired: true, ToolCancelled: true}
+
+// askTimeout bounds the read and the hand-on of one ask event.
+const askTimeout = 10 * time.Second
+
+// askInOrder runs fn on a goroutine of its own (the events' goroutine
+// must not wait on the database) once the ask events before it are
+// handed on. The drain waits for it; once the drain began, asks are not
+// handed on (the channels are closing their clients).
+func (r *relay) askInOrder(fn func(ctx context.Context)) {
+	if !r.m.life.enterSweep() {
+		return
+	}
+	r.asksMu.Lock()
+	prev, done := r.lastAsk, make(chan struct{})
+	r.lastAsk = done
+	r.asksMu.Unlock()
+	go func() {
+		defer r.m.life.leaveSweep()
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		ctx, cancel := context.WithTimeout(r.m.life.base, askTimeout)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// announceAsk tells other replicas that call c of the turn led by lead
+// asks its user, so that their channels ask the user's clients there.
+func (r *relay) announceAsk(channel, key string, c *ledger.ToolCall, lead int64) {
+	r.announce(ledger.Event{Kind: ledger.EventAsk, Channel: channel, Key: key, Conv: c.ConversationID, Seq: lead, Call: c.ID})
+}
+
+// announceAskSettled tells other replicas that the ask a names is over
+// (a.Call.Status says how), so that their channels take it back.
+func (r *relay) announceAskSettled(a ToolAsk) {
+	r.announce(ledger.Event{Kind: ledger.EventAskSettled, Channel: a.Channel, Key: a.SessionKey, Conv: a.Call.ConversationID,
+		Seq: a.Call.Seq, Call: a.Call.ID, State: a.Call.Status})
 }
 
 // publish tells a reset made here to the metrics, to the other replicas
@@ -139,3 +226,7 @@ func (r *relay) announceReset(ev ResetEvent) {
 	r.announce(ledger.Event{Kind: ledger.EventReset, Channel: ev.Channel, Key: ev.SessionKey, Conv: ev.NewConversation,
 		Old: ev.OldConversation, Reason: ev.Reason})
 }
+
+// Peers reports whether this replica knows another one lives (its
+// heartbeat, or an event of it): only then does it publish its events.
+func (m *Manager) Peers() bool { return m.hb.peers.Load() }

@@ -35,6 +35,9 @@ type Route struct {
 	// it the call waits for its expiry, or for a route registered later
 	// to ask. AskSettled takes the ask back once the call is decided or
 	// expired — a.Call.Status says how — such as removing the buttons.
+	// Both are told too of the asks of turns running on other replicas,
+	// and of their ends (ToolAsk.Remote), on a goroutine of their own, in
+	// the order they were made.
 	Ask        ToolAsker
 	AskSettled func(ctx context.Context, a ToolAsk, ref string)
 	// Fetch returns the bytes of the images the channel's users sent;
@@ -143,6 +146,23 @@ func (r *Routes) tracks(channel string) bool {
 func (r *Routes) reset(ev ResetEvent) {
 	if rt, _ := r.route(ev.Channel); rt.Reset != nil {
 		rt.Reset(ev)
+	}
+}
+
+// ask tells the route of a's channel about another replica's ask.
+func (r *Routes) ask(ctx context.Context, a ToolAsk) {
+	if rt, _ := r.route(a.Channel); rt.Ask != nil {
+		// A client not connected here is asked by the hello it comes
+		// back with.
+		_, _ = rt.Ask(ctx, a)
+	}
+}
+
+// askSettled tells the route of a's channel that another replica's ask
+// is over.
+func (r *Routes) askSettled(ctx context.Context, a ToolAsk) {
+	if rt, _ := r.route(a.Channel); rt.AskSettled != nil {
+		rt.AskSettled(ctx, a, "")
 	}
 }
 

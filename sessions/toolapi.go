@@ -67,6 +67,17 @@ type ToolAsk struct {
 	UserID     string
 	ChatID     string
 	Call       ToolEvent
+	// Ref is the channel's reference to an ask of this call an earlier
+	// run of the turn sent (a turn run again after a restart asks
+	// again): the channel takes that one back, so that only the new ask
+	// can be answered. "" for a first ask.
+	Ref string
+	// Remote marks an ask (or its end) that a turn on another replica
+	// made: the channel shows it to the user's clients connected here
+	// only, and sends nothing the replica running the turn sends itself
+	// (a Telegram message). Its ChatID is empty, its Ref too; the end of
+	// a remote ask carries only the call's ID, Seq and Status.
+	Remote bool
 }
 
 // ToolAsker asks a channel's user to allow or deny a call. It returns

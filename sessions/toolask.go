@@ -2,10 +2,13 @@ package sessions
 
 // Approval of tool calls (approve: ask). The call is put up as asking, with
 // its expiry, in the ledger — so a restart asks again — and the channel
-// asks the user whose turn it is (Route.Ask). A decision (Approvals.DecideTool)
-// moves the stored call, on whichever replica it arrives; the waiting
-// turn hears of it at once when it runs here and within toolPoll when it
-// runs elsewhere. An ask nobody answers in time counts as denied.
+// asks the user whose turn it is (Route.Ask); other replicas are told
+// (ledger.EventAsk), so that the user's clients connected there are asked
+// too, and told when the ask is over (ledger.EventAskSettled). A decision
+// (Approvals.DecideTool) moves the stored call, on whichever replica it
+// arrives, and wakes the waiting turn: at once here, by an event
+// elsewhere, and within toolPoll should the event be lost. An ask nobody
+// answers in time counts as denied.
 
 import (
 	"context"
@@ -18,7 +21,8 @@ import (
 )
 
 // toolPoll is how often a turn waiting for a decision reads its call: a
-// decision made on another replica reaches it within this.
+// decision made on another replica reaches it within this even when the
+// event telling of it is lost.
 const toolPoll = time.Second
 
 // Approvals are the users' decisions on tool calls: DecideTool records
@@ -28,13 +32,16 @@ const toolPoll = time.Second
 type Approvals struct {
 	store ToolLedger
 	now   func() time.Time
+	// announce tells the other replicas of a decision stored here, so
+	// that a turn waiting for it there reads it at once.
+	announce func(ledger.Event)
 
 	mu    sync.Mutex
 	waits map[int64]chan struct{} // call id → the turn waiting here for its decision
 }
 
-func newApprovals(store ToolLedger, now func() time.Time) *Approvals {
-	return &Approvals{store: store, now: now, waits: map[int64]chan struct{}{}}
+func newApprovals(store ToolLedger, now func() time.Time, announce func(ledger.Event)) *Approvals {
+	return &Approvals{store: store, now: now, announce: announce, waits: map[int64]chan struct{}{}}
 }
 
 // waiter is a channel that wakes the turn waiting for call id, and how
@@ -113,6 +120,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 			return
 		}
 		asked = true
+		a.Ref = ref
 		got, err := rt.Ask(ctx, a)
 		if err != nil {
 			m.log.WarnContext(ctx, "asking for a tool call failed; it waits for its expiry", slog.String("session_key", tt.in.SessionKey),
@@ -126,6 +134,7 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 	}
 	if m.now().Before(expires) {
 		tt.event(c, ToolAsking, 0)
+		m.relay.announceAsk(tt.in.Channel, tt.in.SessionKey, c, tt.claim.Lead)
 	}
 	askNow()
 	// settle tells the user's channel the ask is over (how: c.State), so
@@ -134,16 +143,17 @@ func (tt *toolTurn) ask(ctx context.Context, c *ledger.ToolCall) error {
 		if c.State == ledger.ToolDenied {
 			tt.event(c, ToolDenied, 0) // (an allowed call's next event is its start)
 		}
-		rt, _ := m.routes.route(tt.in.Channel)
-		if rt.AskSettled == nil || (!asked && ref == "") {
-			return
-		}
 		a.Call.Status = c.State
 		switch {
 		case c.State == ledger.ToolAllowed:
 			a.Call.Status = ToolStarted
 		case c.DecidedBy == ledger.ToolExpiredBy:
 			a.Call.Status = ToolExpired
+		}
+		m.relay.announceAskSettled(a)
+		rt, _ := m.routes.route(tt.in.Channel)
+		if rt.AskSettled == nil || (!asked && ref == "") {
+			return
 		}
 		rt.AskSettled(context.WithoutCancel(ctx), a, ref)
 	}
@@ -237,6 +247,7 @@ func (r *Approvals) DecideTool(ctx context.Context, d ToolDecision) (ToolEvent, 
 		ev.Status = ToolStarted
 	}
 	r.wake(c.ID)
+	r.announce(ledger.Event{Kind: ledger.EventAskSettled, Key: c.SessionKey, Call: c.ID})
 	return ev, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
+	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
 	"github.com/chatgate/chatgate/sessions/store"
@@ -200,5 +201,58 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%s never came", what)
 		panic("unreachable")
+	}
+}
+
+// On PostgreSQL, another replica's channel is told of an ask, marked
+// Remote and read from the ledger, and of its end; a decision made on
+// that replica lets the turn go on where it runs. A Remote ask carries
+// no chat and no earlier reference: a channel that asks by a message of
+// its own (Telegram) leaves it to the replica running the turn.
+func TestAnAskReachesTheOtherReplica(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	r := newToolRig(t, func() *store.DB { return storetest.Open(t, store.DriverPostgres, dsn, store.OpenOptions{}) },
+		mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
+	a, settledA, _ := r.askManager(t, "a", nil, sessions.BusyQueue)
+	defer a.Shutdown(context.Background())
+	startRescuer(t, a)
+	b, _, _ := r.askManager(t, "b", nil, sessions.BusyQueue)
+	defer b.Shutdown(context.Background())
+	remote, settledB := make(chan sessions.ToolAsk, 4), make(chan sessions.ToolAsk, 4)
+	b.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
+		remote <- a
+		return "", nil
+	}, AskSettled: func(ctx context.Context, a sessions.ToolAsk, ref string) { settledB <- a }})
+	startRescuer(t, b)
+	for deadline := time.Now().Add(10 * time.Second); !a.Peers() || !b.Peers(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas did not learn of each other within 10s")
+		}
+	}
+
+	tk := r.submit(t, a, "u1", "m1", "count")
+	local := within(t, r.asks, "the ask on A")
+	got := within(t, remote, "the ask on B")
+	if !got.Remote || local.Remote || got.ChatID != "" || got.Ref != "" || got.Channel != "websocket" || got.SessionKey != local.SessionKey ||
+		got.UserID != "u1" || got.Call.ID != local.Call.ID || got.Call.Seq != local.Call.Seq || got.Call.Name != "t__counter" ||
+		got.Call.Arguments != local.Call.Arguments || got.Call.CallID != local.Call.CallID || got.Call.Status != sessions.ToolAsking ||
+		got.Call.ExpiresAt.Sub(local.Call.ExpiresAt).Abs() >= time.Millisecond { // as stored: PostgreSQL keeps microseconds
+		t.Fatalf("ask on B = %+v, on A = %+v", got, local)
+	}
+	if _, err := b.Approvals().DecideTool(context.Background(), sessions.ToolDecision{SessionKey: got.SessionKey, UserID: "u1", ID: got.Call.ID, Allow: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out := wait(t, tk); out.Reply.Text != "answer: 1" {
+		t.Fatalf("reply = %q", out.Reply.Text)
+	}
+	if end := within(t, settledA, "the end on A"); end.Remote || end.Call.Status != sessions.ToolStarted {
+		t.Fatalf("end on A = %+v", end)
+	}
+	end := within(t, settledB, "the end on B")
+	if !end.Remote || end.Call.ID != local.Call.ID || end.Call.Seq != local.Call.Seq || end.Call.Status != sessions.ToolStarted || end.SessionKey != local.SessionKey {
+		t.Fatalf("end on B = %+v", end)
+	}
+	if n := r.srv.Count(); n != 1 {
+		t.Fatalf("counter ran %d times", n)
 	}
 }

@@ -8,6 +8,8 @@ package telegram
 // nothing. Once the call is decided (here, on another replica) or expired
 // (which counts as denied), the message is edited to say so, which also
 // removes its buttons; a tap after the expiry edits it too (tapRefusals).
+// A turn run again after a restart asks again in a new message, and the
+// earlier one loses its buttons.
 //
 // The tool's name and arguments come from the model and are untrusted:
 // they are escaped into the message's HTML and cut short, never taken as
@@ -75,7 +77,9 @@ const (
 // toolAsks is what this process remembers of its asks: how each ended
 // (for a stale tap, and to tell an expiry from a denial), whom it asked,
 // and the names of the users who wrote, to say who may decide. It is a
-// courtesy: after a restart, or across replicas, the texts are plainer.
+// courtesy: across replicas the texts are plainer. After a restart an
+// ask asked again names its user from the earlier ask's reference
+// (askRef), which the ledger keeps.
 type toolAsks struct {
 	outcomes *lru.Cache[int64, string] // call id → askAllowed, askDenied, askExpired, askCancelled
 	askedOf  *lru.Cache[int64, int64]  // call id → the user asked
@@ -103,8 +107,15 @@ func (b *Bot) noteName(u *tgbotapi.User) {
 }
 
 // askTool sends the ask for call a.Call to the chat and topic of its
-// turn, and returns "chat:message" for the ask's settling.
+// turn, and returns its reference (askRef) for the ask's settling. An ask
+// asked again (a turn run again after a restart) takes the buttons off
+// the earlier ask's message once the new one is sent, and names the
+// user as the earlier one did. Another replica's ask (a.Remote) sends
+// nothing: the replica running the turn asked in the chat.
 func (b *Bot) askTool(ctx context.Context, a sessions.ToolAsk) (string, error) {
+	if a.Remote {
+		return "", nil
+	}
 	select {
 	case <-b.connected:
 	case <-ctx.Done():
@@ -114,9 +125,13 @@ func (b *Bot) askTool(ctx context.Context, a sessions.ToolAsk) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("telegram: ask for a tool call: %w", err)
 	}
+	earlier, hadEarlier := parseAskRef(a.Ref)
 	user, _ := strconv.ParseInt(a.UserID, 10, 64)
 	if user != 0 {
 		b.asks.askedOf.Add(a.Call.ID, user)
+		if _, known := b.asks.names.Get(user); !known && earlier.name != "" {
+			b.asks.names.Add(user, earlier.name) // as the first ask, before a restart, named them
+		}
 	}
 	foot := expiresIn(a.Call.ExpiresAt.Sub(b.opts.Now()))
 	if to.chat < 0 { // a group: say who decides
@@ -131,20 +146,64 @@ func (b *Bot) askTool(ctx context.Context, a sessions.ToolAsk) (string, error) {
 	if err != nil {
 		return "", errors.New(b.redact(err))
 	}
-	return strconv.FormatInt(to.chat, 10) + ":" + strconv.Itoa(sent.MessageID), nil
+	if hadEarlier && (earlier.chat != to.chat || earlier.msg != sent.MessageID) {
+		// Only the new ask is settled by the turn; a tap on the old
+		// buttons meanwhile still decides the same call.
+		b.removeButtons(ctx, earlier.chat, earlier.msg)
+	}
+	return askRef{chat: to.chat, msg: sent.MessageID, name: b.knownName(user)}.String(), nil
+}
+
+// askRef is what the ledger keeps of an ask sent (ToolAsk.Ref): its chat
+// and message, to settle it, and the name of the user it asked, for the
+// ask that a turn run again after a restart sends — this process's
+// memory of names is gone by then. "chat:message" or
+// "chat:message:name"; the name is cut to askNameRunes.
+type askRef struct {
+	chat int64
+	msg  int
+	name string
+}
+
+func (r askRef) String() string {
+	s := strconv.FormatInt(r.chat, 10) + ":" + strconv.Itoa(r.msg)
+	if r.name != "" {
+		s += ":" + r.name
+	}
+	return s
+}
+
+// parseAskRef reads an askRef; false for "" or one it cannot read.
+func parseAskRef(ref string) (askRef, bool) {
+	chatText, rest, ok := strings.Cut(ref, ":")
+	msgText, name, _ := strings.Cut(rest, ":")
+	chat, err1 := strconv.ParseInt(chatText, 10, 64)
+	msg, err2 := strconv.Atoi(msgText)
+	if !ok || err1 != nil || err2 != nil || msg <= 0 {
+		return askRef{}, false
+	}
+	return askRef{chat: chat, msg: msg, name: cut(name, askNameRunes)}, true
+}
+
+// knownName is how this process knows to call user; "" when it does not.
+func (b *Bot) knownName(user int64) string {
+	if user == 0 {
+		return ""
+	}
+	name, _ := b.asks.names.Get(user)
+	return name
 }
 
 // toolSettled edits the ask of a call decided or expired (ref: askTool's)
 // to say how it ended; the edit removes its buttons. A tap here edited it
-// already: the edit again changes nothing.
+// already: the edit again changes nothing. Another replica's ask
+// (a.Remote) is that replica's to settle.
 func (b *Bot) toolSettled(ctx context.Context, a sessions.ToolAsk, ref string) {
-	chatText, msgText, ok := strings.Cut(ref, ":")
-	chat, err1 := strconv.ParseInt(chatText, 10, 64)
-	msg, err2 := strconv.Atoi(msgText)
-	if !ok || err1 != nil || err2 != nil {
+	r, ok := parseAskRef(ref)
+	if a.Remote || !ok {
 		return
 	}
-	b.closeAsk(ctx, chat, msg, a.Call, b.outcomeOf(a.Call))
+	b.closeAsk(ctx, r.chat, r.msg, a.Call, b.outcomeOf(a.Call))
 }
 
 // outcomeOf is how an ask ended: as this process saw it end, else as the

@@ -8,6 +8,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -379,5 +380,170 @@ func TestToolLinesInThePreview(t *testing.T) {
 	}
 	if text, _ := s.preview(); strings.Count(text, "🔧") != maxToolLines || !strings.Contains(text, "🔧 t__11 — denied") {
 		t.Fatalf("preview = %q, want the last %d calls", text, maxToolLines)
+	}
+}
+
+// A turn run again after a restart asks again in a new message: the
+// earlier ask loses its buttons, and the new one still names the user who
+// may decide (this process never saw them write). Deciding there goes on
+// with the turn, which runs the call once.
+func TestToolAskedAgainAfterARestart(t *testing.T) {
+	const chat = -100
+	call := toolCall("c1", mcptest.Counter, map[string]string{"key": "k"})
+	s, _ := toolSetup(t, nil, Options{AllowedUsers: []int64{5, 6}}, call)
+	api := telegramtest.New(t)
+	dir := t.TempDir()
+	h := start(t, api, dir, s)
+	msg := telegramtest.Group(chat, 5, "@"+telegramtest.BotName+" count")
+	msg["from"].(map[string]any)["first_name"] = "Ann"
+	api.Push(msg)
+	first, _, _ := askOf(t, api, chat, 1)
+	if ask := api.Messages()[0]; !strings.Contains(ask.Text, "Only Ann can decide.") {
+		t.Fatalf("first ask = %q", ask.Text)
+	}
+	h.shutdown(0) // the turn is cut; its call stays asking
+
+	s2, srv := toolSetup(t, nil, Options{AllowedUsers: []int64{5, 6}}, call)
+	h2 := start(t, api, dir, s2)
+	waitConnected(t, h2.bot)
+	recovered := make(chan error, 1)
+	go func() { // it runs the turn, which waits for the decision
+		ran, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour)
+		if err == nil && ran != 1 {
+			err = fmt.Errorf("recovery ran %d turns, want the cut one", ran)
+		}
+		recovered <- err
+	}()
+	second, allow, _ := askOf(t, api, chat, 2)
+	if ask := api.Messages()[1]; !strings.Contains(ask.Text, "Only Ann can decide.") {
+		t.Fatalf("ask after the restart = %q, want it to name Ann", ask.Text)
+	}
+	api.WaitKeyboard(t, chat, first, true)
+	if kb := api.Keyboard(chat, second); len(kb) != 1 {
+		t.Fatalf("the new ask has no buttons: %+v", kb)
+	}
+	q := api.TapStale(6, chat, second, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Only Ann can decide this" {
+		t.Fatalf("another member's tap answered %q", ans.Text)
+	}
+	q = api.Tap(t, 5, chat, second, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if got := api.WaitSent(t, 3)[2]; got.Text != "answer: 1" || got.ChatID != chat {
+		t.Fatalf("reply = %+v", got)
+	}
+	if err := <-recovered; err != nil {
+		t.Fatal(err)
+	}
+	api.WaitKeyboard(t, chat, second, true)
+	if n := srv.Count(); n != 1 {
+		t.Fatalf("counter ran %d times, want once", n)
+	}
+	api.CheckAnswers(t)
+}
+
+// Another replica's ask and its end (Remote) send nothing to the Bot
+// API: the replica running the turn asked in the chat, and settles the
+// ask there. With two replicas, the chat is asked once.
+func TestAnotherReplicasAskSendsNothing(t *testing.T) {
+	s, _ := toolSetup(t, nil, Options{})
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	waitConnected(t, h.bot)
+	a := sessions.ToolAsk{Channel: Channel, SessionKey: sessions.TelegramDMKey(7), UserID: "7", Remote: true,
+		Call: sessions.ToolEvent{ID: 1, Seq: 1, Name: "t__counter", Status: sessions.ToolAsking, ExpiresAt: time.Now().Add(time.Minute)}}
+	if ref, err := h.bot.askTool(context.Background(), a); ref != "" || err != nil {
+		t.Fatalf("a remote ask = %q, %v; want nothing asked, no error", ref, err)
+	}
+	a.Call.Status = sessions.ToolStarted
+	h.bot.toolSettled(context.Background(), a, "7:1")
+	for _, m := range []string{"sendMessage", "editMessageText", "editMessageReplyMarkup"} {
+		if n := len(api.Calls(m)); n != 0 {
+			t.Fatalf("%d %s calls for another replica's ask", n, m)
+		}
+	}
+}
+
+// seenEvents hears, after the manager, every event of other replicas.
+type seenEvents struct {
+	sessions.Events
+	self string
+	seen chan ledger.Event
+}
+
+func (s *seenEvents) Listen(ctx context.Context, fn func(ledger.Event)) error {
+	return s.Events.Listen(ctx, func(ev ledger.Event) {
+		fn(ev)
+		if ev.Origin != s.self && !ev.Missed {
+			select {
+			case s.seen <- ev:
+			default:
+			}
+		}
+	})
+}
+
+// Two replicas on one PostgreSQL database: the replica running the turn
+// asks the chat; the other hears of the ask and of its end (for its
+// WebSocket clients) and sends Telegram nothing. The chat gets one ask.
+func TestToolAskedOnceWithTwoReplicas(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	api := telegramtest.New(t)
+	seen := make(chan ledger.Event, 64)
+	var hs []*harness
+	for i := range 2 {
+		s, _ := toolSetup(t, nil, Options{Streaming: StreamOff}, toolCall("c1", mcptest.Counter, map[string]string{"key": "k"}))
+		s.dsn = dsn
+		replica := fmt.Sprintf("replica-%d", i)
+		manager := s.manager
+		s.manager = func(o *sessions.Options) {
+			manager(o)
+			o.ReplicaID = replica
+			o.Events = &seenEvents{Events: o.Events, self: replica, seen: seen}
+		}
+		h := start(t, api, t.TempDir(), s)
+		h.mgr.Rescuer().Listen()
+		hs = append(hs, h)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !hs[0].mgr.Peers() || !hs[1].mgr.Peers(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas did not learn of each other")
+		}
+	}
+	api.Push(telegramtest.DM(7, "count"))
+	id, allow, _ := askOf(t, api, 7, 1)
+	q := api.Tap(t, 7, 7, id, allow)
+	if ans := api.WaitAnswered(t, q); ans.Text != "Allowed" {
+		t.Fatalf("answer = %+v", ans)
+	}
+	if got := api.WaitSent(t, 2)[1]; got.Text != "answer: 1" {
+		t.Fatalf("reply = %q", got.Text)
+	}
+	// The other replica heard of the ask's end, which comes after the ask.
+	var other *harness
+	for other == nil {
+		select {
+		case ev := <-seen:
+			if ev.Kind == ledger.EventAskSettled && ev.Channel == Channel {
+				for _, h := range hs {
+					if h.mgr.ReplicaID() != ev.Origin {
+						other = h
+					}
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no replica heard of the other's ask ending")
+		}
+	}
+	other.shutdown(5 * time.Second) // its drain waits for what it was handing on
+	asks := 0
+	for _, c := range api.Calls("sendMessage") {
+		if c.Params.Get("reply_markup") != "" {
+			asks++
+		}
+	}
+	if sent := api.Messages(); asks != 1 || len(sent) != 2 {
+		t.Fatalf("%d asks and messages %q; want one ask, then the reply", asks, texts(sent))
 	}
 }

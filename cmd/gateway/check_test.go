@@ -1,10 +1,18 @@
 package main
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/chatgate/chatgate/config"
+	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/sessions/store"
 )
 
@@ -86,7 +94,8 @@ func TestCheckPrintsToolServers(t *testing.T) {
 	t.Setenv("SEARCH_TOKEN", "tok-0123456789-secret")
 	t.Setenv("ALICE_TOKEN", "alice-0123456789abcdef")
 	path := writeConfig(t, toolsYAML)
-	code, out, errOut := runCmd(t, "check", "-c", path)
+	// The servers are not there to start: what is printed is the point.
+	code, out, errOut := runCmd(t, "check", "-tools=false", "-c", path)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
@@ -156,5 +165,85 @@ session:
 	}
 	if got := strings.Split(strings.TrimSpace(errOut), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("stderr:\n%s\nwant exactly:\n%s", errOut, strings.Join(want, "\n"))
+	}
+}
+
+// gateway check starts each tool server once, within its timeout: one
+// that starts is said to, with its tools; one whose command is not found,
+// that exits, or that lists nothing in time is a warning at its line,
+// with the reason, and the file still passes (the gateway runs without
+// it and keeps trying). -tools=false skips the tries.
+func TestCheckTriesToStartTheToolServers(t *testing.T) {
+	ok := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcptest.New().MCP }, nil))
+	defer ok.Close()
+	stop := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // a server that takes the request and never answers
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer hang.Close()
+	defer close(stop)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to start")
+	}
+	path := writeConfig(t, fmt.Sprintf(`agent:
+  tools:
+    servers:
+      - name: fine
+        url: %s
+      - name: missing
+        command: %s
+      - name: exits
+        command: %s
+        args: ["-c", "echo 'Error: Cannot find module x' >&2; exit 3"]
+      - name: mute
+        url: %s
+        timeout: 1s
+`, ok.URL, filepath.Join(t.TempDir(), "no-such-server"), sh, hang.URL))
+	code, out, errOut := runCmd(t, "check", "-c", path)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (warnings only)\n%s%s", code, out, errOut)
+	}
+	for _, line := range []string{"tool server fine: started, 5 tools", "tool server missing: cannot start",
+		"tool server exits: cannot start", "tool server mute: cannot start"} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("gateway check lacks %q in\n%s", line, out)
+		}
+	}
+	warnings := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "warning: "); ok {
+			for _, name := range []string{"fine", "missing", "exits", "mute"} {
+				if strings.Contains(rest, `tool server "`+name+`" cannot start`) {
+					warnings[name] = rest
+				}
+			}
+		}
+	}
+	for name, want := range map[string]string{
+		"missing": path + `:6: agent.tools.servers[1]: tool server "missing" cannot start: connect: `,
+		"exits":   path + `:8: agent.tools.servers[2]: tool server "exits" cannot start: connect: `,
+		"mute":    path + `:11: agent.tools.servers[3]: tool server "mute" cannot start: it did not answer within its timeout (1s)`,
+	} {
+		if !strings.HasPrefix(warnings[name], want) {
+			t.Errorf("warning for %s = %q, want it to start %q", name, warnings[name], want)
+		}
+	}
+	if !strings.Contains(warnings["exits"], `(its last line on stderr: "Error: Cannot find module x")`) {
+		t.Errorf("the warning for a server that exits does not say what it said: %q", warnings["exits"])
+	}
+	if !strings.Contains(warnings["missing"], "no-such-server") {
+		t.Errorf("the warning for a missing command does not name it: %q", warnings["missing"])
+	}
+	if w, ok := warnings["fine"]; ok {
+		t.Errorf("a server that started is warned about: %q", w)
+	}
+
+	code, out, errOut = runCmd(t, "check", "-tools=false", "-c", path)
+	if code != 0 || strings.Contains(out, "tool server ") || strings.Contains(out, "cannot start") {
+		t.Fatalf("check -tools=false = %d\n%s%s", code, out, errOut)
 	}
 }

@@ -157,6 +157,10 @@ func (s *server) startTools() sessions.Toolbox {
 		s.log.Error("reminder tools not served", slog.Any("error", err))
 	} else {
 		cfgs = append(cfgs, rs)
+		// Registered before set.Close, so run after it (onExit runs the
+		// newest first): a server closed while the client still runs
+		// would end its session, which the client logs as a failure.
+		s.onExit(func() { _ = closeReminders() })
 	}
 	if s.cfg.ServesMemoryTools() {
 		ms, closeMemory, err := memoryServer(func() memtools.Backend {
@@ -176,9 +180,6 @@ func (s *server) startTools() sessions.Toolbox {
 	set.Start(context.Background())
 	s.tools = set
 	s.onExit(set.Close)
-	if closeReminders != nil {
-		s.onExit(func() { _ = closeReminders() })
-	}
 	s.liveTools = newLiveTools(s.cfg)
 	return mcpclient.Offer{Set: set, Servers: s.liveTools.offered}
 }

@@ -126,7 +126,7 @@ func New(cfgs []ServerConfig, logger *slog.Logger) *Set {
 		sv := &server{
 			cfg:    c.withDefaults(),
 			relist: make(chan struct{}, 1),
-			log:    sc.logger(logger).With(slog.String("mcp_server", c.Name)),
+			log:    sc.logger(logger).With(slog.String(ServerLogKey, c.Name)),
 			scrub:  sc,
 		}
 		if errs := c.problems(); len(errs) > 0 {

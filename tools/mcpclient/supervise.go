@@ -138,6 +138,15 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
+// How a Set's log lines name things: ServerLogKey is the attribute
+// naming the server on each line about one, and StderrMessage the
+// message of the lines that carry what a stdio server wrote on its
+// stderr (one line each, attribute "line").
+const (
+	ServerLogKey  = "mcp_server"
+	StderrMessage = "tool server stderr"
+)
+
 // stderrLog logs a stdio server's stderr, a line at a time (a line is
 // cut at maxLine bytes). Only the process's copier writes to it.
 type stderrLog struct {
@@ -168,7 +177,7 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 func (w *stderrLog) emit(line []byte) {
 	line = bytes.TrimRight(line, "\r")
 	if len(line) > 0 {
-		w.log.Info("tool server stderr", slog.String("line", string(line)))
+		w.log.Info(StderrMessage, slog.String("line", string(line)))
 	}
 }
 
