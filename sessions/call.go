@@ -65,7 +65,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.Turn = tt.turn()
 				req.NoMoreTools = tt.n >= maxRounds
 			}
-			m.prepare(turnCtx, live.agent, hc.conv.Channel, in, &req, nil)
+			m.prepare(turnCtx, live.agent, hc.conv.Channel, in, &req)
 			sink := &deltaSink{next: h.OnDelta}
 			deltas, callCtx := sink.add, turnCtx
 			if results != nil {
@@ -244,12 +244,10 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 // prepare completes a turn's request outside any lock: the tools the
 // turn offers (a tool server still starting is waited for, within its
 // timeout), its pictures, and the user's notes.
-// With use (an early call's), the notes may come from a kept copy whose
-// version is checked when the message's commit lands (notesUse).
-func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request, use *notesUse) {
+func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request) {
 	req.Tools = m.offered(in)
 	m.routes.fetchImages(ctx, ag, channel, req)
-	m.memory.inject(ctx, in, req, use)
+	m.memory.inject(ctx, in, req)
 }
 
 // priorOf is the history a turn with lead and members sees: every stored

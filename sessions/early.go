@@ -2,8 +2,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -56,14 +54,6 @@ type earlyCall struct {
 	// or returned (wrote).
 	sent     chan struct{}
 	sentOnce sync.Once
-	// notes is what notes the request carries, set before prepared is
-	// closed; restart makes the call again, its request prepared anew
-	// (Manager.checkEarlyNotes), and cancelCall cancels the call under
-	// way.
-	notes      notesUse
-	prepared   chan struct{}
-	restart    func()
-	cancelCall context.CancelCauseFunc
 
 	mu       sync.Mutex
 	partial  strings.Builder // every delta, for an interrupted turn's partial reply
@@ -81,11 +71,9 @@ const earlyLeaseWait = 50 * time.Millisecond
 // claimed, if the key's turn lock is free (the rescuer may hold it for
 // another turn of the key: then the turn starts after the commit, as any
 // other) and its lease is this replica's at once (kept from the key's
-// last turn, or free; on SQLite always). With checkNotes the request's
-// notes may come from a kept copy, which the caller checks once the
-// message is stored (checkEarlyNotes). Called under the key's state
+// last turn, or free; on SQLite always). Called under the key's state
 // lock; nil when not started.
-func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, checkNotes bool, req agent.Request) *earlyCall {
+func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req agent.Request) *earlyCall {
 	key := in.SessionKey
 	unlock, err := m.lockTurn(m.life.base, key, earlyLeaseWait)
 	if err != nil {
@@ -97,39 +85,14 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, checkNo
 	e := &earlyCall{ctx: ctx, end: end, trace: tctx, endTrace: endTrace, unlock: unlock, done: make(chan struct{}), history: req.History, model: req.Model}
 	e.held = e.heldBuf[:0]
 	e.sent = make(chan struct{})
-	e.prepared = make(chan struct{})
-	start := func() {
-		done, prepared := e.done, e.prepared
-		callCtx, cancel := context.WithCancelCause(ctx)
-		e.cancelCall = cancel
-		r := req
-		// On a goroutine whose stack earlier calls grew (internal/gopool):
-		// the model library's request encoding runs deep.
-		gopool.Go(func() {
-			defer close(done)
-			defer e.wrote()
-			defer cancel(nil)
-			var use *notesUse
-			if checkNotes {
-				use = &e.notes // the notes may come from a kept copy: checked at commit
-			}
-			m.prepare(ctx, ag, channel, in, &r, use) // here, not under the state lock
-			close(prepared)
-			e.reply, e.err = m.callAgent(whenWritten(callCtx, e.wrote), ag, r, e.delta)
-		})
-	}
-	e.restart = func() {
-		e.cancelCall(errNotesChanged)
-		<-e.done
-		e.mu.Lock()
-		e.held, e.released = e.held[:0], false
-		e.partial.Reset()
-		e.mu.Unlock()
-		e.reply, e.err, e.notes = agent.Reply{}, nil, notesUse{}
-		e.done, e.prepared = make(chan struct{}), make(chan struct{})
-		start()
-	}
-	start()
+	// On a goroutine whose stack earlier calls grew (internal/gopool):
+	// the model library's request encoding runs deep.
+	gopool.Go(func() {
+		defer close(e.done)
+		defer e.wrote()
+		m.prepare(ctx, ag, channel, in, &req) // here, not under the state lock
+		e.reply, e.err = m.callAgent(whenWritten(ctx, e.wrote), ag, req, e.delta)
+	})
 	// The model's request goes out before the message's commit starts:
 	// the caller hands the append to the committer next, whose work
 	// would otherwise hold the core the call needs (docs/performance.md,
@@ -144,29 +107,6 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, checkNo
 	}
 	t.Stop()
 	return e
-}
-
-// errNotesChanged cancels an early call whose request carried notes
-// changed since (Manager.checkEarlyNotes): it is made again.
-var errNotesChanged = errors.New("the user's notes changed; the call is made again")
-
-// checkEarlyNotes makes e's call again, with its notes read anew, when
-// the notes its request carries came from a kept copy that is not of the
-// version its message's commit read (changes): another replica wrote or
-// forgot one of the user's notes since the copy was read. Called once the
-// message is stored, before anything the call streamed is shown. A call
-// stopped meanwhile is left as it is.
-func (m *Manager) checkEarlyNotes(e *earlyCall, changes *int64) {
-	select {
-	case <-e.prepared:
-	case <-e.ctx.Done():
-		return
-	}
-	if m.memory.current(e.notes, changes) {
-		return
-	}
-	m.log.Debug("the user's notes changed since they were read; the early call is made again", slog.String("session_key", e.notes.user))
-	e.restart()
 }
 
 // earlySendWait bounds how long a message's commit waits for its early

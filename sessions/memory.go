@@ -126,10 +126,6 @@ type NoteStore interface {
 	RecallNotes(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
 	NotesFor(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
 	NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error)
-	// SharedNotes reports whether other processes write notes too
-	// (PostgreSQL's replicas): a kept copy is checked against the
-	// database, not only against this process's writes.
-	SharedNotes() bool
 	ForgetNote(ctx context.Context, user string, id int64) (bool, error)
 	ForgetNotes(ctx context.Context, user string) (int64, error)
 }
@@ -225,7 +221,6 @@ func (mem *Memory) Remember(ctx context.Context, req NoteRequest) (ledger.Note, 
 	if err != nil {
 		return ledger.Note{}, err
 	}
-	mem.cache.drop(req.User) // (the version tells too; an early call need not be made again)
 	if !ok {
 		return ledger.Note{}, fmt.Errorf("%w: %d notes are kept already, the most allowed; forget one first", ErrTooManyNotes, set.MaxNotes)
 	}
@@ -258,7 +253,6 @@ func (mem *Memory) Forget(ctx context.Context, user string, id int64) error {
 		return ErrNoMemoryOwner
 	}
 	ok, err := mem.store.ForgetNote(ctx, user, id)
-	mem.cache.drop(user)
 	if err != nil {
 		return err
 	}
@@ -275,7 +269,6 @@ func (mem *Memory) ForgetAll(ctx context.Context, user string) (int64, error) {
 		return 0, ErrNoMemoryOwner
 	}
 	n, err := mem.store.ForgetNotes(ctx, user)
-	mem.cache.drop(user)
 	if n > 0 {
 		mem.obs.NotesForgotten(int(n))
 	}
@@ -288,7 +281,7 @@ func (mem *Memory) ForgetAll(ctx context.Context, user string) (int64, error) {
 // version (notesFor), so that one forgotten on any replica is gone from
 // the next request. A read that fails leaves the turn without them
 // (logged): the user is answered.
-func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request, use *notesUse) {
+func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
 	if mem == nil {
 		return
 	}
@@ -302,7 +295,7 @@ func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request, u
 	}
 	rctx, cancel := context.WithTimeout(ctx, recallTimeout)
 	defer cancel()
-	notes, err := mem.notesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates, use)
+	notes, err := mem.notesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates)
 	if err != nil {
 		mem.log.WarnContext(ctx, "reading the user's notes failed; the turn goes without them",
 			slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))

@@ -66,55 +66,6 @@ func (c *noteCache) get(user string, v ledger.NotesVersion) (*userNotes, bool) {
 	return u, true
 }
 
-// peek returns user's copy, whatever its version.
-func (c *noteCache) peek(user string) (*userNotes, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Get(user)
-}
-
-// drop forgets user's copy.
-func (c *noteCache) drop(user string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lru.Remove(user)
-}
-
-// checkedAtCommit reports whether an early call of in may take its
-// user's notes from a kept copy, checked when its message's commit lands:
-// where other processes write notes, and in's user's notes are put in
-// requests.
-func (mem *Memory) checkedAtCommit(in Inbound) bool {
-	if mem == nil || !mem.store.SharedNotes() {
-		return false
-	}
-	user := memoryUserOf(in)
-	if user == "" {
-		return false
-	}
-	set := mem.Settings(in.Channel, user)
-	return set.Enabled && set.InjectTokens > 0
-}
-
-// notesUse is what notes an early call's request carries: a kept copy of
-// user's notes whose version (changes) is unchecked, or none to check.
-type notesUse struct {
-	user      string
-	changes   int64
-	unchecked bool
-}
-
-// current reports whether the notes used are those of the version its
-// message's commit read (changes; nil: none read), and drops a copy
-// found out of date.
-func (mem *Memory) current(use notesUse, changes *int64) bool {
-	if !use.unchecked || changes == nil || *changes == use.changes {
-		return true
-	}
-	mem.cache.drop(use.user)
-	return false
-}
-
 // put keeps u, dropping the least recently used copies over the bound.
 func (c *noteCache) put(user string, u *userNotes) {
 	if u.size > c.max/8 {
@@ -263,18 +214,7 @@ func (u *userNotes) notesFor(query string, limit int) []*ledger.Note {
 // from the user's kept copy when it is current, else reads the notes
 // (all of them, or the database's search for a user with more than
 // noteCacheNotes) and keeps them.
-//
-// With use (an early call's) on a store other processes write, a kept
-// copy is taken without reading the version: use records the copy's, and
-// the early call checks it against the version its message's commit read
-// (earlyCall.checkNotes), so that a turn pays no round trip of its own.
-func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int, use *notesUse) ([]*ledger.Note, error) {
-	if use != nil && mem.store.SharedNotes() {
-		if u, ok := mem.cache.peek(user); ok && !u.tooMany {
-			*use = notesUse{user: user, changes: u.version.Changes, unchecked: true}
-			return u.notesFor(query, limit), nil
-		}
-	}
+func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int) ([]*ledger.Note, error) {
 	v, err := mem.store.NotesVersion(ctx, user)
 	if err != nil {
 		return nil, err

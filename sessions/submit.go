@@ -259,9 +259,6 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	rows := []ledger.BatchRow{ledger.RowOf(&um)}
 	var early *earlyCall
-	// An early call's notes may come from a kept copy, whose version the
-	// commit reads to check it by (checkEarlyNotes).
-	checkNotes := solo && m.memory.checkedAtCommit(in)
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
 		// call starts now, from the history before it (Manager.startEarly), on the
@@ -271,21 +268,16 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 			return err
 		}
 		live := m.settings() // the turn's settings, as callFor takes them
-		early = m.startEarly(in, hc.conv.Channel, live.agent, checkNotes,
+		early = m.startEarly(in, hc.conv.Channel, live.agent,
 			m.request(rows, historyFor(priorOf(hc.window, seqSet{um.Seq}, um.Seq), policy), in, live.instructions, model))
 	}
 	if early != nil {
 		ledger.ClaimAtStore(&um, m.routes.tracks(in.Channel))
 	}
 	batch := []ledger.Message{um}
-	var notesOf string
-	var notesChanges *int64
-	if early != nil && checkNotes {
-		notesOf, notesChanges = memoryUserOf(in), new(int64)
-	}
 	endStore := m.tr.startSpan(ctx, "store")
 	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now,
-		KeepActivity: in.Scheduled, NotesOf: notesOf, NotesChanges: notesChanges})
+		KeepActivity: in.Scheduled})
 	endStore(err)
 	if err != nil && early != nil {
 		// Not stored, not acknowledged: the call is dropped unseen.
@@ -312,9 +304,6 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 		t.hooks.OnAck(Ack{ConversationID: hc.conv.ID, Seq: t.ref.seq})
 	}
 	if early != nil {
-		if notesOf != "" {
-			m.checkEarlyNotes(early, notesChanges)
-		}
 		// Stored and acknowledged: what the model streamed so far, and
 		// from now on, may be shown.
 		early.release(t.hooks.OnDelta)

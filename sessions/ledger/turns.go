@@ -308,12 +308,6 @@ type Append struct {
 	Answers []int64
 	// Usage, when set, is tallied in the same transaction.
 	Usage *Usage
-	// NotesOf, when set on a store whose notes other processes write
-	// (PostgreSQL), asks for that user's count of notes' changes
-	// (NotesVersion.Changes) read in the same transaction, after the
-	// writes: NotesChanges is set to it when the append lands.
-	NotesOf      string
-	NotesChanges *int64
 }
 
 // Archived is a conversation a sweep archived.

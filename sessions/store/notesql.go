@@ -383,10 +383,6 @@ func (s *DB) NotesVersion(ctx context.Context, user string) (ledger.NotesVersion
 	})
 }
 
-// SharedNotes reports whether other processes write the notes too: on
-// PostgreSQL, a gateway's replicas.
-func (s *DB) SharedNotes() bool { return s.driver == DriverPostgres }
-
 // versionReads reads note_versions for the turns that ask, in batches:
 // the users asking while a read is out are read together by the next
 // one. At 50 turns at once a statement each cost a PostgreSQL turn a

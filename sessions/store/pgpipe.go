@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -136,7 +135,6 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	if rows := ledger.UsageRows(usageOf(ops)); len(rows) > 0 {
 		b.Queue(pgTallyUsage, pgUsageArgs(rows)...)
 	}
-	queueNotesVersions(b, ops)
 	// The pipeline binds its arguments itself, past database/sql: made
 	// storable here, every statement's (storableValue).
 	for _, q := range b.QueuedQueries {
@@ -150,42 +148,6 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
 		return dc.(*storablePGConn).Conn.Conn().SendBatch(ctx, b).Close()
-	})
-}
-
-// queueNotesVersions queues the read of the notes' versions the appends
-// of ops ask for (ledger.Append.NotesOf), last, and sets each one's
-// NotesChanges from it: a turn checks the notes it put in its request
-// against them without a round trip of its own.
-func queueNotesVersions(b *pgx.Batch, ops []*writeOp) {
-	var users []string
-	for _, op := range ops {
-		if op.app.NotesOf != "" && op.app.NotesChanges != nil && !slices.Contains(users, op.app.NotesOf) {
-			users = append(users, op.app.NotesOf)
-		}
-	}
-	if len(users) == 0 {
-		return
-	}
-	b.Queue(`SELECT user_key, version FROM note_versions WHERE user_key = ANY($1)`, users).Query(func(rows pgx.Rows) error {
-		got := make(map[string]int64, len(users))
-		for rows.Next() {
-			var u string
-			var v int64
-			if err := rows.Scan(&u, &v); err != nil {
-				return err
-			}
-			got[u] = v
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, op := range ops {
-			if op.app.NotesOf != "" && op.app.NotesChanges != nil {
-				*op.app.NotesChanges = got[op.app.NotesOf]
-			}
-		}
-		return nil
 	})
 }
 
