@@ -68,12 +68,12 @@ func (c *noteCache) get(user string, v ledger.NotesVersion) (*userNotes, bool) {
 
 // put keeps u, dropping the least recently used copies over the bound.
 func (c *noteCache) put(user string, u *userNotes) {
-	if u.size > c.max/8 {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Remove(user) // an older copy: its bytes are taken off
+	if u.size > c.max/8 {
+		return // too big to keep
+	}
 	c.lru.Add(user, u)
 	c.bytes += u.size
 	for c.bytes > c.max {

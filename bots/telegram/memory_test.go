@@ -731,4 +731,11 @@ func TestMemoryOnBehalfOfTheChat(t *testing.T) {
 	if got := notesOf(t, h, fmt.Sprintf("telegram:group:%d:%d", chat, standIn)); len(got) != 1 {
 		t.Fatalf("the stand-in's notes: %q", got)
 	}
+	// Nor is a conversation of the stand-in's (group_scope user) anyone's
+	// memory: its extraction at a reset would have nobody to write for.
+	for _, key := range []string{fmt.Sprintf("telegram:group:%d:%d", chat, standIn), fmt.Sprintf("telegram:group:%d", chat)} {
+		if u := sessions.MemoryUser(key, strconv.Itoa(standIn)); u != "" {
+			t.Fatalf("the stand-in of %s has memory user %q", key, u)
+		}
+	}
 }

@@ -108,10 +108,19 @@ func NoteUser(sessionKey, userID string) string {
 		if userID == "" {
 			return ""
 		}
-		return user + ":" + userID
+		user += ":" + userID
+	}
+	if member, ok := strings.CutPrefix(user, "telegram:group:"); ok && telegramStandIns[member[strings.LastIndexByte(member, ':')+1:]] {
+		return "" // nobody's own: every such message shares it
 	}
 	return user
 }
+
+// telegramStandIns are the users Telegram sends a group's messages from
+// when they are sent on behalf of a chat — an anonymous admin's
+// (GroupAnonymousBot), a channel's (Channel_Bot), a linked channel's post
+// (Telegram) — shared by all who send so: no one's notes.
+var telegramStandIns = map[string]bool{"1087968824": true, "136817688": true, "777000": true}
 
 // NoteMembers is, for a group chat its members share (a Telegram group
 // with group_scope chat: "telegram:group:CHAT"), how its members' note

@@ -126,6 +126,15 @@ var ErrExtractionLost = errors.New("the extraction's claim was lost")
 // no longer holds gets ErrExtractionLost.
 func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stored int, err error) {
 	return observe(ctx, s, ledger.Call{Op: "SettleExtraction"}, func() (int, error) {
+		// The user's notes' count of writes moves once the commit is
+		// done (landed or not), never before it: a turn reading the
+		// version between would take notes without these for current.
+		wrote := ""
+		defer func() {
+			if wrote != "" {
+				notesWritten(wrote)
+			}
+		}()
 		at := e.At.UTC()
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			stored = 0
@@ -163,7 +172,7 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 			}
 			if len(e.Notes) > 0 {
 				user := e.Notes[0].UserKey
-				defer notesWritten(user)
+				wrote = user
 				var n int64
 				if err := tx.Model(&ledger.Note{}).Where("user_key = ?", user).Count(&n).Error; err != nil {
 					return err
