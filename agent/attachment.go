@@ -38,6 +38,10 @@ type Attachment struct {
 	// Type is the channel's own word for it when Kind is other (voice,
 	// sticker, video, …).
 	Type string `json:"type,omitempty"`
+	// Media is the id of an image a tool returned, kept by the gateway
+	// (an attachment of a tool message): its bytes are read from there,
+	// not from a channel.
+	Media string `json:"media,omitempty"`
 
 	Data    []byte `json:"-"`
 	Missing bool   `json:"-"`

@@ -45,6 +45,8 @@ type conversationStore interface {
 	Covers(ctx context.Context, convID string, lead int64) ([]ledger.BatchRow, error)
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
+	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
+	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
 }
 
 // turnPath is what Conversations needs of the Manager's turn path: the
@@ -193,6 +195,7 @@ func (c *Conversations) StoredReply(ctx context.Context, convID string, userSeq,
 		clientID = *um.ClientMsgID
 	}
 	r := toReply(reply)
+	r.Media = replyMedia(ctx, c.store, c.log, convID, userSeq)
 	covers, err := c.store.Covers(ctx, convID, userSeq)
 	if err != nil {
 		return "", Reply{}, err

@@ -120,6 +120,10 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	b, conv, lead := t.b, t.conv, t.b.Lead()
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
+	if m.opts.Tools != nil && t.called {
+		// (Only a turn that called its agent ran tools.)
+		final.Media = replyMedia(ctx, m.store, m.log, conv, lead)
+	}
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
 	if m.tr.tracer != nil {
 		out.Trace = trace.SpanContextFromContext(ctx)

@@ -368,6 +368,9 @@ func (m *Manager) storedOutcome(ctx context.Context, tr *ledger.Turn) (Outcome, 
 	}
 	if reply != nil {
 		out.Reply = toReply(reply)
+		if m.opts.Tools != nil {
+			out.Reply.Media = replyMedia(ctx, m.store, m.log, tr.ConversationID, tr.Lead)
+		}
 	}
 	covers, err := m.store.Covers(ctx, tr.ConversationID, tr.Lead)
 	if err != nil {
