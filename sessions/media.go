@@ -143,3 +143,10 @@ func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, e
 	}
 	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey, Data: r.Data}, nil
 }
+
+// MarkMediaDelivered records that a channel sent item id (ref: what it
+// sent); a delivery done again skips it. Marking it twice is no error.
+func (c *Conversations) MarkMediaDelivered(ctx context.Context, id, ref string) error {
+	_, err := c.store.MarkMediaDelivered(ctx, id, ref, c.now())
+	return err
+}
