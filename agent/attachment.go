@@ -17,6 +17,10 @@ const (
 // image that can no longer be fetched.
 const MissingImageText = "[image no longer available]"
 
+// ToolImagesText introduces, to a model that reads images, the pictures
+// the tool calls just before it returned (they follow it as images).
+const ToolImagesText = "[the pictures the tool calls above returned; the user gets them with your reply]"
+
 // UnseenImageText stands for a message that is only a picture, to a model
 // that does not read images.
 const UnseenImageText = "[the user sent a picture, which you cannot see]"

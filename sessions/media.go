@@ -134,6 +134,49 @@ func replyMedia(ctx context.Context, st interface {
 	return toMedia(rows)
 }
 
+// toolImages gives a model that reads images the pictures tools
+// returned in this turn (req.Turn) and in the history: their bytes are
+// read from storage, the newest MaxTurnImages of them; an older one, or
+// one gone (purged), is marked Missing. This turn's own pictures have
+// their bytes already. For a model that does not read images nothing is
+// read: the result's text line tells it what there was.
+func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Request) {
+	if m.opts.Tools == nil || !agent.ReadsImages(ag) {
+		return
+	}
+	var want []*agent.Attachment
+	collect := func(msgs []agent.Message) {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			atts := msgs[i].Attachments
+			for j := len(atts) - 1; j >= 0; j-- {
+				if atts[j].Media != "" && atts[j].Kind == agent.KindImage {
+					want = append(want, &atts[j])
+				}
+			}
+		}
+	}
+	collect(req.Turn)
+	collect(req.History)
+	for i, a := range want {
+		switch {
+		case i >= MaxTurnImages:
+			a.Data, a.Missing = nil, true
+		case a.Data != nil:
+		default:
+			r, err := m.store.ToolMedia(ctx, a.Media)
+			if err != nil || r == nil {
+				if err != nil {
+					m.log.WarnContext(ctx, "a picture a tool returned could not be read; the model is told it is no longer available",
+						slog.String("media", a.Media), slog.String("error", err.Error()))
+				}
+				a.Missing = true
+				continue
+			}
+			a.Data = r.Data
+		}
+	}
+}
+
 // ToolMedia returns the item a tool returned with that id, bytes and
 // all, or nil when there is none.
 func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, error) {

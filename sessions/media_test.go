@@ -3,11 +3,17 @@ package sessions_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/agent/openai"
+	"github.com/chatgate/chatgate/internal/llmtest"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -129,6 +135,75 @@ func TestToolMediaOverTheLimitsIsDroppedAndTheModelTold(t *testing.T) {
 				lines := transcript(t, r.db, sessions.WebSocketKey(user))
 				if !strings.Contains(lines[2], tc.note) || !strings.Contains(lines[2], "[1 of the items above will be sent") {
 					t.Fatalf("tool result = %q, want the note %q", lines[2], tc.note)
+				}
+			})
+		}
+	})
+}
+
+// A model that reads images gets a tool's picture as image input: in the
+// turn's next model call, right after the round's results, and in the
+// requests of later turns (read back from storage); a model that does
+// not read images gets the text line only.
+func TestVisionModelSeesToolPictures(t *testing.T) {
+	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
+		for _, vision := range []bool{true, false} {
+			t.Run(map[bool]string{true: "vision", false: "text only"}[vision], func(t *testing.T) {
+				_, set := toolServer(t, mcpclient.ServerConfig{})
+				model, ag := llmtest.AgentWith(t, openai.Config{Model: "m", Vision: vision})
+				model.Script(func(req llmtest.Request) llmtest.Answer {
+					if strings.Contains(req.Messages[len(req.Messages)-1].Text(), "draw") {
+						return llmtest.Answer{ToolCalls: []llmtest.ToolCall{{Name: "t__media", Arguments: `{}`}}}
+					}
+					return llmtest.Answer{Text: "ok"}
+				})
+				db := open()
+				m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: set},
+					Logger: slog.New(slog.DiscardHandler), Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50}}})
+				defer m.Shutdown(context.Background())
+				user := fmt.Sprintf("v-%v", vision)
+				submit := func(id, text string) sessions.Outcome {
+					in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey(user), UserID: user, ClientMsgID: id, Text: text}
+					tk, err := m.Submit(context.Background(), in, sessions.Hooks{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return wait(t, tk)
+				}
+				submit("m1", "draw it")
+				submit("m2", "and now?")
+				reqs := model.Received()
+				if len(reqs) != 3 {
+					t.Fatalf("%d model requests, want 3", len(reqs))
+				}
+				png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(mcptest.PNG)
+				for i, req := range reqs[1:] {
+					var pics []string
+					after := ""
+					for j, msg := range req.Messages {
+						if imgs := msg.Images(); len(imgs) > 0 {
+							pics = append(pics, imgs...)
+							after = req.Messages[j-1].Role
+							if msg.Role != "user" || !strings.Contains(msg.Text(), agent.ToolImagesText) {
+								t.Fatalf("request %d: the picture came in %s %q", i+2, msg.Role, msg.Text())
+							}
+						}
+					}
+					switch {
+					case vision && (len(pics) != 1 || pics[0] != png || after != "tool"):
+						t.Fatalf("request %d: pictures %d (after a %s message), want the tool's PNG after its result", i+2, len(pics), after)
+					case !vision && len(pics) != 0:
+						t.Fatalf("request %d: a model that does not read images got %d pictures", i+2, len(pics))
+					}
+					var results []string
+					for _, msg := range req.Messages {
+						if msg.Role == "tool" {
+							results = append(results, msg.Text())
+						}
+					}
+					if len(results) != 1 || !strings.Contains(results[0], "[image image/png, ") {
+						t.Fatalf("request %d: tool results %q", i+2, results)
+					}
 				}
 			})
 		}
