@@ -35,4 +35,13 @@ func TestWebPageShowsToolMedia(t *testing.T) {
 	if pdf != string(mcptest.PDF) {
 		t.Fatalf("the download's bytes = %q", pdf)
 	}
+	// Reloaded, the page shows them again from the history.
+	err = chromedp.Do(ctx,
+		chromedp.Reload(),
+		waitJS(`(() => { const i = document.querySelector('.msg.assistant .media img.tool-image'); return !!i && i.complete && i.naturalWidth === 2; })()`),
+		waitJS(`!!document.querySelector('.msg.assistant .media a.download')`),
+	)
+	if err != nil {
+		t.Fatalf("after a reload: %v", err)
+	}
 }

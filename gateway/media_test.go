@@ -101,3 +101,35 @@ func TestToolMediaFetchedByAuthToken(t *testing.T) {
 		t.Fatalf("another principal's fetch: %d, want 404", status)
 	}
 }
+
+// A client coming back finds the media on the reply in its history.
+func TestResumedHistoryCarriesToolMedia(t *testing.T) {
+	e, _ := newToolEnv(t, tools.ApproveAuto, toolCall("call-1", mcptest.Media, map[string]any{}))
+	c, ready := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "m1", "text": "draw it"})
+	frames := c.until("reply")
+	live := frames[len(frames)-1]["attachments"].([]any)
+	c.c.Close()
+	_, again := e.connect(map[string]any{"user": "ann", "session": ready["session"]})
+	var reply map[string]any
+	for _, h := range again["history"].([]any) {
+		if item := h.(map[string]any); item["role"] == "assistant" {
+			reply = item
+		}
+	}
+	atts, _ := reply["attachments"].([]any)
+	if len(atts) != 2 {
+		t.Fatalf("history reply = %v", reply)
+	}
+	for i, a := range atts {
+		if a.(map[string]any)["url"] != live[i].(map[string]any)["url"] || a.(map[string]any)["id"] == "" {
+			t.Fatalf("history attachment %d = %v, live %v", i, a, live[i])
+		}
+	}
+	// The user's own message has none.
+	for _, h := range again["history"].([]any) {
+		if item := h.(map[string]any); item["role"] == "user" && item["attachments"] != nil {
+			t.Fatalf("user item = %v", item)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
@@ -98,6 +99,8 @@ type Entry struct {
 	// Quote is the text a user message replies to or quotes, as stored
 	// with it.
 	Quote string
+	// Media of a turn's final reply: what its tool calls returned.
+	Media []Media
 }
 
 // toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
@@ -155,7 +158,33 @@ func (c *Conversations) Open(ctx context.Context, in Inbound, afterSeq int64, li
 	if err != nil {
 		return Transcript{}, err
 	}
-	return toTranscript(conv, msgs), nil
+	t := toTranscript(conv, msgs)
+	c.withMedia(ctx, &t, msgs)
+	return t, nil
+}
+
+// withMedia puts on each final reply of t the media its turn's tool
+// calls returned; only turns that called tools (a tool message among
+// msgs) are read.
+func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []ledger.Message) {
+	var turns []int64
+	for _, m := range msgs {
+		if m.Role == agent.RoleTool && !slices.Contains(turns, m.ReplyTo) {
+			turns = append(turns, m.ReplyTo)
+		}
+	}
+	for _, turn := range turns {
+		media := replyMedia(ctx, c.store, c.log, t.Conversation, turn)
+		if len(media) == 0 {
+			continue
+		}
+		for i := len(t.Entries) - 1; i >= 0; i-- {
+			if e := &t.Entries[i]; e.Role == agent.RoleAssistant && e.ReplyTo == turn {
+				e.Media = media
+				break
+			}
+		}
+	}
 }
 
 // ConversationTranscript returns the lines of a conversation, active or
@@ -173,7 +202,9 @@ func (c *Conversations) ConversationTranscript(ctx context.Context, convID strin
 	if err != nil {
 		return Transcript{}, err
 	}
-	return toTranscript(conv, msgs), nil
+	t := toTranscript(conv, msgs)
+	c.withMedia(ctx, &t, msgs)
+	return t, nil
 }
 
 // StoredReply returns a stored reply (with the client ids it covers) and

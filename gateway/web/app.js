@@ -133,7 +133,8 @@
       }
       const el = bubble(m.role, m.text, m.role === "user" ? "waiting" : statusClass(m.status));
       showQuote(el, m.quote);
-      showAttachmentNames(el, m.attachments);
+      if (m.role === "assistant") showMedia(el, m.attachments); // what its tools returned
+      else showAttachmentNames(el, m.attachments);
       if (m.id) el.dataset.id = m.id;
       el.dataset.seq = m.seq;
       offerReply(el);
