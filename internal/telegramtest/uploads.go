@@ -104,7 +104,9 @@ func (a *Server) serveUploads(method string, w http.ResponseWriter, r *http.Requ
 		json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 400, "description": "Bad Request: " + why})
 	}
 	if r.MultipartForm == nil {
-		bad("files must be uploaded as multipart/form-data")
+		// (The real API also takes a file_id or URL; this fake keeps
+		// only uploads, which is all the gateway sends.)
+		bad("this fake takes only files uploaded as multipart/form-data")
 		return true
 	}
 	file := func(name string) ([]byte, string, bool) {
@@ -151,7 +153,7 @@ func (a *Server) serveUploads(method string, w http.ResponseWriter, r *http.Requ
 			kinds[m.Type] = true
 			ref, ok := strings.CutPrefix(m.Media, "attach://")
 			if !ok {
-				bad("only uploaded files are kept by this fake")
+				bad("this fake takes only uploaded files (attach://…)")
 				return true
 			}
 			data, name, ok := file(ref)
