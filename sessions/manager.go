@@ -145,6 +145,10 @@ type Reply struct {
 	// Media are the pictures, audio clips and files the turn's tool calls
 	// returned, delivered with the reply.
 	Media []Media
+	// MediaUnread: the turn's media could not be read (storage failed).
+	// A channel that marks delivery fails the delivery, so that it is
+	// done again — with them — rather than marked done without them.
+	MediaUnread bool
 }
 
 // Outcome is the result of one turn.

@@ -120,6 +120,13 @@ func toMedia(rows []ledger.ToolMedia) []Media {
 	return out
 }
 
+// turnMedia is the media of turn lead of conversation conv, for its
+// reply.
+func (m *Manager) turnMedia(ctx context.Context, conv string, lead int64) ([]Media, error) {
+	rows, err := m.store.ToolMediaOfTurn(ctx, conv, lead)
+	return toMedia(rows), err
+}
+
 // replyMedia is the media of turn lead of conversation conv for its
 // reply; none when they cannot be read (logged: the reply goes without).
 func replyMedia(ctx context.Context, st interface {

@@ -369,7 +369,9 @@ func (m *Manager) storedOutcome(ctx context.Context, tr *ledger.Turn) (Outcome, 
 	if reply != nil {
 		out.Reply = toReply(reply)
 		if m.opts.Tools != nil {
-			out.Reply.Media = replyMedia(ctx, m.store, m.log, tr.ConversationID, tr.Lead)
+			if out.Reply.Media, err = m.turnMedia(ctx, tr.ConversationID, tr.Lead); err != nil {
+				return Outcome{}, err
+			}
 		}
 	}
 	covers, err := m.store.Covers(ctx, tr.ConversationID, tr.Lead)

@@ -146,7 +146,7 @@ func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.O
 	var ref string
 	// What the turn's tools returned goes first, each item marked as it
 	// is sent; a failure leaves the text for the delivery done again.
-	serr := b.sendMedia(ctx, m.to(), out.Reply.Media, replyTo)
+	serr := b.sendMedia(ctx, m.to(), out.Reply, replyTo)
 	if serr != nil {
 		b.deliveryFailed(serr)
 	}
@@ -195,7 +195,7 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	}
 	// The reply answers the newest message its turn covers.
 	replyTo, _ := messageIn(d.ClientMsgID, to.chat)
-	if err := b.sendMedia(ctx, to, d.Reply.Media, replyTo); err != nil {
+	if err := b.sendMedia(ctx, to, d.Reply, replyTo); err != nil {
 		b.deliveryFailed(err)
 		return "", err
 	}

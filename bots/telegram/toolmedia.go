@@ -56,10 +56,16 @@ func uploadKind(m sessions.Media) string {
 	return "document"
 }
 
-// sendMedia sends the items of media not delivered yet, answering
+// sendMedia sends the items of r's media not delivered yet, answering
 // replyTo, each kind in order: photos, audio, documents. It returns the
 // first failure; the items sent before it stay marked.
-func (b *Bot) sendMedia(ctx context.Context, to place, media []sessions.Media, replyTo int) error {
+func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo int) error {
+	if r.MediaUnread {
+		// Marked delivered now, the reply would never bring them: the
+		// delivery is done again later (sessions' recovery), with them.
+		return errors.New("telegram: the files of the reply could not be read; it is delivered again later")
+	}
+	media := r.Media
 	if len(media) == 0 || b.sess.Media == nil {
 		return nil
 	}
