@@ -38,6 +38,7 @@ type Store interface {
 	query.UsageReports
 	query.Purges
 	query.Fires
+	query.MediaFiles
 }
 
 // Options configures the admin API.
@@ -112,6 +113,7 @@ func (a *Admin) Register(handle func(pattern string, h http.Handler)) {
 	api("GET /admin/api/conversations/{id}", a.transcript)
 	api("GET /admin/api/conversations/{id}/export", a.export)
 	api("DELETE /admin/api/conversations/{id}", a.purgeConversation)
+	api("GET /admin/api/media/{id}", a.media)
 	api("POST /admin/api/purge", a.purge)
 	api("GET /admin/api/usage", a.usage)
 	api("GET /admin/api/schedules", a.schedules)

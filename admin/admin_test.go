@@ -90,6 +90,8 @@ type envOptions struct {
 	schedules []sessions.OperatorSchedule
 	// policies are the channels' policies (nil: the defaults).
 	policies map[string]sessions.Policy
+	// tools are the turns' tools (nil: none).
+	tools sessions.Toolbox
 }
 
 func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
@@ -107,7 +109,7 @@ func newEnvWith(t *testing.T, ag agent.Agent, o envOptions) *env {
 	quiet := slog.New(slog.DiscardHandler)
 	clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	turns := CountTurns(gateway.NewMetrics(), clock.Now)
-	mopts := sessions.Options{Logger: quiet, Observer: turns, Policies: o.policies}
+	mopts := sessions.Options{Logger: quiet, Observer: turns, Policies: o.policies, Tools: o.tools}
 	if o.managerClock {
 		mopts.Now = clock.Now
 	}

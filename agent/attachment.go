@@ -17,6 +17,10 @@ const (
 // image that can no longer be fetched.
 const MissingImageText = "[image no longer available]"
 
+// ToolImagesText introduces, to a model that reads images, the pictures
+// the tool calls just before it returned (they follow it as images).
+const ToolImagesText = "[the pictures the tool calls above returned; the user gets them with your reply]"
+
 // UnseenImageText stands for a message that is only a picture, to a model
 // that does not read images.
 const UnseenImageText = "[the user sent a picture, which you cannot see]"
@@ -38,6 +42,10 @@ type Attachment struct {
 	// Type is the channel's own word for it when Kind is other (voice,
 	// sticker, video, …).
 	Type string `json:"type,omitempty"`
+	// Media is the id of an image a tool returned, kept by the gateway
+	// (an attachment of a tool message): its bytes are read from there,
+	// not from a channel.
+	Media string `json:"media,omitempty"`
 
 	Data    []byte `json:"-"`
 	Missing bool   `json:"-"`

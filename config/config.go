@@ -85,8 +85,21 @@ type Tools struct {
 	MaxRounds *int `yaml:"max_rounds"`
 	// ApproveTimeout: a call waiting on the user's approval this long is
 	// denied (default DefaultApproveTimeout).
-	ApproveTimeout *Duration    `yaml:"approve_timeout"`
-	Servers        []ToolServer `yaml:"servers"`
+	ApproveTimeout *Duration `yaml:"approve_timeout"`
+	// Media bounds the pictures, audio and files a call's result keeps
+	// for the user.
+	Media   ToolMedia    `yaml:"media"`
+	Servers []ToolServer `yaml:"servers"`
+}
+
+// ToolMedia bounds what the gateway keeps of a tool's media: an item
+// over MaxBytes, or past MaxItems of one call, is dropped and the model
+// told so.
+type ToolMedia struct {
+	// MaxBytes bounds one item (default DefaultToolMediaBytes).
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxItems bounds the items one call keeps (default DefaultToolMediaItems).
+	MaxItems int `yaml:"max_items"`
 }
 
 // ToolServer is one MCP server: started over stdio (Command) or reached

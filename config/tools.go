@@ -18,8 +18,15 @@ const (
 	MinApproveTimeout      = time.Second
 	DefaultToolTimeout     = 30 * time.Second
 	DefaultToolResultBytes = 16 << 10
-	MinToolResultBytes     = 1 << 10
-	MaxToolResultBytes     = 1 << 20
+	// DefaultToolMediaBytes and DefaultToolMediaItems bound the media a
+	// call keeps (agent.tools.media); MaxToolMediaBytes is the most
+	// max_bytes may be, MaxToolMediaItems the most max_items may be.
+	DefaultToolMediaBytes = 10 << 20
+	DefaultToolMediaItems = 8
+	MaxToolMediaBytes     = 50 << 20
+	MaxToolMediaItems     = 32
+	MinToolResultBytes    = 1 << 10
+	MaxToolResultBytes    = 1 << 20
 	// MaxToolServerName keeps server__tool within the 64 characters
 	// chat-completions servers allow a function's name.
 	MaxToolServerName = 32
@@ -54,6 +61,12 @@ var (
 )
 
 func (c *Config) applyToolDefaults() {
+	if c.Agent.Tools.Media.MaxBytes == 0 {
+		c.Agent.Tools.Media.MaxBytes = DefaultToolMediaBytes
+	}
+	if c.Agent.Tools.Media.MaxItems == 0 {
+		c.Agent.Tools.Media.MaxItems = DefaultToolMediaItems
+	}
 	for i := range c.Agent.Tools.Servers {
 		s := &c.Agent.Tools.Servers[i]
 		if s.Timeout == 0 {
@@ -91,6 +104,12 @@ func (c *Config) validateTools() Errors {
 	}
 	if t.ApproveTimeout != nil && t.ApproveTimeout.D() < MinApproveTimeout {
 		bad("agent.tools.approve_timeout", "must be at least %s, got %s", MinApproveTimeout, t.ApproveTimeout.D())
+	}
+	if m := t.Media.MaxBytes; m < 0 || m > MaxToolMediaBytes {
+		bad("agent.tools.media.max_bytes", "must be 1 byte–50MiB, got %d", m)
+	}
+	if m := t.Media.MaxItems; m < 0 || m > MaxToolMediaItems {
+		bad("agent.tools.media.max_items", "must be 1–%d, got %d", MaxToolMediaItems, m)
 	}
 	named := map[string]string{} // name → path of the server that has it
 	for i, s := range t.Servers {

@@ -85,6 +85,9 @@ func TestToolsDefaults(t *testing.T) {
 	if c.Agent.MaxRounds() != DefaultMaxToolRounds || c.Agent.ApproveTimeout() != DefaultApproveTimeout {
 		t.Fatalf("max_rounds %d, approve_timeout %v", c.Agent.MaxRounds(), c.Agent.ApproveTimeout())
 	}
+	if m := c.Agent.Tools.Media; m.MaxBytes != DefaultToolMediaBytes || m.MaxItems != DefaultToolMediaItems {
+		t.Fatalf("media limits = %+v", m)
+	}
 	if v := c.Policy(ChannelTelegram).ToolServers; len(v.V) != 0 {
 		t.Fatalf("tools without servers = %v", v.V)
 	}
@@ -261,6 +264,18 @@ agent:
         tool_rules:
           notes_lst: {approve: auto}
 `, `8: agent.tools.servers[0].tool_rules.notes_lst: "notes_lst" is not in the tools allowlist of server "notes" (notes_add, notes_list); did you mean "notes_list"?`},
+		{"media max_bytes too large", `
+agent:
+  tools:
+    media:
+      max_bytes: 51MiB
+`, `4: agent.tools.media.max_bytes: must be 1 byte–50MiB, got 53477376`},
+		{"media max_items too many", `
+agent:
+  tools:
+    media:
+      max_items: 33
+`, `4: agent.tools.media.max_items: must be 1–32, got 33`},
 		{"max_rounds too high", `
 agent:
   tools:

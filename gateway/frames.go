@@ -287,11 +287,15 @@ type replyFrame struct {
 	Seq    int64    `json:"seq"`
 	Text   string   `json:"text"`
 	Status string   `json:"status"`
+	// Attachments are the pictures, audio and files the turn's tools
+	// returned, each fetched from its url (MediaHandler).
+	Attachments []mediaAttachment `json:"attachments,omitempty"`
 }
 
 // newReplyFrame is the reply frame of a stored reply to message replyTo.
 func newReplyFrame(replyTo string, r sessions.Reply) replyFrame {
-	return replyFrame{Type: "reply", ReplyTo: replyTo, Covers: r.Covers, Seq: r.Seq, Text: r.Text, Status: r.Status}
+	return replyFrame{Type: "reply", ReplyTo: replyTo, Covers: r.Covers, Seq: r.Seq, Text: r.Text, Status: r.Status,
+		Attachments: mediaAttachments(r.Media)}
 }
 
 type resetFrame struct {

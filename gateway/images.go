@@ -162,10 +162,13 @@ func (ws *WebSocket) attachments(atts []frameAttachment) []agent.Attachment {
 // historyAttachment is an attachment as ready's history shows it: its
 // metadata (the bytes are not kept).
 type historyAttachment struct {
+	// ID and URL are set on a reply's media from tools (mediaAttachment).
+	ID   string `json:"id,omitempty"`
 	Kind string `json:"kind"`
 	Mime string `json:"mime,omitempty"`
 	Name string `json:"name,omitempty"`
 	Size int64  `json:"size,omitempty"`
+	URL  string `json:"url,omitempty"`
 }
 
 func historyAttachments(atts []agent.Attachment) []historyAttachment {

@@ -48,6 +48,8 @@ type Sessions struct {
 	// Memory serves the memory frames (nil: they are answered
 	// unsupported).
 	Memory Memory
+	// ToolMedia serves what tools returned (MediaHandler; nil: 404).
+	ToolMedia MediaFiles
 }
 
 // SessionsOf is every door of the WebSocket channel on m; Transcripts
@@ -56,7 +58,7 @@ type Sessions struct {
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Principals: c, Policies: m, Standing: m.Standing(), ToolDecisions: m.Approvals(), Registry: m.Routes(),
-		Reminders: m.Reminders(), Memory: m.Memory()}
+		Reminders: m.Reminders(), Memory: m.Memory(), ToolMedia: c}
 }
 
 // Turns are the frames that start, change or stop a turn.

@@ -128,8 +128,12 @@ func (ws *WebSocket) readsImages() bool { return ws.sess.ReadsImages() }
 func historyItems(entries []sessions.Entry) []historyItem {
 	out := make([]historyItem, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo,
-			Quote: e.Quote, Attachments: historyAttachments(e.Attachments)})
+		item := historyItem{Seq: e.Seq, Role: e.Role, Text: e.Text, Status: e.Status, ID: e.ClientMsgID, ReplyTo: e.ReplyTo,
+			Quote: e.Quote, Attachments: historyAttachments(e.Attachments)}
+		for _, m := range mediaAttachments(e.Media) {
+			item.Attachments = append(item.Attachments, historyAttachment(m))
+		}
+		out = append(out, item)
 	}
 	return out
 }

@@ -88,6 +88,7 @@ func serveEnv(t *testing.T, db *store.DB, mgr *sessions.Manager, opts WSOptions,
 	}
 	srv := New(quiet)
 	srv.Handle("GET /ws", ws)
+	srv.Handle("GET "+MediaPath+"{id}", ws.MediaHandler())
 	srv.Handle("GET /", WebPage())
 	hs := httptest.NewServer(srv.mux)
 	t.Cleanup(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
@@ -45,6 +46,9 @@ type conversationStore interface {
 	Covers(ctx context.Context, convID string, lead int64) ([]ledger.BatchRow, error)
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
+	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
+	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)
 }
 
 // turnPath is what Conversations needs of the Manager's turn path: the
@@ -95,6 +99,8 @@ type Entry struct {
 	// Quote is the text a user message replies to or quotes, as stored
 	// with it.
 	Quote string
+	// Media of a turn's final reply: what its tool calls returned.
+	Media []Media
 }
 
 // toTranscript keeps of msgs, oldest first, the lines of conv a client shows.
@@ -152,7 +158,33 @@ func (c *Conversations) Open(ctx context.Context, in Inbound, afterSeq int64, li
 	if err != nil {
 		return Transcript{}, err
 	}
-	return toTranscript(conv, msgs), nil
+	t := toTranscript(conv, msgs)
+	c.withMedia(ctx, &t, msgs)
+	return t, nil
+}
+
+// withMedia puts on each final reply of t the media its turn's tool
+// calls returned; only turns that called tools (a tool message among
+// msgs) are read.
+func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []ledger.Message) {
+	var turns []int64
+	for _, m := range msgs {
+		if m.Role == agent.RoleTool && !slices.Contains(turns, m.ReplyTo) {
+			turns = append(turns, m.ReplyTo)
+		}
+	}
+	for _, turn := range turns {
+		media := replyMedia(ctx, c.store, c.log, t.Conversation, turn)
+		if len(media) == 0 {
+			continue
+		}
+		for i := len(t.Entries) - 1; i >= 0; i-- {
+			if e := &t.Entries[i]; e.Role == agent.RoleAssistant && e.ReplyTo == turn {
+				e.Media = media
+				break
+			}
+		}
+	}
 }
 
 // ConversationTranscript returns the lines of a conversation, active or
@@ -170,7 +202,9 @@ func (c *Conversations) ConversationTranscript(ctx context.Context, convID strin
 	if err != nil {
 		return Transcript{}, err
 	}
-	return toTranscript(conv, msgs), nil
+	t := toTranscript(conv, msgs)
+	c.withMedia(ctx, &t, msgs)
+	return t, nil
 }
 
 // StoredReply returns a stored reply (with the client ids it covers) and
@@ -193,6 +227,7 @@ func (c *Conversations) StoredReply(ctx context.Context, convID string, userSeq,
 		clientID = *um.ClientMsgID
 	}
 	r := toReply(reply)
+	r.Media = replyMedia(ctx, c.store, c.log, convID, userSeq)
 	covers, err := c.store.Covers(ctx, convID, userSeq)
 	if err != nil {
 		return "", Reply{}, err

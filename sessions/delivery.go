@@ -120,6 +120,21 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	b, conv, lead := t.b, t.conv, t.b.Lead()
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
+	if m.opts.Tools != nil && t.called {
+		// (Only a turn that called its agent ran tools.) Read until
+		// storage answers; still unread (a shutdown), the reply says so:
+		// a channel that marks delivery fails this delivery, and the one
+		// done again reads them (storedOutcome).
+		err := m.untilStored(ctx, "read the media of a turn", func() (err error) {
+			final.Media, err = m.turnMedia(ctx, conv, lead)
+			return err
+		})
+		if err != nil {
+			final.MediaUnread = true
+			m.log.WarnContext(ctx, "the media of a turn could not be read", slog.String("conversation", conv),
+				slog.Int64("turn", lead), slog.String("error", err.Error()))
+		}
+	}
 	out := Outcome{ConversationID: conv, UserSeq: lead, Reply: final, Turn: ledger.TurnRef{ConversationID: conv, Seq: lead}}
 	if m.tr.tracer != nil {
 		out.Trace = trace.SpanContextFromContext(ctx)

@@ -35,7 +35,7 @@ func (r *Routes) fetchImages(ctx context.Context, ag agent.Agent, channel string
 	var want []*agent.Attachment
 	collect := func(atts []agent.Attachment) {
 		for i := len(atts) - 1; i >= 0; i-- {
-			if atts[i].Kind == agent.KindImage {
+			if atts[i].Kind == agent.KindImage && atts[i].Media == "" { // (a tool's: toolImages)
 				want = append(want, &atts[i])
 			}
 		}

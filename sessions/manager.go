@@ -147,6 +147,13 @@ type Reply struct {
 	// answers, oldest first: several when a burst was merged into one
 	// turn. The reply answers the last of them (its reply_to).
 	Covers []string
+	// Media are the pictures, audio clips and files the turn's tool calls
+	// returned, delivered with the reply.
+	Media []Media
+	// MediaUnread: the turn's media could not be read (storage failed).
+	// A channel that marks delivery fails the delivery, so that it is
+	// done again — with them — rather than marked done without them.
+	MediaUnread bool
 }
 
 // Outcome is the result of one turn.
@@ -300,6 +307,8 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Tools are the tools turns offer the model (nil: none; see toolTurn).
 	Tools Toolbox
+	// Media bounds the media a tool call's result keeps (keepMedia).
+	Media MediaLimits
 	// MemoryTools: Tools has the gateway's own memory tools, under
 	// MemoryToolServer; they are offered, and run, only in the turns of a
 	// user whose memory is on. (Without it, a server of that name is the

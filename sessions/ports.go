@@ -61,6 +61,17 @@ type ToolLedger interface {
 	StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, token, again string, at time.Time) error
 	EndTool(ctx context.Context, e ledger.ToolEnd) error
 	AskingToolCalls(ctx context.Context, key string) ([]ledger.ToolCall, error)
+	ToolMediaLedger
+}
+
+// ToolMediaLedger is what the media tool calls returned need from
+// storage (ledger.ToolMedia): stored with their call's outcome (EndTool),
+// read by turn for its reply and by id for a channel's fetch, and marked
+// delivered item by item.
+type ToolMediaLedger interface {
+	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
+	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)
 }
 
 // Store is what the session manager needs from a database: the ledger,

@@ -368,6 +368,11 @@ func (m *Manager) storedOutcome(ctx context.Context, tr *ledger.Turn) (Outcome, 
 	}
 	if reply != nil {
 		out.Reply = toReply(reply)
+		if m.opts.Tools != nil {
+			if out.Reply.Media, err = m.turnMedia(ctx, tr.ConversationID, tr.Lead); err != nil {
+				return Outcome{}, err
+			}
+		}
 	}
 	covers, err := m.store.Covers(ctx, tr.ConversationID, tr.Lead)
 	if err != nil {

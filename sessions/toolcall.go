@@ -23,6 +23,8 @@ import (
 type toolOutcome struct {
 	result string
 	err    error
+	// media are what the call returned besides text, kept (keepMedia).
+	media []ledger.ToolMedia
 	// end, when set, stores the outcome: the call ended last of its round,
 	// and its outcome is stored with the round's results (roundStore).
 	end func() error
@@ -178,25 +180,30 @@ func (tt *toolTurn) start(ctx context.Context, c *ledger.ToolCall, rule tools.Ru
 	case res.IsError:
 		state = ledger.ToolFailed
 	}
+	var media []ledger.ToolMedia
+	if cerr == nil && len(res.Media) > 0 {
+		media, text = keepMedia(m.opts.Media, c, tt.in.SessionKey, res.Media, text)
+	}
 	tt.observe(c, state, took)
 	if running.Add(-1) == 0 {
 		// The last of its round: its outcome is stored with the round's
 		// results, while the model is called with them.
-		end := func() error { return tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took) }
-		return toolOutcome{result: text, end: end, counted: true}
+		end := func() error { return tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took, media...) }
+		return toolOutcome{result: text, media: media, end: end, counted: true}
 	}
-	if err := tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took); err != nil {
+	if err := tt.end(ctx, c, ledger.ToolStarted, token, state, text, isErr, took, media...); err != nil {
 		return toolOutcome{err: err, counted: true}
 	}
-	return toolOutcome{result: c.Result, counted: true}
+	return toolOutcome{result: c.Result, media: media, counted: true}
 }
 
 // end settles call c from state from (and token) with its outcome; the
 // outcome is kept even when the turn's context has ended.
-func (tt *toolTurn) end(ctx context.Context, c *ledger.ToolCall, from, token, state, text string, isErr bool, took time.Duration) error {
+// The media it returned (media) are stored with it, each once.
+func (tt *toolTurn) end(ctx context.Context, c *ledger.ToolCall, from, token, state, text string, isErr bool, took time.Duration, media ...ledger.ToolMedia) error {
 	m := tt.m
 	ctx = context.WithoutCancel(ctx)
-	e := ledger.ToolEnd{ID: c.ID, Token: token, From: from, State: state, Result: text, IsError: isErr, At: m.now()}
+	e := ledger.ToolEnd{ID: c.ID, Token: token, From: from, State: state, Result: text, IsError: isErr, At: m.now(), Media: media}
 	err := m.untilStored(ctx, "store tool outcome", func() error {
 		err := m.store.EndTool(ctx, e)
 		if err == nil || !errors.Is(err, ledger.ErrLostClaim) {

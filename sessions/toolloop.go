@@ -74,6 +74,11 @@ type toolTurn struct {
 	// message with tool calls, then its results.
 	rounds []ledger.Message
 	n      int // rounds so far
+	// images are the pictures this run's calls returned, with their
+	// bytes, by their result's index in rounds: the turn's next model
+	// call gets them without reading them back (fetchImages skips an
+	// attachment that has its bytes).
+	images map[int][]agent.Attachment
 }
 
 // offered are the tools a turn of in offers the model.
@@ -87,7 +92,7 @@ func (m *Manager) offered(in Inbound) []agent.Tool {
 // newToolTurn returns the tool side of a turn. On a turn run before (an
 // attempt after the first), it reads what the earlier runs stored.
 func (m *Manager) newToolTurn(ctx context.Context, hc *hotConv, b *ledger.Batch, in Inbound, h Hooks) (*toolTurn, error) {
-	tt := &toolTurn{m: m, hc: hc, b: b, in: in, hooks: h, offered: m.offered(in),
+	tt := &toolTurn{m: m, hc: hc, b: b, in: in, hooks: h, offered: m.offered(in), images: map[int][]agent.Attachment{},
 		claim: ledger.TurnClaim{ConversationID: hc.conv.ID, Lead: b.Lead(), Owner: m.opts.ReplicaID, Attempt: b.Attempt}}
 	if b.Attempt <= 1 {
 		return tt, nil
@@ -120,6 +125,9 @@ func (tt *toolTurn) turn() []agent.Message {
 	out := make([]agent.Message, len(tt.rounds))
 	for i := range tt.rounds {
 		out[i] = agentMessage(&tt.rounds[i])
+		if imgs, ok := tt.images[i]; ok {
+			out[i].Attachments = slices.Clone(imgs)
+		}
 	}
 	return out
 }
@@ -221,7 +229,11 @@ func (tt *toolTurn) finish(ctx context.Context, msg *ledger.Message) (*roundStor
 			last = o.end
 		}
 		results = append(results, ledger.Message{ConversationID: msg.ConversationID, Role: agent.RoleTool, Content: o.result,
-			ToolCallID: rows[i].CallID, ReplyTo: tt.claim.Lead, Status: ledger.MsgOK, CreatedAt: m.now()})
+			ToolCallID: rows[i].CallID, ReplyTo: tt.claim.Lead, Status: ledger.MsgOK, CreatedAt: m.now(),
+			Attachments: encodeAttachments(mediaAttachments(o.media))})
+		if imgs := mediaAttachments(o.media); len(imgs) > 0 {
+			tt.images[len(tt.rounds)+len(results)-1] = imgs // (with their bytes, for this turn's next call)
+		}
 	}
 	if failed != nil {
 		// Not every call has an outcome (the turn ends: shutdown, lost

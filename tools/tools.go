@@ -46,6 +46,28 @@ type Result struct {
 	IsError bool
 	// Cut: the result was longer than the cap.
 	Cut bool
+	// Media are the pictures, audio clips and files the tool returned,
+	// in the order it returned them; Text describes each in a line of its
+	// own. They are the tool's (untrusted) bytes, kept with the turn and
+	// delivered with its reply within the gateway's limits.
+	Media []Media
+}
+
+// Media kinds of a tool's result.
+const (
+	MediaImage = "image"
+	MediaAudio = "audio"
+	MediaFile  = "file"
+)
+
+// Media is one picture, audio clip or file a tool returned.
+type Media struct {
+	Kind string // MediaImage, MediaAudio or MediaFile
+	Mime string // as the tool said it; "" when it did not
+	// Name is the file's name when the tool gave one (an embedded
+	// resource's URI's last element), else "".
+	Name string
+	Data []byte
 }
 
 // Caller is whom a call runs for: the turn's session (its key and

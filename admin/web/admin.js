@@ -346,6 +346,20 @@ async function openConversation(id) {
       if (c.decided_by) line += ' · decided by ' + c.decided_by;
       call.textContent = line;
       li.appendChild(call);
+      for (const md of c.media || []) {
+        // What the call returned and the gateway kept: a download (the
+        // name and type are the tool's, untrusted text).
+        const item = document.createElement('div');
+        item.className = 'msg-media';
+        item.textContent = '📎 ' + md.kind + ' ' + (md.name || '') + ' ' + (md.mime || '') + ' · ' + md.size + ' bytes' +
+          (md.delivered_at ? ' · delivered' : '') + ' ';
+        const btn = document.createElement('button');
+        btn.type = 'button';
+        btn.textContent = 'Download';
+        btn.addEventListener('click', () => downloadMedia(md).catch(report));
+        item.appendChild(btn);
+        li.appendChild(item);
+      }
     }
     ol.appendChild(li);
   }
@@ -487,6 +501,11 @@ async function downloadUsage() {
   p.set('format', 'csv');
   const res = await api('GET', '/admin/api/usage?' + p, true);
   await saveBlob(res, 'usage.csv');
+}
+
+async function downloadMedia(md) {
+  const res = await api('GET', '/admin/api/media/' + encodeURIComponent(md.id), true);
+  await saveBlob(res, md.name || md.kind + '-' + md.id);
 }
 
 async function download(format) {

@@ -224,9 +224,7 @@ func toParams(req agent.Request, vision bool) []sdk.ChatCompletionMessageParamUn
 	if req.Instructions != "" {
 		out = append(out, sdk.SystemMessage(req.Instructions))
 	}
-	for _, m := range req.History {
-		out = appendParam(out, m, vision)
-	}
+	out = appendMessages(out, req.History, vision)
 	if mem := req.MemoryText(); mem != "" {
 		out = append(out, sdk.SystemMessage(mem))
 	}
@@ -234,8 +232,29 @@ func toParams(req agent.Request, vision bool) []sdk.ChatCompletionMessageParamUn
 		out = append(out, userParam(in, vision))
 	}
 	// The turn's rounds so far come after the inputs they answer.
-	for _, m := range req.Turn {
+	return appendMessages(out, req.Turn, vision)
+}
+
+// appendMessages appends msgs (appendParam). With vision, the pictures
+// tool calls returned follow their results: a tool message carries text
+// only, so after the last result of a round comes a user message with
+// the round's pictures (agent.ToolImagesText, then each image).
+func appendMessages(out []sdk.ChatCompletionMessageParamUnion, msgs []agent.Message, vision bool) []sdk.ChatCompletionMessageParamUnion {
+	var pics []agent.Attachment
+	for i, m := range msgs {
 		out = appendParam(out, m, vision)
+		if !vision || m.Role != agent.RoleTool {
+			continue
+		}
+		for _, a := range m.Attachments {
+			if a.Kind == agent.KindImage {
+				pics = append(pics, a)
+			}
+		}
+		if len(pics) > 0 && (i+1 == len(msgs) || msgs[i+1].Role != agent.RoleTool) {
+			out = append(out, userParam(agent.Message{Role: agent.RoleUser, Content: agent.ToolImagesText, Attachments: pics}, true))
+			pics = nil
+		}
 	}
 	return out
 }

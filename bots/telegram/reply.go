@@ -144,8 +144,13 @@ func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.O
 		}
 	}
 	var ref string
-	var serr error
-	if text, ok := replyText(out.Reply); ok {
+	// What the turn's tools returned goes first, each item marked as it
+	// is sent; a failure leaves the text for the delivery done again.
+	serr := b.sendMedia(ctx, m.to(), out.Reply, replyTo)
+	if serr != nil {
+		b.deliveryFailed(serr)
+	}
+	if text, ok := replyText(out.Reply); ok && serr == nil {
 		dctx, endDelivery := b.traceDelivery(ctx, out)
 		ref, serr = b.deliverReply(dctx, st, m.to(), quote+text, replyTo)
 		endDelivery(serr)
@@ -190,6 +195,10 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	}
 	// The reply answers the newest message its turn covers.
 	replyTo, _ := messageIn(d.ClientMsgID, to.chat)
+	if err := b.sendMedia(ctx, to, d.Reply, replyTo); err != nil {
+		b.deliveryFailed(err)
+		return "", err
+	}
 	text, ok := replyText(d.Reply)
 	if !ok {
 		return "", nil

@@ -50,6 +50,9 @@ type Sessions struct {
 	// Memory serves /remember, /memory and /forget (nil: they answer
 	// that the bot keeps no notes).
 	Memory Memory
+	// Media sends what the turns' tools returned (nil: nothing is sent
+	// but the reply's text).
+	Media MediaDeliveries
 }
 
 // SessionsOf is every door of the bot on m; Transcripts and
@@ -58,7 +61,7 @@ type Sessions struct {
 func SessionsOf(m *sessions.Manager) Sessions {
 	c := m.Conversations()
 	return Sessions{Turns: m, Transcripts: c, Policies: m, Deliveries: m, ChannelStates: c, Standing: m.Standing(), Storage: m.Health(), Registry: m.Routes(),
-		ToolApprovals: m.Approvals(), Reminders: m.Reminders(), Memory: m.Memory()}
+		ToolApprovals: m.Approvals(), Reminders: m.Reminders(), Memory: m.Memory(), Media: c}
 }
 
 // Turns are the messages and commands that start, change or stop a turn.

@@ -139,6 +139,7 @@ func (s *server) startSessions() error {
 		MaxInputBytes:  maxInputBytes,
 		Tools:          s.startTools(),
 		MemoryTools:    s.cfg.ServesMemoryTools(),
+		Media:          sessions.MediaLimits{MaxBytes: int64(s.cfg.Agent.Tools.Media.MaxBytes), MaxItems: s.cfg.Agent.Tools.Media.MaxItems},
 		MaxToolRounds:  cfg.Agent.MaxRounds(),
 		ApproveTimeout: cfg.Agent.ApproveTimeout(),
 	})
@@ -242,6 +243,7 @@ func (s *server) mountRoutes() {
 	if cfg.WebSocketEnabled() {
 		s.metrics.WatchWebSocket(s.ws)
 		s.srv.Handle("GET /ws", s.gate(s.ws))
+		s.srv.Handle("GET "+gateway.MediaPath+"{id}", s.gate(s.ws.MediaHandler()))
 		switch {
 		case cfg.AnonymousWebSocket():
 			s.log.Warn("websocket: allow_anonymous: every client is a generated guest; set channels.websocket.auth_tokens to know your users")

@@ -133,7 +133,8 @@
       }
       const el = bubble(m.role, m.text, m.role === "user" ? "waiting" : statusClass(m.status));
       showQuote(el, m.quote);
-      showAttachmentNames(el, m.attachments);
+      if (m.role === "assistant") showMedia(el, m.attachments); // what its tools returned
+      else showAttachmentNames(el, m.attachments);
       if (m.id) el.dataset.id = m.id;
       el.dataset.seq = m.seq;
       offerReply(el);
@@ -258,6 +259,33 @@
       img.alt = "picture sent";
       el.appendChild(img);
     }
+  }
+  // Media from tools (docs/protocol.md, "Media from tools"): a reply's
+  // attachments, fetched with the session's resume token — pictures shown
+  // inline, other files offered as a download. Names come from a tool:
+  // untrusted text, set as textContent only.
+  function mediaURL(a) { return a.url + "?session=" + encodeURIComponent(store.get("session", "")); }
+  function showMedia(el, atts) {
+    if (!atts || !atts.length || el.querySelector(":scope > .media")) return;
+    const box = document.createElement("div");
+    box.className = "media";
+    for (const a of atts) {
+      if (a.kind === "image") {
+        const img = document.createElement("img");
+        img.className = "attached tool-image";
+        img.src = mediaURL(a);
+        img.alt = a.name || "picture from a tool";
+        box.appendChild(img);
+        continue;
+      }
+      const link = document.createElement("a");
+      link.className = "download";
+      link.href = mediaURL(a);
+      link.download = a.name || "";
+      link.textContent = "⬇ " + (a.name || a.kind) + " (" + (a.mime || "file") + ", " + a.size + " bytes)";
+      box.appendChild(link);
+    }
+    el.appendChild(box);
   }
   // History carries what a message had attached, not the pictures.
   // showQuote puts what a user's message replied to above its text, as
@@ -734,6 +762,7 @@
           }
           el.className = "msg assistant " + statusClass(f.status);
           render.markdown(el, f.text);
+          showMedia(el, f.attachments);
           el.dataset.seq = f.seq;
           offerReply(el);
           shown.add(f.seq);

@@ -1,6 +1,6 @@
 // Package mcptest is an MCP server for tests, built with the official
 // SDK: tools with a side effect (counter), without (echo), that block
-// (slow), fail (fail) or answer a lot (big), and tools added or removed
+// (slow), fail (fail), answer a lot (big) or a picture and a file (media), and tools added or removed
 // while a client is connected (the server then says its list changed).
 // It records every call — its tool, arguments, _meta, whether it
 // finished or saw its cancellation — so tests can wait on what the
@@ -8,9 +8,13 @@
 package mcptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"maps"
 	"strconv"
 	"strings"
@@ -47,7 +51,29 @@ const (
 	Slow    = "slow"    // {"seconds": number}: answers after that long (0: never), or when cancelled
 	Fail    = "fail"    // {"message": string}: answers an error result
 	Big     = "big"     // {"bytes": int, "char": string}: answers bytes bytes of char (default "x")
+	Media   = "media"   // {"png_bytes": int}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size
 )
+
+// What the media tool answers: a 2×2 PNG picture and a small PDF file,
+// embedded as a blob named report.pdf.
+var (
+	PNG = mustPNG()
+	PDF = []byte("%PDF-1.4\n1 0 obj <</Type /Catalog>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n")
+)
+
+// PDFURI is the URI of the media tool's embedded PDF.
+const PDFURI = "file:///reports/report.pdf"
+
+func mustPNG() []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 2, 2))
+	img.Set(0, 0, color.RGBA{R: 255, A: 255})
+	img.Set(1, 1, color.RGBA{B: 255, A: 255})
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
 
 // New returns a server with the tools above.
 func New() *Server {
@@ -118,6 +144,22 @@ func New() *Server {
 				c = "x"
 			}
 			return text(strings.Repeat(c, in.Bytes/len(c))), nil, nil
+		})
+	type mediaIn struct {
+		PNGBytes int `json:"png_bytes,omitempty" jsonschema:"pad the picture to this many bytes"`
+	}
+	mcp.AddTool(s.MCP, &mcp.Tool{Name: Media, Description: "Answers a picture and a PDF file."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in mediaIn) (*mcp.CallToolResult, any, error) {
+			s.finish(s.start(req), false)
+			pic := PNG
+			if in.PNGBytes > len(pic) {
+				pic = append(bytes.Clone(pic), make([]byte, in.PNGBytes-len(pic))...)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{
+				&mcp.TextContent{Text: "a chart and its report"},
+				&mcp.ImageContent{MIMEType: "image/png", Data: pic},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: PDFURI, MIMEType: "application/pdf", Blob: PDF}},
+			}}, nil, nil
 		})
 	return s
 }

@@ -73,6 +73,8 @@ type Server struct {
 	// asked for with allowed_updates (nil: every kind); as Telegram does,
 	// the setting stays until changed and other updates are not delivered.
 	allowed []string
+	uploads []Upload                 // files sent (uploads.go)
+	holds   map[string]chan struct{} // methods held (Server.Hold)
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -115,13 +117,18 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
 		return
 	}
-	if err := r.ParseForm(); err != nil {
+	if err := parseRequest(r); err != nil {
 		a.t.Errorf("bad form: %v", err)
 	}
 	method := strings.TrimPrefix(r.URL.Path, prefix)
 	a.mu.Lock()
 	a.calls = append(a.calls, Call{Method: method, Params: r.Form, At: a.clockNow()})
 	a.cond.Broadcast()
+	a.mu.Unlock()
+	if !a.held(method, r) {
+		return // the client went away while held
+	}
+	a.mu.Lock()
 	if f := a.bare[method]; f.n > 0 {
 		a.bare[method] = bareFailure{status: f.status, n: f.n - 1}
 		a.mu.Unlock()
@@ -228,7 +235,7 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "deleteMessage":
 		a.serveDelete(w, r)
 	default:
-		if a.serveStreaming(method, w, r) || a.serveCallbacks(method, w, r) {
+		if a.serveStreaming(method, w, r) || a.serveCallbacks(method, w, r) || a.serveUploads(method, w, r) {
 			return
 		}
 		w.WriteHeader(http.StatusNotFound)

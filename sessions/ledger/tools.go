@@ -115,4 +115,7 @@ type ToolEnd struct {
 	Result  string
 	IsError bool
 	At      time.Time
+	// Media are the pictures and files the call returned, stored with
+	// the outcome when it lands, each once (ToolMedia's key).
+	Media []ToolMedia
 }

@@ -105,6 +105,35 @@ type ExportCall struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	DurationMS int64      `json:"duration_ms,omitempty"`
+	// Media are the pictures, audio and files the call returned and the
+	// gateway kept (ledger.ToolMedia): metadata; the admin API serves
+	// the bytes.
+	Media []ExportMedia `json:"media,omitempty"`
+}
+
+// ExportMedia is an item a tool call returned, as an export lists it.
+type ExportMedia struct {
+	ID          string     `json:"id"`
+	Kind        string     `json:"kind"`
+	Mime        string     `json:"mime,omitempty"`
+	Name        string     `json:"name,omitempty"`
+	Size        int64      `json:"size"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+	DeliveryRef string     `json:"delivery_ref,omitempty"`
+}
+
+// mediaNote is one line on an item a call returned: "media image
+// image/png 79 bytes chart.png (id …) delivered 2026-…".
+func mediaNote(m ExportMedia) string {
+	note := fmt.Sprintf("media %s %s %d bytes", m.Kind, m.Mime, m.Size)
+	if m.Name != "" {
+		note += " " + m.Name
+	}
+	note += " (id " + m.ID + ")"
+	if m.DeliveredAt != nil {
+		note += " delivered " + m.DeliveredAt.UTC().Format(time.RFC3339)
+	}
+	return note
 }
 
 // Export formats.
@@ -147,6 +176,9 @@ func (t *Export) writeText(w io.Writer) error {
 		fmt.Fprintf(&b, "%4d %-9s %s%s%s%s%s%s\n", m.Seq, m.Role, fireNote(t.fireAt(m.Seq)), coversNote(m.Covers), quoteNote(m.Quote), m.Content, attachmentsNote(m.Attachments), status)
 		for _, c := range m.Calls {
 			fmt.Fprintf(&b, "     %-9s %s\n", "", callNote(c))
+			for _, md := range c.Media {
+				fmt.Fprintf(&b, "     %-9s   %s\n", "", mediaNote(md))
+			}
 		}
 	}
 	if len(t.Notes) > 0 {
@@ -221,6 +253,9 @@ func (t *Export) writeMarkdown(w io.Writer) error {
 		}
 		for _, c := range m.Calls {
 			fmt.Fprintf(&b, "\n- `%s`\n", mdCode(callNote(c)))
+			for _, md := range c.Media {
+				fmt.Fprintf(&b, "  - `%s`\n", mdCode(mediaNote(md)))
+			}
 		}
 	}
 	if len(t.Notes) > 0 {

@@ -39,6 +39,12 @@ type Exports interface {
 	ExportConversation(ctx context.Context, id string) (*Export, error)
 }
 
+// MediaFiles are the pictures, audio and files tools returned, by id,
+// with their bytes (the admin API's download); nil when there is none.
+type MediaFiles interface {
+	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+}
+
 // UsageReports sums the usage tallies (ledger.UsageDay).
 type UsageReports interface {
 	// UsageReport sums the tallies f selects, by its groups, ordered by

@@ -106,6 +106,9 @@ func (s *DB) PurgeConversation(ctx context.Context, id string) (bool, error) {
 		if err := tx.Where("conversation_id = ?", id).Delete(&ledger.Extraction{}).Error; err != nil {
 			return err
 		}
+		if err := tx.Where("conversation_id = ?", id).Delete(&ledger.ToolMedia{}).Error; err != nil {
+			return err
+		}
 		if err := tx.Where("conversation_id = ?", id).Delete(&ledger.ToolCall{}).Error; err != nil {
 			return err
 		}

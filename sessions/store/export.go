@@ -46,9 +46,20 @@ func (s *DB) ExportConversation(ctx context.Context, id string) (*query.Export, 
 	if err != nil {
 		return nil, err
 	}
+	media, err := s.ConversationToolMedia(maintenance(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	byCall := map[int64][]query.ExportMedia{}
+	for _, md := range media {
+		byCall[md.ToolCallID] = append(byCall[md.ToolCallID], query.ExportMedia{ID: md.ID, Kind: md.Kind, Mime: md.Mime, Name: md.Name,
+			Size: md.Size, DeliveredAt: md.DeliveredAt, DeliveryRef: md.DeliveryRef})
+	}
 	byMsg := map[int64][]query.ExportCall{}
 	for i := range calls {
-		byMsg[calls[i].MessageSeq] = append(byMsg[calls[i].MessageSeq], exportCall(&calls[i]))
+		e := exportCall(&calls[i])
+		e.Media = byCall[calls[i].ID]
+		byMsg[calls[i].MessageSeq] = append(byMsg[calls[i].MessageSeq], e)
 	}
 	fires, err := s.ConversationFires(ctx, conv.SessionKey, id)
 	if err != nil {

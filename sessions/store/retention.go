@@ -87,6 +87,9 @@ func (s *DB) DeleteIdle(ctx context.Context, convID string, cutoff time.Time) (b
 			return res.Error
 		}
 		deleted = true
+		if err := tx.Where("conversation_id = ?", convID).Delete(&ledger.ToolMedia{}).Error; err != nil {
+			return err
+		}
 		if err := tx.Where("conversation_id = ?", convID).Delete(&ledger.ToolCall{}).Error; err != nil {
 			return err
 		}

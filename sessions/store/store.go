@@ -303,7 +303,7 @@ var droppedIndexes = []struct {
 func migrateModels(tx *gorm.DB) error {
 	newLedger := tx.Migrator().HasTable(&ledger.Message{}) && !tx.Migrator().HasColumn(&ledger.Message{}, "turn_state")
 	if err := tx.AutoMigrate(&ledger.Conversation{}, &ledger.Message{}, &ledger.ChannelState{}, &ledger.SessionLease{}, &ledger.Replica{}, &ledger.Leader{}, &ledger.ToolCall{}, &ledger.UsageDay{}, &ledger.ModelChoice{},
-		&ledger.ScheduleFire{}, &ledger.Reminder{}, &ledger.ScheduleOptIn{}, &ledger.Note{}, &ledger.Extraction{}); err != nil {
+		&ledger.ScheduleFire{}, &ledger.Reminder{}, &ledger.ScheduleOptIn{}, &ledger.Note{}, &ledger.Extraction{}, &ledger.ToolMedia{}); err != nil {
 		return err
 	}
 	if err := migrateSweepIndex(tx); err != nil {

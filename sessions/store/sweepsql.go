@@ -161,6 +161,9 @@ func (s *DB) Purge(ctx context.Context, archivedBefore time.Time) (int64, error)
 		var deleted int64
 		err = s.commit.do(ctx, func(tx *gorm.DB) error {
 			tx = tx.WithContext(maintenance(tx.Statement.Context))
+			if err := tx.Where("conversation_id IN ?", ids).Delete(&ledger.ToolMedia{}).Error; err != nil {
+				return err
+			}
 			if err := tx.Where("conversation_id IN ?", ids).Delete(&ledger.ToolCall{}).Error; err != nil {
 				return err
 			}

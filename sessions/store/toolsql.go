@@ -183,8 +183,27 @@ func (s *DB) StartTool(ctx context.Context, id int64, claim ledger.TurnClaim, to
 // that state (another runner settled it).
 func (s *DB) EndTool(ctx context.Context, e ledger.ToolEnd) error {
 	return observe0(ctx, s, ledger.Call{Op: "EndTool"}, func() error {
-		return s.toolMove(ctx, "end", e.ID, `UPDATE tool_calls SET state = ?, result = ?, is_error = ?, ended_at = ?
+		if len(e.Media) == 0 {
+			return s.toolMove(ctx, "end", e.ID, `UPDATE tool_calls SET state = ?, result = ?, is_error = ?, ended_at = ?
 			WHERE id = ? AND state = ? AND token = ?`, e.State, e.Result, e.IsError, e.At, e.ID, e.From, e.Token)
+		}
+		// The media land with the outcome or not at all, each once.
+		var n int64
+		err := s.commit.do(ctx, func(tx *gorm.DB) error {
+			res := tx.Exec(`UPDATE tool_calls SET state = ?, result = ?, is_error = ?, ended_at = ?
+			WHERE id = ? AND state = ? AND token = ?`, e.State, e.Result, e.IsError, e.At, e.ID, e.From, e.Token)
+			if n = res.RowsAffected; res.Error != nil || n == 0 {
+				return res.Error
+			}
+			return insertToolMedia(tx, e.Media)
+		})
+		if err != nil {
+			return fmt.Errorf("end tool call %d: %w", e.ID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("end tool call %d: %w", e.ID, ledger.ErrLostClaim)
+		}
+		return nil
 	})
 }
 

@@ -79,7 +79,7 @@ func TestStdioServerIsRestartedAfterItIsKilled(t *testing.T) {
 	if err := set.WaitListed(ctx, "demo"); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(set.Tools(nil)); len(got) != 5 || got[0] != "demo__clock" {
+	if got := names(set.Tools(nil)); len(got) != 6 || got[0] != "demo__chart" {
 		t.Fatalf("tools %v", got)
 	}
 	call(t, set, "demo__counter", "")

@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +21,19 @@ func TestRender(t *testing.T) {
 		{"texts joined", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a"}, &mcp.TextContent{Text: "b"}}},
 			tools.Result{Text: "a\nb"}},
 		{"image described", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "chart:"}, &mcp.ImageContent{MIMEType: "image/png", Data: make([]byte, 12)}}},
-			tools.Result{Text: "chart:\n[image image/png, 12 bytes]"}},
+			tools.Result{Text: "chart:\n[image image/png, 12 bytes]", Media: []tools.Media{{Kind: tools.MediaImage, Mime: "image/png", Data: make([]byte, 12)}}}},
 		{"audio of unknown type", &mcp.CallToolResult{Content: []mcp.Content{&mcp.AudioContent{Data: []byte{1}}}},
-			tools.Result{Text: "[audio of unknown type, 1 bytes]"}},
+			tools.Result{Text: "[audio of unknown type, 1 bytes]", Media: []tools.Media{{Kind: tools.MediaAudio, Data: []byte{1}}}}},
 		{"resource link", &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{Name: "report", URI: "file:///r.pdf"}}},
 			tools.Result{Text: "[resource link report file:///r.pdf]"}},
 		{"embedded text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "mem://a", Text: "hi"}}}},
 			tools.Result{Text: "[resource mem://a]\nhi"}},
 		{"embedded blob", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "mem://b", MIMEType: "application/zip", Blob: []byte{1, 2}}}}},
-			tools.Result{Text: "[resource mem://b application/zip, 2 bytes]"}},
+			tools.Result{Text: "[resource mem://b application/zip, 2 bytes]", Media: []tools.Media{{Kind: tools.MediaFile, Mime: "application/zip", Name: "b", Data: []byte{1, 2}}}}},
+		{"embedded pdf named by its path", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///tmp/report.pdf?x=1", MIMEType: "application/pdf", Blob: []byte("%PDF")}}}},
+			tools.Result{Text: "[resource file:///tmp/report.pdf?x=1 application/pdf, 4 bytes]", Media: []tools.Media{{Kind: tools.MediaFile, Mime: "application/pdf", Name: "report.pdf", Data: []byte("%PDF")}}}},
+		{"embedded picture", &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "mem://p.png", MIMEType: "image/png", Blob: []byte{9}}}}},
+			tools.Result{Text: "[resource mem://p.png image/png, 1 bytes]", Media: []tools.Media{{Kind: tools.MediaImage, Mime: "image/png", Name: "p.png", Data: []byte{9}}}}},
 		{"structured without text", &mcp.CallToolResult{StructuredContent: map[string]any{"n": 3}},
 			tools.Result{Text: `{"n":3}`}},
 		{"structured with text: the text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "3"}}, StructuredContent: map[string]any{"n": 3}},
@@ -39,7 +44,7 @@ func TestRender(t *testing.T) {
 			tools.Result{Text: "the tool reported an error", IsError: true}},
 		{"nothing", &mcp.CallToolResult{}, tools.Result{}},
 	} {
-		if got := render(tc.res, 100); got != tc.want {
+		if got := render(tc.res, 100); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

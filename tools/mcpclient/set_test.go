@@ -137,7 +137,7 @@ func TestCallEchoCarriesTheKeyInMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (tools.Result{Text: "héllo"}) {
+	if res.Text != "héllo" || res.IsError || res.Cut || res.Media != nil {
 		t.Fatalf("result %+v", res)
 	}
 	calls := srv.Calls()
@@ -263,11 +263,11 @@ func TestListChangedOffersTheNewTool(t *testing.T) {
 	set, srv := inMemory(t, nil)
 	srv.AddTool("weather", "Tells the weather.")
 	ctx := waitCtx(t)
-	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 6 }); err != nil {
+	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 7 }); err != nil {
 		t.Fatal(err)
 	}
 	got := set.Tools(nil)
-	if fmt.Sprint(names(got)) != "[t__big t__counter t__echo t__fail t__slow t__weather]" {
+	if fmt.Sprint(names(got)) != "[t__big t__counter t__echo t__fail t__media t__slow t__weather]" {
 		t.Fatalf("tools %v", names(got))
 	}
 	res, err := set.Call(t.Context(), "t__weather", `{"where":"Oslo"}`, "")
@@ -275,7 +275,7 @@ func TestListChangedOffersTheNewTool(t *testing.T) {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 	srv.RemoveTool("weather")
-	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 5 }); err != nil {
+	if err := set.WaitFor(ctx, "t", func(st mcpclient.ServerStatus) bool { return st.Tools == 6 }); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := set.Rule("t__weather"); ok {

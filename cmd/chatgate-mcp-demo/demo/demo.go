@@ -2,7 +2,8 @@
 // to try the gateway's tools with, and for its tests to run against a
 // real process. notes_add and counter have side effects (the kind a
 // gateway must not run twice); notes_list and clock only read; slow
-// takes its time and stops when the call is cancelled.
+// takes its time and stops when the call is cancelled; chart answers a
+// picture and a PDF file (media from tools).
 //
 // counter's count and slow's starts can be kept in a file (CountFile),
 // so whoever started the server can read how many times they ran, even
@@ -10,10 +11,15 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
 	"io/fs"
 	"net/http"
 	"os"
@@ -137,11 +143,88 @@ func New(opts Options) *mcp.Server {
 				return text(fmt.Sprintf("done after %s", d)), nil, nil
 			}
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "chart", Description: "Draws a bar chart of the numbers given (a PNG) and answers it with a one-page PDF report of them.",
+		Annotations: readOnly},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in chartIn) (*mcp.CallToolResult, any, error) {
+			png, err := chartPNG(in.Values)
+			if err != nil {
+				return nil, nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{
+				&mcp.TextContent{Text: fmt.Sprintf("a chart of %d values, and its report", len(in.Values))},
+				&mcp.ImageContent{MIMEType: "image/png", Data: png},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///chatgate-demo/report.pdf", MIMEType: "application/pdf",
+					Blob: reportPDF(in.Values)}},
+			}}, nil, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "clock", Description: "Answers the current date and time.", Annotations: readOnly},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			return text(opts.Now().Format(time.RFC3339)), nil, nil
 		})
 	return s
+}
+
+// chartIn is chart's input.
+type chartIn struct {
+	Values []float64 `json:"values" jsonschema:"the numbers to chart (at most 50)"`
+}
+
+// chartPNG draws values as bars, 8 pixels wide each, on a 100-pixel-high
+// PNG.
+func chartPNG(values []float64) ([]byte, error) {
+	if len(values) == 0 || len(values) > 50 {
+		return nil, errors.New("give 1 to 50 values")
+	}
+	top := 0.0
+	for _, v := range values {
+		top = max(top, v)
+	}
+	img := image.NewRGBA(image.Rect(0, 0, 8*len(values), 100))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	for i, v := range values {
+		h := 0
+		if top > 0 && v > 0 {
+			h = int(v / top * 100)
+		}
+		draw.Draw(img, image.Rect(8*i+1, 100-h, 8*i+7, 100), &image.Uniform{C: color.RGBA{R: 40, G: 100, B: 200, A: 255}}, image.Point{}, draw.Src)
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// reportPDF is a one-page PDF listing values, written by hand: a valid
+// file with one text object.
+func reportPDF(values []float64) []byte {
+	var text strings.Builder
+	text.WriteString("BT /F1 12 Tf 72 720 Td (Report) Tj")
+	for _, v := range values {
+		fmt.Fprintf(&text, " 0 -16 Td (%g) Tj", v)
+	}
+	text.WriteString(" ET")
+	objs := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", text.Len(), text.String()),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+	}
+	var b bytes.Buffer
+	b.WriteString("%PDF-1.4\n")
+	offsets := make([]int, len(objs))
+	for i, o := range objs {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
+	return b.Bytes()
 }
 
 // Handler serves the server over streamable HTTP.

@@ -1,7 +1,9 @@
 package demo_test
 
 import (
+	"bytes"
 	"context"
+	"image/png"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -139,7 +141,32 @@ func TestClock(t *testing.T) {
 		}
 		names = append(names, tool.Name)
 	}
-	if got := strings.Join(names, " "); got != "clock counter notes_add notes_list slow" {
+	if got := strings.Join(names, " "); got != "chart clock counter notes_add notes_list slow" {
 		t.Errorf("tools %s", got)
+	}
+}
+
+// chart answers a PNG and an embedded PDF: media from tools to try.
+func TestChartAnswersAPictureAndAPDF(t *testing.T) {
+	cs := connect(t, demo.Options{})
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "chart", Arguments: map[string]any{"values": []float64{3, 1, 2}}})
+	if err != nil || res.IsError || len(res.Content) != 3 {
+		t.Fatalf("chart: %+v, %v", res, err)
+	}
+	img, ok := res.Content[1].(*mcp.ImageContent)
+	if !ok || img.MIMEType != "image/png" {
+		t.Fatalf("chart's picture: %+v", res.Content[1])
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(img.Data))
+	if err != nil || cfg.Width != 24 || cfg.Height != 100 {
+		t.Fatalf("chart's PNG: %+v, %v", cfg, err)
+	}
+	pdf, ok := res.Content[2].(*mcp.EmbeddedResource)
+	if !ok || pdf.Resource.MIMEType != "application/pdf" || !bytes.HasPrefix(pdf.Resource.Blob, []byte("%PDF-1.4")) ||
+		!bytes.HasSuffix(pdf.Resource.Blob, []byte("%%EOF\n")) || !strings.HasSuffix(pdf.Resource.URI, "/report.pdf") {
+		t.Fatalf("chart's report: %+v", res.Content[2])
+	}
+	if r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "chart", Arguments: map[string]any{"values": []float64{}}}); err == nil && !r.IsError {
+		t.Fatal("chart of no values: not an error")
 	}
 }

@@ -1,0 +1,202 @@
+package sessions
+
+// Media from tools: what a tool call returned besides text (pictures,
+// audio clips, files) is kept with its turn within the limits
+// (MediaLimits), stored with the call's outcome, told to the model in its
+// result's text, and delivered with the turn's reply (Reply.Media): a
+// channel sends each item, or serves it by id (Conversations.ToolMedia).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/tools"
+)
+
+// Default limits of media from tools.
+const (
+	DefaultMediaMaxBytes = 10 << 20
+	DefaultMediaMaxItems = 8
+)
+
+// MediaLimits bound what a tool call's media the gateway keeps: an item
+// over MaxBytes, or past the MaxItems of its call, is dropped, and the
+// model is told so in the call's result.
+type MediaLimits struct {
+	MaxBytes int64 // per item (0: DefaultMediaMaxBytes)
+	MaxItems int   // per call (0: DefaultMediaMaxItems)
+}
+
+func (l MediaLimits) maxBytes() int64 {
+	if l.MaxBytes <= 0 {
+		return DefaultMediaMaxBytes
+	}
+	return l.MaxBytes
+}
+
+func (l MediaLimits) maxItems() int {
+	if l.MaxItems <= 0 {
+		return DefaultMediaMaxItems
+	}
+	return l.MaxItems
+}
+
+// Media is one item a tool returned, as a reply carries it: metadata
+// only. A channel fetches its bytes by ID (Conversations.ToolMedia).
+type Media struct {
+	ID   string
+	Kind string // image, audio or file (tools.MediaImage, …)
+	Mime string
+	Name string
+	Size int64
+	// Delivered: a channel that marks delivery sent it already.
+	Delivered bool
+}
+
+// MediaFile is an item with its bytes and the session key whose
+// conversation it belongs to (who may fetch it).
+type MediaFile struct {
+	Media
+	SessionKey string
+	Data       []byte
+}
+
+// keepMedia is the media of a call's result that the gateway keeps, as
+// rows of the call (each with a new id), and text with a line for each
+// item dropped and for those the user gets.
+func keepMedia(lim MediaLimits, c *ledger.ToolCall, key string, media []tools.Media, text string) ([]ledger.ToolMedia, string) {
+	var rows []ledger.ToolMedia
+	for _, it := range media {
+		what := it.Kind
+		if it.Mime != "" {
+			what += " " + it.Mime
+		}
+		switch {
+		case len(it.Data) == 0:
+			continue
+		case int64(len(it.Data)) > lim.maxBytes():
+			text += fmt.Sprintf("\n[%s of %d bytes not kept: over the limit of %d bytes per item; the user does not get it]", what, len(it.Data), lim.maxBytes())
+			continue
+		case len(rows) >= lim.maxItems():
+			text += fmt.Sprintf("\n[%s not kept: a call keeps at most %d items; the user does not get it]", what, lim.maxItems())
+			continue
+		}
+		rows = append(rows, ledger.ToolMedia{ID: uuid.NewString(), ConversationID: c.ConversationID, TurnSeq: c.TurnSeq, ToolCallID: c.ID,
+			Idx: len(rows), SessionKey: key, Kind: it.Kind, Mime: it.Mime, Name: it.Name, Size: int64(len(it.Data)), Data: it.Data})
+	}
+	if len(rows) > 0 {
+		text += fmt.Sprintf("\n[%d of the items above will be sent to the user with your reply]", len(rows))
+	}
+	return rows, text
+}
+
+// mediaAttachments are the images of rows as a tool message's
+// attachments: a model that reads images is given them (fetchImages
+// loads their bytes by Attachment.Media).
+func mediaAttachments(rows []ledger.ToolMedia) []agent.Attachment {
+	var out []agent.Attachment
+	for _, r := range rows {
+		if r.Kind != tools.MediaImage {
+			continue
+		}
+		out = append(out, agent.Attachment{Kind: agent.KindImage, Mime: r.Mime, Name: r.Name, Size: r.Size, Media: r.ID, Data: r.Data})
+	}
+	return out
+}
+
+func toMedia(rows []ledger.ToolMedia) []Media {
+	if len(rows) == 0 {
+		return nil
+	}
+	out := make([]Media, len(rows))
+	for i, r := range rows {
+		out[i] = Media{ID: r.ID, Kind: r.Kind, Mime: r.Mime, Name: r.Name, Size: r.Size, Delivered: r.DeliveredAt != nil}
+	}
+	return out
+}
+
+// turnMedia is the media of turn lead of conversation conv, for its
+// reply.
+func (m *Manager) turnMedia(ctx context.Context, conv string, lead int64) ([]Media, error) {
+	rows, err := m.store.ToolMediaOfTurn(ctx, conv, lead)
+	return toMedia(rows), err
+}
+
+// replyMedia is the media of turn lead of conversation conv for its
+// reply; none when they cannot be read (logged: the reply goes without).
+func replyMedia(ctx context.Context, st interface {
+	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
+}, log *slog.Logger, conv string, lead int64) []Media {
+	rows, err := st.ToolMediaOfTurn(ctx, conv, lead)
+	if err != nil {
+		log.WarnContext(ctx, "the media of a turn could not be read; its reply goes without them", slog.String("conversation", conv),
+			slog.Int64("turn", lead), slog.String("error", err.Error()))
+		return nil
+	}
+	return toMedia(rows)
+}
+
+// toolImages gives a model that reads images the pictures tools
+// returned in this turn (req.Turn) and in the history: their bytes are
+// read from storage, the newest MaxTurnImages of them; an older one, or
+// one gone (purged), is marked Missing. This turn's own pictures have
+// their bytes already. For a model that does not read images nothing is
+// read: the result's text line tells it what there was.
+func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Request) {
+	if m.opts.Tools == nil || !agent.ReadsImages(ag) {
+		return
+	}
+	var want []*agent.Attachment
+	collect := func(msgs []agent.Message) {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			atts := msgs[i].Attachments
+			for j := len(atts) - 1; j >= 0; j-- {
+				if atts[j].Media != "" && atts[j].Kind == agent.KindImage {
+					want = append(want, &atts[j])
+				}
+			}
+		}
+	}
+	collect(req.Turn)
+	collect(req.History)
+	for i, a := range want {
+		switch {
+		case i >= MaxTurnImages:
+			a.Data, a.Missing = nil, true
+		case a.Data != nil:
+		default:
+			r, err := m.store.ToolMedia(ctx, a.Media)
+			if err != nil || r == nil {
+				if err != nil {
+					m.log.WarnContext(ctx, "a picture a tool returned could not be read; the model is told it is no longer available",
+						slog.String("media", a.Media), slog.String("error", err.Error()))
+				}
+				a.Missing = true
+				continue
+			}
+			a.Data = r.Data
+		}
+	}
+}
+
+// ToolMedia returns the item a tool returned with that id, bytes and
+// all, or nil when there is none.
+func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, error) {
+	r, err := c.store.ToolMedia(ctx, id)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey, Data: r.Data}, nil
+}
+
+// MarkMediaDelivered records that a channel sent item id (ref: what it
+// sent); a delivery done again skips it. Marking it twice is no error.
+func (c *Conversations) MarkMediaDelivered(ctx context.Context, id, ref string) error {
+	_, err := c.store.MarkMediaDelivered(ctx, id, ref, c.now())
+	return err
+}

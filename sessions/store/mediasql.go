@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/chatgate/chatgate/sessions/ledger"
+)
+
+// The media tool calls returned (ledger.ToolMedia): inserted with their
+// call's outcome (EndTool), read by turn for a reply and by id for a
+// fetch, marked delivered by a channel that marks delivery.
+
+// mediaMeta is every column of tool_media but the bytes.
+var mediaMeta = []string{"id", "conversation_id", "turn_seq", "tool_call_id", "idx", "session_key", "kind", "mime", "name", "size",
+	"delivered_at", "delivery_ref", "created_at"}
+
+// insertToolMedia inserts rows in tx; a row of a call and index stored
+// already is left as it is.
+func insertToolMedia(tx *gorm.DB, rows []ledger.ToolMedia) error {
+	rows = append([]ledger.ToolMedia(nil), rows...)
+	for i := range rows {
+		rows[i].Name, rows[i].Mime = storableText(rows[i].Name), storableText(rows[i].Mime)
+		rows[i].Size = int64(len(rows[i].Data))
+		if rows[i].Data == nil {
+			rows[i].Data = []byte{}
+		}
+	}
+	return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows).Error
+}
+
+// ToolMediaOfTurn returns the media the calls of turn (its lead's seq)
+// returned, without their bytes, in call and result order.
+func (s *DB) ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error) {
+	return observe(ctx, s, ledger.Call{Op: "ToolMediaOfTurn", Conv: convID}, func() ([]ledger.ToolMedia, error) {
+		var out []ledger.ToolMedia
+		if err := s.read.WithContext(ctx).Select(mediaMeta).Where("conversation_id = ? AND turn_seq = ?", convID, turn).
+			Order("tool_call_id, idx").Find(&out).Error; err != nil {
+			return nil, fmt.Errorf("load media of %s/%d: %w", convID, turn, err)
+		}
+		return out, nil
+	})
+}
+
+// ConversationToolMedia returns the media of a conversation, without
+// their bytes, oldest first (for export and admin).
+func (s *DB) ConversationToolMedia(ctx context.Context, convID string) ([]ledger.ToolMedia, error) {
+	var out []ledger.ToolMedia
+	if err := s.read.WithContext(ctx).Select(mediaMeta).Where("conversation_id = ?", convID).
+		Order("turn_seq, tool_call_id, idx").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("load media of %s: %w", convID, err)
+	}
+	return out, nil
+}
+
+// ToolMedia returns the item with that id, bytes and all, or nil.
+func (s *DB) ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error) {
+	return observe(ctx, s, ledger.Call{Op: "ToolMedia"}, func() (*ledger.ToolMedia, error) {
+		var row ledger.ToolMedia
+		err := s.read.WithContext(ctx).Where("id = ?", id).Take(&row).Error
+		if notFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load media %s: %w", id, err)
+		}
+		return &row, nil
+	})
+}
+
+// MarkMediaDelivered records that a channel sent the item id (ref: what
+// it sent); false when it was marked already.
+func (s *DB) MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error) {
+	return observe(ctx, s, ledger.Call{Op: "MarkMediaDelivered"}, func() (bool, error) {
+		n, err := s.moveRows(ctx, `UPDATE tool_media SET delivered_at = ?, delivery_ref = ? WHERE id = ? AND delivered_at IS NULL`, at, ref, id)
+		if err != nil {
+			return false, fmt.Errorf("mark media %s delivered: %w", id, err)
+		}
+		return n == 1, nil
+	})
+}
