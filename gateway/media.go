@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -66,6 +67,9 @@ func (ws *WebSocket) MediaHandler() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
 		principal, err := ws.mediaPrincipal(ctx, r)
+		if errors.Is(err, sessions.ErrResumeExpired) {
+			principal, err = "", nil // as no session: 401
+		}
 		switch {
 		case err != nil:
 			ws.log.WarnContext(ctx, "a media fetch could not be authenticated", slog.String("error", err.Error()))

@@ -10,6 +10,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"mime"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -72,6 +76,7 @@ type MediaFile struct {
 func keepMedia(lim MediaLimits, c *ledger.ToolCall, key string, media []tools.Media, text string) ([]ledger.ToolMedia, string) {
 	var rows []ledger.ToolMedia
 	for _, it := range media {
+		it.Mime, it.Name = mediaType(it.Mime), mediaName(it.Name)
 		what := it.Kind
 		if it.Mime != "" {
 			what += " " + it.Mime
@@ -94,6 +99,46 @@ func keepMedia(lim MediaLimits, c *ledger.ToolCall, key string, media []tools.Me
 	}
 	return rows, text
 }
+
+// mediaType is a tool's word for an item's type as it is kept: the
+// lower-cased type/subtype of a well-formed media type, without its
+// parameters, at most maxMediaField bytes; "" for anything else. The
+// tool's text is untrusted: it goes into storage, Content-Type headers
+// and uploads.
+func mediaType(s string) string {
+	t, _, err := mime.ParseMediaType(s)
+	if err != nil || len(t) > maxMediaField || !strings.Contains(t, "/") {
+		return ""
+	}
+	return t
+}
+
+// mediaName is a tool's name for an item as it is kept: its last path
+// element, without control characters, cut to maxMediaField bytes at a
+// character's edge; "" when nothing is left.
+func mediaName(s string) string {
+	if i := strings.LastIndexAny(s, `/\`); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
+	for len(s) > maxMediaField {
+		_, n := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-n]
+	}
+	if s = strings.TrimSpace(s); s == "." || s == ".." {
+		return ""
+	}
+	return s
+}
+
+// maxMediaField is the most bytes of an item's type or name kept (their
+// columns hold 255).
+const maxMediaField = 200
 
 // mediaAttachments are the images of rows as a tool message's
 // attachments: a model that reads images is given them (fetchImages
