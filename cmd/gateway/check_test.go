@@ -207,7 +207,7 @@ func TestCheckTriesToStartTheToolServers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (warnings only)\n%s%s", code, out, errOut)
 	}
-	for _, line := range []string{"tool server fine: started, 5 tools", "tool server missing: cannot start",
+	for _, line := range []string{"tool server fine: started, 6 tools", "tool server missing: cannot start",
 		"tool server exits: cannot start", "tool server mute: cannot start"} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("gateway check lacks %q in\n%s", line, out)
