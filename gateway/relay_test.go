@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/mcptest"
@@ -130,7 +131,7 @@ func TestToolRequestReachesTheUserOnAnotherReplica(t *testing.T) {
 	ca, _ := a.connect(map[string]any{"user": "ann"})
 	cb, _ := b.connect(map[string]any{"user": "ann"})
 	// Each replica has heard of the other: A publishes its events.
-	waitFor(t, func() bool { return a.mgr.Peers() && b.mgr.Peers() })
+	peersKnown(t, a.mgr, b.mgr)
 
 	req := asked(t, ca, "c-1")
 	id := num(req["id"])
@@ -174,7 +175,7 @@ func TestToolAskSettledOnOneReplicaReachesAnother(t *testing.T) {
 	b, _ := newToolReplica(t, dsn, call)
 	ca, _ := a.connect(map[string]any{"user": "ann"})
 	cb, _ := b.connect(map[string]any{"user": "ann"})
-	waitFor(t, func() bool { return a.mgr.Peers() && b.mgr.Peers() })
+	peersKnown(t, a.mgr, b.mgr)
 	req := asked(t, ca, "c-1")
 	id := num(req["id"])
 	if got := cb.expect("tool_request"); num(got["id"]) != id {
@@ -185,4 +186,16 @@ func TestToolAskSettledOnOneReplicaReachesAnother(t *testing.T) {
 		t.Fatalf("B after the denial on A: %v", f)
 	}
 	ca.until("reply")
+}
+
+// peersKnown waits until each of the managers has learned of another.
+func peersKnown(t *testing.T, ms ...*sessions.Manager) {
+	t.Helper()
+	for _, m := range ms {
+		select {
+		case <-m.PeersKnown():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the replicas did not learn of each other within 10s")
+		}
+	}
 }

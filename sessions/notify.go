@@ -227,6 +227,7 @@ func (r *relay) announceReset(ev ResetEvent) {
 		Old: ev.OldConversation, Reason: ev.Reason})
 }
 
-// Peers reports whether this replica knows another one lives (its
-// heartbeat, or an event of it): only then does it publish its events.
-func (m *Manager) Peers() bool { return m.hb.peers.Load() }
+// PeersKnown is closed once this replica first learns that another one
+// lives (its heartbeat, or an event of it): from then on it publishes its
+// events.
+func (m *Manager) PeersKnown() <-chan struct{} { return m.hb.known }

@@ -224,8 +224,10 @@ func TestAnAskReachesTheOtherReplica(t *testing.T) {
 		return "", nil
 	}, AskSettled: func(ctx context.Context, a sessions.ToolAsk, ref string) { settledB <- a }})
 	startRescuer(t, b)
-	for deadline := time.Now().Add(10 * time.Second); !a.Peers() || !b.Peers(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	for _, m := range []*sessions.Manager{a, b} {
+		select {
+		case <-m.PeersKnown():
+		case <-time.After(10 * time.Second):
 			t.Fatal("the replicas did not learn of each other within 10s")
 		}
 	}

@@ -506,8 +506,10 @@ func TestToolAskedOnceWithTwoReplicas(t *testing.T) {
 		h.mgr.Rescuer().Listen()
 		hs = append(hs, h)
 	}
-	for deadline := time.Now().Add(20 * time.Second); !hs[0].mgr.Peers() || !hs[1].mgr.Peers(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	for _, h := range hs {
+		select {
+		case <-h.mgr.PeersKnown():
+		case <-time.After(20 * time.Second):
 			t.Fatal("the replicas did not learn of each other")
 		}
 	}
