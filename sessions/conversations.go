@@ -46,9 +46,7 @@ type conversationStore interface {
 	Covers(ctx context.Context, convID string, lead int64) ([]ledger.BatchRow, error)
 	GetState(ctx context.Context, key string) (string, error)
 	SetState(ctx context.Context, key, value string) error
-	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
-	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
-	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)
+	ToolMediaLedger
 }
 
 // turnPath is what Conversations needs of the Manager's turn path: the

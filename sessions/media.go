@@ -60,6 +60,26 @@ type Media struct {
 	Size int64
 	// Delivered: a channel that marks delivery sent it already.
 	Delivered bool
+	// Failure, on an item marked delivered, says it may not have reached
+	// the user: MediaRefused or MediaUnsure ("" when it did).
+	Failure string
+}
+
+// Why an item marked delivered may not have reached the user.
+const (
+	MediaRefused = "refused" // the channel refused it for good
+	MediaUnsure  = "unsure"  // its send was cut off after it may have gone
+)
+
+// mediaFailure is the Failure a delivery ref records.
+func mediaFailure(ref string) string {
+	switch {
+	case strings.HasPrefix(ref, ledger.MediaRefusedRef):
+		return MediaRefused
+	case strings.HasPrefix(ref, ledger.MediaUnsureRef):
+		return MediaUnsure
+	}
+	return ""
 }
 
 // MediaFile is an item with its bytes and the session key whose
@@ -160,7 +180,8 @@ func toMedia(rows []ledger.ToolMedia) []Media {
 	}
 	out := make([]Media, len(rows))
 	for i, r := range rows {
-		out[i] = Media{ID: r.ID, Kind: r.Kind, Mime: r.Mime, Name: r.Name, Size: r.Size, Delivered: r.DeliveredAt != nil}
+		out[i] = Media{ID: r.ID, Kind: r.Kind, Mime: r.Mime, Name: r.Name, Size: r.Size, Delivered: r.DeliveredAt != nil,
+			Failure: mediaFailure(r.DeliveryRef)}
 	}
 	return out
 }
@@ -239,8 +260,23 @@ func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, e
 	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey, Data: r.Data}, nil
 }
 
+// ClaimMediaSend claims item id for a channel's send, before the send:
+// ledger.MediaClaimed and the claims made so far, or how the item stands
+// (delivered, cut off in an earlier send, gone). See ledger.ToolMedia.
+func (c *Conversations) ClaimMediaSend(ctx context.Context, id string) (ledger.MediaClaim, int, error) {
+	return c.store.ClaimMediaSend(ctx, id, c.now())
+}
+
+// ReleaseMediaSend drops a claim whose send surely did not reach the
+// user: a later delivery sends the item.
+func (c *Conversations) ReleaseMediaSend(ctx context.Context, id string) error {
+	return c.store.ReleaseMediaSend(ctx, id)
+}
+
 // MarkMediaDelivered records that a channel sent item id (ref: what it
-// sent); a delivery done again skips it. Marking it twice is no error.
+// sent, or ledger.MediaRefusedRef / MediaUnsureRef and why it may not
+// have reached the user); a delivery done again skips it. Marking it
+// twice is no error.
 func (c *Conversations) MarkMediaDelivered(ctx context.Context, id, ref string) error {
 	_, err := c.store.MarkMediaDelivered(ctx, id, ref, c.now())
 	return err

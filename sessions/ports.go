@@ -66,11 +66,13 @@ type ToolLedger interface {
 
 // ToolMediaLedger is what the media tool calls returned need from
 // storage (ledger.ToolMedia): stored with their call's outcome (EndTool),
-// read by turn for its reply and by id for a channel's fetch, and marked
-// delivered item by item.
+// read by turn for its reply and by id for a channel's fetch, and claimed
+// for a send and marked delivered item by item.
 type ToolMediaLedger interface {
 	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
 	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+	ClaimMediaSend(ctx context.Context, id string, at time.Time) (ledger.MediaClaim, int, error)
+	ReleaseMediaSend(ctx context.Context, id string) error
 	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)
 }
 

@@ -146,11 +146,11 @@ func (b *Bot) answer(ctx context.Context, m *message, key string, out sessions.O
 	var ref string
 	// What the turn's tools returned goes first, each item marked as it
 	// is sent; a failure leaves the text for the delivery done again.
-	serr := b.sendMedia(ctx, m.to(), out.Reply, replyTo)
+	notes, serr := b.sendMedia(ctx, m.to(), out.Reply, replyTo)
 	if serr != nil {
 		b.deliveryFailed(serr)
 	}
-	if text, ok := replyText(out.Reply); ok && serr == nil {
+	if text, ok := withMediaNotes(replyText(out.Reply))(notes); ok && serr == nil {
 		dctx, endDelivery := b.traceDelivery(ctx, out)
 		ref, serr = b.deliverReply(dctx, st, m.to(), quote+text, replyTo)
 		endDelivery(serr)
@@ -180,6 +180,22 @@ func replyText(r sessions.Reply) (string, bool) {
 	return stoppedText, true
 }
 
+// withMediaNotes puts under a reply's text the lines that tell the user
+// of files that may not have reached them (sendMedia); with such lines
+// a reply that has no text of its own is sent for them.
+func withMediaNotes(text string, ok bool) func(notes []string) (string, bool) {
+	return func(notes []string) (string, bool) {
+		if len(notes) == 0 {
+			return text, ok
+		}
+		lines := strings.Join(notes, "\n")
+		if !ok || text == "" {
+			return lines, true
+		}
+		return text + "\n\n" + lines, true
+	}
+}
+
 // deliverStored sends a reply produced outside a live turn (by the
 // rescuer, after a restart or for a replica that died), or one whose
 // earlier delivery did not complete.
@@ -195,11 +211,12 @@ func (b *Bot) deliverStored(ctx context.Context, d sessions.Delivery) (string, e
 	}
 	// The reply answers the newest message its turn covers.
 	replyTo, _ := messageIn(d.ClientMsgID, to.chat)
-	if err := b.sendMedia(ctx, to, d.Reply, replyTo); err != nil {
+	notes, err := b.sendMedia(ctx, to, d.Reply, replyTo)
+	if err != nil {
 		b.deliveryFailed(err)
 		return "", err
 	}
-	text, ok := replyText(d.Reply)
+	text, ok := withMediaNotes(replyText(d.Reply))(notes)
 	if !ok {
 		return "", nil
 	}

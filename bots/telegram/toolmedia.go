@@ -8,8 +8,8 @@ package telegram
 // (MediaDeliveries.MarkMediaDelivered) as soon as Telegram took it, and
 // the turn is marked delivered after the text: a delivery done again (a
 // restart, a repeated update, the recovery pass) skips every item marked.
-// The one window left is an item's own, between its send and its mark:
-// a crash there sends it again, as the text's window does (docs/telegram.md).
+// Unlike the text, a file has no crash window: it is claimed before its
+// request goes, and a claim a crash left is not sent again (sendMedia).
 
 import (
 	"context"
@@ -17,29 +17,43 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
 	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/sessions/ledger"
 )
 
 // MediaDeliveries are the media tools returned: read by id to be sent,
-// and marked delivered item by item.
+// claimed before each send, and marked delivered item by item.
 type MediaDeliveries interface {
 	ToolMedia(ctx context.Context, id string) (*sessions.MediaFile, error)
+	ClaimMediaSend(ctx context.Context, id string) (ledger.MediaClaim, int, error)
+	ReleaseMediaSend(ctx context.Context, id string) error
 	MarkMediaDelivered(ctx context.Context, id, ref string) error
 }
 
-// Telegram's limits on what a bot uploads.
+// Telegram's limits on what a bot uploads, and how long an item is
+// tried.
 const (
 	maxPhotoBytes    = 10 << 20 // a larger picture goes as a document
 	maxAlbumItems    = 10
-	maxUploadAttempt = 5
+	maxUploadAttempt = 5 // requests in one delivery, while none reached Telegram
+	// maxMediaClaims is how many deliveries (a turn's, then the
+	// recovery pass's, a minute apart) try an item before it is given
+	// up, so that the reply's text, which waits for it, goes.
+	maxMediaClaims = 3
 )
+
+// errMaybeSent is a send whose request went and whose answer never came
+// (a timeout, a connection reset): Telegram may have taken it.
+var errMaybeSent = errors.New("telegram: the connection broke after the file was sent; it may have arrived")
 
 // photoMimes are the pictures Telegram takes as photos; another picture
 // (a GIF, which a photo would freeze; SVG; …) goes as a document.
@@ -58,23 +72,37 @@ func uploadKind(m sessions.Media) string {
 
 // sendMedia sends the items of r's media not delivered yet, answering
 // replyTo, each kind in order: photos, audio, documents. It returns the
-// first failure; the items sent before it stay marked.
-func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo int) error {
+// lines that tell the user of items that may not have reached them (for
+// the reply's text) and the first failure; the items sent before it stay
+// marked.
+//
+// Each item is sent at most once: it is claimed in the database before
+// its request goes, and marked delivered when Telegram took it. A claim
+// found standing by a delivery done again (the process died between
+// the request and the mark) or a request whose answer was lost is not
+// sent again: the item is marked unsure and the text says it may not
+// have arrived. A request Telegram surely did not take (it answered with
+// a failure, or was never reached) drops the claim, for the next
+// delivery, up to maxMediaClaims of them.
+func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo int) ([]string, error) {
 	if r.MediaUnread {
 		// Marked delivered now, the reply would never bring them: the
 		// delivery is done again later (sessions' recovery), with them.
-		return errors.New("telegram: the files of the reply could not be read; it is delivered again later")
+		return nil, errors.New("telegram: the files of the reply could not be read; it is delivered again later")
 	}
-	media := r.Media
-	if len(media) == 0 || b.sess.Media == nil {
-		return nil
+	if len(r.Media) == 0 || b.sess.Media == nil {
+		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx) // delivered even while stopping
+	var notes []string
 	byKind := map[string][]sessions.Media{}
-	for _, m := range media {
-		if !m.Delivered {
+	for _, m := range r.Media {
+		switch {
+		case !m.Delivered:
 			k := uploadKind(m)
 			byKind[k] = append(byKind[k], m)
+		case m.Failure != "":
+			notes = append(notes, mediaNote(m, m.Failure)) // marked so by an earlier delivery
 		}
 	}
 	for _, kind := range []string{"photo", "audio", "document"} {
@@ -84,40 +112,157 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 			if len(items)-n == 1 && n > 2 {
 				n-- // no album of one left behind
 			}
-			if err := b.sendMediaBatch(ctx, to, kind, items[:n], replyTo); err != nil {
-				return err
+			more, err := b.sendMediaBatch(ctx, &to, kind, items[:n], replyTo)
+			notes = append(notes, more...)
+			if err != nil {
+				return notes, err
 			}
 			items = items[n:]
 		}
 	}
-	return nil
+	return notes, nil
 }
 
-// sendMediaBatch sends items of one kind — alone, or as an album — and
-// marks each delivered. An item Telegram refuses for good is marked
-// with the refusal, and the user told, rather than tried forever.
-func (b *Bot) sendMediaBatch(ctx context.Context, to place, kind string, items []sessions.Media, replyTo int) error {
+// mediaNote is the line that tells the user item m may not have reached
+// them, and why.
+func mediaNote(m sessions.Media, failure string) string {
+	name := m.Name
+	if name == "" {
+		name = "a " + map[string]string{"image": "picture", "audio": "audio clip"}[m.Kind]
+		if name == "a " {
+			name = "a file"
+		}
+	}
+	name = markdownEscape(name)
+	if failure == sessions.MediaUnsure {
+		return fmt.Sprintf("(%s may not have arrived: sending it was cut off.)", name)
+	}
+	return fmt.Sprintf("(%s could not be sent.)", name)
+}
+
+// markdownEscape escapes the ASCII punctuation of s, so that a name is
+// shown as it is in the reply's Markdown.
+func markdownEscape(s string) string {
+	var out strings.Builder
+	for _, r := range s {
+		if r < 0x80 && unicode.IsPunct(r) || strings.ContainsRune("$+<=>^`|~", r) {
+			out.WriteByte('\\')
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
+}
+
+// sendMediaBatch claims items of one kind and sends those it claimed —
+// alone, or as an album — marking each delivered. An item Telegram
+// refuses for good is marked with the refusal and the user told, rather
+// than tried forever; an album refused is sent item by item, so that one
+// bad item does not take the others with it.
+func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
+	var notes []string
+	var claimed []sessions.Media
+	for _, m := range items {
+		state, claims, err := b.sess.Media.ClaimMediaSend(ctx, m.ID)
+		if err != nil {
+			return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+		}
+		switch {
+		case state == ledger.MediaCut:
+			b.log.WarnContext(ctx, "telegram: a file from a tool was being sent when its delivery was cut off; it is not sent again",
+				slog.Int64("chat", to.chat), slog.String("media", m.ID))
+			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaUnsureRef+"cut off before its answer", sessions.MediaUnsure)
+			notes = append(notes, n...)
+			if err != nil {
+				return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+			}
+		case state == ledger.MediaClaimed && claims > maxMediaClaims:
+			b.log.WarnContext(ctx, "telegram: a file from a tool was not taken in its deliveries; it is given up", slog.Int64("chat", to.chat),
+				slog.String("media", m.ID), slog.Int("deliveries", maxMediaClaims))
+			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaRefusedRef+"not taken in "+strconv.Itoa(maxMediaClaims)+" deliveries", sessions.MediaRefused)
+			notes = append(notes, n...)
+			if err != nil {
+				return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+			}
+		case state == ledger.MediaClaimed:
+			claimed = append(claimed, m)
+		}
+	}
+	more, err := b.sendClaimed(ctx, to, kind, claimed, replyTo)
+	return append(notes, more...), err
+}
+
+// sendClaimed sends items, each claimed by this delivery, and settles
+// each claim: marked delivered, refused or unsure, or released when
+// Telegram surely did not take them.
+func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	method, params, files, sent, err := b.mediaRequest(ctx, *to, kind, items, replyTo)
+	if err != nil || len(files) == 0 {
+		return nil, errors.Join(err, b.releaseMedia(ctx, items))
+	}
+	ids, err := b.upload(ctx, method, params, files)
+	if err != nil && to.thread != 0 && topicGone(err) {
+		// The topic was closed or deleted: the files go to the General
+		// topic, as the text does.
+		*to = b.toGeneral(*to, "the files", err)
+		if method, params, files, sent, err = b.mediaRequest(ctx, *to, kind, items, replyTo); err != nil {
+			return nil, errors.Join(err, b.releaseMedia(ctx, items))
+		}
+		ids, err = b.upload(ctx, method, params, files)
+	}
+	switch {
+	case err == nil:
+		return b.markMedia(ctx, sent, strings.Join(ids, ","), "")
+	case errors.Is(err, sessions.ErrUndeliverable) && len(sent) > 1:
+		// One bad item refuses the whole album: each goes alone, so
+		// that only the bad one is refused.
+		b.log.WarnContext(ctx, "telegram: an album of files from a tool was refused; its items go one by one", slog.Int64("chat", to.chat),
+			slog.String("error", b.redact(err)))
+		var notes []string
+		for i, m := range sent {
+			more, err := b.sendClaimed(ctx, to, kind, []sessions.Media{m}, replyTo)
+			notes = append(notes, more...)
+			if err != nil {
+				return notes, errors.Join(err, b.releaseMedia(ctx, sent[i+1:]))
+			}
+		}
+		return notes, nil
+	case errors.Is(err, sessions.ErrUndeliverable):
+		b.log.WarnContext(ctx, "telegram: a file from a tool was refused; it is not sent again", slog.Int64("chat", to.chat),
+			slog.String("method", method), slog.String("error", b.redact(err)))
+		return b.markMedia(ctx, sent, ledger.MediaRefusedRef+b.redact(err), sessions.MediaRefused)
+	case errors.Is(err, errMaybeSent):
+		b.log.WarnContext(ctx, "telegram: the answer to a file's send was lost; it is not sent again", slog.Int64("chat", to.chat),
+			slog.String("method", method), slog.String("error", b.redact(err)))
+		return b.markMedia(ctx, sent, ledger.MediaUnsureRef+b.redact(err), sessions.MediaUnsure)
+	}
+	return nil, errors.Join(err, b.releaseMedia(ctx, items))
+}
+
+// mediaRequest is the request that sends items of one kind to to: the
+// method, its parameters and files, and the items it carries (an item
+// purged meanwhile is left out, its claim gone with it).
+func (b *Bot) mediaRequest(ctx context.Context, to place, kind string, items []sessions.Media, replyTo int) (string, tgbotapi.Params, []tgbotapi.RequestFile, []sessions.Media, error) {
 	var files []tgbotapi.RequestFile
 	var inputs []any
+	var sent []sessions.Media
 	for i, m := range items {
 		f, err := b.sess.Media.ToolMedia(ctx, m.ID)
 		if err != nil {
-			return err
+			return "", nil, nil, nil, err
 		}
 		if f == nil {
 			continue // purged meanwhile
 		}
+		sent = append(sent, m)
 		name := m.Name
 		if name == "" {
 			name = fmt.Sprintf("%s-%d%s", m.Kind, i+1, extensionOf(m.Mime))
 		}
-		data := tgbotapi.FileBytes{Name: name, Bytes: f.Data}
-		if len(items) == 1 {
-			files = append(files, tgbotapi.RequestFile{Name: kind, Data: data})
-			break
-		}
 		field := "file-" + strconv.Itoa(i)
-		files = append(files, tgbotapi.RequestFile{Name: field, Data: data})
+		files = append(files, tgbotapi.RequestFile{Name: field, Data: tgbotapi.FileBytes{Name: name, Bytes: f.Data}})
 		attach := tgbotapi.FileURL("attach://" + field)
 		switch kind {
 		case "photo":
@@ -128,45 +273,57 @@ func (b *Bot) sendMediaBatch(ctx context.Context, to place, kind string, items [
 			inputs = append(inputs, tgbotapi.NewInputMediaDocument(attach))
 		}
 	}
-	if len(files) == 0 {
-		return nil
-	}
 	params := to.params()
-	method := "sendMediaGroup"
-	if len(items) == 1 {
-		method = "send" + strings.ToUpper(kind[:1]) + kind[1:]
-	} else {
-		media, err := json.Marshal(inputs)
-		if err != nil {
-			return err
-		}
-		params["media"] = string(media)
-	}
 	if replyTo != 0 {
 		params.AddNonZero("reply_to_message_id", replyTo)
 		params.AddBool("allow_sending_without_reply", true)
 	}
-	ids, err := b.upload(ctx, method, params, files)
-	ref := strings.Join(ids, ",")
-	switch {
-	case errors.Is(err, sessions.ErrUndeliverable):
-		b.log.WarnContext(ctx, "telegram: a file from a tool was refused; it is not sent again", slog.Int64("chat", to.chat),
-			slog.String("method", method), slog.String("error", b.redact(err)))
-		ref = "refused: " + b.redact(err)
-	case err != nil:
-		return err
+	if len(files) == 1 {
+		// One item goes by its own method, its file in the field named
+		// after its kind.
+		files[0].Name = kind
+		return "send" + strings.ToUpper(kind[:1]) + kind[1:], params, files, sent, nil
 	}
-	for _, m := range items {
-		if merr := b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref); merr != nil {
-			return merr
-		}
+	media, err := json.Marshal(inputs)
+	if err != nil {
+		return "", nil, nil, nil, err
 	}
-	return nil
+	params["media"] = string(media)
+	return "sendMediaGroup", params, files, sent, nil
 }
 
-// upload makes an upload request, waiting out 429s as retry_after says
-// and retrying other failures with backoff; a 4xx other than 429 wraps
-// sessions.ErrUndeliverable. It returns the ids of the messages sent.
+// markMedia marks items delivered with ref; failure, when it is not "",
+// says they may not have reached the user, and the lines returned tell
+// them so.
+func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failure string) ([]string, error) {
+	var notes []string
+	for _, m := range items {
+		if err := b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref); err != nil {
+			return notes, err
+		}
+		if failure != "" {
+			notes = append(notes, mediaNote(m, failure))
+		}
+	}
+	return notes, nil
+}
+
+// releaseMedia drops this delivery's claims on items: Telegram surely
+// did not take them, and a later delivery sends them.
+func (b *Bot) releaseMedia(ctx context.Context, items []sessions.Media) error {
+	var errs []error
+	for _, m := range items {
+		errs = append(errs, b.sess.Media.ReleaseMediaSend(ctx, m.ID))
+	}
+	return errors.Join(errs...)
+}
+
+// upload makes an upload request. A request Telegram surely did not take
+// is made again — a 429 after its retry_after, a 5xx or an unreachable
+// Bot API with backoff — up to maxUploadAttempt times; a 4xx other than
+// 429 wraps sessions.ErrUndeliverable, and a request whose answer never
+// came (Telegram may have taken it) wraps errMaybeSent and is not made
+// again. It returns the ids of the messages sent.
 func (b *Bot) upload(ctx context.Context, method string, params tgbotapi.Params, files []tgbotapi.RequestFile) ([]string, error) {
 	var err error
 	for attempt := 0; attempt < maxUploadAttempt; attempt++ {
@@ -186,19 +343,36 @@ func (b *Bot) upload(ctx context.Context, method string, params tgbotapi.Params,
 		}
 		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
 		var apiErr *tgbotapi.Error
-		if errors.As(err, &apiErr) {
+		switch {
+		case errors.As(err, &apiErr):
+			// Telegram answered, and took nothing. (The library leaves
+			// an upload's error code on the answer, not on the error.)
+			code := apiErr.Code
+			if code == 0 && resp != nil {
+				code = resp.ErrorCode
+			}
 			if apiErr.RetryAfter > 0 {
 				wait = time.Duration(apiErr.RetryAfter) * time.Second
-			} else if apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != http.StatusTooManyRequests {
+			} else if code >= 400 && code < 500 && code != http.StatusTooManyRequests {
 				return nil, fmt.Errorf("%w: %w", sessions.ErrUndeliverable,
-					&tgbotapi.Error{Code: apiErr.Code, Message: b.redact(err), ResponseParameters: apiErr.ResponseParameters})
+					&tgbotapi.Error{Code: code, Message: b.redact(err), ResponseParameters: apiErr.ResponseParameters})
 			}
+		case !neverSent(err):
+			return nil, fmt.Errorf("%w: %s", errMaybeSent, b.redact(err))
 		}
 		if b.opts.Sleep(ctx, wait) != nil {
 			break
 		}
 	}
 	return nil, errors.New(b.redact(err))
+}
+
+// neverSent reports whether a request's failure shows it never reached
+// the Bot API: its connection could not be made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // extensionOf is a file extension for a type Telegram shows by it.

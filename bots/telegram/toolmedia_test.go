@@ -3,16 +3,20 @@ package telegram
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/internal/telegramtest"
 	"github.com/chatgate/chatgate/internal/tooltest"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 	"github.com/chatgate/chatgate/tools"
 	"github.com/chatgate/chatgate/tools/mcpclient"
 )
@@ -106,5 +110,244 @@ func TestToolMediaAlbumOfPictures(t *testing.T) {
 	}
 	if got := strings.Join(methods, " "); got != "sendMediaGroup:photo sendMediaGroup:photo sendMediaGroup:document sendMediaGroup:document" {
 		t.Fatalf("uploads = %s", got)
+	}
+}
+
+// mediaRows returns the stored media, in call and result order.
+func mediaRows(t *testing.T, h *harness) []ledger.ToolMedia {
+	t.Helper()
+	var rows []ledger.ToolMedia
+	if err := h.db.Gorm().Order("tool_call_id, idx").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// waitPhotoCalls waits until n sendPhoto requests came.
+func waitPhotoCalls(t *testing.T, api *telegramtest.Server, n int) {
+	t.Helper()
+	if !api.WaitCalls(func(calls []telegramtest.Call) bool {
+		k := 0
+		for _, c := range calls {
+			if c.Method == "sendPhoto" {
+				k++
+			}
+		}
+		return k >= n
+	}, 30*time.Second) {
+		t.Fatalf("%d sendPhoto requests never came", n)
+	}
+}
+
+// uploadCount counts the files sent by method.
+func uploadCount(api *telegramtest.Server) map[string]int {
+	n := map[string]int{}
+	for _, u := range api.Uploads() {
+		n[u.Method]++
+	}
+	return n
+}
+
+// TestToolMediaWhoseAnswerIsLostIsNotSentAgain: Telegram takes the photo
+// and the connection breaks before its answer. The photo may have
+// reached the user, so it is not sent again — not in this delivery, not
+// in one done again after a restart — and the reply's text says so;
+// the document goes as usual.
+func TestToolMediaWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
+			s := mediaSetup(t)
+			if pg {
+				s.dsn = pgtest.DSN(t)
+			}
+			api := telegramtest.New(t)
+			api.CutAnswers("sendPhoto", 1)
+			first := s
+			first.sess = func(m *sessions.Manager) Sessions {
+				sess := SessionsOf(m)
+				sess.Deliveries = lostMarks{}
+				return sess
+			}
+			h := start(t, api, t.TempDir(), first)
+			api.Push(telegramtest.DM(7, "draw it"))
+			sent := api.WaitSent(t, 1)
+			const note = "(a picture may not have arrived: sending it was cut off.)"
+			if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") || !strings.HasSuffix(sent[0].Text, note) {
+				t.Fatalf("reply = %q, want the answer and %q", sent[0].Text, note)
+			}
+			if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 || len(n) != 2 {
+				t.Fatalf("files sent: %v, want one sendPhoto and one sendDocument", n)
+			}
+			rows := mediaRows(t, h)
+			if len(rows) != 2 || !strings.HasPrefix(rows[0].DeliveryRef, ledger.MediaUnsureRef) || rows[1].DeliveredAt == nil ||
+				strings.Contains(rows[1].DeliveryRef, ":") {
+				t.Fatalf("media rows: %+v", rows)
+			}
+			// The turn's mark was lost: the delivery done again sends the
+			// text, with the note, and no file.
+			h.shutdown(0)
+			h2 := start(t, api, h.dbDir, s)
+			waitConnected(t, h2.bot)
+			if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
+				t.Fatalf("sent again: %q, want %q", again.Text, sent[0].Text)
+			}
+			if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 {
+				t.Fatalf("files sent after the delivery done again: %v", n)
+			}
+		})
+	}
+}
+
+// TestToolMediaClaimLeftByACrashIsNotSentAgain: a process that died
+// between a file's request and its mark leaves the file's claim; the
+// delivery done again does not send it, marks it unsure and says so,
+// and sends the rest.
+func TestToolMediaClaimLeftByACrashIsNotSentAgain(t *testing.T) {
+	s := mediaSetup(t)
+	api := telegramtest.New(t)
+	// The first delivery cannot reach the Bot API at all: the turn is
+	// answered, its files claimed by nobody.
+	first := s
+	first.sess = func(m *sessions.Manager) Sessions {
+		sess := SessionsOf(m)
+		sess.Deliveries = lostMarks{}
+		return sess
+	}
+	api.FailBare("sendPhoto", http.StatusBadGateway, maxUploadAttempt)
+	h := start(t, api, t.TempDir(), first)
+	api.Push(telegramtest.DM(7, "draw it"))
+	waitPhotoCalls(t, api, maxUploadAttempt)
+	h.shutdown(5 * time.Second)
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(h.dbDir, "g.db"), store.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []ledger.ToolMedia
+	if err := db.Gorm().Order("tool_call_id, idx").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].SendingAt != nil || rows[0].SendAttempts != 1 || rows[0].DeliveredAt != nil {
+		t.Fatalf("a photo Telegram never took: %+v, want its claim released", rows)
+	}
+	// The state a crash after the photo's request leaves: its claim.
+	if err := db.Gorm().Exec("UPDATE tool_media SET sending_at = ? WHERE id = ?", time.Now(), rows[0].ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	h2 := start(t, api, h.dbDir, s)
+	waitConnected(t, h2.bot)
+	if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sent := api.WaitSent(t, 1)
+	if !strings.HasSuffix(sent[0].Text, "(a picture may not have arrived: sending it was cut off.)") {
+		t.Fatalf("reply = %q", sent[0].Text)
+	}
+	if n := uploadCount(api); n["sendPhoto"] != 0 || n["sendDocument"] != 1 {
+		t.Fatalf("files sent: %v, want the document only", n)
+	}
+}
+
+// TestToolMediaGivenUpAfterItsDeliveries: a photo the Bot API never
+// takes (a 502, each request) does not hold the reply forever: after
+// maxMediaClaims deliveries it is given up, and the text goes with the
+// rest and a line that says so.
+func TestToolMediaGivenUpAfterItsDeliveries(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := mediaSetup(t)
+	s.now = clock.Now
+	api := telegramtest.New(t)
+	api.FailBare("sendPhoto", http.StatusBadGateway, 1000)
+	deliveries := make(chan string, 1)
+	s.sess = func(m *sessions.Manager) Sessions {
+		sess := SessionsOf(m)
+		sess.Deliveries = deliveryNotes{Manager: m, ch: deliveries}
+		return sess
+	}
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "draw it"))
+	select {
+	case <-deliveries: // the live delivery failed, and said so
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live delivery never ended")
+	}
+	for i := 1; i <= maxMediaClaims; i++ {
+		if n := len(api.Calls("sendMessage")); n != 0 {
+			t.Fatalf("the text went after %d deliveries, before the photo was given up: %+v", i, api.Calls("sendMessage"))
+		}
+		clock.Advance(2 * time.Minute)
+		if _, _, err := h.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := api.WaitSent(t, 1)
+	if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") || !strings.HasSuffix(sent[0].Text, "(a picture could not be sent.)") {
+		t.Fatalf("reply = %q", sent[0].Text)
+	}
+	if n := len(api.Calls("sendPhoto")); n != maxMediaClaims*maxUploadAttempt {
+		t.Fatalf("photo requests = %d, want %d", n, maxMediaClaims*maxUploadAttempt)
+	}
+	if n := uploadCount(api); n["sendDocument"] != 1 || n["sendPhoto"] != 0 {
+		t.Fatalf("files sent: %v", n)
+	}
+	if rows := mediaRows(t, h); !strings.HasPrefix(rows[0].DeliveryRef, ledger.MediaRefusedRef) {
+		t.Fatalf("the photo given up is marked %q", rows[0].DeliveryRef)
+	}
+}
+
+// TestToolMediaAlbumRefusedGoesItemByItem: Telegram refuses an album
+// for one picture it cannot read; the others still arrive, one by one,
+// and the text names the one that could not be sent.
+func TestToolMediaAlbumRefusedGoesItemByItem(t *testing.T) {
+	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	s := setup{agent: tooltest.Asking(toolCall("c1", mcptest.Media, map[string]any{}), toolCall("c2", mcptest.Media, map[string]any{"broken": true})),
+		opts: Options{Streaming: StreamOff}, policies: queued, manager: func(o *sessions.Options) { o.Tools = mcpclient.Offer{Set: set} }}
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "draw two"))
+	sent := api.WaitSent(t, 1)
+	if !strings.HasSuffix(sent[0].Text, "(a picture could not be sent.)") {
+		t.Fatalf("reply = %q", sent[0].Text)
+	}
+	var methods []string
+	for _, u := range api.Uploads() {
+		methods = append(methods, u.Method+":"+u.Kind)
+	}
+	if got := strings.Join(methods, " "); got != "sendPhoto:photo sendMediaGroup:document sendMediaGroup:document" {
+		t.Fatalf("uploads = %s", got)
+	}
+	refused := 0
+	for _, r := range mediaRows(t, h) {
+		if strings.HasPrefix(r.DeliveryRef, ledger.MediaRefusedRef) {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("%d items marked refused, want the broken picture only", refused)
+	}
+}
+
+// TestToolMediaOfADeletedTopicGoesToGeneral: the files of a reply whose
+// topic was deleted go to the General topic, as its text does.
+func TestToolMediaOfADeletedTopicGoesToGeneral(t *testing.T) {
+	s := mediaSetup(t)
+	s.opts.GroupPolicy = "all"
+	api := telegramtest.New(t)
+	release := api.Hold("sendPhoto")
+	start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.Topic(forum, 7, 12, "draw it"))
+	waitPhotoCalls(t, api, 1)
+	api.DeleteTopic(forum, 12)
+	release()
+	sent := api.WaitSent(t, 1)
+	if sent[0].Thread != 0 || !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") {
+		t.Fatalf("reply = %+v, want it in General", sent[0])
+	}
+	ups := api.Uploads()
+	if len(ups) != 2 || ups[0].Method != "sendPhoto" || ups[0].Thread != 0 || ups[1].Thread != 0 {
+		t.Fatalf("uploads = %+v, want both in General", ups)
 	}
 }

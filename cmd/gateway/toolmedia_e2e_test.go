@@ -3,10 +3,14 @@ package main
 // Media from tools delivered once over Telegram, with the real binary: a
 // model (llmtest) calls the media tool of an MCP test server (a PNG and
 // a PDF), the fake Bot API takes the files, and the gateway is killed
-// with SIGKILL after they were sent and before the turn's delivery was
-// marked — while the reply's text is on its way. The restarted gateway
-// delivers the turn again: the text goes again (the one window
-// docs/telegram.md states), the files, each marked as it was sent, never.
+// with SIGKILL at one of two points, then started again to deliver the
+// turn again:
+//   - after the files were sent and marked, while the reply's text is on
+//     its way (before the turn's mark): the text goes again (the one
+//     window docs/telegram.md states), the files never;
+//   - after Telegram took the photo and before its answer came (before
+//     the photo's mark): the photo is not sent again — its claim says it
+//     may have arrived, and the text says so — the document goes once.
 
 import (
 	"bytes"
@@ -29,8 +33,12 @@ import (
 )
 
 func TestToolMediaSentOnceAcrossSIGKILL(t *testing.T) {
-	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
-		t.Run(driver, func(t *testing.T) {
+	for _, c := range []struct{ driver, kill string }{
+		{store.DriverSQLite, "turn-mark"}, {store.DriverPostgres, "turn-mark"},
+		{store.DriverSQLite, "photo-mark"}, {store.DriverPostgres, "photo-mark"},
+	} {
+		driver := c.driver
+		t.Run(driver+"/"+c.kill, func(t *testing.T) {
 			buildBinary(t)
 			dsn := filepath.Join(t.TempDir(), "gateway.db")
 			if driver == store.DriverPostgres {
@@ -71,24 +79,32 @@ channels:
 log:
   level: info
 `, freeAddr(t), driver, dsn, llmSrv.URL, mcpSrv.URL, telegramtest.Token, apiSrv.URL)
-			// The reply's text is held at the Bot API: the files before it
-			// were sent and marked; the turn's mark comes after it.
-			release := api.Hold("sendMessage")
+			// turn-mark: the reply's text is held at the Bot API; the
+			// files before it were sent and marked, and the turn's mark
+			// comes after it. photo-mark: the photo is taken and its
+			// answer held; its mark would come after the answer.
+			held, files, note := "sendMessage", 2, ""
+			release := api.Hold(held)
+			if c.kill == "photo-mark" {
+				release()
+				held, files, note = "sendPhoto", 1, "(a picture may not have arrived: sending it was cut off.)"
+				release = api.LoseAnswer(held)
+			}
 			dir := t.TempDir()
 			p := startGateway(t, dir, config)
 			msg := api.Push(telegramtest.DM(7, "draw it"))
 			if !api.WaitCalls(func(calls []telegramtest.Call) bool {
 				for _, c := range calls {
-					if c.Method == "sendMessage" {
+					if c.Method == held {
 						return true
 					}
 				}
 				return false
 			}, 60*time.Second) {
-				t.Fatalf("the reply's text never came:\n%s", p.stderr.String())
+				t.Fatalf("%s never came:\n%s", held, p.stderr.String())
 			}
-			if n := len(api.Uploads()); n != 2 {
-				t.Fatalf("files sent before the text: %d, want 2", n)
+			if n := len(api.WaitUploads(t, files)); n != files {
+				t.Fatalf("files sent before the kill: %d, want %d", n, files)
 			}
 			p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.exited
@@ -96,8 +112,9 @@ log:
 
 			p = startGateway(t, dir, config)
 			sent := waitSentWithin(t, api, 1, 60*time.Second, p)
-			if !strings.HasPrefix(sent[0].Text, llmtest.Done("a chart and its report")) || sent[0].ReplyTo != msg {
-				t.Fatalf("reply = %+v", sent[0])
+			if !strings.HasPrefix(sent[0].Text, llmtest.Done("a chart and its report")) || sent[0].ReplyTo != msg ||
+				!strings.HasSuffix(sent[0].Text, note) {
+				t.Fatalf("reply = %+v, want it to end with %q", sent[0], note)
 			}
 			// The text is sent last: the files would have gone before it.
 			ups := api.Uploads()

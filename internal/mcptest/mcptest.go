@@ -51,7 +51,7 @@ const (
 	Slow    = "slow"    // {"seconds": number}: answers after that long (0: never), or when cancelled
 	Fail    = "fail"    // {"message": string}: answers an error result
 	Big     = "big"     // {"bytes": int, "char": string}: answers bytes bytes of char (default "x")
-	Media   = "media"   // {"png_bytes": int}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size
+	Media   = "media"   // {"png_bytes": int, "broken": bool}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size, broken makes its bytes no picture
 )
 
 // What the media tool answers: a 2×2 PNG picture and a small PDF file,
@@ -146,7 +146,8 @@ func New() *Server {
 			return text(strings.Repeat(c, in.Bytes/len(c))), nil, nil
 		})
 	type mediaIn struct {
-		PNGBytes int `json:"png_bytes,omitempty" jsonschema:"pad the picture to this many bytes"`
+		PNGBytes int  `json:"png_bytes,omitempty" jsonschema:"pad the picture to this many bytes"`
+		Broken   bool `json:"broken,omitempty" jsonschema:"answer a picture whose bytes are no PNG"`
 	}
 	mcp.AddTool(s.MCP, &mcp.Tool{Name: Media, Description: "Answers a picture and a PDF file."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in mediaIn) (*mcp.CallToolResult, any, error) {
@@ -154,6 +155,9 @@ func New() *Server {
 			pic := PNG
 			if in.PNGBytes > len(pic) {
 				pic = append(bytes.Clone(pic), make([]byte, in.PNGBytes-len(pic))...)
+			}
+			if in.Broken {
+				pic = []byte("this is no picture")
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{
 				&mcp.TextContent{Text: "a chart and its report"},

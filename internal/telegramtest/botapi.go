@@ -75,6 +75,8 @@ type Server struct {
 	allowed []string
 	uploads []Upload                 // files sent (uploads.go)
 	holds   map[string]chan struct{} // methods held (Server.Hold)
+	losses  map[string]chan struct{} // methods whose answers are held (Server.LoseAnswer)
+	cuts    map[string]int           // answers to cut, by method (Server.CutAnswers)
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -106,6 +108,19 @@ func New(t testing.TB) *Server {
 }
 
 func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	method := strings.TrimPrefix(r.URL.Path, "/bot"+Token+"/")
+	if ch := a.losing(method); ch != nil {
+		a.serveLosing(ch, w, r)
+		return
+	}
+	if a.cutting(method) {
+		a.serveCut(w, r)
+		return
+	}
+	a.serve(w, r)
+}
+
+func (a *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/file/") {
 		a.serveFile(w, r)
 		return

@@ -10,12 +10,18 @@ package telegramtest
 // document or audio.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
+	_ "image/jpeg" // photos Telegram reads
+	_ "image/png"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -72,6 +78,54 @@ func (a *Server) Hold(method string) (release func()) {
 	}
 }
 
+// LoseAnswer makes every request of method be carried out — a message
+// sent, a file taken — and its answer held until the returned release
+// is called; a client that goes away meanwhile (a killed process) never
+// gets it. It is the crash between Telegram's taking a request and the
+// bot's learning of it.
+func (a *Server) LoseAnswer(method string) (release func()) {
+	ch := make(chan struct{})
+	a.mu.Lock()
+	if a.losses == nil {
+		a.losses = map[string]chan struct{}{}
+	}
+	a.losses[method] = ch
+	a.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			delete(a.losses, method)
+			a.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// losing is the channel that releases method's answers, or nil.
+func (a *Server) losing(method string) chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.losses[method]
+}
+
+// serveLosing carries r out and holds its answer until ch is closed,
+// dropping it if r's client goes away first.
+func (a *Server) serveLosing(ch chan struct{}, w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	a.serve(rec, r)
+	select {
+	case <-ch:
+	case <-r.Context().Done():
+		return
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
 // held waits while method is held; false when r's client went away.
 // Called without a.mu.
 func (a *Server) held(method string, r *http.Request) bool {
@@ -87,6 +141,50 @@ func (a *Server) held(method string, r *http.Request) bool {
 	case <-r.Context().Done():
 		return false
 	}
+}
+
+// isPicture reports whether data reads as a PNG or JPEG, or starts as a
+// WebP does.
+func isPicture(data []byte) bool {
+	if _, _, err := image.DecodeConfig(bytes.NewReader(data)); err == nil {
+		return true
+	}
+	return len(data) > 12 && string(data[:4]) == "RIFF" && string(data[8:12]) == "WEBP"
+}
+
+// CutAnswers makes the next n requests of method be carried out — a file
+// taken, a message sent — and their connections closed with no answer,
+// as a connection reset after Telegram took the request does.
+func (a *Server) CutAnswers(method string, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cuts == nil {
+		a.cuts = map[string]int{}
+	}
+	a.cuts[method] = n
+}
+
+// cutting reports whether the answer to this request of method is cut,
+// counting it.
+func (a *Server) cutting(method string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cuts[method] <= 0 {
+		return false
+	}
+	a.cuts[method]--
+	return true
+}
+
+// serveCut carries r out and closes its connection with no answer.
+func (a *Server) serveCut(w http.ResponseWriter, r *http.Request) {
+	a.serve(httptest.NewRecorder(), r)
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		a.t.Errorf("telegramtest: cut an answer: %v", err)
+		return
+	}
+	conn.Close()
 }
 
 // uploadKinds are the upload methods and the field each takes its file in.
@@ -165,6 +263,14 @@ func (a *Server) serveUploads(method string, w http.ResponseWriter, r *http.Requ
 		}
 		if (kinds["document"] || kinds["audio"]) && len(kinds) > 1 {
 			bad("document and audio can't be mixed with other media types")
+			return true
+		}
+	}
+	for _, it := range items {
+		// Telegram refuses a photo it cannot read as a picture — the
+		// whole album with it.
+		if it.kind == "photo" && !isPicture(it.data) {
+			bad("IMAGE_PROCESS_FAILED")
 			return true
 		}
 	}

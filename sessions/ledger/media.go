@@ -32,5 +32,37 @@ type ToolMedia struct {
 	// it; DeliveryRef is what it sent (a message id).
 	DeliveredAt *time.Time
 	DeliveryRef string `gorm:"size:255;not null;default:''"`
-	CreatedAt   time.Time
+	// SendingAt is when a channel that marks delivery claimed it for a
+	// send (MediaClaimed), cleared when that send surely did not reach
+	// the user. A claim still standing, undelivered, when the item is
+	// delivered again means a send was cut off after it may have
+	// reached the user: it is not sent again (MediaCut).
+	SendingAt *time.Time
+	// SendAttempts counts the claims.
+	SendAttempts int `gorm:"not null;default:0"`
+	CreatedAt    time.Time
 }
+
+// How a channel's claim on an item for a send stands (ClaimMediaSend).
+type MediaClaim int
+
+const (
+	// MediaClaimed: claimed now; send it, then mark it delivered, or
+	// release the claim when the send surely did not reach the user.
+	MediaClaimed MediaClaim = iota
+	// MediaDelivered: marked delivered already; nothing to send.
+	MediaDelivered
+	// MediaCut: an earlier send was cut off (a crash, a connection lost
+	// after the request went): it may have reached the user, so it is
+	// not sent again.
+	MediaCut
+	// MediaGone: no such item (purged).
+	MediaGone
+)
+
+// The delivery refs of an item marked delivered without reaching the
+// user for sure: refused for good, or cut off in its send.
+const (
+	MediaRefusedRef = "refused: "
+	MediaUnsureRef  = "unsure: "
+)
