@@ -90,6 +90,7 @@ type Entry struct {
 	Role        string // user | assistant
 	Text        string
 	Status      string // ok | failed | interrupted
+	Error       string // why a reply failed or was cut short (InterruptedBy…)
 	ClientMsgID string // a user message's client message id, if it had one
 	ReplyTo     int64  // a reply's user message seq
 	// Attachments of a user message: metadata only, no bytes.
@@ -111,7 +112,7 @@ func toTranscript(conv *ledger.Conversation, msgs []ledger.Message) Transcript {
 		if m.Role != agent.RoleUser && (m.Role != agent.RoleAssistant || m.ToolCalls != "") {
 			continue
 		}
-		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, ReplyTo: m.ReplyTo, Attachments: decodeAttachments(m.Attachments),
+		e := Entry{Seq: m.Seq, Role: m.Role, Text: m.Content, Status: m.Status, Error: m.Error, ReplyTo: m.ReplyTo, Attachments: decodeAttachments(m.Attachments),
 			Quote: m.Quote}
 		if m.ClientMsgID != nil {
 			e.ClientMsgID = *m.ClientMsgID
@@ -162,8 +163,9 @@ func (c *Conversations) Open(ctx context.Context, in Inbound, afterSeq int64, li
 }
 
 // withMedia puts on each final reply of t the media its turn's tool
-// calls returned; only turns that called tools (a tool message among
-// msgs) are read.
+// calls returned, and those of the turns it superseded (cut by a newer
+// message); only turns that called tools (a tool message among msgs)
+// are read.
 func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []ledger.Message) {
 	var turns []int64
 	for _, m := range msgs {
@@ -171,16 +173,20 @@ func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []led
 			turns = append(turns, m.ReplyTo)
 		}
 	}
+	done := map[int]bool{}
 	for _, turn := range turns {
-		media := replyMedia(ctx, c.store, c.log, t.Conversation, turn)
-		if len(media) == 0 {
-			continue
-		}
-		for i := len(t.Entries) - 1; i >= 0; i-- {
-			if e := &t.Entries[i]; e.Role == agent.RoleAssistant && e.ReplyTo == turn {
-				e.Media = media
-				break
+		// The reply that carries turn's media: its own, or, when a newer
+		// message cut it, the first later one that was not cut.
+		for i := range t.Entries {
+			e := &t.Entries[i]
+			if e.Role != agent.RoleAssistant || e.ReplyTo < turn || e.Status == MsgInterrupted && e.Error == InterruptedByMessage {
+				continue
 			}
+			if !done[i] {
+				done[i] = true
+				e.Media = replyMedia(ctx, c.store, c.log, t.Conversation, e.ReplyTo)
+			}
+			break
 		}
 	}
 }

@@ -120,7 +120,11 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	b, conv, lead := t.b, t.conv, t.b.Lead()
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
-	if m.opts.Tools != nil && t.called {
+	cut := final.Status == MsgInterrupted && final.Error == InterruptedByMessage
+	if m.opts.Tools != nil && t.called && !cut {
+		// (A turn a newer message cut leaves its media to the turn that
+		// answers its messages with the newer ones: they go with that
+		// reply, ToolMediaOfTurn.)
 		// (Only a turn that called its agent ran tools.) Read until
 		// storage answers; still unread (a shutdown), the reply says so:
 		// a channel that marks delivery fails this delivery, and the one

@@ -3,12 +3,15 @@ package telegram
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/pgtest"
@@ -349,5 +352,76 @@ func TestToolMediaOfADeletedTopicGoesToGeneral(t *testing.T) {
 	ups := api.Uploads()
 	if len(ups) != 2 || ups[0].Method != "sendPhoto" || ups[0].Thread != 0 || ups[1].Thread != 0 {
 		t.Fatalf("uploads = %+v, want both in General", ups)
+	}
+}
+
+// cutAfterTool calls the media tool in its first request, then holds
+// the turn's next round until a newer message cuts it (told on cut);
+// later requests answer.
+type cutAfterTool struct {
+	script  *tooltest.Model
+	reached chan struct{}
+	n       atomic.Int32
+}
+
+func (c *cutAfterTool) Name() string  { return c.script.Name() }
+func (c *cutAfterTool) Model() string { return c.script.Model() }
+
+func (c *cutAfterTool) Reply(ctx context.Context, req agent.Request, onDelta func(string)) (agent.Reply, error) {
+	if c.n.Add(1) == 2 {
+		close(c.reached)
+		<-ctx.Done()
+		return agent.Reply{}, ctx.Err()
+	}
+	return c.script.Reply(ctx, req, onDelta)
+}
+
+// TestToolMediaOfACutTurnGoWithTheReplyThatAnswersIt: in busy mode
+// interrupt, a turn whose tool returned files and that a newer message
+// then cut leaves its files to the turn that answers both messages:
+// they go with that reply, once.
+func TestToolMediaOfACutTurnGoWithTheReplyThatAnswersIt(t *testing.T) {
+	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	first := true
+	ag := &cutAfterTool{reached: make(chan struct{}), script: &tooltest.Model{Script: func(req agent.Request) []agent.ToolCall {
+		if first && len(req.Turn) == 0 {
+			first = false
+			return []agent.ToolCall{toolCall("c1", mcptest.Media, map[string]any{})}
+		}
+		return nil
+	}}}
+	s := setup{agent: ag, opts: Options{Streaming: StreamOff}, policies: busy(sessions.BusyPolicy{Mode: sessions.BusyInterrupt}),
+		manager: func(o *sessions.Options) { o.Tools = mcpclient.Offer{Set: set} }}
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "draw it"))
+	<-ag.reached
+	second := api.Push(telegramtest.DM(7, "and a title"))
+	sent := api.WaitSent(t, 1)
+	if sent[0].ReplyTo != second {
+		t.Fatalf("reply = %+v, want it to answer the second message", sent[0])
+	}
+	if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 {
+		t.Fatalf("files sent: %v, want the cut turn's photo and document with the reply", n)
+	}
+	for _, r := range mediaRows(t, h) {
+		if r.DeliveredAt == nil {
+			t.Fatalf("media row not marked delivered: %+v", r)
+		}
+	}
+	// A client reading the conversation sees them on the reply that
+	// answered both.
+	tr, err := h.mgr.Conversations().Open(context.Background(), sessions.Inbound{Channel: "telegram", SessionKey: sessions.TelegramDMKey(7)}, -1, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, e := range tr.Entries {
+		if len(e.Media) > 0 {
+			on = append(on, fmt.Sprintf("%s %q %d", e.Status, e.Text, len(e.Media)))
+		}
+	}
+	if len(on) != 1 || !strings.HasPrefix(on[0], "ok ") || !strings.HasSuffix(on[0], " 2") {
+		t.Fatalf("entries with media: %v, want the final reply with both", on)
 	}
 }

@@ -34,12 +34,16 @@ func insertToolMedia(tx *gorm.DB, rows []ledger.ToolMedia) error {
 }
 
 // ToolMediaOfTurn returns the media the calls of turn (its lead's seq)
-// returned, without their bytes, in call and result order.
+// returned, and those of the turns it superseded — turns a newer message
+// cut, whose messages it answers (their rows' turn_lead) — without their
+// bytes, in call and result order.
 func (s *DB) ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error) {
 	return observe(ctx, s, ledger.Call{Op: "ToolMediaOfTurn", Conv: convID}, func() ([]ledger.ToolMedia, error) {
 		var out []ledger.ToolMedia
-		if err := s.read.WithContext(ctx).Select(mediaMeta).Where("conversation_id = ? AND turn_seq = ?", convID, turn).
-			Order("tool_call_id, idx").Find(&out).Error; err != nil {
+		if err := s.read.WithContext(ctx).Select(mediaMeta).Where(`conversation_id = ? AND (turn_seq = ? OR turn_seq IN
+			(SELECT seq FROM messages WHERE conversation_id = ? AND role = 'user' AND turn_lead = ? AND seq < ?))`,
+			convID, turn, convID, turn, turn).
+			Order("turn_seq, tool_call_id, idx").Find(&out).Error; err != nil {
 			return nil, fmt.Errorf("load media of %s/%d: %w", convID, turn, err)
 		}
 		return out, nil
