@@ -207,10 +207,20 @@ func replyMedia(ctx context.Context, st interface {
 	return toMedia(rows)
 }
 
+// A model is given a tool's picture of at most MaxToolImageBytes, and
+// at most MaxToolImagesBytes of them in one request (the newest first):
+// an item may be kept up to agent.tools.media.max_bytes (50 MiB at
+// most), more than providers take in a request.
+const (
+	MaxToolImageBytes  = 5 << 20
+	MaxToolImagesBytes = 20 << 20
+)
+
 // toolImages gives a model that reads images the pictures tools
 // returned in this turn (req.Turn) and in the history: their bytes are
-// read from storage, the newest MaxTurnImages of them; an older one, or
-// one gone (purged), is marked Missing. This turn's own pictures have
+// read from storage, the newest MaxTurnImages of them within the byte
+// bounds above; an older one, one past the bounds, or one gone
+// (purged), is marked Missing. This turn's own pictures have
 // their bytes already. For a model that does not read images nothing is
 // read: the result's text line tells it what there was.
 func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Request) {
@@ -230,10 +240,18 @@ func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Req
 	}
 	collect(req.Turn)
 	collect(req.History)
+	budget := int64(MaxToolImagesBytes)
 	for i, a := range want {
+		size := a.Size
+		if a.Data != nil {
+			size = int64(len(a.Data))
+		}
 		switch {
-		case i >= MaxTurnImages:
+		case i >= MaxTurnImages || size > MaxToolImageBytes || size > budget:
+			// Past the newest, or too large for a request (the result's
+			// text line still tells the model what it was).
 			a.Data, a.Missing = nil, true
+			continue
 		case a.Data != nil:
 		default:
 			r, err := m.store.ToolMedia(ctx, a.Media)
@@ -245,8 +263,13 @@ func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Req
 				a.Missing = true
 				continue
 			}
+			if n := int64(len(r.Data)); n > MaxToolImageBytes || n > budget {
+				a.Missing = true // (a size not known before it was read)
+				continue
+			}
 			a.Data = r.Data
 		}
+		budget -= int64(len(a.Data))
 	}
 }
 

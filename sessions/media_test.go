@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -208,4 +209,55 @@ func TestVisionModelSeesToolPictures(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A picture a tool returned that is larger than a model request takes
+// (sessions.MaxToolImageBytes) is kept and delivered, but not given to
+// a model that reads images: neither in its turn nor later; its result's
+// text line still tells the model what it was.
+func TestAToolPictureTooLargeForTheModelIsNotGiven(t *testing.T) {
+	_, set := toolServer(t, mcpclient.ServerConfig{})
+	model, ag := llmtest.AgentWith(t, openai.Config{Model: "m", Vision: true})
+	model.Script(func(req llmtest.Request) llmtest.Answer {
+		if strings.Contains(req.Messages[len(req.Messages)-1].Text(), "draw") {
+			return llmtest.Answer{ToolCalls: []llmtest.ToolCall{{Name: "t__media", Arguments: fmt.Sprintf(`{"png_bytes": %d}`, sessions.MaxToolImageBytes+1)}}}
+		}
+		return llmtest.Answer{Text: "ok"}
+	})
+	db, err := store.Open(context.Background(), store.DriverSQLite, filepath.Join(t.TempDir(), "g.db"), store.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m := sessions.New(db, ag, sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: set},
+		Logger: slog.New(slog.DiscardHandler), Policies: map[string]sessions.Policy{"websocket": {MaxHistory: 50}}})
+	defer m.Shutdown(context.Background())
+	for _, c := range []struct{ id, text string }{{"m1", "draw it"}, {"m2", "and now?"}} {
+		in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("big"), UserID: "big", ClientMsgID: c.id, Text: c.text}
+		tk, err := m.Submit(context.Background(), in, sessions.Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := wait(t, tk); c.id == "m1" && len(out.Reply.Media) != 2 {
+			t.Fatalf("reply media = %+v, want the picture and the PDF", out.Reply.Media)
+		}
+	}
+	reqs := model.Received()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model requests, want 3", len(reqs))
+	}
+	for i, req := range reqs[1:] {
+		for _, msg := range req.Messages {
+			if imgs := msg.Images(); len(imgs) > 0 {
+				t.Fatalf("request %d: a picture of %d bytes was given to the model", i+2, sessions.MaxToolImageBytes+1)
+			}
+		}
+		var told bool
+		for _, msg := range req.Messages {
+			told = told || msg.Role == "tool" && strings.Contains(msg.Text(), fmt.Sprintf("[image image/png, %d bytes]", sessions.MaxToolImageBytes+1))
+		}
+		if !told {
+			t.Fatalf("request %d: the tool's result does not tell the model of the picture", i+2)
+		}
+	}
 }
