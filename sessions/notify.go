@@ -131,9 +131,16 @@ func (r *relay) onAsk(ev ledger.Event) {
 		return
 	}
 	r.askInOrder(func(ctx context.Context) {
-		c, err := m.store.ToolCall(ctx, ev.Call)
+		// Read until storage answers, within askTimeout: a blip does not
+		// drop the ask (its clients here would see it only at their next
+		// hello).
+		var c *ledger.ToolCall
+		err := m.untilStored(ctx, "reading another replica's ask", func() (err error) {
+			c, err = m.store.ToolCall(ctx, ev.Call)
+			return err
+		})
 		if err != nil {
-			m.log.Debug("showing another replica's ask failed; its clients here get it with their next hello",
+			m.log.Warn("showing another replica's ask failed; its clients here get it with their next hello",
 				slog.Int64("call", ev.Call), slog.String("error", err.Error()))
 			return
 		}

@@ -2,7 +2,9 @@ package sessions_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +23,20 @@ import (
 // ask's end in settled.
 func (r *toolRig) askManager(t *testing.T, replica string, clock *clocktest.Clock, busy sessions.BusyMode) (*sessions.Manager, chan sessions.ToolAsk, chan sessions.Delivery) {
 	t.Helper()
-	opts := sessions.Options{Events: r.db.Events(), Tools: mcpclient.Offer{Set: r.set}, ReplicaID: replica, Logger: slog.New(slog.DiscardHandler),
+	return r.askManagerOn(t, r.db, replica, clock, busy)
+}
+
+// askManagerOn is askManager on db, a store of the rig's database of
+// its own (a replica's).
+func (r *toolRig) askManagerOn(t *testing.T, db *store.DB, replica string, clock *clocktest.Clock, busy sessions.BusyMode) (*sessions.Manager, chan sessions.ToolAsk, chan sessions.Delivery) {
+	t.Helper()
+	opts := sessions.Options{Events: db.Events(), Tools: mcpclient.Offer{Set: r.set}, ReplicaID: replica, Logger: slog.New(slog.DiscardHandler),
 		Policies:       map[string]sessions.Policy{"websocket": {MaxHistory: 50, Busy: sessions.BusyPolicy{Mode: busy}}},
 		ApproveTimeout: 30 * time.Second, RescueEvery: 20 * time.Millisecond, RetryPause: 10 * time.Millisecond}
 	if clock != nil {
 		opts.Now, opts.After = clock.Now, clock.After
 	}
-	m := sessions.New(r.db, r.model, opts)
+	m := sessions.New(db, r.model, opts)
 	settled := make(chan sessions.ToolAsk, 8)
 	delivered := make(chan sessions.Delivery, 4)
 	m.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
@@ -210,13 +219,48 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 // no chat and no earlier reference: a channel that asks by a message of
 // its own (Telegram) leaves it to the replica running the turn.
 func TestAnAskReachesTheOtherReplica(t *testing.T) {
+	for _, blip := range []bool{false, true} {
+		t.Run(map[bool]string{false: "live", true: "reads fail on B"}[blip], func(t *testing.T) { askReachesTheOtherReplica(t, blip) })
+	}
+}
+
+// failReads fails the first n storage calls named op, before they are
+// made: a database that does not answer for a while.
+type failReads struct {
+	op     string
+	mu     sync.Mutex
+	n      int
+	failed int
+}
+
+func (f *failReads) Before(_ context.Context, c ledger.Call) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.Op == f.op && f.failed < f.n {
+		f.failed++
+		return errors.New("injected: the database does not answer")
+	}
+	return nil
+}
+
+func (f *failReads) After(_ context.Context, _ ledger.Call, err error) error { return err }
+
+func askReachesTheOtherReplica(t *testing.T, blip bool) {
 	dsn := pgtest.DSN(t)
 	r := newToolRig(t, func() *store.DB { return storetest.Open(t, store.DriverPostgres, dsn, store.OpenOptions{}) },
 		mcpclient.ServerConfig{Approve: tools.ApproveAsk}, once(call("c", "t__counter", map[string]string{"key": "k"})))
 	a, settledA, _ := r.askManager(t, "a", nil, sessions.BusyQueue)
 	defer a.Shutdown(context.Background())
 	startRescuer(t, a)
-	b, _, _ := r.askManager(t, "b", nil, sessions.BusyQueue)
+	dbB := storetest.Open(t, store.DriverPostgres, dsn, store.OpenOptions{})
+	// With blip, B's reads of the call its ask event names fail twice:
+	// the ask is read again until storage answers, not dropped.
+	fail := &failReads{op: "ToolCall"}
+	if blip {
+		fail.n = 2
+	}
+	defer dbB.Observe(fail)()
+	b, _, _ := r.askManagerOn(t, dbB, "b", nil, sessions.BusyQueue)
 	defer b.Shutdown(context.Background())
 	remote, settledB := make(chan sessions.ToolAsk, 4), make(chan sessions.ToolAsk, 4)
 	b.Routes().Register("websocket", sessions.Route{Ask: func(ctx context.Context, a sessions.ToolAsk) (string, error) {
@@ -256,5 +300,8 @@ func TestAnAskReachesTheOtherReplica(t *testing.T) {
 	}
 	if n := r.srv.Count(); n != 1 {
 		t.Fatalf("counter ran %d times", n)
+	}
+	if fail.failed != fail.n {
+		t.Fatalf("reads failed on B: %d, want %d", fail.failed, fail.n)
 	}
 }
