@@ -425,3 +425,30 @@ func TestToolMediaOfACutTurnGoWithTheReplyThatAnswersIt(t *testing.T) {
 		t.Fatalf("entries with media: %v, want the final reply with both", on)
 	}
 }
+
+// TestToolAudioGoesAsAudio: an audio clip a tool returned goes by
+// sendAudio, with its bytes, beside the photo and the document.
+func TestToolAudioGoesAsAudio(t *testing.T) {
+	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	s := setup{agent: tooltest.Asking(toolCall("c1", mcptest.Media, map[string]any{"audio": true})), opts: Options{Streaming: StreamOff}, policies: queued,
+		manager: func(o *sessions.Options) { o.Tools = mcpclient.Offer{Set: set} }}
+	api := telegramtest.New(t)
+	h := start(t, api, t.TempDir(), s)
+	msg := api.Push(telegramtest.DM(7, "play it"))
+	api.WaitSent(t, 1)
+	var methods []string
+	for _, u := range api.Uploads() {
+		methods = append(methods, u.Method+":"+u.Kind)
+		if u.Method == "sendAudio" && (!bytes.Equal(u.Data, mcptest.MP3) || u.ReplyTo != msg || !strings.HasSuffix(u.FileName, ".mp3")) {
+			t.Fatalf("audio = %d bytes named %q, reply to %d", len(u.Data), u.FileName, u.ReplyTo)
+		}
+	}
+	if got := strings.Join(methods, " "); got != "sendPhoto:photo sendAudio:audio sendDocument:document" {
+		t.Fatalf("uploads = %s", got)
+	}
+	for _, r := range mediaRows(t, h) {
+		if r.DeliveredAt == nil || r.DeliveryRef == "" {
+			t.Fatalf("not marked delivered: %+v", r)
+		}
+	}
+}

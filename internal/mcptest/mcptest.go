@@ -51,7 +51,7 @@ const (
 	Slow    = "slow"    // {"seconds": number}: answers after that long (0: never), or when cancelled
 	Fail    = "fail"    // {"message": string}: answers an error result
 	Big     = "big"     // {"bytes": int, "char": string}: answers bytes bytes of char (default "x")
-	Media   = "media"   // {"png_bytes": int, "broken": bool}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size, broken makes its bytes no picture
+	Media   = "media"   // {"png_bytes": int, "broken": bool, "audio": bool}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size, broken makes its bytes no picture, audio adds the clip MP3
 )
 
 // What the media tool answers: a 2×2 PNG picture and a small PDF file,
@@ -59,6 +59,9 @@ const (
 var (
 	PNG = mustPNG()
 	PDF = []byte("%PDF-1.4\n1 0 obj <</Type /Catalog>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n")
+	// MP3 is an audio clip's bytes (an MPEG frame header and silence),
+	// what the media tool answers with audio.
+	MP3 = append([]byte{0xFF, 0xFB, 0x90, 0x64}, make([]byte, 413)...)
 )
 
 // PDFURI is the URI of the media tool's embedded PDF.
@@ -148,6 +151,7 @@ func New() *Server {
 	type mediaIn struct {
 		PNGBytes int  `json:"png_bytes,omitempty" jsonschema:"pad the picture to this many bytes"`
 		Broken   bool `json:"broken,omitempty" jsonschema:"answer a picture whose bytes are no PNG"`
+		Audio    bool `json:"audio,omitempty" jsonschema:"answer an audio clip (MP3) too"`
 	}
 	mcp.AddTool(s.MCP, &mcp.Tool{Name: Media, Description: "Answers a picture and a PDF file."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in mediaIn) (*mcp.CallToolResult, any, error) {
@@ -159,11 +163,15 @@ func New() *Server {
 			if in.Broken {
 				pic = []byte("this is no picture")
 			}
-			return &mcp.CallToolResult{Content: []mcp.Content{
+			res := &mcp.CallToolResult{Content: []mcp.Content{
 				&mcp.TextContent{Text: "a chart and its report"},
 				&mcp.ImageContent{MIMEType: "image/png", Data: pic},
 				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: PDFURI, MIMEType: "application/pdf", Blob: PDF}},
-			}}, nil, nil
+			}}
+			if in.Audio {
+				res.Content = append(res.Content, &mcp.AudioContent{MIMEType: "audio/mpeg", Data: MP3})
+			}
+			return res, nil, nil
 		})
 	return s
 }
