@@ -51,6 +51,10 @@ const (
 	extractMinMessages = 2
 	extractMaxNotes    = 10
 	extractEvery       = 30 * time.Second // the look for due rows (a retry, a lapsed claim)
+	// ExtractWorkers is how many extractions one replica runs at once:
+	// a daily reset archives many conversations in the same minute, and
+	// each extraction is a model call of seconds.
+	ExtractWorkers = 4
 )
 
 // ExtractionStore is what the Extractor reads and writes of the store
@@ -86,7 +90,7 @@ type Extractor struct {
 	replica  string
 	leaseTTL time.Duration
 
-	wake   chan struct{}
+	wakes  []chan struct{} // a worker's each (run)
 	stop   chan struct{}
 	done   sync.WaitGroup
 	cancel context.CancelFunc
@@ -98,7 +102,10 @@ type Extractor struct {
 func NewExtractor(m *Manager, st ExtractionStore) *Extractor {
 	e := &Extractor{store: st, host: m, spend: m.standing, memory: m.memory, obs: m.opts.Observer, tr: m.tr, log: m.log, now: m.now, after: m.opts.After,
 		replica: m.opts.ReplicaID, leaseTTL: m.opts.LeaseTTL,
-		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		wakes: make([]chan struct{}, ExtractWorkers), stop: make(chan struct{})}
+	for i := range e.wakes {
+		e.wakes[i] = make(chan struct{}, 1)
+	}
 	st.ExtractAtArchive(ExtractionUser(m.Policy))
 	m.routes.OnArchive(e.archived)
 	return e
@@ -123,24 +130,34 @@ func ExtractionUser(policy func(channel string) Policy) func(channel, key string
 	}
 }
 
-// archived wakes the runner for the extraction a local archive recorded.
+// archived wakes the workers for the extraction a local archive
+// recorded.
 func (e *Extractor) archived(ev ResetEvent) {
 	if ev.OldConversation == "" {
 		return
 	}
-	select {
-	case e.wake <- struct{}{}:
-	default:
+	e.wakeAll()
+}
+
+// wakeAll wakes every worker that waits.
+func (e *Extractor) wakeAll() {
+	for _, w := range e.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// Start runs the Extractor: it records queued extractions and runs due
-// ones, one at a time.
+// Start runs the Extractor: ExtractWorkers workers run due extractions,
+// each claimed by one of them.
 func (e *Extractor) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.done.Add(1)
-	go e.run(ctx)
+	for i, w := range e.wakes {
+		e.done.Add(1)
+		go e.run(ctx, w, i == 0)
+	}
 }
 
 // Stop ends the Extractor: a run under way is cut (its row is claimed
@@ -156,9 +173,11 @@ func (e *Extractor) Stop() {
 	e.done.Wait()
 }
 
-// run claims and runs due extractions until none is left, then waits
-// for a wake or its next look.
-func (e *Extractor) run(ctx context.Context) {
+// run is a worker: it claims and runs due extractions until none is
+// left, then waits for a wake — or, the looking worker, for its next
+// look. A worker that found one wakes the others, so that a batch of
+// them (a daily reset's, a retry's) is run ExtractWorkers at a time.
+func (e *Extractor) run(ctx context.Context, wake chan struct{}, looks bool) {
 	defer e.done.Done()
 	for {
 		for ctx.Err() == nil {
@@ -169,12 +188,17 @@ func (e *Extractor) run(ctx context.Context) {
 			if !ran || err != nil {
 				break
 			}
+			e.wakeAll()
+		}
+		var look <-chan time.Time
+		if looks {
+			look = e.after(extractEvery)
 		}
 		select {
 		case <-e.stop:
 			return
-		case <-e.wake:
-		case <-e.after(extractEvery):
+		case <-wake:
+		case <-look:
 		}
 	}
 }
@@ -194,7 +218,7 @@ func (e *Extractor) RunOne(ctx context.Context) (bool, error) {
 	if ctx.Err() != nil {
 		return true, context.Cause(ctx) // cut: claimed again after its lease
 	}
-	end.ConversationID, end.Owner, end.Attempt, end.At = x.ConversationID, e.replica, x.Attempt, e.now()
+	end.ConversationID, end.Owner, end.Attempt, end.Round, end.At = x.ConversationID, e.replica, x.Attempt, x.Round, e.now()
 	stored, err := e.store.SettleExtraction(ctx, end)
 	if err != nil {
 		return true, err
@@ -216,9 +240,14 @@ func (e *Extractor) extract(ctx context.Context, x ledger.Extraction) ledger.Ext
 	if !settings.Enabled || !settings.ExtractOnReset {
 		return ledger.ExtractionEnd{State: ledger.ExtractSkipped, Error: "memory or extract_on_reset is off"}
 	}
-	msgs, err := e.store.MessagesAfter(ctx, x.ConversationID, 0, 0)
+	// A round after the first reads what came after the round before.
+	msgs, err := e.store.MessagesAfter(ctx, x.ConversationID, x.AfterSeq, 0)
 	if err != nil {
 		return e.retry(x, fmt.Errorf("read the conversation: %w", err))
+	}
+	var readTo int64
+	if len(msgs) > 0 {
+		readTo = msgs[len(msgs)-1].Seq
 	}
 	if len(msgs) > extractRows {
 		msgs = msgs[len(msgs)-extractRows:]
@@ -254,10 +283,16 @@ func (e *Extractor) extract(ctx context.Context, x ledger.Extraction) ledger.Ext
 	if n := len(reply.Messages); n > 0 {
 		text = reply.Messages[n-1].Content
 	}
-	end := ledger.ExtractionEnd{State: ledger.ExtractDone, Limit: settings.MaxNotes}
+	end := ledger.ExtractionEnd{State: ledger.ExtractDone, Limit: settings.MaxNotes, ReadTo: readTo}
 	for i, line := range extractedNotes(text, kept) {
+		// Each note once, by its round and place: a settle made again
+		// stores none twice.
+		key := fmt.Sprintf("extract:%s:%d", x.ConversationID, i)
+		if x.Round > 0 {
+			key = fmt.Sprintf("extract:%s:r%d:%d", x.ConversationID, x.Round, i)
+		}
 		end.Notes = append(end.Notes, ledger.Note{UserKey: x.UserKey, Text: line, Author: ledger.NoteByReset, ConversationID: x.ConversationID,
-			CallKey: fmt.Sprintf("extract:%s:%d", x.ConversationID, i), CreatedAt: e.now()})
+			CallKey: key, CreatedAt: e.now()})
 	}
 	conv := &ledger.Conversation{SessionKey: x.SessionKey, Channel: x.Channel}
 	spent := []ledger.Message{{PromptTokens: reply.Usage.PromptTokens, CompletionTkns: reply.Usage.CompletionTokens, Cost: reply.Cost}}

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -439,4 +440,98 @@ func TestEveryArchiveRecordsItsExtraction(t *testing.T) {
 			t.Fatalf("after a restart %d extractions ran, %d model calls; want 5", ran, ag.extractions())
 		}
 	})
+}
+
+// A conversation resumed after its extraction and archived again is
+// extracted again, from what came after the first round: the notes of
+// both rounds are kept, each once, and the second round does not read
+// the first one's messages again.
+func TestAResumedConversationIsExtractedAgainAtItsNextArchive(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2)}
+		ended := &extractionsEnded{states: make(chan string, 4)}
+		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
+		defer m.Shutdown(context.Background())
+		x := NewExtractor(m, db)
+		x.Start()
+		defer x.Stop()
+		key := "websocket:ann"
+		first := handle(t, m, msg(key, "hi, I am Ann"))
+		handle(t, m, msg(key, "nice to meet you"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		if input := waitFor(t, ag.started, "round 0's call"); !strings.Contains(input, "I am Ann") {
+			t.Fatalf("round 0 read %q", input)
+		}
+		if state := waitFor(t, ended.states, "round 0's end"); state != ledger.ExtractDone {
+			t.Fatalf("round 0 ended %s", state)
+		}
+		// Back to the archived conversation, two more messages, and a
+		// reset again.
+		if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		ag.answer = "- Ann keeps bees."
+		handle(t, m, msg(key, "I keep bees"))
+		handle(t, m, msg(key, "three hives"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		input := waitFor(t, ag.started, "round 1's call")
+		if !strings.Contains(input, "I keep bees") || strings.Contains(input, "I am Ann") {
+			t.Fatalf("round 1 read %q, want the messages after round 0 only", input)
+		}
+		if state := waitFor(t, ended.states, "round 1's end"); state != ledger.ExtractDone {
+			t.Fatalf("round 1 ended %s", state)
+		}
+		notes := noteTexts(t, db, MemoryUser(key, "ann"))
+		if strings.Join(notes, "|") != "Ann keeps bees.|The user's name is Ann." && strings.Join(notes, "|") != "The user's name is Ann.|Ann keeps bees." {
+			t.Fatalf("notes = %q, want one of each round", notes)
+		}
+		row, err := db.Extraction(context.Background(), first.ConversationID)
+		if err != nil || row == nil || row.Round != 1 || row.AfterSeq == 0 || row.ReadTo <= row.AfterSeq || row.State != ledger.ExtractDone {
+			t.Fatalf("extraction row = %+v, %v", row, err)
+		}
+	})
+}
+
+// Extractions run ExtractWorkers at a time on a replica: a reset of many
+// users at once (a daily sweep) does not extract them one after another.
+func TestExtractionsRunSeveralAtATime(t *testing.T) {
+	db := openStore(t, store.DriverSQLite, t.TempDir()+"/g.db")
+	c := newClock(t0)
+	ag := &extractAgent{answer: "NONE", started: make(chan string, ExtractWorkers+1), release: make(chan struct{})}
+	ended := &extractionsEnded{states: make(chan string, ExtractWorkers+1)}
+	m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
+	defer m.Shutdown(context.Background())
+	x := NewExtractor(m, db)
+	for i := range ExtractWorkers + 1 {
+		key := fmt.Sprintf("websocket:u%d", i)
+		handle(t, m, msg(key, "hi"))
+		handle(t, m, msg(key, "hello"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.Start()
+	defer x.Stop()
+	// ExtractWorkers calls are made while none has answered; the one
+	// more waits for a worker.
+	for i := range ExtractWorkers {
+		waitFor(t, ag.started, fmt.Sprintf("extraction %d of %d at once", i+1, ExtractWorkers))
+	}
+	select {
+	case <-ag.started:
+		t.Fatalf("more than %d extractions ran at once", ExtractWorkers)
+	default:
+	}
+	close(ag.release)
+	for i := range ExtractWorkers + 1 {
+		if state := waitFor(t, ended.states, fmt.Sprintf("the end of extraction %d", i+1)); state != ledger.ExtractDone {
+			t.Fatalf("an extraction ended %s", state)
+		}
+	}
 }

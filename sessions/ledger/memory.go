@@ -73,6 +73,13 @@ type Extraction struct {
 	Error      string     `gorm:"type:text;not null;default:''" json:"error,omitempty"`
 	CreatedAt  time.Time  `gorm:"not null" json:"created_at"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	// Round counts the archives of the conversation after its first: one
+	// resumed and archived again is extracted again (round 1, 2, …), from
+	// the messages after AfterSeq — ReadTo of the round before, the last
+	// message it read.
+	Round    int   `gorm:"not null;default:0" json:"round,omitempty"`
+	AfterSeq int64 `gorm:"not null;default:0" json:"after_seq,omitempty"`
+	ReadTo   int64 `gorm:"not null;default:0" json:"read_to,omitempty"`
 }
 
 // TableName is the extractions' table.
@@ -82,10 +89,15 @@ func (Extraction) TableName() string { return "memory_extractions" }
 // notes and spend of a done one, stored with it in one transaction.
 type ExtractionEnd struct {
 	ConversationID string
-	Owner          string
-	Attempt        int
-	State          string
-	Error          string
+	// Owner, Attempt and Round are the claim's: a settle of another
+	// claim, or of an earlier round, stores nothing.
+	Owner   string
+	Attempt int
+	Round   int
+	State   string
+	Error   string
+	// ReadTo is the last message a done one read (Extraction.ReadTo).
+	ReadTo int64
 	// Notes are stored unless their user keeps Limit notes already (the
 	// rest are dropped, counted in Extraction.Notes only as stored).
 	Notes []Note

@@ -38,17 +38,25 @@ func (s *DB) recordExtractions(tx *gorm.DB, archived []ledger.Archived, at time.
 	if fn == nil {
 		return nil
 	}
-	var rows []ledger.Extraction
 	for _, a := range archived {
-		if user := (*fn)(a.Channel, a.SessionKey); user != "" {
-			rows = append(rows, ledger.Extraction{ConversationID: a.ID, SessionKey: a.SessionKey, Channel: a.Channel, UserKey: user,
-				State: ledger.ExtractDue, CreatedAt: at.UTC()})
+		user := (*fn)(a.Channel, a.SessionKey)
+		if user == "" {
+			continue
+		}
+		// A conversation extracted before (resumed, then archived again)
+		// is extracted again, from where its last round read; one whose
+		// extraction is still due or running reads the new messages with
+		// the rest.
+		if err := tx.Exec(`INSERT INTO memory_extractions (conversation_id, session_key, channel, user_key, state, owner, attempt, notes, error, created_at, round, after_seq, read_to)
+			VALUES (?, ?, ?, ?, ?, '', 0, 0, '', ?, 0, 0, 0)
+			ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, owner = '', lease_until = NULL, attempt = 0, error = '',
+				ended_at = NULL, round = memory_extractions.round + 1, after_seq = memory_extractions.read_to, user_key = excluded.user_key
+			WHERE memory_extractions.state <> ? AND memory_extractions.state <> ?`,
+			a.ID, a.SessionKey, a.Channel, user, ledger.ExtractDue, at.UTC(), ledger.ExtractDue, ledger.ExtractRunning).Error; err != nil {
+			return err
 		}
 	}
-	if len(rows) == 0 {
-		return nil
-	}
-	return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows).Error
+	return nil
 }
 
 // recordExtraction is recordExtractions of one conversation tx archived,
@@ -140,8 +148,8 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 			stored = 0
 			if e.RetryAt != nil {
 				res := tx.Exec(`UPDATE memory_extractions SET state = ?, owner = '', lease_until = ?, error = ?
-					WHERE conversation_id = ? AND state = ? AND owner = ? AND attempt = ?`,
-					ledger.ExtractDue, e.RetryAt.UTC(), e.Error, e.ConversationID, ledger.ExtractRunning, e.Owner, e.Attempt)
+					WHERE conversation_id = ? AND state = ? AND owner = ? AND attempt = ? AND round = ?`,
+					ledger.ExtractDue, e.RetryAt.UTC(), e.Error, e.ConversationID, ledger.ExtractRunning, e.Owner, e.Attempt, e.Round)
 				if res.Error != nil {
 					return res.Error
 				}
@@ -164,6 +172,8 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 			switch {
 			case len(row) == 0:
 				return ErrExtractionLost
+			case row[0].Round != e.Round:
+				return ErrExtractionLost // another round's row now
 			case row[0].State != ledger.ExtractRunning && row[0].Owner == e.Owner && row[0].Attempt == e.Attempt:
 				stored = row[0].Notes // settled by this attempt: its answer was lost
 				return nil
@@ -197,8 +207,12 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 					return err
 				}
 			}
-			return tx.Exec(`UPDATE memory_extractions SET state = ?, lease_until = NULL, notes = ?, error = ?, ended_at = ?
-				WHERE conversation_id = ?`, e.State, stored, e.Error, at, e.ConversationID).Error
+			readTo := row[0].ReadTo
+			if e.State == ledger.ExtractDone {
+				readTo = max(readTo, e.ReadTo)
+			}
+			return tx.Exec(`UPDATE memory_extractions SET state = ?, lease_until = NULL, notes = ?, error = ?, ended_at = ?, read_to = ?
+				WHERE conversation_id = ?`, e.State, stored, e.Error, at, readTo, e.ConversationID).Error
 		})
 		if err != nil {
 			return 0, fmt.Errorf("settle the extraction of %s: %w", e.ConversationID, err)
