@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -59,8 +60,17 @@ func newMemoryRig(t *testing.T, db *store.DB, yaml string) *memoryRig {
 		Tools: mcpclient.Offer{Set: set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())}, MemoryTools: cfg.ServesMemoryTools(),
 		Now: func() time.Time { return reminderNow }, RetryPause: 10 * time.Millisecond})
 	mgr.Store(m)
-	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	t.Cleanup(func() { shutdownWithin(t, m) })
 	return &memoryRig{m: m, llm: llm, db: db}
+}
+
+// shutdownWithin shuts m down, bounded: a turn left waiting (an ask
+// never decided) fails the test instead of holding the package until
+// its timeout.
+func shutdownWithin(t *testing.T, m *sessions.Manager) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	m.Shutdown(ctx)
 }
 
 // turn runs one turn of user whose model calls name with args once
@@ -293,7 +303,19 @@ session:
 			asked = append(asked, a.SessionKey+" "+a.Call.Name)
 			d := sessions.ToolDecision{SessionKey: a.SessionKey, UserID: a.UserID, ID: a.Call.ID, Allow: allow}
 			mu.Unlock()
-			go r.m.Approvals().DecideTool(context.WithoutCancel(ctx), d)
+			go func() {
+				// Until it lands: a decision refused by storage would leave
+				// the turn waiting out its approve timeout.
+				for range 100 {
+					_, err := r.m.Approvals().DecideTool(context.WithoutCancel(ctx), d)
+					if err == nil || errors.Is(err, sessions.ErrToolDecided) {
+						return
+					}
+					t.Logf("deciding the ask: %v; again", err)
+					time.Sleep(50 * time.Millisecond) // a retry's pause
+				}
+				t.Errorf("the ask of %s could not be decided", a.SessionKey)
+			}()
 			return "", nil
 		}})
 		reply := r.turn(t, "websocket", "cy", "c1", "memory__remember", `{"text": "Cy keeps goats."}`)

@@ -62,7 +62,7 @@ func newReminderRig(t *testing.T, db *store.DB, yaml string) *reminderRig {
 		Tools: mcpclient.Offer{Set: set, Servers: toolPolicy(cfg.Agent.Tools.Servers, cfg.Policies())},
 		Now:   func() time.Time { return reminderNow }, RetryPause: 10 * time.Millisecond})
 	mgr.Store(m)
-	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	t.Cleanup(func() { shutdownWithin(t, m) })
 	return &reminderRig{m: m, llm: llm, db: db, set: set}
 }
 
