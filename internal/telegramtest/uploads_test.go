@@ -2,17 +2,29 @@ package telegramtest
 
 import (
 	"bytes"
+	"image"
+	"image/png"
 	"strings"
 	"testing"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 )
 
+// pngOf is a 1×n PNG.
+func pngOf(t *testing.T, n int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, 1, n))); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 // The upload methods as the client library sends them: multipart, the
 // file in the method's field, an album's files named by its media.
 func TestUploadsAsTheLibrarySendsThem(t *testing.T) {
 	a, api := newClient(t)
-	pic, pdf := []byte("\x89PNG fake"), []byte("%PDF-1.4 fake")
+	pic, second, pdf := pngOf(t, 1), pngOf(t, 2), []byte("%PDF-1.4 fake")
 	photo := tgbotapi.NewPhoto(7, tgbotapi.FileBytes{Name: "chart.png", Bytes: pic})
 	photo.ReplyToMessageID = 3
 	msg, err := api.Send(photo)
@@ -25,7 +37,7 @@ func TestUploadsAsTheLibrarySendsThem(t *testing.T) {
 	}
 	msgs, err := api.SendMediaGroup(tgbotapi.NewMediaGroup(7, []any{
 		tgbotapi.NewInputMediaPhoto(tgbotapi.FileBytes{Name: "a.png", Bytes: pic}),
-		tgbotapi.NewInputMediaPhoto(tgbotapi.FileBytes{Name: "b.png", Bytes: []byte("second")}),
+		tgbotapi.NewInputMediaPhoto(tgbotapi.FileBytes{Name: "b.png", Bytes: second}),
 	}))
 	if err != nil || len(msgs) != 2 || msgs[0].MediaGroupID == "" || msgs[0].MediaGroupID != msgs[1].MediaGroupID {
 		t.Fatalf("sendMediaGroup: %+v, %v", msgs, err)
@@ -48,8 +60,23 @@ func TestUploadsAsTheLibrarySendsThem(t *testing.T) {
 	if u := ups[1]; u.Method != "sendDocument" || !bytes.Equal(u.Data, pdf) {
 		t.Fatalf("document = %+v", u)
 	}
-	if u := ups[3]; u.Method != "sendMediaGroup" || u.FileName != "b.png" || string(u.Data) != "second" || u.Group == "" {
+	if u := ups[3]; u.Method != "sendMediaGroup" || u.FileName != "b.png" || !bytes.Equal(u.Data, second) || u.Group == "" {
 		t.Fatalf("album item = %+v", u)
+	}
+	// A photo Telegram cannot read as a picture is refused, and an album
+	// with it.
+	if _, err := api.Send(tgbotapi.NewPhoto(7, tgbotapi.FileBytes{Name: "x.png", Bytes: []byte("\x89PNG fake")})); err == nil ||
+		!strings.Contains(err.Error(), "IMAGE_PROCESS_FAILED") {
+		t.Fatalf("a photo that is no picture: %v", err)
+	}
+	if _, err := api.SendMediaGroup(tgbotapi.NewMediaGroup(7, []any{
+		tgbotapi.NewInputMediaPhoto(tgbotapi.FileBytes{Name: "a.png", Bytes: pic}),
+		tgbotapi.NewInputMediaPhoto(tgbotapi.FileBytes{Name: "x.png", Bytes: []byte("no picture")}),
+	})); err == nil || !strings.Contains(err.Error(), "IMAGE_PROCESS_FAILED") {
+		t.Fatalf("an album with a photo that is no picture: %v", err)
+	}
+	if n := len(a.Uploads()); n != 4 {
+		t.Fatalf("uploads after the refusals = %d, want still 4", n)
 	}
 	// A photo by file id: the real API takes it; this fake, which keeps
 	// uploads only, says so rather than pretend.
