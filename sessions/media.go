@@ -260,6 +260,16 @@ func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, e
 	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey, Data: r.Data}, nil
 }
 
+// ToolMediaInfo is ToolMedia without the bytes (Data nil): whose the
+// item is and how large, read before a fetch loads it.
+func (c *Conversations) ToolMediaInfo(ctx context.Context, id string) (*MediaFile, error) {
+	r, err := c.store.ToolMediaInfo(ctx, id)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey}, nil
+}
+
 // ClaimMediaSend claims item id for a channel's send, before the send:
 // ledger.MediaClaimed and the claims made so far, or how the item stands
 // (delivered, cut off in an earlier send, gone). See ledger.ToolMedia.

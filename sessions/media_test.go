@@ -81,6 +81,14 @@ func TestToolMediaIsKeptOnceAndGoesWithTheReply(t *testing.T) {
 			if err != nil || f == nil || !bytes.Equal(f.Data, want) || f.SessionKey != sessions.WebSocketKey("u1") {
 				t.Fatalf("media %d = %+v, %v", i, f, err)
 			}
+			// Its description, without the bytes.
+			info, err := m.Conversations().ToolMediaInfo(context.Background(), got[i].ID)
+			if err != nil || info == nil || info.Data != nil || info.Media != f.Media || info.SessionKey != f.SessionKey {
+				t.Fatalf("media %d info = %+v, %v; want %+v", i, info, err, f.Media)
+			}
+		}
+		if info, err := m.Conversations().ToolMediaInfo(context.Background(), "no-such-id"); info != nil || err != nil {
+			t.Fatalf("an unknown id's info = %+v, %v", info, err)
 		}
 		// The model was told what the tool returned, and that the user
 		// gets it.
