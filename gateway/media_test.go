@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/chatgate/chatgate/internal/mcptest"
@@ -50,14 +51,14 @@ func TestReplyCarriesToolMediaFetchedByItsOwnerOnly(t *testing.T) {
 		{"image", "image/png", "", "image/png", "inline; filename=image-", mcptest.PNG},
 		{"file", "application/pdf", "report.pdf", "application/pdf", "attachment; filename=report.pdf", mcptest.PDF},
 	}
-	session := url.Values{"session": {ready["session"].(string)}}
+	session := http.Header{"Authorization": {"Session " + ready["session"].(string)}}
 	for i, w := range want {
 		a := atts[i].(map[string]any)
 		if a["kind"] != w.kind || a["mime"] != w.mime || (w.name != "" && a["name"] != w.name) || num(a["size"]) != int64(len(w.data)) ||
 			a["url"] != MediaPath+a["id"].(string) {
 			t.Fatalf("attachment %d = %v", i, a)
 		}
-		status, body, resp := e.fetch(a["url"].(string), session, nil)
+		status, body, resp := e.fetch(a["url"].(string), nil, session)
 		if status != 200 || !bytes.Equal(body, w.data) || resp.Header.Get("Content-Type") != w.typ ||
 			resp.Header.Get("X-Content-Type-Options") != "nosniff" || !bytes.HasPrefix([]byte(resp.Header.Get("Content-Disposition")), []byte(w.disposition)) {
 			t.Fatalf("fetch %d: %d %q %v", i, status, body, resp.Header)
@@ -66,16 +67,22 @@ func TestReplyCarriesToolMediaFetchedByItsOwnerOnly(t *testing.T) {
 		if status, _, _ := e.fetch(a["url"].(string), nil, nil); status != http.StatusUnauthorized {
 			t.Fatalf("fetch without a session: %d, want 401", status)
 		}
-		if status, _, _ := e.fetch(a["url"].(string), url.Values{"session": {"not-a-token"}}, nil); status != http.StatusUnauthorized {
+		if status, _, _ := e.fetch(a["url"].(string), nil, http.Header{"Authorization": {"Session not-a-token"}}); status != http.StatusUnauthorized {
 			t.Fatalf("fetch with an unknown session: %d, want 401", status)
+		}
+		// The resume token is not taken from the URL, where it would be
+		// logged and kept in the browser's history.
+		status, _, resp = e.fetch(a["url"].(string), url.Values{"session": {ready["session"].(string)}}, nil)
+		if status != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "Session") {
+			t.Fatalf("fetch with ?session=: %d %v, want 401", status, resp.Header)
 		}
 	}
 	_, bob := e.connect(map[string]any{"user": "bob"})
-	other := url.Values{"session": {bob["session"].(string)}}
-	if status, _, _ := e.fetch(atts[0].(map[string]any)["url"].(string), other, nil); status != http.StatusNotFound {
+	other := http.Header{"Authorization": {"Session " + bob["session"].(string)}}
+	if status, _, _ := e.fetch(atts[0].(map[string]any)["url"].(string), nil, other); status != http.StatusNotFound {
 		t.Fatalf("another principal's fetch: %d, want 404", status)
 	}
-	if status, _, _ := e.fetch(MediaPath+"no-such-id", session, nil); status != http.StatusNotFound {
+	if status, _, _ := e.fetch(MediaPath+"no-such-id", nil, session); status != http.StatusNotFound {
 		t.Fatalf("an unknown id: %d, want 404", status)
 	}
 }
