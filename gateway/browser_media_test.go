@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/internal/browsertest"
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/tools"
 )
 
@@ -71,5 +73,37 @@ func TestWebPageShowsToolMedia(t *testing.T) {
 	}
 	if live, err := chromedp.Run(ctx, chromedp.Evaluate[bool](loads, chromedp.EvalAwaitPromise)); err != nil || live {
 		t.Fatalf("the dropped picture's URL %s still loads (%v)", url, err)
+	}
+}
+
+// An item that cannot be fetched leaves a plain note where it would be,
+// and a reply whose media could not be read says so; the page goes on.
+func TestWebPageSaysWhenToolMediaCannotLoad(t *testing.T) {
+	e, _ := newToolEnv(t, tools.ApproveAuto, toolCall("call-1", mcptest.Media, map[string]any{}))
+	ctx := browser(t)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/?user=ivy"),
+		waitText("#status", "online as ivy"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reply delivered outside a live turn (as the rescuer's are): one
+	// item names no stored file (404), and another reply's media were
+	// unread.
+	e.ws.deliverStored(context.Background(), sessions.Delivery{SessionKey: sessions.WebSocketKey("ivy"), Reply: sessions.Reply{
+		Seq: 1000, Text: "here it is", Status: "ok",
+		Media: []sessions.Media{{ID: "gone", Kind: "file", Mime: "application/pdf", Name: "lost.pdf", Size: 10}}}})
+	e.ws.deliverStored(context.Background(), sessions.Delivery{SessionKey: sessions.WebSocketKey("ivy"), Reply: sessions.Reply{
+		Seq: 1002, Text: "and this", Status: "ok", MediaUnread: true}})
+	err = chromedp.Do(ctx,
+		waitText(".msg.assistant .media .media-failed", "could not load lost.pdf"),
+		waitText(".msg.assistant .media .media-failed.unread", "could not be loaded now"),
+		// The page still works.
+		sendText("draw it"),
+		waitJS(`(() => { const i = document.querySelector('.msg.assistant .media img.tool-image'); return !!i && i.complete && i.naturalWidth === 2; })()`),
+	)
+	if err != nil {
+		t.Fatal(err)
 	}
 }

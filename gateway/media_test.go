@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/tools"
 )
 
@@ -337,5 +338,34 @@ func TestToolMediaWaitEndsWithItsClient(t *testing.T) {
 	g.release <- struct{}{}
 	if got := <-next; got.status != 200 {
 		t.Fatalf("the next fetch: %d", got.status)
+	}
+}
+
+// A reply whose media could not be read from storage says so
+// (attachments_unread); a client that reconnects finds them on the reply
+// in its history.
+func TestReplyFrameSaysItsMediaWereUnread(t *testing.T) {
+	e, _ := newToolEnv(t, tools.ApproveAuto, toolCall("call-1", mcptest.Media, map[string]any{}))
+	c, ready := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "m1", "text": "draw it"})
+	frames := c.until("reply")
+	r := frames[len(frames)-1]
+	if _, ok := r["attachments_unread"]; ok || len(r["attachments"].([]any)) != 2 {
+		t.Fatalf("reply with its media read = %v", r)
+	}
+	// The same reply as the session manager hands it when storage could
+	// not give its media (a delivery outside the live turn).
+	e.ws.deliverStored(context.Background(), sessions.Delivery{Channel: Channel, SessionKey: sessions.WebSocketKey("ann"), ClientMsgID: "m1",
+		Reply: sessions.Reply{Seq: num(r["seq"]), Text: r["text"].(string), Status: "ok", MediaUnread: true}})
+	f := c.until("reply")[0]
+	if f["attachments_unread"] != true || f["attachments"] != nil || f["seq"] != r["seq"] {
+		t.Fatalf("reply with its media unread = %v", f)
+	}
+	c.c.Close()
+	_, again := e.connect(map[string]any{"user": "ann", "session": ready["session"]})
+	for _, h := range again["history"].([]any) {
+		if item := h.(map[string]any); item["role"] == "assistant" && len(item["attachments"].([]any)) != 2 {
+			t.Fatalf("history reply = %v", item)
+		}
 	}
 }

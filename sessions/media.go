@@ -194,17 +194,18 @@ func (m *Manager) turnMedia(ctx context.Context, conv string, lead int64) ([]Med
 }
 
 // replyMedia is the media of turn lead of conversation conv for its
-// reply; none when they cannot be read (logged: the reply goes without).
+// reply; none, and read false, when they cannot be read (logged: the
+// reply goes without, and says so where it can: Reply.MediaUnread).
 func replyMedia(ctx context.Context, st interface {
 	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
-}, log *slog.Logger, conv string, lead int64) []Media {
+}, log *slog.Logger, conv string, lead int64) (media []Media, read bool) {
 	rows, err := st.ToolMediaOfTurn(ctx, conv, lead)
 	if err != nil {
 		log.WarnContext(ctx, "the media of a turn could not be read; its reply goes without them", slog.String("conversation", conv),
 			slog.Int64("turn", lead), slog.String("error", err.Error()))
-		return nil
+		return nil, false
 	}
-	return toMedia(rows)
+	return toMedia(rows), true
 }
 
 // toolImages gives a model that reads images the pictures tools
