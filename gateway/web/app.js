@@ -327,7 +327,7 @@
     if (unread) {
       const note = document.createElement("span");
       note.className = "media-failed unread";
-      note.textContent = "The files of this reply could not be loaded now; they show when the page reconnects.";
+      note.textContent = "The files of this reply could not be loaded now: reload the page to see them.";
       box.appendChild(note);
     }
     el.appendChild(box);
