@@ -290,12 +290,16 @@ type replyFrame struct {
 	// Attachments are the pictures, audio and files the turn's tools
 	// returned, each fetched from its url (MediaHandler).
 	Attachments []mediaAttachment `json:"attachments,omitempty"`
+	// AttachmentsUnread: the turn's tools returned media that could not
+	// be read from storage for this frame (Attachments is then empty);
+	// the reply in ready.history carries them after a reconnect.
+	AttachmentsUnread bool `json:"attachments_unread,omitempty"`
 }
 
 // newReplyFrame is the reply frame of a stored reply to message replyTo.
 func newReplyFrame(replyTo string, r sessions.Reply) replyFrame {
 	return replyFrame{Type: "reply", ReplyTo: replyTo, Covers: r.Covers, Seq: r.Seq, Text: r.Text, Status: r.Status,
-		Attachments: mediaAttachments(r.Media)}
+		Attachments: mediaAttachments(r.Media), AttachmentsUnread: r.MediaUnread}
 }
 
 type resetFrame struct {

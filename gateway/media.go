@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chatgate/chatgate/sessions"
@@ -16,18 +17,48 @@ import (
 // Media from tools over the WebSocket channel: a reply frame lists what
 // the turn's tool calls returned (attachments: id, kind, mime, name, size,
 // url), and the client fetches each from its url, GET /ws/media/{id},
-// authenticated as it authenticates on /ws: the principal's auth token
-// (Authorization: Bearer, or ?token=), or the resume token ready gave it
-// (?session=), which is only ever issued to the principal it names. Only
+// authenticated by the principal's auth token (Authorization: Bearer, or
+// ?token=) or by the resume token ready gave it (Authorization: Session),
+// which is only ever issued to the principal it names. The resume token
+// is a long-lived credential: it is taken from the header only, never
+// from the URL (where it would end up in logs and browser history). Only
 // the principal whose conversation it is gets the bytes; anyone else gets
 // 404, as for an id that does not exist.
+//
+// A fetch loads the whole item into memory: the bytes being served at
+// once are bounded process-wide (WSOptions.MediaServeBytes), and a fetch
+// that finds no room waits for it while its client waits, up to
+// MediaWait, then is answered 503 with Retry-After.
+
+// DefaultMediaServeBytes is how many bytes of tool media GET /ws/media
+// serves at once by default (WSOptions.MediaServeBytes).
+const DefaultMediaServeBytes = 64 << 20
+
+// DefaultMediaWait is how long a media fetch waits for room by default
+// before it is answered 503 (WSOptions.MediaWait).
+const DefaultMediaWait = 5 * time.Second
+
+// mediaRetryAfter is the Retry-After of a media fetch that found no room.
+const mediaRetryAfter = "5"
 
 // MediaPath is the path an item is fetched from, before its id.
 const MediaPath = "/ws/media/"
 
-// MediaFiles is what tools returned, by id (Conversations.ToolMedia).
+// MediaFiles is what tools returned, by id (Conversations.ToolMedia):
+// ToolMediaInfo without the bytes, read first.
 type MediaFiles interface {
+	ToolMediaInfo(ctx context.Context, id string) (*sessions.MediaFile, error)
 	ToolMedia(ctx context.Context, id string) (*sessions.MediaFile, error)
+}
+
+// mediaHook is told how a media fetch moves (tests): Waiting when it
+// found no room for its n bytes and waits, Serving when it holds room for
+// them (before a byte is written; it may block), Done when it frees it
+// or gave up waiting.
+type mediaHook interface {
+	Waiting(id string, n int64)
+	Serving(id string, n int64)
+	Done(id string, n int64)
 }
 
 // mediaAttachment is an item as a reply frame lists it.
@@ -76,18 +107,59 @@ func (ws *WebSocket) MediaHandler() http.Handler {
 			http.Error(w, "could not check the session token", http.StatusInternalServerError)
 			return
 		case principal == "":
-			w.Header().Set("WWW-Authenticate", `Bearer realm="chatgate"`)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="chatgate", Session realm="chatgate"`)
 			http.Error(w, "a valid token or session is required", http.StatusUnauthorized)
 			return
 		}
-		f, err := ws.sess.ToolMedia.ToolMedia(ctx, r.PathValue("id"))
+		id := r.PathValue("id")
+		info, err := ws.sess.ToolMedia.ToolMediaInfo(ctx, id)
 		if err != nil {
 			ws.log.WarnContext(ctx, "a media fetch failed", slog.String("error", err.Error()))
 			http.Error(w, "could not read it", http.StatusServiceUnavailable)
 			return
 		}
-		if f == nil || f.SessionKey != sessions.WebSocketKey(principal) {
+		if info == nil || info.SessionKey != sessions.WebSocketKey(principal) {
 			http.NotFound(w, r)
+			return
+		}
+		// Room for its bytes before they are loaded.
+		n := min(info.Size, ws.opts.MediaServeBytes)
+		if !ws.serving.TryAcquire(n) {
+			if h := ws.mediaHook; h != nil {
+				h.Waiting(id, n)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, ws.opts.MediaWait)
+			err := ws.serving.Acquire(wctx, n)
+			wcancel()
+			if err != nil {
+				if h := ws.mediaHook; h != nil {
+					h.Done(id, 0)
+				}
+				if r.Context().Err() != nil {
+					return // the client left
+				}
+				w.Header().Set("Retry-After", mediaRetryAfter)
+				http.Error(w, "too many files are being served; try again shortly", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		defer func() {
+			if h := ws.mediaHook; h != nil {
+				h.Done(id, n)
+			}
+			ws.serving.Release(n)
+		}()
+		if h := ws.mediaHook; h != nil {
+			h.Serving(id, n)
+		}
+		f, err := ws.sess.ToolMedia.ToolMedia(ctx, id)
+		if err != nil {
+			ws.log.WarnContext(ctx, "a media fetch failed", slog.String("error", err.Error()))
+			http.Error(w, "could not read it", http.StatusServiceUnavailable)
+			return
+		}
+		if f == nil || f.SessionKey != info.SessionKey {
+			http.NotFound(w, r) // deleted since (a purge)
 			return
 		}
 		h := w.Header()
@@ -114,15 +186,17 @@ func (ws *WebSocket) MediaHandler() http.Handler {
 }
 
 // mediaPrincipal is who fetches: the principal of the request's auth
-// token, else of its resume token (?session=); "" when neither names one.
+// token, else of its resume token (Authorization: Session TOKEN); ""
+// when neither names one. A resume token in the URL (?session=) is not
+// taken.
 func (ws *WebSocket) mediaPrincipal(ctx context.Context, r *http.Request) (string, error) {
 	if tok := requestToken(r); tok != "" && !ws.DevMode() {
 		if p := ws.principalFor(tok); p != "" {
 			return p, nil
 		}
 	}
-	session := r.URL.Query().Get("session")
-	if session == "" {
+	session, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Session ")
+	if session = strings.TrimSpace(session); !ok || session == "" {
 		return "", nil
 	}
 	return ws.sess.ResumePrincipal(ctx, Channel, session)

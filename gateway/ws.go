@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/internal/ratelimit"
@@ -163,6 +164,12 @@ type WSOptions struct {
 	// ImageCacheBytes bounds the memory kept for images clients sent
 	// (imageCache; default DefaultImageCacheBytes).
 	ImageCacheBytes int64
+	// MediaServeBytes bounds the bytes of tool media being served at once
+	// by GET /ws/media (MediaHandler; default DefaultMediaServeBytes); a
+	// fetch waits up to MediaWait (default DefaultMediaWait) for room,
+	// else is answered 503.
+	MediaServeBytes int64
+	MediaWait       time.Duration
 	// Transcriber, when set, turns audio attachments into the text of
 	// their message (WebSocket.transcribe); without it they are refused.
 	// MaxAudioBytes bounds one (default agent.DefaultMaxAudioBytes).
@@ -192,8 +199,11 @@ type WebSocket struct {
 	byKey   map[string]map[*wsConn]struct{}
 	wg      sync.WaitGroup // connection goroutines
 
-	rechecks atomic.Int32 // re-checks asked for and not yet run (recheckLater)
-	images   *imageCache  // images clients sent, by hash
+	rechecks atomic.Int32        // re-checks asked for and not yet run (recheckLater)
+	images   *imageCache         // images clients sent, by hash
+	serving  *semaphore.Weighted // bytes of tool media being served (MediaHandler)
+	// mediaHook, when set (tests), is told how a media fetch moves.
+	mediaHook mediaHook
 
 	limits *ratelimit.Limiter     // per principal and channel-wide (newLimits)
 	cur    atomic.Pointer[wsLive] // what a reload changes (Reconfigure)
@@ -231,6 +241,12 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	if opts.ImageCacheBytes <= 0 {
 		opts.ImageCacheBytes = DefaultImageCacheBytes
 	}
+	if opts.MediaServeBytes <= 0 {
+		opts.MediaServeBytes = DefaultMediaServeBytes
+	}
+	if opts.MediaWait <= 0 {
+		opts.MediaWait = DefaultMediaWait
+	}
 	if opts.MaxAudioBytes <= 0 {
 		opts.MaxAudioBytes = agent.DefaultMaxAudioBytes
 	}
@@ -240,8 +256,9 @@ func NewWebSocket(sess Sessions, opts WSOptions) *WebSocket {
 	ws := &WebSocket{
 		opts: opts, sess: sess, log: opts.Logger,
 		conns: map[*wsConn]struct{}{}, byKey: map[string]map[*wsConn]struct{}{},
-		images: newImageCache(opts.ImageCacheBytes),
-		limits: newLimits(opts),
+		images:  newImageCache(opts.ImageCacheBytes),
+		serving: semaphore.NewWeighted(opts.MediaServeBytes),
+		limits:  newLimits(opts),
 	}
 	ws.cur.Store(liveOf(opts))
 	ws.upgrader = websocket.Upgrader{

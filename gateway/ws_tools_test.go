@@ -38,6 +38,12 @@ func newToolEnv(t *testing.T, approve tools.Approve, calls ...agent.ToolCall) (*
 // of them on one file are two replicas.
 func newToolEnvAt(t *testing.T, clock *clocktest.Clock, path string, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
 	t.Helper()
+	return newToolEnvWith(t, clock, path, WSOptions{}, approve, calls...)
+}
+
+// newToolEnvWith is newToolEnvAt whose channel has options wsOpts.
+func newToolEnvWith(t *testing.T, clock *clocktest.Clock, path string, wsOpts WSOptions, approve tools.Approve, calls ...agent.ToolCall) (*env, *mcptest.Server) {
+	t.Helper()
 	srv, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: approve})
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "g.db")
@@ -51,7 +57,7 @@ func newToolEnvAt(t *testing.T, clock *clocktest.Clock, path string, approve too
 	if clock != nil {
 		opts.Now, opts.After = clock.Now, clock.After
 	}
-	return serveEnv(t, db, sessions.New(db, tooltest.Asking(calls...), opts), WSOptions{}, false), srv
+	return serveEnv(t, db, sessions.New(db, tooltest.Asking(calls...), opts), wsOpts, false), srv
 }
 
 // until returns the frames up to and including the first of type typ,

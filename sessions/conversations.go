@@ -184,7 +184,7 @@ func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []led
 			}
 			if !done[i] {
 				done[i] = true
-				e.Media = replyMedia(ctx, c.store, c.log, t.Conversation, e.ReplyTo)
+				e.Media, _ = replyMedia(ctx, c.store, c.log, t.Conversation, e.ReplyTo)
 			}
 			break
 		}
@@ -213,7 +213,8 @@ func (c *Conversations) ConversationTranscript(ctx context.Context, convID strin
 
 // StoredReply returns a stored reply (with the client ids it covers) and
 // the client message id of the user message it answers: what a channel
-// sends for a ReplyEvent.
+// sends for a ReplyEvent. Media that cannot be read leave the reply
+// without them, MediaUnread.
 func (c *Conversations) StoredReply(ctx context.Context, convID string, userSeq, replySeq int64) (string, Reply, error) {
 	reply, err := c.store.Message(ctx, convID, replySeq)
 	if err != nil {
@@ -231,7 +232,9 @@ func (c *Conversations) StoredReply(ctx context.Context, convID string, userSeq,
 		clientID = *um.ClientMsgID
 	}
 	r := toReply(reply)
-	r.Media = replyMedia(ctx, c.store, c.log, convID, userSeq)
+	var read bool
+	r.Media, read = replyMedia(ctx, c.store, c.log, convID, userSeq)
+	r.MediaUnread = !read
 	covers, err := c.store.Covers(ctx, convID, userSeq)
 	if err != nil {
 		return "", Reply{}, err

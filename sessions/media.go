@@ -194,17 +194,18 @@ func (m *Manager) turnMedia(ctx context.Context, conv string, lead int64) ([]Med
 }
 
 // replyMedia is the media of turn lead of conversation conv for its
-// reply; none when they cannot be read (logged: the reply goes without).
+// reply; none, and read false, when they cannot be read (logged: the
+// reply goes without, and says so where it can: Reply.MediaUnread).
 func replyMedia(ctx context.Context, st interface {
 	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
-}, log *slog.Logger, conv string, lead int64) []Media {
+}, log *slog.Logger, conv string, lead int64) (media []Media, read bool) {
 	rows, err := st.ToolMediaOfTurn(ctx, conv, lead)
 	if err != nil {
 		log.WarnContext(ctx, "the media of a turn could not be read; its reply goes without them", slog.String("conversation", conv),
 			slog.Int64("turn", lead), slog.String("error", err.Error()))
-		return nil
+		return nil, false
 	}
-	return toMedia(rows)
+	return toMedia(rows), true
 }
 
 // A model is given a tool's picture of at most MaxToolImageBytes, and
@@ -281,6 +282,16 @@ func (c *Conversations) ToolMedia(ctx context.Context, id string) (*MediaFile, e
 		return nil, err
 	}
 	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey, Data: r.Data}, nil
+}
+
+// ToolMediaInfo is ToolMedia without the bytes (Data nil): whose the
+// item is and how large, read before a fetch loads it.
+func (c *Conversations) ToolMediaInfo(ctx context.Context, id string) (*MediaFile, error) {
+	r, err := c.store.ToolMediaInfo(ctx, id)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey}, nil
 }
 
 // ClaimMediaSend claims item id for a channel's send, before the send:

@@ -55,6 +55,18 @@ func (l *loseFirst) After(_ context.Context, c ledger.Call, err error) error {
 	return err
 }
 
+// failOp fails every call named op before it runs.
+type failOp string
+
+func (f failOp) Before(_ context.Context, c ledger.Call) error {
+	if c.Op == string(f) {
+		return errors.New("injected: " + c.Op + " failed")
+	}
+	return nil
+}
+
+func (failOp) After(_ context.Context, _ ledger.Call, err error) error { return err }
+
 func TestToolMediaIsKeptOnceAndGoesWithTheReply(t *testing.T) {
 	storetest.Drivers(t, func(t *testing.T, open func() *store.DB) {
 		r := newToolRig(t, open, mcpclient.ServerConfig{}, once(call("c1", "t__media", map[string]any{})))
@@ -82,6 +94,14 @@ func TestToolMediaIsKeptOnceAndGoesWithTheReply(t *testing.T) {
 			if err != nil || f == nil || !bytes.Equal(f.Data, want) || f.SessionKey != sessions.WebSocketKey("u1") {
 				t.Fatalf("media %d = %+v, %v", i, f, err)
 			}
+			// Its description, without the bytes.
+			info, err := m.Conversations().ToolMediaInfo(context.Background(), got[i].ID)
+			if err != nil || info == nil || info.Data != nil || info.Media != f.Media || info.SessionKey != f.SessionKey {
+				t.Fatalf("media %d info = %+v, %v; want %+v", i, info, err, f.Media)
+			}
+		}
+		if info, err := m.Conversations().ToolMediaInfo(context.Background(), "no-such-id"); info != nil || err != nil {
+			t.Fatalf("an unknown id's info = %+v, %v", info, err)
 		}
 		// The model was told what the tool returned, and that the user
 		// gets it.
@@ -95,6 +115,18 @@ func TestToolMediaIsKeptOnceAndGoesWithTheReply(t *testing.T) {
 		again := wait(t, r.submit(t, m, "u1", "m1", "draw it"))
 		if !again.Duplicate || len(again.Reply.Media) != 2 || again.Reply.Media[0].ID != got[0].ID {
 			t.Fatalf("duplicate's reply = %+v", again)
+		}
+		// Read back for a channel (another replica's reply): with them,
+		// or, when they cannot be read, saying so.
+		_, stored, err := m.Conversations().StoredReply(context.Background(), out.ConversationID, out.UserSeq, out.Reply.Seq)
+		if err != nil || len(stored.Media) != 2 || stored.MediaUnread {
+			t.Fatalf("stored reply = %+v, %v", stored, err)
+		}
+		unread := r.db.Observe(failOp("ToolMediaOfTurn"))
+		_, stored, err = m.Conversations().StoredReply(context.Background(), out.ConversationID, out.UserSeq, out.Reply.Seq)
+		unread()
+		if err != nil || len(stored.Media) != 0 || !stored.MediaUnread || stored.Text != out.Reply.Text {
+			t.Fatalf("stored reply, its media unreadable = %+v, %v", stored, err)
 		}
 		// They go with their conversation.
 		c, _ := r.db.ActiveConversation(context.Background(), sessions.WebSocketKey("u1"))

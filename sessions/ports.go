@@ -71,6 +71,8 @@ type ToolLedger interface {
 type ToolMediaLedger interface {
 	ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
 	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+	// ToolMediaInfo is ToolMedia without the bytes.
+	ToolMediaInfo(ctx context.Context, id string) (*ledger.ToolMedia, error)
 	ClaimMediaSend(ctx context.Context, id string, at time.Time) (ledger.MediaClaim, int, error)
 	ReleaseMediaSend(ctx context.Context, id string) error
 	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)

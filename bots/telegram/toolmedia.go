@@ -392,6 +392,8 @@ func extensionOf(mime string) string {
 		return ".mp3"
 	case "audio/ogg":
 		return ".ogg"
+	case "audio/wav":
+		return ".wav"
 	}
 	return ""
 }

@@ -439,7 +439,7 @@ func TestToolAudioGoesAsAudio(t *testing.T) {
 	var methods []string
 	for _, u := range api.Uploads() {
 		methods = append(methods, u.Method+":"+u.Kind)
-		if u.Method == "sendAudio" && (!bytes.Equal(u.Data, mcptest.MP3) || u.ReplyTo != msg || !strings.HasSuffix(u.FileName, ".mp3")) {
+		if u.Method == "sendAudio" && (!bytes.Equal(u.Data, mcptest.WAV) || u.ReplyTo != msg || !strings.HasSuffix(u.FileName, ".wav")) {
 			t.Fatalf("audio = %d bytes named %q, reply to %d", len(u.Data), u.FileName, u.ReplyTo)
 		}
 	}

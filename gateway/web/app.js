@@ -74,7 +74,7 @@
   }
   // clear empties the log for another conversation; a reply streaming in
   // the one left sends no more frames here, so Stop goes with its bubble.
-  function clear() { log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; cancelReply(); }
+  function clear() { dropMedia(); log.textContent = ""; shown.clear(); bubbles.clear(); stopBtn.hidden = true; cancelReply(); }
   function statusClass(status) { return status === "ok" ? "" : status; }
   function newId() { return "c-" + Date.now().toString(36) + "-" + Math.random().toString(36).slice(2, 8); }
   function send(frame) {
@@ -261,31 +261,80 @@
     }
   }
   // Media from tools (docs/protocol.md, "Media from tools"): a reply's
-  // attachments, fetched with the session's resume token — pictures shown
-  // inline, other files offered as a download. Names come from a tool:
-  // untrusted text, set as textContent only.
-  function mediaURL(a) { return a.url + "?session=" + encodeURIComponent(store.get("session", "")); }
-  function showMedia(el, atts) {
-    if (!atts || !atts.length || el.querySelector(":scope > .media")) return;
+  // attachments, fetched with the session's resume token in a header
+  // (never in a URL, where it would land in logs and history) and shown
+  // from a blob: URL — pictures inline, audio in a player, other files
+  // offered as a download. A fetch that fails leaves a note. Names come
+  // from a tool: untrusted text, set as textContent only. The object URLs
+  // are revoked when the page drops the messages (clear).
+  const mediaURLs = new Set(); // object URLs of tool media on the page
+  function fetchMedia(a) {
+    const headers = {};
+    const session = store.get("session", "");
+    if (session) headers.Authorization = "Session " + session;
+    else if (token) headers.Authorization = "Bearer " + token;
+    return fetch(a.url, { headers: headers, credentials: "omit" }).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.blob();
+    });
+  }
+  function mediaLabel(a) { return (a.name || a.kind) + " (" + (a.mime || "file") + ", " + a.size + " bytes)"; }
+  function showMediaItem(slot, a) {
+    fetchMedia(a).then(function (blob) {
+      if (!slot.isConnected) return; // dropped while it loaded
+      const url = URL.createObjectURL(blob);
+      mediaURLs.add(url);
+      let el;
+      if (a.kind === "image") {
+        el = document.createElement("img");
+        el.className = "attached tool-image";
+        el.alt = a.name || "picture from a tool";
+      } else if (a.kind === "audio") {
+        el = document.createElement("audio");
+        el.className = "tool-audio";
+        el.controls = true;
+        el.preload = "metadata";
+        el.title = a.name || "audio from a tool";
+      } else {
+        el = document.createElement("a");
+        el.className = "download";
+        el.download = a.name || a.kind;
+        el.textContent = "⬇ " + mediaLabel(a);
+      }
+      if (el.tagName === "A") el.href = url; else el.src = url;
+      slot.replaceChildren(el);
+    }).catch(function () {
+      if (!slot.isConnected) return;
+      const note = document.createElement("span");
+      note.className = "media-failed";
+      note.textContent = "could not load " + mediaLabel(a);
+      slot.replaceChildren(note);
+    });
+  }
+  function showMedia(el, atts, unread) {
+    if (el.querySelector(":scope > .media")) return;
+    if ((!atts || !atts.length) && !unread) return;
     const box = document.createElement("div");
     box.className = "media";
-    for (const a of atts) {
-      if (a.kind === "image") {
-        const img = document.createElement("img");
-        img.className = "attached tool-image";
-        img.src = mediaURL(a);
-        img.alt = a.name || "picture from a tool";
-        box.appendChild(img);
-        continue;
-      }
-      const link = document.createElement("a");
-      link.className = "download";
-      link.href = mediaURL(a);
-      link.download = a.name || "";
-      link.textContent = "⬇ " + (a.name || a.kind) + " (" + (a.mime || "file") + ", " + a.size + " bytes)";
-      box.appendChild(link);
+    for (const a of atts || []) {
+      const slot = document.createElement("div");
+      slot.className = "media-item loading";
+      slot.dataset.media = a.id || "";
+      slot.textContent = "loading " + mediaLabel(a) + "…";
+      box.appendChild(slot);
+      showMediaItem(slot, a);
+    }
+    if (unread) {
+      const note = document.createElement("span");
+      note.className = "media-failed unread";
+      note.textContent = "The files of this reply could not be loaded now: reload the page to see them.";
+      box.appendChild(note);
     }
     el.appendChild(box);
+  }
+  function dropMedia() {
+    for (const u of mediaURLs) URL.revokeObjectURL(u);
+    mediaURLs.clear();
   }
   // History carries what a message had attached, not the pictures.
   // showQuote puts what a user's message replied to above its text, as
@@ -762,7 +811,7 @@
           }
           el.className = "msg assistant " + statusClass(f.status);
           render.markdown(el, f.text);
-          showMedia(el, f.attachments);
+          showMedia(el, f.attachments, f.attachments_unread === true);
           el.dataset.seq = f.seq;
           offerReply(el);
           shown.add(f.seq);

@@ -7,10 +7,12 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 )
 
@@ -72,4 +74,48 @@ func WaitJS(expr string) chromedp.Action[chromedp.Void] {
 // JSString quotes s as a JavaScript string literal.
 func JSString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// Download runs steps (such as a click on a download link) with the
+// browser's downloads going to a new temporary directory, and returns the
+// name the page suggested for the first download and its bytes once it
+// completed. A cancelled download fails the test.
+func Download(t testing.TB, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) (name string, data []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	begin := chromedp.Events(ctx, browser.DownloadWillBegin)
+	progress := chromedp.Events(ctx, browser.DownloadProgress)
+	allow := chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: new(true)})
+		return err
+	})
+	if err := chromedp.Do(ctx, append([]chromedp.Action[chromedp.Void]{allow}, steps...)...); err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	for ev, err := range begin {
+		if err != nil {
+			t.Fatalf("download: %v", err)
+		}
+		name = ev.SuggestedFilename
+		break
+	}
+	var guid string
+	for ev, err := range progress {
+		if err != nil {
+			t.Fatalf("download: %v", err)
+		}
+		if ev.State == browser.DownloadProgressStateCanceled {
+			t.Fatalf("the download of %q was cancelled", name)
+		}
+		if ev.State == browser.DownloadProgressStateCompleted {
+			guid = ev.GUID
+			break
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, guid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, data
 }

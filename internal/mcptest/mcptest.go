@@ -10,6 +10,7 @@ package mcptest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -51,18 +52,38 @@ const (
 	Slow    = "slow"    // {"seconds": number}: answers after that long (0: never), or when cancelled
 	Fail    = "fail"    // {"message": string}: answers an error result
 	Big     = "big"     // {"bytes": int, "char": string}: answers bytes bytes of char (default "x")
-	Media   = "media"   // {"png_bytes": int, "broken": bool, "audio": bool}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size, broken makes its bytes no picture, audio adds the clip MP3
+	Media   = "media"   // {"png_bytes": int, "broken": bool, "audio": bool}: answers a text, the picture PNG and the file PDF (report.pdf); png_bytes > 0 pads the picture to that size, broken makes its bytes no picture, audio adds the clip WAV last
 )
 
 // What the media tool answers: a 2×2 PNG picture and a small PDF file,
-// embedded as a blob named report.pdf.
+// embedded as a blob named report.pdf; asked to, a WAV clip of a tenth
+// of a second of silence.
 var (
 	PNG = mustPNG()
 	PDF = []byte("%PDF-1.4\n1 0 obj <</Type /Catalog>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n")
-	// MP3 is an audio clip's bytes (an MPEG frame header and silence),
-	// what the media tool answers with audio.
-	MP3 = append([]byte{0xFF, 0xFB, 0x90, 0x64}, make([]byte, 413)...)
+	WAV = mustWAV()
 )
+
+// mustWAV is 800 samples of 8-bit mono PCM at 8 kHz in a RIFF WAVE file.
+func mustWAV() []byte {
+	const samples, rate = 800, 8000
+	var b bytes.Buffer
+	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("RIFF")
+	le(uint32(36 + samples))
+	b.WriteString("WAVEfmt ")
+	le(uint32(16))   // fmt chunk size
+	le(uint16(1))    // PCM
+	le(uint16(1))    // mono
+	le(uint32(rate)) // sample rate
+	le(uint32(rate)) // bytes per second
+	le(uint16(1))    // block align
+	le(uint16(8))    // bits per sample
+	b.WriteString("data")
+	le(uint32(samples))
+	b.Write(bytes.Repeat([]byte{128}, samples))
+	return b.Bytes()
+}
 
 // PDFURI is the URI of the media tool's embedded PDF.
 const PDFURI = "file:///reports/report.pdf"
@@ -151,7 +172,7 @@ func New() *Server {
 	type mediaIn struct {
 		PNGBytes int  `json:"png_bytes,omitempty" jsonschema:"pad the picture to this many bytes"`
 		Broken   bool `json:"broken,omitempty" jsonschema:"answer a picture whose bytes are no PNG"`
-		Audio    bool `json:"audio,omitempty" jsonschema:"answer an audio clip (MP3) too"`
+		Audio    bool `json:"audio,omitempty" jsonschema:"answer an audio clip too"`
 	}
 	mcp.AddTool(s.MCP, &mcp.Tool{Name: Media, Description: "Answers a picture and a PDF file."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in mediaIn) (*mcp.CallToolResult, any, error) {
@@ -163,15 +184,15 @@ func New() *Server {
 			if in.Broken {
 				pic = []byte("this is no picture")
 			}
-			res := &mcp.CallToolResult{Content: []mcp.Content{
+			content := []mcp.Content{
 				&mcp.TextContent{Text: "a chart and its report"},
 				&mcp.ImageContent{MIMEType: "image/png", Data: pic},
 				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: PDFURI, MIMEType: "application/pdf", Blob: PDF}},
-			}}
-			if in.Audio {
-				res.Content = append(res.Content, &mcp.AudioContent{MIMEType: "audio/mpeg", Data: MP3})
 			}
-			return res, nil, nil
+			if in.Audio {
+				content = append(content, &mcp.AudioContent{MIMEType: "audio/wav", Data: WAV})
+			}
+			return &mcp.CallToolResult{Content: content}, nil, nil
 		})
 	return s
 }

@@ -76,6 +76,22 @@ func (s *DB) ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error
 	})
 }
 
+// ToolMediaInfo returns the item with that id without its bytes, or nil:
+// what a fetch checks (whose it is, how large) before it loads them.
+func (s *DB) ToolMediaInfo(ctx context.Context, id string) (*ledger.ToolMedia, error) {
+	return observe(ctx, s, ledger.Call{Op: "ToolMediaInfo"}, func() (*ledger.ToolMedia, error) {
+		var row ledger.ToolMedia
+		err := s.read.WithContext(ctx).Select(mediaMeta).Where("id = ?", id).Take(&row).Error
+		if notFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load media %s: %w", id, err)
+		}
+		return &row, nil
+	})
+}
+
 // MarkMediaDelivered records that a channel sent the item id (ref: what
 // it sent); false when it was marked already.
 func (s *DB) MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error) {

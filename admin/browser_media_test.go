@@ -1,0 +1,61 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/chatgate/chatgate/internal/browsertest"
+	"github.com/chatgate/chatgate/internal/mcptest"
+	"github.com/chatgate/chatgate/internal/tooltest"
+	"github.com/chatgate/chatgate/sessions"
+	"github.com/chatgate/chatgate/tools"
+	"github.com/chatgate/chatgate/tools/mcpclient"
+)
+
+// TestAdminDownloadsToolMediaInBrowser: in a transcript, the Download
+// button of each item a tool returned saves its bytes, under its name.
+func TestAdminDownloadsToolMediaInBrowser(t *testing.T) {
+	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	e := newEnvWith(t, tooltest.Asking(tooltest.Call("c1", "t__"+mcptest.Media, map[string]any{})), envOptions{tools: mcpclient.Offer{Set: set}})
+	in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann", ClientMsgID: "m1", Text: "draw it"}
+	tk, err := e.mgr.Submit(context.Background(), in, sessions.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := tk.Wait(wctx)
+	if err != nil || len(out.Reply.Media) != 2 {
+		t.Fatalf("outcome %+v, %v", out, err)
+	}
+	ctx := browsertest.New(t, 1200, 900)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(e.url+"/admin/"),
+		chromedp.WaitVisible("#token"),
+		chromedp.SendKeys("#token", aliceToken),
+		chromedp.Click("#save"),
+		browsertest.WaitText("#sessions td", "websocket:ann"),
+		chromedp.Click("#sessions tr"),
+		browsertest.WaitText("#transcript .msg-media", "report.pdf"),
+		browsertest.WaitJS(`document.querySelectorAll('#transcript .msg-media button').length === 2`),
+	)
+	if err != nil {
+		t.Fatalf("transcript: %v", err)
+	}
+	for i, want := range []struct {
+		button, name string
+		data         []byte
+	}{
+		{"#transcript .msg-call + .msg-media button", "image-" + out.Reply.Media[0].ID + ".png", mcptest.PNG}, // Chrome adds the extension of the type,
+		{"#transcript .msg-media + .msg-media button", "report.pdf", mcptest.PDF},
+	} {
+		name, data := browsertest.Download(t, ctx, chromedp.Click(want.button))
+		if name != want.name || !bytes.Equal(data, want.data) {
+			t.Fatalf("item %d downloaded as %q, %d bytes; want %q, %d bytes", i, name, len(data), want.name, len(want.data))
+		}
+	}
+}
