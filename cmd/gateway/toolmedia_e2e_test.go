@@ -144,12 +144,8 @@ log:
 // waitSentWithin waits until n messages were sent, failing with p's log.
 func waitSentWithin(t *testing.T, api *telegramtest.Server, n int, within time.Duration, p *process) []telegramtest.Sent {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for len(api.Messages()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages sent, want %d:\n%s", len(api.Messages()), n, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the send, an event
+	if !api.WaitSentWithin(n, within) {
+		t.Fatalf("%d messages sent, want %d:\n%s", len(api.Messages()), n, p.stderr.String())
 	}
 	return api.Messages()
 }

@@ -612,6 +612,12 @@ func (a *Server) WaitSent(t testing.TB, n int) []Sent {
 	return a.Messages()
 }
 
+// WaitSentWithin waits until n messages were sent, at most within, and
+// reports whether they were (for a caller that fails with more to say).
+func (a *Server) WaitSentWithin(n int, within time.Duration) bool {
+	return a.waitUntil(func() bool { return len(a.sent) >= n }, within)
+}
+
 // WaitConfirmed waits until the bot asked getUpdates with an offset above
 // updateID: it has confirmed that update (and every one before it).
 func (a *Server) WaitConfirmed(t testing.TB, updateID int) {
