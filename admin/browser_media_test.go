@@ -2,38 +2,20 @@ package admin
 
 import (
 	"bytes"
-	"context"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatgate/chatgate/internal/browsertest"
 	"github.com/chatgate/chatgate/internal/mcptest"
-	"github.com/chatgate/chatgate/internal/tooltest"
-	"github.com/chatgate/chatgate/sessions"
-	"github.com/chatgate/chatgate/tools"
-	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
 // TestAdminDownloadsToolMediaInBrowser: in a transcript, the Download
 // button of each item a tool returned saves its bytes, under its name.
 func TestAdminDownloadsToolMediaInBrowser(t *testing.T) {
-	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
-	e := newEnvWith(t, tooltest.Asking(tooltest.Call("c1", "t__"+mcptest.Media, map[string]any{})), envOptions{tools: mcpclient.Offer{Set: set}})
-	in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann", ClientMsgID: "m1", Text: "draw it"}
-	tk, err := e.mgr.Submit(context.Background(), in, sessions.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := tk.Wait(wctx)
-	if err != nil || len(out.Reply.Media) != 2 {
-		t.Fatalf("outcome %+v, %v", out, err)
-	}
+	e, out := mediaTurn(t)
 	ctx := browsertest.New(t, 1200, 900)
-	err = chromedp.Do(ctx,
+	err := chromedp.Do(ctx,
 		chromedp.Navigate(e.url+"/admin/"),
 		chromedp.WaitVisible("#token"),
 		chromedp.SendKeys("#token", aliceToken),

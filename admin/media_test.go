@@ -18,9 +18,10 @@ import (
 	"github.com/chatgate/chatgate/tools/mcpclient"
 )
 
-// The transcript and the exports list what a tool returned; the admin
-// downloads it.
-func TestTranscriptListsToolMediaAndAdminDownloadsIt(t *testing.T) {
+// mediaTurn is an admin env whose user ann had one turn, in which the
+// media tool returned a picture and a PDF.
+func mediaTurn(t *testing.T) (*env, sessions.Outcome) {
+	t.Helper()
 	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
 	e := newEnvWith(t, tooltest.Asking(tooltest.Call("c1", "t__"+mcptest.Media, map[string]any{})), envOptions{tools: mcpclient.Offer{Set: set}})
 	in := sessions.Inbound{Channel: "websocket", SessionKey: sessions.WebSocketKey("ann"), UserID: "ann", ClientMsgID: "m1", Text: "draw it"}
@@ -34,6 +35,13 @@ func TestTranscriptListsToolMediaAndAdminDownloadsIt(t *testing.T) {
 	if err != nil || len(out.Reply.Media) != 2 {
 		t.Fatalf("outcome %+v, %v", out, err)
 	}
+	return e, out
+}
+
+// The transcript and the exports list what a tool returned; the admin
+// downloads it.
+func TestTranscriptListsToolMediaAndAdminDownloadsIt(t *testing.T) {
+	e, out := mediaTurn(t)
 	code, _, body := e.do("GET", "/admin/api/conversations/"+out.ConversationID, aliceToken)
 	var tr query.Export
 	if err := json.Unmarshal(body, &tr); code != 200 || err != nil {

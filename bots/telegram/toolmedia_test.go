@@ -43,12 +43,7 @@ func TestToolMediaGoesAsPhotoAndDocumentOnce(t *testing.T) {
 			api := telegramtest.New(t)
 			// The turn's delivery mark is lost, as in a crash between the
 			// text's send and its mark; the items' own marks are kept.
-			first := s
-			first.sess = func(m *sessions.Manager) Sessions {
-				sess := SessionsOf(m)
-				sess.Deliveries = lostMarks{}
-				return sess
-			}
+			first := losingTurnMarks(s)
 			h := start(t, api, t.TempDir(), first)
 			msg := api.Push(telegramtest.DM(7, "draw it"))
 			sent := api.WaitSent(t, 1)
@@ -78,11 +73,7 @@ func TestToolMediaGoesAsPhotoAndDocumentOnce(t *testing.T) {
 			// The delivery done again after a restart sends the text again
 			// (the window docs/telegram.md states), never the files marked.
 			h.shutdown(0)
-			h2 := start(t, api, h.dbDir, s)
-			waitConnected(t, h2.bot)
-			if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			restartAndRecover(t, api, h, s)
 			if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
 				t.Fatalf("sent again: %q", again.Text)
 			}
@@ -91,6 +82,30 @@ func TestToolMediaGoesAsPhotoAndDocumentOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// losingTurnMarks is s whose turns' delivery marks are lost, as in a
+// crash between a reply's send and its mark (the files' own marks are
+// kept).
+func losingTurnMarks(s setup) setup {
+	s.sess = func(m *sessions.Manager) Sessions {
+		sess := SessionsOf(m)
+		sess.Deliveries = lostMarks{}
+		return sess
+	}
+	return s
+}
+
+// restartAndRecover starts the bot of s on h's database, h having
+// stopped, and runs its recovery pass: the delivery done again.
+func restartAndRecover(t *testing.T, api *telegramtest.Server, h *harness, s setup) *harness {
+	t.Helper()
+	h2 := start(t, api, h.dbDir, s)
+	waitConnected(t, h2.bot)
+	if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return h2
 }
 
 // lostMarks records no delivery: the mark a crash loses.
@@ -165,12 +180,7 @@ func TestToolMediaWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 			}
 			api := telegramtest.New(t)
 			api.CutAnswers("sendPhoto", 1)
-			first := s
-			first.sess = func(m *sessions.Manager) Sessions {
-				sess := SessionsOf(m)
-				sess.Deliveries = lostMarks{}
-				return sess
-			}
+			first := losingTurnMarks(s)
 			h := start(t, api, t.TempDir(), first)
 			api.Push(telegramtest.DM(7, "draw it"))
 			sent := api.WaitSent(t, 1)
@@ -189,11 +199,7 @@ func TestToolMediaWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 			// The turn's mark was lost: the delivery done again sends the
 			// text, with the note, and no file.
 			h.shutdown(0)
-			h2 := start(t, api, h.dbDir, s)
-			waitConnected(t, h2.bot)
-			if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			restartAndRecover(t, api, h, s)
 			if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
 				t.Fatalf("sent again: %q, want %q", again.Text, sent[0].Text)
 			}
@@ -213,12 +219,7 @@ func TestToolMediaClaimLeftByACrashIsNotSentAgain(t *testing.T) {
 	api := telegramtest.New(t)
 	// The first delivery cannot reach the Bot API at all: the turn is
 	// answered, its files claimed by nobody.
-	first := s
-	first.sess = func(m *sessions.Manager) Sessions {
-		sess := SessionsOf(m)
-		sess.Deliveries = lostMarks{}
-		return sess
-	}
+	first := losingTurnMarks(s)
 	api.FailBare("sendPhoto", http.StatusBadGateway, maxUploadAttempt)
 	h := start(t, api, t.TempDir(), first)
 	api.Push(telegramtest.DM(7, "draw it"))
@@ -240,11 +241,7 @@ func TestToolMediaClaimLeftByACrashIsNotSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	h2 := start(t, api, h.dbDir, s)
-	waitConnected(t, h2.bot)
-	if _, _, err := h2.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	restartAndRecover(t, api, h, s)
 	sent := api.WaitSent(t, 1)
 	if !strings.HasSuffix(sent[0].Text, "(a picture may not have arrived: sending it was cut off.)") {
 		t.Fatalf("reply = %q", sent[0].Text)
