@@ -175,12 +175,13 @@ func (c *Conversations) withMedia(ctx context.Context, t *Transcript, msgs []led
 	}
 	done := map[int]bool{}
 	for _, turn := range turns {
-		// The reply that carries turn's media: its own, or, when a newer
-		// message cut it, the first later one that was not cut.
+		// The reply that carries turn's media: the first after it that
+		// settles a turn — its own, or, when a newer message cut it, the
+		// one that answers both.
 		for i := range t.Entries {
 			e := &t.Entries[i]
-			if e.Role != agent.RoleAssistant || e.ReplyTo < turn || e.Status == MsgInterrupted && e.Error == InterruptedByMessage {
-				continue
+			if e.Role != agent.RoleAssistant || e.ReplyTo < turn || !ledger.Settles(e.Status, e.Error) {
+				continue // (a reply a newer message or a shutdown cut: its turn is answered later)
 			}
 			if !done[i] {
 				done[i] = true
@@ -232,9 +233,13 @@ func (c *Conversations) StoredReply(ctx context.Context, convID string, userSeq,
 		clientID = *um.ClientMsgID
 	}
 	r := toReply(reply)
-	var read bool
-	r.Media, read = replyMedia(ctx, c.store, c.log, convID, userSeq)
-	r.MediaUnread = !read
+	if ledger.SettlesTurn(reply) {
+		// (A reply cut short leaves its media to the one that settles
+		// its turn.)
+		var read bool
+		r.Media, read = replyMedia(ctx, c.store, c.log, convID, userSeq)
+		r.MediaUnread = !read
+	}
 	covers, err := c.store.Covers(ctx, convID, userSeq)
 	if err != nil {
 		return "", Reply{}, err

@@ -120,11 +120,13 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 	b, conv, lead := t.b, t.conv, t.b.Lead()
 	final := toReply(&msgs[len(msgs)-1])
 	final.Covers = clientIDs(b.Rows)
-	cut := final.Status == MsgInterrupted && final.Error == InterruptedByMessage
-	if m.opts.Tools != nil && t.called && !cut {
-		// (A turn a newer message cut leaves its media to the turn that
-		// answers its messages with the newer ones: they go with that
-		// reply, ToolMediaOfTurn.)
+	// Media go with the reply that settles a turn: a reply a newer
+	// message or a shutdown cut leaves them to the turn that answers its
+	// messages again (ToolMediaOfTurn reads a turn's and those it took
+	// over). Only a turn that called its agent ran tools, or one that
+	// took over a cut turn's messages (a batch of several).
+	settles := ledger.SettlesTurn(&msgs[len(msgs)-1])
+	if m.opts.Tools != nil && settles && (t.called || len(b.Rows) > 1) {
 		// (Only a turn that called its agent ran tools.) Read until
 		// storage answers; still unread (a shutdown), the reply says so:
 		// a channel that marks delivery fails this delivery, and the one

@@ -38,6 +38,12 @@ func SettlesTurn(m *Message) bool {
 	return IsFinalReply(m) && !(m.Status == MsgInterrupted && slices.Contains(unsettling, m.Error))
 }
 
+// Settles reports whether a final reply of that status and error settles
+// its turn (SettlesTurn, for what a transcript keeps of a message).
+func Settles(status, reason string) bool {
+	return !(status == MsgInterrupted && slices.Contains(unsettling, reason))
+}
+
 // finalReplyWhere is SettlesTurn on a row r of messages.
 var finalReplyWhere = `%[1]s.role = '` + agent.RoleAssistant + `' AND (%[1]s.tool_calls IS NULL OR %[1]s.tool_calls = '')
 	AND NOT (%[1]s.status = '` + MsgInterrupted + `' AND %[1]s.error IN (` + SQLList(unsettling) + `))`
