@@ -101,11 +101,18 @@ func (s *DB) ClaimExtraction(ctx context.Context, owner string, alive []string, 
 		var got []ledger.Extraction
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			got = got[:0]
+			// On PostgreSQL the pick skips rows another claim holds
+			// locked: workers claiming at once take different rows
+			// instead of all but one finding theirs gone.
+			skip := ""
+			if s.driver == DriverPostgres {
+				skip = " FOR UPDATE SKIP LOCKED"
+			}
 			return tx.Raw(`UPDATE memory_extractions SET state = ?, owner = ?, lease_until = ?, attempt = attempt + 1
 				WHERE conversation_id = (SELECT conversation_id FROM memory_extractions
 					WHERE (state = ? AND (lease_until IS NULL OR lease_until <= ?))
 					   OR (state = ? AND (lease_until <= ? OR owner NOT IN ?))
-					ORDER BY created_at LIMIT 1)
+					ORDER BY created_at LIMIT 1`+skip+`)
 				AND ((state = ? AND (lease_until IS NULL OR lease_until <= ?)) OR (state = ? AND (lease_until <= ? OR owner NOT IN ?)))
 				RETURNING *`,
 				ledger.ExtractRunning, owner, leaseUntil.UTC(), ledger.ExtractDue, at, ledger.ExtractRunning, at, alive,
