@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -106,12 +108,29 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 			break
 		}
 	}
+	// Whether the request went out whole: a failure before that (a
+	// connection refused, reset or timed out while the body was being
+	// written) means the Bot API never had it to act on (notWritten).
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	}))
 	resp, err := c.client.Do(req)
+	if err != nil && !wrote.Load() {
+		return nil, &notWritten{err: err}
+	}
 	if err == nil && resp.StatusCode >= 400 {
 		describeFailure(req, resp)
 	}
 	return resp, err
 }
+
+// notWritten is the failure of a request that was never written whole:
+// the Bot API cannot have acted on it.
+type notWritten struct{ err error }
+
+func (e *notWritten) Error() string { return e.err.Error() }
+func (e *notWritten) Unwrap() error { return e.err }
 
 func (c *ctxClient) setPoll(ctx context.Context) {
 	c.mu.Lock()

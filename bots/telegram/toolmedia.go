@@ -367,12 +367,14 @@ func (b *Bot) upload(ctx context.Context, method string, params tgbotapi.Params,
 	return nil, errors.New(b.redact(err))
 }
 
-// neverSent reports whether a request's failure shows it never reached
-// the Bot API: its connection could not be made.
+// neverSent reports whether a request's failure shows the Bot API never
+// had it whole: it was not written out (ctxClient), or its connection
+// could not be made.
 func neverSent(err error) bool {
+	var nw *notWritten
 	var op *net.OpError
 	var dns *net.DNSError
-	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &nw) || errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // extensionOf is a file extension for a type Telegram shows by it.

@@ -449,3 +449,38 @@ func TestToolAudioGoesAsAudio(t *testing.T) {
 		}
 	}
 }
+
+// TestToolMediaNotWrittenWholeIsSentAgain: the connection is lost while
+// a large file is being written out — the Bot API never had it whole —
+// so the request is made again, and the file arrives once with no note.
+func TestToolMediaNotWrittenWholeIsSentAgain(t *testing.T) {
+	_, set := tooltest.Server(t, mcpclient.ServerConfig{Approve: tools.ApproveAuto})
+	const size = 11_000_000 // more than loopback's socket buffers take unread; base64 within the MCP frame limit (16 MiB)
+	s := setup{agent: tooltest.Asking(toolCall("c1", mcptest.Media, map[string]any{"png_bytes": size})), opts: Options{Streaming: StreamOff}, policies: queued,
+		manager: func(o *sessions.Options) {
+			o.Tools = mcpclient.Offer{Set: set}
+			o.Media = sessions.MediaLimits{MaxBytes: 32 << 20}
+		}}
+	api := telegramtest.New(t)
+	api.DropRequests("sendMediaGroup", 1) // (a picture over 10 MB goes as a document, in an album with the PDF)
+	h := start(t, api, t.TempDir(), s)
+	api.Push(telegramtest.DM(7, "draw it big"))
+	sent := api.WaitSent(t, 1)
+	if strings.Contains(sent[0].Text, "may not have arrived") || strings.Contains(sent[0].Text, "could not be sent") {
+		t.Fatalf("reply = %q, want no note: the file arrived", sent[0].Text)
+	}
+	var big int
+	for _, u := range api.Uploads() {
+		if len(u.Data) == size {
+			big++
+		}
+	}
+	if big != 1 {
+		t.Fatalf("the large file arrived %d times, want once; reply %q; %d uploads", big, sent[0].Text, len(api.Uploads()))
+	}
+	for _, r := range mediaRows(t, h) {
+		if r.DeliveredAt == nil || strings.Contains(r.DeliveryRef, ":") {
+			t.Fatalf("media row %+v, want delivered with its message id", r)
+		}
+	}
+}

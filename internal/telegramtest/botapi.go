@@ -77,6 +77,7 @@ type Server struct {
 	holds   map[string]chan struct{} // methods held (Server.Hold)
 	losses  map[string]chan struct{} // methods whose answers are held (Server.LoseAnswer)
 	cuts    map[string]int           // answers to cut, by method (Server.CutAnswers)
+	drops   map[string]int           // requests to drop unread, by method (Server.DropRequests)
 }
 
 // Call is one request the bot made: its method and form parameters.
@@ -111,6 +112,10 @@ func (a *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	method := strings.TrimPrefix(r.URL.Path, "/bot"+Token+"/")
 	if ch := a.losing(method); ch != nil {
 		a.serveLosing(ch, w, r)
+		return
+	}
+	if a.dropping(method) {
+		a.closeConn(w)
 		return
 	}
 	if a.cutting(method) {

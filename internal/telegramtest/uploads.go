@@ -176,15 +176,45 @@ func (a *Server) cutting(method string) bool {
 	return true
 }
 
-// serveCut carries r out and closes its connection with no answer.
-func (a *Server) serveCut(w http.ResponseWriter, r *http.Request) {
-	a.serve(httptest.NewRecorder(), r)
+// DropRequests makes the next n requests of method have their
+// connections closed as soon as their headers arrived, their bodies
+// unread: requests the Bot API never had whole (a connection lost while
+// a large upload is being written).
+func (a *Server) DropRequests(method string, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.drops == nil {
+		a.drops = map[string]int{}
+	}
+	a.drops[method] = n
+}
+
+// dropping reports whether this request of method is dropped, counting
+// it.
+func (a *Server) dropping(method string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.drops[method] <= 0 {
+		return false
+	}
+	a.drops[method]--
+	return true
+}
+
+// closeConn closes r's connection with no answer.
+func (a *Server) closeConn(w http.ResponseWriter) {
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		a.t.Errorf("telegramtest: cut an answer: %v", err)
+		a.t.Errorf("telegramtest: close a connection: %v", err)
 		return
 	}
 	conn.Close()
+}
+
+// serveCut carries r out and closes its connection with no answer.
+func (a *Server) serveCut(w http.ResponseWriter, r *http.Request) {
+	a.serve(httptest.NewRecorder(), r)
+	a.closeConn(w)
 }
 
 // uploadKinds are the upload methods and the field each takes its file in.
