@@ -102,7 +102,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 			k := uploadKind(m)
 			byKind[k] = append(byKind[k], m)
 		case m.Failure != "":
-			notes = append(notes, mediaNote(m, m.Failure)) // marked so by an earlier delivery
+			notes = append(notes, b.mediaNote(m, m.Failure)) // marked so by an earlier delivery
 		}
 	}
 	for _, kind := range []string{"photo", "audio", "document"} {
@@ -124,8 +124,9 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 }
 
 // mediaNote is the line that tells the user item m may not have reached
-// them, and why.
-func mediaNote(m sessions.Media, failure string) string {
+// them, and why: Markdown, as the reply's text is, unless replies go as
+// plain text.
+func (b *Bot) mediaNote(m sessions.Media, failure string) string {
 	name := m.Name
 	if name == "" {
 		name = "a " + map[string]string{"image": "picture", "audio": "audio clip"}[m.Kind]
@@ -133,7 +134,9 @@ func mediaNote(m sessions.Media, failure string) string {
 			name = "a file"
 		}
 	}
-	name = markdownEscape(name)
+	if b.opts.Format != FormatPlain {
+		name = markdownEscape(name)
+	}
 	if failure == sessions.MediaUnsure {
 		return fmt.Sprintf("(%s may not have arrived: sending it was cut off.)", name)
 	}
@@ -302,21 +305,40 @@ func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failur
 			return notes, err
 		}
 		if failure != "" {
-			notes = append(notes, mediaNote(m, failure))
+			notes = append(notes, b.mediaNote(m, failure))
 		}
 	}
 	return notes, nil
 }
 
 // releaseMedia drops this delivery's claims on items: Telegram surely
-// did not take them, and a later delivery sends them.
+// did not take them, and a later delivery sends them. A release is made
+// again while storage fails (a claim left standing would have the item
+// taken for one a crash cut, and never sent), up to releaseTries.
 func (b *Bot) releaseMedia(ctx context.Context, items []sessions.Media) error {
 	var errs []error
 	for _, m := range items {
-		errs = append(errs, b.sess.Media.ReleaseMediaSend(ctx, m.ID))
+		var err error
+		for try := range releaseTries {
+			if err = b.sess.Media.ReleaseMediaSend(ctx, m.ID); err == nil {
+				break
+			}
+			if b.opts.Sleep(ctx, time.Duration(1<<try)*100*time.Millisecond) != nil {
+				break
+			}
+		}
+		if err != nil {
+			b.log.WarnContext(ctx, "telegram: a file's claim could not be released; it is taken as cut off and not sent",
+				slog.String("media", m.ID), slog.String("error", err.Error()))
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
+
+// releaseTries bounds the releases of one claim (0.1 s doubling: about
+// 50 s in all).
+const releaseTries = 9
 
 // upload makes an upload request. A request Telegram surely did not take
 // is made again — a 429 after its retry_after, a 5xx or an unreachable

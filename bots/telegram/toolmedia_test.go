@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/bots/telegram/tgformat"
 	"github.com/chatgate/chatgate/internal/clocktest"
 	"github.com/chatgate/chatgate/internal/mcptest"
 	"github.com/chatgate/chatgate/internal/pgtest"
@@ -482,5 +483,20 @@ func TestToolMediaNotWrittenWholeIsSentAgain(t *testing.T) {
 		if r.DeliveredAt == nil || strings.Contains(r.DeliveryRef, ":") {
 			t.Fatalf("media row %+v, want delivered with its message id", r)
 		}
+	}
+}
+
+// The note of a file that may not have arrived names it as it is: its
+// Markdown escaped where replies are Markdown, as it is where they go as
+// plain text — and the HTML the note becomes shows the name unchanged.
+func TestMediaNoteNamesTheFileAsItIs(t *testing.T) {
+	m := sessions.Media{Kind: "file", Name: "my_report*v2*.pdf"}
+	plain := (&Bot{opts: Options{Format: FormatPlain}}).mediaNote(m, sessions.MediaUnsure)
+	if plain != "(my_report*v2*.pdf may not have arrived: sending it was cut off.)" {
+		t.Fatalf("plain note = %q", plain)
+	}
+	md := (&Bot{opts: Options{Format: FormatHTML}}).mediaNote(m, sessions.MediaRefused)
+	if html := tgformat.HTML(md); !strings.Contains(html, "my_report*v2*.pdf could not be sent") || strings.Contains(html, `\`) {
+		t.Fatalf("note %q shows as %q", md, html)
 	}
 }
