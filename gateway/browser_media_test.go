@@ -45,6 +45,12 @@ func TestWebPageShowsToolMedia(t *testing.T) {
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[src*="session"], [href*="session"]').length`)); err != nil || n != 0 {
 		t.Fatalf("%d elements name the session (%v)", n, err)
 	}
+	// The download's bytes are typed as bytes, not as the tool said: a
+	// link opened in a tab of the page's origin renders nothing of a tool.
+	typ, err := chromedp.Run(ctx, chromedp.Evaluate[string](link+`.dataset.type`))
+	if err != nil || typ != "application/octet-stream" {
+		t.Fatalf("the download's blob is typed %q (%v)", typ, err)
+	}
 	// The link downloads the file's bytes, by its name.
 	name, data := browsertest.Download(t, ctx, chromedp.Click(".msg.assistant .media a.download"))
 	if name != "report.pdf" || !bytes.Equal(data, mcptest.PDF) {

@@ -279,17 +279,25 @@
     });
   }
   function mediaLabel(a) { return (a.name || a.kind) + " (" + (a.mime || "file") + ", " + a.size + " bytes)"; }
+  // The types shown in the page (as /ws/media serves inline): pictures a
+  // browser draws and audio it plays, never one that can run script. Any
+  // other blob is re-typed as bytes, so that a download link opened in a
+  // tab of the page's origin cannot render a tool's HTML or SVG there.
+  const inlineTypes = ["image/png", "image/jpeg", "image/gif", "image/webp",
+    "audio/mpeg", "audio/mp4", "audio/ogg", "audio/wav", "audio/webm", "audio/flac"];
   function showMediaItem(slot, a) {
-    fetchMedia(a).then(function (blob) {
+    fetchMedia(a).then(function (fetched) {
       if (!slot.isConnected) return; // dropped while it loaded
+      const shown = (a.kind === "image" || a.kind === "audio") && inlineTypes.includes(fetched.type);
+      const blob = shown ? fetched : new Blob([fetched], { type: "application/octet-stream" });
       const url = URL.createObjectURL(blob);
       mediaURLs.add(url);
       let el;
-      if (a.kind === "image") {
+      if (shown && a.kind === "image") {
         el = document.createElement("img");
         el.className = "attached tool-image";
         el.alt = a.name || "picture from a tool";
-      } else if (a.kind === "audio") {
+      } else if (shown) {
         el = document.createElement("audio");
         el.className = "tool-audio";
         el.controls = true;
@@ -301,6 +309,7 @@
         el.download = a.name || a.kind;
         el.textContent = "⬇ " + mediaLabel(a);
       }
+      el.dataset.type = blob.type; // what the object URL is typed as
       if (el.tagName === "A") el.href = url; else el.src = url;
       slot.replaceChildren(el);
     }).catch(function () {
