@@ -181,8 +181,23 @@ func (ws *WebSocket) MediaHandler() http.Handler {
 			name = f.Kind + "-" + strconv.Itoa(int(f.Size))
 		}
 		h.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": name}))
+		// A client that reads slowly holds its share of the bound only as
+		// long as its bytes take at a modest pace: then the write fails
+		// and the share is freed for others.
+		writeTime := mediaWriteTime
+		if ws.mediaWriteTime != nil {
+			writeTime = ws.mediaWriteTime
+		}
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTime(f.Size)))
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.Data))
 	})
+}
+
+// mediaWriteTime is how long an item of size bytes may take to be
+// written to its client: 10 s, and a second more for every 128 KiB (a
+// 10 MiB item: 90 s).
+func mediaWriteTime(size int64) time.Duration {
+	return 10*time.Second + time.Duration(size/(128<<10))*time.Second
 }
 
 // mediaPrincipal is who fetches: the principal of the request's auth

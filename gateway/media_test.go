@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -367,5 +369,43 @@ func TestReplyFrameSaysItsMediaWereUnread(t *testing.T) {
 		if item := h.(map[string]any); item["role"] == "assistant" && len(item["attachments"].([]any)) != 2 {
 			t.Fatalf("history reply = %v", item)
 		}
+	}
+}
+
+// doneHook tells the test when a media fetch is done (its share of the
+// bound given back).
+type doneHook struct{ done chan string }
+
+func (doneHook) Waiting(string, int64)     {}
+func (doneHook) Serving(string, int64)     {}
+func (h doneHook) Done(id string, _ int64) { h.done <- id }
+
+// A client that does not read what it fetched holds its share of the
+// bound only until its write time runs out: then its write fails and
+// the share is freed.
+func TestToolMediaSlowReaderFreesItsShare(t *testing.T) {
+	const size = 9_000_000 // more than loopback's socket buffers hold unread, within max_bytes
+	e, _ := newToolEnvWith(t, nil, "", WSOptions{}, tools.ApproveAuto, toolCall("call-1", mcptest.Media, map[string]any{"png_bytes": size}))
+	hook := doneHook{done: make(chan string, 4)}
+	e.ws.mediaHook = hook
+	e.ws.mediaWriteTime = func(int64) time.Duration { return 200 * time.Millisecond }
+	c, ready := e.connect(map[string]any{"user": "ann"})
+	c.send(map[string]any{"type": "message", "id": "m1", "text": "draw it"})
+	frames := c.until("reply")
+	atts, _ := frames[len(frames)-1]["attachments"].([]any)
+	if len(atts) != 2 {
+		t.Fatalf("reply = %v", frames[len(frames)-1])
+	}
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: gateway\r\nAuthorization: Session %s\r\n\r\n", atts[0].(map[string]any)["url"], ready["session"])
+	// The client reads nothing.
+	select {
+	case <-hook.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a client that reads nothing still holds its share of the bound")
 	}
 }

@@ -204,6 +204,9 @@ type WebSocket struct {
 	serving  *semaphore.Weighted // bytes of tool media being served (MediaHandler)
 	// mediaHook, when set (tests), is told how a media fetch moves.
 	mediaHook mediaHook
+	// mediaWriteTime bounds the write of an item to its client (nil:
+	// mediaWriteTime, the function; tests shorten it).
+	mediaWriteTime func(size int64) time.Duration
 
 	limits *ratelimit.Limiter     // per principal and channel-wide (newLimits)
 	cur    atomic.Pointer[wsLive] // what a reload changes (Reconfigure)
