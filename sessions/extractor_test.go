@@ -280,44 +280,29 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 	})
 }
 
-// On PostgreSQL a claim that waited for another's row lock re-checks the
-// row it updates: the extraction another replica claimed meanwhile is
-// not taken a second time.
-func TestExtractionClaimWaitingOnALockTakesNothing(t *testing.T) {
+// On PostgreSQL a claim made while another holds the row's lock (its
+// claim in flight) skips the row instead of waiting for it: it takes
+// nothing, at once, and the extraction is claimed once.
+func TestExtractionClaimSkipsALockedRow(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
 		if db.Driver() != store.DriverPostgres {
-			t.Skip("SQLite has one writer: no claim waits on another's row lock")
+			t.Skip("SQLite has one writer: no claim meets another's row lock")
 		}
 		ctx := context.Background()
 		if err := db.AddExtraction(ctx, ledger.Extraction{ConversationID: "c-lock", SessionKey: "websocket:ann", Channel: "websocket", UserKey: "websocket:ann", CreatedAt: t0}); err != nil {
 			t.Fatal(err)
 		}
-		// A holds the row's lock and claims it; B's claim comes meanwhile.
+		// A holds the row's lock; B claims meanwhile.
 		tx := db.Gorm().Begin()
 		defer tx.Rollback()
 		if err := tx.Exec("SELECT 1 FROM memory_extractions WHERE conversation_id = 'c-lock' FOR UPDATE").Error; err != nil {
 			t.Fatal(err)
 		}
-		type claim struct {
-			x   *ledger.Extraction
-			err error
-		}
-		got := make(chan claim, 1)
-		go func() {
-			x, err := db.ClaimExtraction(ctx, "B", []string{"A", "B"}, t0, t0.Add(time.Minute))
-			got <- claim{x, err}
-		}()
-		// B's statement is waiting for the lock once PostgreSQL says so.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			var waiting int64
-			db.Gorm().Raw("SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting)
-			if waiting > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("B's claim never waited for the lock")
-			}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if x, err := db.ClaimExtraction(cctx, "B", []string{"A", "B"}, t0, t0.Add(time.Minute)); err != nil || x != nil {
+			t.Fatalf("B's claim while A holds the row = %+v, %v; want none, at once", x, err)
 		}
 		if err := tx.Exec("UPDATE memory_extractions SET state = 'running', owner = 'A', attempt = 1, lease_until = ? WHERE conversation_id = 'c-lock'", t0.Add(time.Minute)).Error; err != nil {
 			t.Fatal(err)
@@ -325,8 +310,8 @@ func TestExtractionClaimWaitingOnALockTakesNothing(t *testing.T) {
 		if err := tx.Commit().Error; err != nil {
 			t.Fatal(err)
 		}
-		if c := <-got; c.err != nil || c.x != nil {
-			t.Fatalf("B's claim after A's = %+v, %v; want none", c.x, c.err)
+		if x, err := db.ClaimExtraction(ctx, "B", []string{"A", "B"}, t0, t0.Add(time.Minute)); err != nil || x != nil {
+			t.Fatalf("B's claim after A's = %+v, %v; want none", x, err)
 		}
 	})
 }
@@ -541,4 +526,48 @@ func extractionsRunSeveralAtATime(t *testing.T, db *store.DB) {
 			t.Fatalf("an extraction ended %s", state)
 		}
 	}
+}
+
+// A conversation resumed and archived again while its extraction runs
+// has its next round run after it, on what came after: nothing of the
+// second archive is left unread.
+func TestAConversationArchivedAgainWhileItsExtractionRunsIsExtractedAgain(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *store.DB) {
+		db := open()
+		c := newClock(t0)
+		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2), release: make(chan struct{})}
+		ended := &extractionsEnded{states: make(chan string, 4)}
+		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
+		defer m.Shutdown(context.Background())
+		x := NewExtractor(m, db)
+		x.Start()
+		defer x.Stop()
+		key := "websocket:ann"
+		first := handle(t, m, msg(key, "hi, I am Ann"))
+		handle(t, m, msg(key, "nice to meet you"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ag.started, "round 0's call") // held
+		if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		handle(t, m, msg(key, "I keep bees"))
+		handle(t, m, msg(key, "three hives"))
+		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+			t.Fatal(err)
+		}
+		close(ag.release)
+		waitFor(t, ended.states, "round 0's end")
+		if input := waitFor(t, ag.started, "round 1's call"); !strings.Contains(input, "I keep bees") || strings.Contains(input, "I am Ann") {
+			t.Fatalf("round 1 read %q, want what came after round 0 only", input)
+		}
+		if state := waitFor(t, ended.states, "round 1's end"); state != ledger.ExtractDone {
+			t.Fatalf("round 1 ended %s", state)
+		}
+		row, err := db.Extraction(context.Background(), first.ConversationID)
+		if err != nil || row == nil || row.Round != 1 || row.Again || row.State != ledger.ExtractDone {
+			t.Fatalf("extraction row = %+v, %v", row, err)
+		}
+	})
 }

@@ -80,6 +80,10 @@ type Extraction struct {
 	Round    int   `gorm:"not null;default:0" json:"round,omitempty"`
 	AfterSeq int64 `gorm:"not null;default:0" json:"after_seq,omitempty"`
 	ReadTo   int64 `gorm:"not null;default:0" json:"read_to,omitempty"`
+	// Again: the conversation was archived again while this round ran
+	// (it may have read none of what came after): its settle makes the
+	// next round due instead of ending.
+	Again bool `gorm:"not null;default:false" json:"again,omitempty"`
 }
 
 // TableName is the extractions' table.

@@ -45,8 +45,13 @@ func (s *DB) recordExtractions(tx *gorm.DB, archived []ledger.Archived, at time.
 		}
 		// A conversation extracted before (resumed, then archived again)
 		// is extracted again, from where its last round read; one whose
-		// extraction is still due or running reads the new messages with
-		// the rest.
+		// extraction is still due reads the new messages with the rest,
+		// and one whose round is running has its next round made due
+		// when it settles (Again).
+		if err := tx.Exec(`UPDATE memory_extractions SET again = ? WHERE conversation_id = ? AND state = ?`,
+			true, a.ID, ledger.ExtractRunning).Error; err != nil {
+			return err
+		}
 		if err := tx.Exec(`INSERT INTO memory_extractions (conversation_id, session_key, channel, user_key, state, owner, attempt, notes, error, created_at, round, after_seq, read_to)
 			VALUES (?, ?, ?, ?, ?, '', 0, 0, '', ?, 0, 0, 0)
 			ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, owner = '', lease_until = NULL, attempt = 0, error = '',
@@ -154,7 +159,9 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 		err := s.commit.do(ctx, func(tx *gorm.DB) error {
 			stored = 0
 			if e.RetryAt != nil {
-				res := tx.Exec(`UPDATE memory_extractions SET state = ?, owner = '', lease_until = ?, error = ?
+				// (Due again, it reads what came after its start: the
+				// messages of an archive made meanwhile with the rest.)
+				res := tx.Exec(`UPDATE memory_extractions SET state = ?, owner = '', lease_until = ?, error = ?, again = false
 					WHERE conversation_id = ? AND state = ? AND owner = ? AND attempt = ? AND round = ?`,
 					ledger.ExtractDue, e.RetryAt.UTC(), e.Error, e.ConversationID, ledger.ExtractRunning, e.Owner, e.Attempt, e.Round)
 				if res.Error != nil {
@@ -217,6 +224,13 @@ func (s *DB) SettleExtraction(ctx context.Context, e ledger.ExtractionEnd) (stor
 			readTo := row[0].ReadTo
 			if e.State == ledger.ExtractDone {
 				readTo = max(readTo, e.ReadTo)
+			}
+			if row[0].Again {
+				// Archived again while this round ran: the next round,
+				// from what this one read, is due now.
+				return tx.Exec(`UPDATE memory_extractions SET state = ?, owner = '', lease_until = NULL, attempt = 0, notes = ?, error = ?,
+					ended_at = NULL, read_to = ?, after_seq = ?, round = round + 1, again = false WHERE conversation_id = ?`,
+					ledger.ExtractDue, stored, e.Error, readTo, readTo, e.ConversationID).Error
 			}
 			return tx.Exec(`UPDATE memory_extractions SET state = ?, lease_until = NULL, notes = ?, error = ?, ended_at = ?, read_to = ?
 				WHERE conversation_id = ?`, e.State, stored, e.Error, at, readTo, e.ConversationID).Error
