@@ -44,7 +44,8 @@ type MediaDeliveries interface {
 const (
 	maxPhotoBytes    = 10 << 20 // a larger picture goes as a document
 	maxAlbumItems    = 10
-	maxUploadAttempt = 5 // requests in one delivery, while none reached Telegram
+	maxAlbumBytes    = 50 << 20 // the files of one request, held in memory while it is sent
+	maxUploadAttempt = 5        // requests in one delivery, while none reached Telegram
 	// maxMediaClaims is how many deliveries (a turn's, then the
 	// recovery pass's, a minute apart) try an item before it is given
 	// up, so that the reply's text, which waits for it, goes.
@@ -108,7 +109,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 	for _, kind := range []string{"photo", "audio", "document"} {
 		items := byKind[kind]
 		for len(items) > 0 {
-			n := min(len(items), maxAlbumItems)
+			n := albumSize(items)
 			if len(items)-n == 1 && n > 2 {
 				n-- // no album of one left behind
 			}
@@ -121,6 +122,21 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 		}
 	}
 	return notes, nil
+}
+
+// albumSize is how many of items (the first at least) go in the next
+// request: up to maxAlbumItems, and up to maxAlbumBytes in all — an
+// album's files are held in memory while it is sent.
+func albumSize(items []sessions.Media) int {
+	n, bytes := 0, int64(0)
+	for n < len(items) && n < maxAlbumItems {
+		if n > 0 && bytes+items[n].Size > maxAlbumBytes {
+			break
+		}
+		bytes += items[n].Size
+		n++
+	}
+	return n
 }
 
 // mediaNote is the line that tells the user item m may not have reached

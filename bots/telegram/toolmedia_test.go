@@ -500,3 +500,29 @@ func TestMediaNoteNamesTheFileAsItIs(t *testing.T) {
 		t.Fatalf("note %q shows as %q", md, html)
 	}
 }
+
+// An album holds at most maxAlbumItems files and maxAlbumBytes of them
+// (the first file always goes, however large).
+func TestAlbumSize(t *testing.T) {
+	of := func(sizes ...int64) []sessions.Media {
+		var out []sessions.Media
+		for _, s := range sizes {
+			out = append(out, sessions.Media{Size: s})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		items []sessions.Media
+		want  int
+	}{
+		{of(1, 1, 1), 3},
+		{of(make([]int64, 12)...), maxAlbumItems},
+		{of(30<<20, 30<<20, 1), 1},
+		{of(20<<20, 20<<20, 20<<20), 2},
+		{of(60<<20, 1), 1},
+	} {
+		if got := albumSize(c.items); got != c.want {
+			t.Errorf("albumSize(%d items) = %d, want %d", len(c.items), got, c.want)
+		}
+	}
+}
