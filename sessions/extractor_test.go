@@ -76,6 +76,21 @@ func extractPolicies(budget Budget) map[string]Policy {
 	return map[string]Policy{"websocket": p}
 }
 
+// extracting is a manager of db on ag whose archives extract (the
+// policies of extractPolicies, the clock at t0), with its Extractor
+// running; each extraction's end is told on ended.states. Both stop when
+// the test ends.
+func extracting(t *testing.T, db *store.DB, ag *extractAgent) (*Manager, *extractionsEnded) {
+	t.Helper()
+	ended := &extractionsEnded{states: make(chan string, 2*ExtractWorkers)}
+	m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: newClock(t0).Now, Logger: quiet, Events: events(db), Observer: ended})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	x := NewExtractor(m, db)
+	x.Start()
+	t.Cleanup(x.Stop)
+	return m, ended
+}
+
 func noteTexts(t *testing.T, db *store.DB, user string) []string {
 	t.Helper()
 	notes, err := db.Notes(context.Background(), user, 100)
@@ -96,15 +111,9 @@ func noteTexts(t *testing.T, db *store.DB, user string) []string {
 func TestExtractionAtResetRunsOffThePath(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		c := newClock(t0)
 		ag := &extractAgent{answer: "- The user's name is Ann.\n- Ann grows tomatoes.\nNONE", started: make(chan string, 1), release: make(chan struct{}),
 			usage: agent.Usage{PromptTokens: 40, CompletionTokens: 10, TotalTokens: 50}}
-		ended := &extractionsEnded{states: make(chan string, 4)}
-		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
-		defer m.Shutdown(context.Background())
-		x := NewExtractor(m, db)
-		x.Start()
-		defer x.Stop()
+		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
 		handle(t, m, msg(key, "hi, I am Ann"))
 		handle(t, m, msg(key, "and I grow tomatoes"))
@@ -434,14 +443,8 @@ func TestEveryArchiveRecordsItsExtraction(t *testing.T) {
 func TestAResumedConversationIsExtractedAgainAtItsNextArchive(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		c := newClock(t0)
 		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2)}
-		ended := &extractionsEnded{states: make(chan string, 4)}
-		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
-		defer m.Shutdown(context.Background())
-		x := NewExtractor(m, db)
-		x.Start()
-		defer x.Stop()
+		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
 		first := handle(t, m, msg(key, "hi, I am Ann"))
 		handle(t, m, msg(key, "nice to meet you"))
@@ -534,14 +537,8 @@ func extractionsRunSeveralAtATime(t *testing.T, db *store.DB) {
 func TestAConversationArchivedAgainWhileItsExtractionRunsIsExtractedAgain(t *testing.T) {
 	drivers(t, func(t *testing.T, open func() *store.DB) {
 		db := open()
-		c := newClock(t0)
 		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2), release: make(chan struct{})}
-		ended := &extractionsEnded{states: make(chan string, 4)}
-		m := New(db, ag, Options{Policies: extractPolicies(Budget{}), Now: c.Now, Logger: quiet, Events: events(db), Observer: ended})
-		defer m.Shutdown(context.Background())
-		x := NewExtractor(m, db)
-		x.Start()
-		defer x.Stop()
+		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
 		first := handle(t, m, msg(key, "hi, I am Ann"))
 		handle(t, m, msg(key, "nice to meet you"))
