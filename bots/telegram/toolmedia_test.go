@@ -35,54 +35,48 @@ func mediaSetup(t *testing.T) setup {
 }
 
 func TestToolMediaGoesAsPhotoAndDocumentOnce(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
-			s := mediaSetup(t)
-			if pg {
-				s.dsn = pgtest.DSN(t)
-			}
-			api := telegramtest.New(t)
-			// The turn's delivery mark is lost, as in a crash between the
-			// text's send and its mark; the items' own marks are kept.
-			first := losingTurnMarks(s)
-			h := start(t, api, t.TempDir(), first)
-			msg := api.Push(telegramtest.DM(7, "draw it"))
-			sent := api.WaitSent(t, 1)
-			if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") {
-				t.Fatalf("reply = %q", sent[0].Text)
-			}
-			// The files went before the text (the reply is sent last, and
-			// its mark after it), each its own send.
-			ups := api.Uploads()
-			if len(ups) != 2 {
-				t.Fatalf("uploads = %+v, want a photo and a document", ups)
-			}
-			photo, doc := ups[0], ups[1]
-			if photo.Method != "sendPhoto" || photo.Kind != "photo" || !bytes.Equal(photo.Data, mcptest.PNG) || photo.ChatID != 7 || photo.ReplyTo != msg {
-				t.Fatalf("photo = %+v", photo)
-			}
-			if doc.Method != "sendDocument" || doc.Kind != "document" || doc.FileName != "report.pdf" || !bytes.Equal(doc.Data, mcptest.PDF) || doc.ReplyTo != msg {
-				t.Fatalf("document = %+v", doc)
-			}
-			var rows []ledger.ToolMedia
-			if err := h.db.Gorm().Order("idx").Find(&rows).Error; err != nil {
-				t.Fatal(err)
-			}
-			if len(rows) != 2 || rows[0].DeliveredAt == nil || rows[1].DeliveredAt == nil || rows[0].DeliveryRef == "" {
-				t.Fatalf("media rows = %+v", rows)
-			}
-			// The delivery done again after a restart sends the text again
-			// (the window docs/telegram.md states), never the files marked.
-			h.shutdown(0)
-			restartAndRecover(t, api, h, s)
-			if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
-				t.Fatalf("sent again: %q", again.Text)
-			}
-			if n := len(api.Uploads()); n != 2 {
-				t.Fatalf("uploads after the delivery done again = %d, want still 2", n)
-			}
-		})
-	}
+	onBothStores(t, func(t *testing.T, s setup) {
+		api := telegramtest.New(t)
+		// The turn's delivery mark is lost, as in a crash between the
+		// text's send and its mark; the items' own marks are kept.
+		first := losingTurnMarks(s)
+		h := start(t, api, t.TempDir(), first)
+		msg := api.Push(telegramtest.DM(7, "draw it"))
+		sent := api.WaitSent(t, 1)
+		if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") {
+			t.Fatalf("reply = %q", sent[0].Text)
+		}
+		// The files went before the text (the reply is sent last, and
+		// its mark after it), each its own send.
+		ups := api.Uploads()
+		if len(ups) != 2 {
+			t.Fatalf("uploads = %+v, want a photo and a document", ups)
+		}
+		photo, doc := ups[0], ups[1]
+		if photo.Method != "sendPhoto" || photo.Kind != "photo" || !bytes.Equal(photo.Data, mcptest.PNG) || photo.ChatID != 7 || photo.ReplyTo != msg {
+			t.Fatalf("photo = %+v", photo)
+		}
+		if doc.Method != "sendDocument" || doc.Kind != "document" || doc.FileName != "report.pdf" || !bytes.Equal(doc.Data, mcptest.PDF) || doc.ReplyTo != msg {
+			t.Fatalf("document = %+v", doc)
+		}
+		var rows []ledger.ToolMedia
+		if err := h.db.Gorm().Order("idx").Find(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 2 || rows[0].DeliveredAt == nil || rows[1].DeliveredAt == nil || rows[0].DeliveryRef == "" {
+			t.Fatalf("media rows = %+v", rows)
+		}
+		// The delivery done again after a restart sends the text again
+		// (the window docs/telegram.md states), never the files marked.
+		h.shutdown(0)
+		restartAndRecover(t, api, h, s)
+		if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
+			t.Fatalf("sent again: %q", again.Text)
+		}
+		if n := len(api.Uploads()); n != 2 {
+			t.Fatalf("uploads after the delivery done again = %d, want still 2", n)
+		}
+	})
 }
 
 // losingTurnMarks is s whose turns' delivery marks are lost, as in a
@@ -107,6 +101,20 @@ func restartAndRecover(t *testing.T, api *telegramtest.Server, h *harness, s set
 		t.Fatal(err)
 	}
 	return h2
+}
+
+// onBothStores runs fn with mediaSetup's bot on SQLite, then on
+// PostgreSQL.
+func onBothStores(t *testing.T, fn func(t *testing.T, s setup)) {
+	for _, pg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
+			s := mediaSetup(t)
+			if pg {
+				s.dsn = pgtest.DSN(t)
+			}
+			fn(t, s)
+		})
+	}
 }
 
 // lostMarks records no delivery: the mark a crash loses.
@@ -173,42 +181,36 @@ func uploadCount(api *telegramtest.Server) map[string]int {
 // in one done again after a restart — and the reply's text says so;
 // the document goes as usual.
 func TestToolMediaWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		t.Run(map[bool]string{false: "sqlite", true: "postgres"}[pg], func(t *testing.T) {
-			s := mediaSetup(t)
-			if pg {
-				s.dsn = pgtest.DSN(t)
-			}
-			api := telegramtest.New(t)
-			api.CutAnswers("sendPhoto", 1)
-			first := losingTurnMarks(s)
-			h := start(t, api, t.TempDir(), first)
-			api.Push(telegramtest.DM(7, "draw it"))
-			sent := api.WaitSent(t, 1)
-			const note = "(a picture may not have arrived: sending it was cut off.)"
-			if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") || !strings.HasSuffix(sent[0].Text, note) {
-				t.Fatalf("reply = %q, want the answer and %q", sent[0].Text, note)
-			}
-			if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 || len(n) != 2 {
-				t.Fatalf("files sent: %v, want one sendPhoto and one sendDocument", n)
-			}
-			rows := mediaRows(t, h)
-			if len(rows) != 2 || !strings.HasPrefix(rows[0].DeliveryRef, ledger.MediaUnsureRef) || rows[1].DeliveredAt == nil ||
-				strings.Contains(rows[1].DeliveryRef, ":") {
-				t.Fatalf("media rows: %+v", rows)
-			}
-			// The turn's mark was lost: the delivery done again sends the
-			// text, with the note, and no file.
-			h.shutdown(0)
-			restartAndRecover(t, api, h, s)
-			if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
-				t.Fatalf("sent again: %q, want %q", again.Text, sent[0].Text)
-			}
-			if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 {
-				t.Fatalf("files sent after the delivery done again: %v", n)
-			}
-		})
-	}
+	onBothStores(t, func(t *testing.T, s setup) {
+		api := telegramtest.New(t)
+		api.CutAnswers("sendPhoto", 1)
+		first := losingTurnMarks(s)
+		h := start(t, api, t.TempDir(), first)
+		api.Push(telegramtest.DM(7, "draw it"))
+		sent := api.WaitSent(t, 1)
+		const note = "(a picture may not have arrived: sending it was cut off.)"
+		if !strings.HasPrefix(sent[0].Text, "answer: a chart and its report") || !strings.HasSuffix(sent[0].Text, note) {
+			t.Fatalf("reply = %q, want the answer and %q", sent[0].Text, note)
+		}
+		if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 || len(n) != 2 {
+			t.Fatalf("files sent: %v, want one sendPhoto and one sendDocument", n)
+		}
+		rows := mediaRows(t, h)
+		if len(rows) != 2 || !strings.HasPrefix(rows[0].DeliveryRef, ledger.MediaUnsureRef) || rows[1].DeliveredAt == nil ||
+			strings.Contains(rows[1].DeliveryRef, ":") {
+			t.Fatalf("media rows: %+v", rows)
+		}
+		// The turn's mark was lost: the delivery done again sends the
+		// text, with the note, and no file.
+		h.shutdown(0)
+		restartAndRecover(t, api, h, s)
+		if again := api.WaitSent(t, 2)[1]; again.Text != sent[0].Text {
+			t.Fatalf("sent again: %q, want %q", again.Text, sent[0].Text)
+		}
+		if n := uploadCount(api); n["sendPhoto"] != 1 || n["sendDocument"] != 1 {
+			t.Fatalf("files sent after the delivery done again: %v", n)
+		}
+	})
 }
 
 // TestToolMediaClaimLeftByACrashIsNotSentAgain: a process that died
