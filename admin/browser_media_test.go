@@ -16,10 +16,7 @@ func TestAdminDownloadsToolMediaInBrowser(t *testing.T) {
 	e, out := mediaTurn(t)
 	ctx := browsertest.New(t, 1200, 900)
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(e.url+"/admin/"),
-		chromedp.WaitVisible("#token"),
-		chromedp.SendKeys("#token", aliceToken),
-		chromedp.Click("#save"),
+		signIn(e),
 		browsertest.WaitText("#sessions td", "websocket:ann"),
 		chromedp.Click("#sessions tr"),
 		browsertest.WaitText("#transcript .msg-media", "report.pdf"),

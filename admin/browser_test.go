@@ -140,10 +140,7 @@ func TestAdminUsageInBrowser(t *testing.T) {
 
 	users := `Array.from(document.querySelectorAll('#usage-rows td[data-col=user]'), td => td.textContent).join(' ')`
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(e.url+"/admin/"),
-		chromedp.WaitVisible("#token"),
-		chromedp.SendKeys("#token", aliceToken),
-		chromedp.Click("#save"),
+		signIn(e),
 		browsertest.WaitText("#sessions td", "websocket:ann"),
 		chromedp.Click("#tab-usage"),
 		// By user, in the users' order, with the totals of all three.
@@ -235,4 +232,14 @@ func TestAdminUsageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("group by day, bad period: %v", err)
 	}
+}
+
+// signIn opens the admin page and signs in with alice's token.
+func signIn(e *env) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(e.url+"/admin/"),
+		chromedp.WaitVisible("#token"),
+		chromedp.SendKeys("#token", aliceToken),
+		chromedp.Click("#save"),
+	)
 }
