@@ -247,7 +247,7 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request) {
 	req.Tools = m.offered(in)
 	m.routes.fetchImages(ctx, ag, channel, req)
-	m.toolImages(ctx, ag, req)
+	m.media.images(ctx, ag, req)
 	m.memory.inject(ctx, in, req)
 }
 

@@ -132,7 +132,7 @@ func (m *Manager) deliverOutcome(ctx context.Context, t *turnRun, msgs []ledger.
 		// a channel that marks delivery fails this delivery, and the one
 		// done again reads them (storedOutcome).
 		err := m.untilStored(ctx, "read the media of a turn", func() (err error) {
-			final.Media, err = m.turnMedia(ctx, conv, lead)
+			final.Media, err = m.media.ofTurn(ctx, conv, lead)
 			return err
 		})
 		if err != nil {

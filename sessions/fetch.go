@@ -35,7 +35,7 @@ func (r *Routes) fetchImages(ctx context.Context, ag agent.Agent, channel string
 	var want []*agent.Attachment
 	collect := func(atts []agent.Attachment) {
 		for i := len(atts) - 1; i >= 0; i-- {
-			if atts[i].Kind == agent.KindImage && atts[i].Media == "" { // (a tool's: toolImages)
+			if atts[i].Kind == agent.KindImage && atts[i].Media == "" { // (a tool's: toolMedia.images)
 				want = append(want, &atts[i])
 			}
 		}

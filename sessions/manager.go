@@ -374,6 +374,8 @@ type Manager struct {
 	reminders *Reminders
 	// memory: the notes kept about users across conversations.
 	memory *Memory
+	// media: what tools returned, read for replies and for the model.
+	media *toolMedia
 }
 
 // New returns a Manager, with its Rescuer not yet started. Call Start to
@@ -460,6 +462,7 @@ func New(st Store, ag agent.Agent, opts Options) *Manager {
 	m.convs = newConversations(st, m, m.relay.publish, hot, m.now, opts.Logger, opts.ResumeTTL)
 	m.reminders = NewReminders(st, m.Policy, m.now)
 	m.memory = NewMemory(st, m.Policy, m.now, opts.Logger, opts.Observer)
+	m.media = &toolMedia{store: st, tools: opts.Tools != nil, log: m.log}
 	m.memory.tools = opts.MemoryTools
 	m.live.Store(live)
 	m.life.unwatch = st.Observe(watcher{m})

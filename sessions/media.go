@@ -186,10 +186,21 @@ func toMedia(rows []ledger.ToolMedia) []Media {
 	return out
 }
 
-// turnMedia is the media of turn lead of conversation conv, for its
-// reply.
-func (m *Manager) turnMedia(ctx context.Context, conv string, lead int64) ([]Media, error) {
-	rows, err := m.store.ToolMediaOfTurn(ctx, conv, lead)
+// toolMedia is what the turn path reads of the media tools returned:
+// a turn's, for its reply (ofTurn), and the pictures a model that reads
+// images is given (images). It holds no state of its own.
+type toolMedia struct {
+	store interface {
+		ToolMediaOfTurn(ctx context.Context, convID string, turn int64) ([]ledger.ToolMedia, error)
+		ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
+	}
+	tools bool // tools are offered (Options.Tools): without, there are none
+	log   *slog.Logger
+}
+
+// ofTurn is the media of turn lead of conversation conv, for its reply.
+func (tm *toolMedia) ofTurn(ctx context.Context, conv string, lead int64) ([]Media, error) {
+	rows, err := tm.store.ToolMediaOfTurn(ctx, conv, lead)
 	return toMedia(rows), err
 }
 
@@ -217,15 +228,15 @@ const (
 	MaxToolImagesBytes = 20 << 20
 )
 
-// toolImages gives a model that reads images the pictures tools
+// images gives a model that reads images the pictures tools
 // returned in this turn (req.Turn) and in the history: their bytes are
 // read from storage, the newest MaxTurnImages of them within the byte
 // bounds above; an older one, one past the bounds, or one gone
 // (purged), is marked Missing. This turn's own pictures have
 // their bytes already. For a model that does not read images nothing is
 // read: the result's text line tells it what there was.
-func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Request) {
-	if m.opts.Tools == nil || !agent.ReadsImages(ag) {
+func (tm *toolMedia) images(ctx context.Context, ag agent.Agent, req *agent.Request) {
+	if !tm.tools || !agent.ReadsImages(ag) {
 		return
 	}
 	var want []*agent.Attachment
@@ -255,10 +266,10 @@ func (m *Manager) toolImages(ctx context.Context, ag agent.Agent, req *agent.Req
 			continue
 		case a.Data != nil:
 		default:
-			r, err := m.store.ToolMedia(ctx, a.Media)
+			r, err := tm.store.ToolMedia(ctx, a.Media)
 			if err != nil || r == nil {
 				if err != nil {
-					m.log.WarnContext(ctx, "a picture a tool returned could not be read; the model is told it is no longer available",
+					tm.log.WarnContext(ctx, "a picture a tool returned could not be read; the model is told it is no longer available",
 						slog.String("media", a.Media), slog.String("error", err.Error()))
 				}
 				a.Missing = true

@@ -369,7 +369,7 @@ func (m *Manager) storedOutcome(ctx context.Context, tr *ledger.Turn) (Outcome, 
 	if reply != nil {
 		out.Reply = toReply(reply)
 		if m.opts.Tools != nil && ledger.SettlesTurn(reply) {
-			if out.Reply.Media, err = m.turnMedia(ctx, tr.ConversationID, tr.Lead); err != nil {
+			if out.Reply.Media, err = m.media.ofTurn(ctx, tr.ConversationID, tr.Lead); err != nil {
 				return Outcome{}, err
 			}
 		}
