@@ -134,12 +134,16 @@ func TestToolRequestReachesTheUserOnAnotherReplica(t *testing.T) {
 	peersKnown(t, a.mgr, b.mgr)
 
 	req := asked(t, ca, "c-1")
+	askedOnA := time.Now()
 	id := num(req["id"])
 	// B's tab, which sent nothing, is asked live (not at its next hello).
 	got := cb.expect("tool_request")
 	if num(got["id"]) != id {
 		t.Fatalf("asked on B about %v, want call %d", got, id)
 	}
+	// How long after A's tab B's was asked (a measure, reported with -v;
+	// the goal is a second).
+	t.Logf("tool_request on B %v after A's", time.Since(askedOnA).Round(time.Millisecond))
 	checkRequest(t, got, 1)
 
 	cb.send(map[string]any{"type": "tool_decision", "id": id, "allow": true})
