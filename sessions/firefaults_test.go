@@ -119,6 +119,16 @@ func runFireFaults(t *testing.T, open func() *store.DB, k int, mode faults.Mode)
 	f, err := db.Fire(aside, key, due)
 	if err != nil || f == nil || f.State != ledger.FireSent || !strings.HasPrefix(f.DeliveryRef, "tg-") {
 		t.Errorf("%s: the fire ended %+v (%v), want sent with the chat's reference", label, f, err)
+		// What the turn's rows say, for the one who reads this.
+		var rows []sessions.Message
+		db.Gorm().Order("conversation_id, seq").Find(&rows)
+		for _, r := range rows {
+			t.Logf("%d %s %q reply_to=%d status=%s/%s state=%s owner=%s att=%d lead=%d track=%v ref=%q", r.Seq, r.Role, r.Content, r.ReplyTo,
+				r.Status, r.Error, r.TurnState, r.TurnOwner, r.TurnAttempt, r.TurnLead, r.TurnTrack, r.DeliveryRef)
+		}
+		mu.Lock()
+		t.Logf("sent to the chat: %q", sent)
+		mu.Unlock()
 	}
 	var msgs []sessions.Message
 	if err := db.Gorm().Where("client_msg_id LIKE ?", ledger.FireMsgPrefix+"%").Find(&msgs).Error; err != nil {
