@@ -115,15 +115,12 @@ func measureFires(ctx context.Context, driver string, n int, o options, progress
 	defer closeDB()
 
 	// The times they are due: spread evenly over o.schedulesOver (0: all
-	// at one second), from far enough ahead for the plan. Planned rows
-	// run at their due time, a minute boundary or not; the schedules'
-	// cron (daily, at the first one's minute) plans each one's next fire
-	// a day on.
+	// at one second), from far enough ahead for the plan. Each schedule is
+	// due once, at its planned row's time (schedules.At): a schedule whose
+	// planned row is not one of its own times has that row dropped and
+	// its own latest time fired instead — a cron's minute boundary before
+	// the due times would have every schedule fire at once, seconds early.
 	first := time.Now().Add(5*time.Second + time.Duration(n)*time.Millisecond).Truncate(time.Second).UTC()
-	when, err := schedules.ParseCron(fmt.Sprintf("%d %d * * *", first.Minute(), first.Hour()), time.UTC)
-	if err != nil {
-		return res, err
-	}
 	dues := make([]time.Time, n)
 	index := make(map[string]int, n)
 	list := make([]sessions.OperatorSchedule, n)
@@ -133,7 +130,7 @@ func measureFires(ctx context.Context, driver string, n int, o options, progress
 		user := fmt.Sprint("s", i)
 		target := sessions.ScheduleTarget{Channel: scheduleChannel, SessionKey: scheduleChannel + ":" + user, UserID: user, ChatID: user}
 		index[target.SessionKey] = i
-		list[i] = sessions.OperatorSchedule{Name: fmt.Sprint("bench-", i), When: when, Target: target, Prompt: "Check in."}
+		list[i] = sessions.OperatorSchedule{Name: fmt.Sprint("bench-", i), When: schedules.At(dues[i]), Target: target, Prompt: "Check in."}
 		fires[i] = ledger.ScheduleFire{ScheduleKey: schedules.OperatorKey(list[i].Name), DueAt: dues[i], SessionKey: target.SessionKey, CreatedAt: time.Now()}
 	}
 	due, last := first, dues[n-1]
