@@ -91,6 +91,18 @@ func extracting(t *testing.T, db *store.DB, ag *extractAgent) (*Manager, *extrac
 	return m, ended
 }
 
+// talkAndReset sends key's user's two messages, then resets the key (an
+// archive, with its extraction recorded); it returns the first's outcome.
+func talkAndReset(t *testing.T, m *Manager, key, a, b string) Outcome {
+	t.Helper()
+	out := handle(t, m, msg(key, a))
+	handle(t, m, msg(key, b))
+	if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func noteTexts(t *testing.T, db *store.DB, user string) []string {
 	t.Helper()
 	notes, err := db.Notes(context.Background(), user, 100)
@@ -115,11 +127,7 @@ func TestExtractionAtResetRunsOffThePath(t *testing.T) {
 			usage: agent.Usage{PromptTokens: 40, CompletionTokens: 10, TotalTokens: 50}}
 		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
-		handle(t, m, msg(key, "hi, I am Ann"))
-		handle(t, m, msg(key, "and I grow tomatoes"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		talkAndReset(t, m, key, "hi, I am Ann", "and I grow tomatoes")
 		input := <-ag.started // the extraction's call is made, and held
 		if !strings.Contains(input, "I grow tomatoes") {
 			t.Fatalf("the extraction read %q", input)
@@ -257,11 +265,7 @@ func TestExtractionOverBudgetIsRefused(t *testing.T) {
 		m := newManager(t, db, ag, c, extractPolicies(Budget{TokensPerDay: 20}))
 		x := NewExtractor(m, db)
 		key := "websocket:ann"
-		handle(t, m, msg(key, "a long enough message to spend more than one token"))
-		handle(t, m, msg(key, "and another one"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		talkAndReset(t, m, key, "a long enough message to spend more than one token", "and another one")
 		ev := archivedExtraction(t, db, key)
 		if ran, err := x.RunOne(context.Background()); !ran || err != nil {
 			t.Fatalf("run = %v, %v", ran, err)
@@ -446,11 +450,7 @@ func TestAResumedConversationIsExtractedAgainAtItsNextArchive(t *testing.T) {
 		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2)}
 		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
-		first := handle(t, m, msg(key, "hi, I am Ann"))
-		handle(t, m, msg(key, "nice to meet you"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		first := talkAndReset(t, m, key, "hi, I am Ann", "nice to meet you")
 		if input := waitFor(t, ag.started, "round 0's call"); !strings.Contains(input, "I am Ann") {
 			t.Fatalf("round 0 read %q", input)
 		}
@@ -463,11 +463,7 @@ func TestAResumedConversationIsExtractedAgainAtItsNextArchive(t *testing.T) {
 			t.Fatal(err)
 		}
 		ag.answer = "- Ann keeps bees."
-		handle(t, m, msg(key, "I keep bees"))
-		handle(t, m, msg(key, "three hives"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		talkAndReset(t, m, key, "I keep bees", "three hives")
 		input := waitFor(t, ag.started, "round 1's call")
 		if !strings.Contains(input, "I keep bees") || strings.Contains(input, "I am Ann") {
 			t.Fatalf("round 1 read %q, want the messages after round 0 only", input)
@@ -505,11 +501,7 @@ func extractionsRunSeveralAtATime(t *testing.T, db *store.DB) {
 	x := NewExtractor(m, db)
 	for i := range ExtractWorkers + 1 {
 		key := fmt.Sprintf("websocket:u%d", i)
-		handle(t, m, msg(key, "hi"))
-		handle(t, m, msg(key, "hello"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		talkAndReset(t, m, key, "hi", "hello")
 	}
 	x.Start()
 	defer x.Stop()
@@ -540,20 +532,12 @@ func TestAConversationArchivedAgainWhileItsExtractionRunsIsExtractedAgain(t *tes
 		ag := &extractAgent{answer: "- The user's name is Ann.", started: make(chan string, 2), release: make(chan struct{})}
 		m, ended := extracting(t, db, ag)
 		key := "websocket:ann"
-		first := handle(t, m, msg(key, "hi, I am Ann"))
-		handle(t, m, msg(key, "nice to meet you"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		first := talkAndReset(t, m, key, "hi, I am Ann", "nice to meet you")
 		waitFor(t, ag.started, "round 0's call") // held
 		if _, err := m.Conversations().ResumePrevious(context.Background(), msg(key, "")); err != nil {
 			t.Fatal(err)
 		}
-		handle(t, m, msg(key, "I keep bees"))
-		handle(t, m, msg(key, "three hives"))
-		if _, err := m.Reset(context.Background(), msg(key, "")); err != nil {
-			t.Fatal(err)
-		}
+		talkAndReset(t, m, key, "I keep bees", "three hives")
 		close(ag.release)
 		waitFor(t, ended.states, "round 0's end")
 		if input := waitFor(t, ag.started, "round 1's call"); !strings.Contains(input, "I keep bees") || strings.Contains(input, "I am Ann") {

@@ -304,17 +304,11 @@ session:
 			d := sessions.ToolDecision{SessionKey: a.SessionKey, UserID: a.UserID, ID: a.Call.ID, Allow: allow}
 			mu.Unlock()
 			go func() {
-				// Until it lands: a decision refused by storage would leave
-				// the turn waiting out its approve timeout.
-				for range 100 {
-					_, err := r.m.Approvals().DecideTool(context.WithoutCancel(ctx), d)
-					if err == nil || errors.Is(err, sessions.ErrToolDecided) {
-						return
-					}
-					t.Logf("deciding the ask: %v; again", err)
-					time.Sleep(50 * time.Millisecond) // a retry's pause
+				// A decision storage refused would leave the turn waiting
+				// out its approve timeout: the test says so instead.
+				if _, err := r.m.Approvals().DecideTool(context.WithoutCancel(ctx), d); err != nil && !errors.Is(err, sessions.ErrToolDecided) {
+					t.Errorf("deciding the ask of %s: %v", a.SessionKey, err)
 				}
-				t.Errorf("the ask of %s could not be decided", a.SessionKey)
 			}()
 			return "", nil
 		}})
