@@ -111,12 +111,31 @@ func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*ledger.Turn
 	})
 }
 
-// withReply derives the turn's state from its stored final reply.
+// withReply derives the turn's state from its stored final reply. The
+// user message was read before the reply, in a statement of its own: a
+// turn claimed, run and answered between the two reads would pair the
+// reply with the message as it was before its claim (not yet tracked,
+// its lead not set). So once a reply is found the message is read again,
+// as new as the reply at least, and its lead's reply taken.
 func (s *DB) withReply(ctx context.Context, t *ledger.Turn) (*ledger.Turn, error) {
 	reply, err := s.finalReply(ctx, t.ConversationID, t.Lead)
 	if err != nil {
 		return nil, err
 	}
+	if reply == nil {
+		return t, nil
+	}
+	m, err := s.message(ctx, t.ConversationID, t.Seq)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	again := ledger.TurnOf(m)
+	if again.Lead != t.Lead {
+		if reply, err = s.finalReply(ctx, again.ConversationID, again.Lead); err != nil {
+			return nil, err
+		}
+	}
+	t = again
 	if reply != nil {
 		t.ApplyReply(reply)
 	}
