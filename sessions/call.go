@@ -65,7 +65,7 @@ func (m *Manager) callFor(turnCtx context.Context, hc *hotConv, b *ledger.Batch,
 				req.Turn = tt.turn()
 				req.NoMoreTools = tt.n >= maxRounds
 			}
-			m.prepare(turnCtx, live.agent, hc.conv.Channel, in, &req)
+			m.prepare(turnCtx, live.agent, hc.conv.Channel, in, &req, nil)
 			sink := &deltaSink{next: h.OnDelta}
 			deltas, callCtx := sink.add, turnCtx
 			if results != nil {
@@ -244,11 +244,12 @@ func (m *Manager) request(rows []ledger.BatchRow, hist []agent.Message, in Inbou
 // prepare completes a turn's request outside any lock: the tools the
 // turn offers (a tool server still starting is waited for, within its
 // timeout), its pictures, and the user's notes.
-func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request) {
+// With gate (an early call's) the notes wait for the message's commit.
+func (m *Manager) prepare(ctx context.Context, ag agent.Agent, channel string, in Inbound, req *agent.Request, gate *notesGate) {
 	req.Tools = m.offered(in)
 	m.routes.fetchImages(ctx, ag, channel, req)
 	m.media.images(ctx, ag, req)
-	m.memory.inject(ctx, in, req)
+	m.memory.inject(ctx, in, req, gate)
 }
 
 // priorOf is the history a turn with lead and members sees: every stored

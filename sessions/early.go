@@ -71,9 +71,10 @@ const earlyLeaseWait = 50 * time.Millisecond
 // claimed, if the key's turn lock is free (the rescuer may hold it for
 // another turn of the key: then the turn starts after the commit, as any
 // other) and its lease is this replica's at once (kept from the key's
-// last turn, or free; on SQLite always). Called under the key's state
+// last turn, or free; on SQLite always). With gate, the request's notes
+// wait for the message's commit (notesGate). Called under the key's state
 // lock; nil when not started.
-func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req agent.Request) *earlyCall {
+func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, gate *notesGate, req agent.Request) *earlyCall {
 	key := in.SessionKey
 	unlock, err := m.lockTurn(m.life.base, key, earlyLeaseWait)
 	if err != nil {
@@ -90,7 +91,7 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	gopool.Go(func() {
 		defer close(e.done)
 		defer e.wrote()
-		m.prepare(ctx, ag, channel, in, &req) // here, not under the state lock
+		m.prepare(ctx, ag, channel, in, &req, gate) // here, not under the state lock
 		e.reply, e.err = m.callAgent(whenWritten(ctx, e.wrote), ag, req, e.delta)
 	})
 	// The model's request goes out before the message's commit starts:
@@ -99,7 +100,11 @@ func (m *Manager) startEarly(in Inbound, channel string, ag agent.Agent, req age
 	// "The early call's request before the commit"). The request is seen
 	// written through whenWritten; an agent that makes no HTTP request
 	// frees the caller with its first delta or its return, and
-	// earlySendWait bounds the wait.
+	// earlySendWait bounds the wait. A request whose notes wait for the
+	// commit (gate) cannot go before it.
+	if gate != nil {
+		return e
+	}
 	t := time.NewTimer(m.earlySendWait)
 	select {
 	case <-e.sent:

@@ -74,6 +74,13 @@ func (r *recorder) last() agent.Request {
 	return r.requests[len(r.requests)-1]
 }
 
+// since returns the requests after the first n.
+func (r *recorder) since(n int) []agent.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.requests[n:])
+}
+
 func newManager(t testing.TB, db Store, ag agent.Agent, c *clock, policies map[string]Policy) *Manager {
 	t.Helper()
 	m := New(db, ag, Options{Policies: policies, Now: c.Now, Logger: quiet, Events: events(db)})

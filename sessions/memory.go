@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -126,6 +127,14 @@ type NoteStore interface {
 	RecallNotes(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
 	NotesFor(ctx context.Context, user, query string, limit int) ([]ledger.Note, error)
 	NotesVersion(ctx context.Context, user string) (ledger.NotesVersion, error)
+	// SharedNotes reports whether other processes write notes too
+	// (PostgreSQL's replicas), so that the version of a user's notes is
+	// read from the database, not only counted here.
+	SharedNotes() bool
+	// NotesVersionRead is the version of user's notes whose count of
+	// changes (NotesVersion.Changes) a commit read
+	// (ledger.Append.NotesOf), with no I/O.
+	NotesVersionRead(user string, changes int64) ledger.NotesVersion
 	ForgetNote(ctx context.Context, user string, id int64) (bool, error)
 	ForgetNotes(ctx context.Context, user string) (int64, error)
 }
@@ -147,6 +156,9 @@ type Memory struct {
 	tools bool
 	// cache: users' notes as turns rank them (notecache.go).
 	cache *noteCache
+	// gated counts the early calls waiting for their commit's version of
+	// the notes (notesGate.wait).
+	gated atomic.Int32
 }
 
 // NewMemory returns Memory over st, with a channel's policy from policy;
@@ -281,7 +293,10 @@ func (mem *Memory) ForgetAll(ctx context.Context, user string) (int64, error) {
 // version (notesFor), so that one forgotten on any replica is gone from
 // the next request. A read that fails leaves the turn without them
 // (logged): the user is answered.
-func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
+//
+// With gate (an early call's, notesGate) the version is the one its
+// message's commit read: the notes wait for that commit.
+func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request, gate *notesGate) {
 	if mem == nil {
 		return
 	}
@@ -293,9 +308,20 @@ func (mem *Memory) inject(ctx context.Context, in Inbound, req *agent.Request) {
 	if !set.Enabled || set.InjectTokens <= 0 {
 		return
 	}
+	var v *ledger.NotesVersion
+	if gate != nil && gate.user == user {
+		changes, ok := mem.wait(ctx, gate)
+		if !ok {
+			return // the message was not stored: the call is dropped unseen
+		}
+		if changes >= 0 {
+			read := mem.store.NotesVersionRead(user, changes)
+			v = &read
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, recallTimeout)
 	defer cancel()
-	notes, err := mem.notesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates)
+	notes, err := mem.notesFor(rctx, user, strings.Join(req.Inputs(), "\n"), injectCandidates, v)
 	if err != nil {
 		mem.log.WarnContext(ctx, "reading the user's notes failed; the turn goes without them",
 			slog.String("session_key", in.SessionKey), slog.String("error", err.Error()))

@@ -81,6 +81,78 @@ func (c *noteCache) put(user string, u *userNotes) {
 	}
 }
 
+// notesGate carries the version of a user's notes that an early call's
+// message's commit reads on a store other processes write notes to
+// (ledger.Append.NotesOf, PostgreSQL): the call's request waits for that
+// commit, then takes the kept copy of that version — the notes of no
+// other. So a request goes out only after its message is stored, with no
+// note forgotten before that commit, and the turn pays no round trip of
+// its own for the version: the read rides in the commit's pipeline,
+// shared by every append of it. (Taking the copy before the commit and
+// checking it after let a request made from a stale copy reach the
+// model's provider first; see docs/performance.md, "Memory".)
+type notesGate struct {
+	user string
+	once sync.Once
+	// changes is set by open, before ready is closed: the version the
+	// commit read, or -1 when it read none (the version is then read
+	// apart, as for any turn).
+	changes int64
+	ready   chan struct{}
+}
+
+// open lets the request go with the version the commit read (changes;
+// -1: none). Only the first call counts. The store calls it as the
+// version comes (ledger.Append.NotesRead), before the commit's outcome
+// is known: like any early call's, a request out before its message's
+// commit fails is dropped unseen.
+func (g *notesGate) open(changes int64) {
+	g.once.Do(func() {
+		g.changes = changes
+		close(g.ready)
+	})
+}
+
+// wait returns the version of gate's notes (-1: none read) once it is
+// known; false when ctx ended first. When no other early call waits for
+// its commit (a quiet gateway), the version is also read apart at once,
+// in parallel with the commit, and the first answer counts: a round trip
+// then costs no one else's turn, and the commit's may take longer (its
+// fsync). When others wait, their commits share one read per pipeline.
+func (mem *Memory) wait(ctx context.Context, gate *notesGate) (int64, bool) {
+	if mem.gated.Add(1) == 1 {
+		go func() {
+			if v, err := mem.store.NotesVersion(ctx, gate.user); err == nil {
+				gate.open(v.Changes)
+			}
+		}()
+	}
+	defer mem.gated.Add(-1)
+	select {
+	case <-gate.ready:
+		return gate.changes, true
+	case <-ctx.Done():
+		return 0, false
+	}
+}
+
+// gate returns the gate of an early call of in, or nil: where the notes'
+// version is read from the database, and in's user's notes are put in
+// requests.
+func (mem *Memory) gate(in Inbound) *notesGate {
+	if mem == nil || !mem.store.SharedNotes() {
+		return nil
+	}
+	user := memoryUserOf(in)
+	if user == "" {
+		return nil
+	}
+	if set := mem.Settings(in.Channel, user); !set.Enabled || set.InjectTokens <= 0 {
+		return nil
+	}
+	return &notesGate{user: user, changes: -1, ready: make(chan struct{})}
+}
+
 // userNotes is a copy of one user's notes, newest first, read after
 // version, with the index a ranking needs. It is never changed once made.
 type userNotes struct {
@@ -213,11 +285,17 @@ func (u *userNotes) notesFor(query string, limit int) []*ledger.Note {
 // notesFor returns the notes a turn of user carries (userNotes.notesFor)
 // from the user's kept copy when it is current, else reads the notes
 // (all of them, or the database's search for a user with more than
-// noteCacheNotes) and keeps them.
-func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int) ([]*ledger.Note, error) {
-	v, err := mem.store.NotesVersion(ctx, user)
-	if err != nil {
-		return nil, err
+// noteCacheNotes) and keeps them. Current is of version read when given
+// (notesGate's), else of the version read now.
+func (mem *Memory) notesFor(ctx context.Context, user, query string, limit int, read *ledger.NotesVersion) ([]*ledger.Note, error) {
+	var v ledger.NotesVersion
+	if read != nil {
+		v = *read
+	} else {
+		var err error
+		if v, err = mem.store.NotesVersion(ctx, user); err != nil {
+			return nil, err
+		}
 	}
 	u, ok := mem.cache.get(user, v)
 	if !ok {

@@ -145,14 +145,27 @@ func TestNotesReadOnceUntilTheyChange(t *testing.T) {
 			return
 		}
 		// Another replica forgets a note and writes one: its statements,
-		// not this process's.
-		reads()
+		// not this process's. This process's copy still holds the note:
+		// no request may carry it from here on, not even one made and
+		// then dropped (an early call's, made before its message's
+		// commit read the version).
+		ops.take()
+		handle(t, m, msg(key, "cherry tomatoes?"))
+		if !strings.Contains(rec.last().MemoryText(), "cherry") {
+			t.Fatalf("the kept copy lacks the note: %q", rec.last().MemoryText())
+		}
+		if got := ops.take(); got["Notes"]+got["NotesFor"] != 0 {
+			t.Fatalf("a turn with the notes unchanged read them: %v", got)
+		}
+		before := rec.calls.Load()
 		if err := db.Gorm().Exec(`DELETE FROM notes WHERE id = ?`, n.ID).Error; err != nil {
 			t.Fatal(err)
 		}
 		handle(t, m, msg(key, "tomatoes?"))
-		if mem := rec.last().MemoryText(); strings.Contains(mem, "cherry") || !strings.Contains(mem, "grows") {
-			t.Fatalf("after another replica's forget, memory = %q", mem)
+		for _, req := range rec.since(int(before)) {
+			if mem := req.MemoryText(); strings.Contains(mem, "cherry") || !strings.Contains(mem, "grows") {
+				t.Fatalf("after another replica's forget, a request's memory = %q", mem)
+			}
 		}
 		if err := db.Gorm().Exec(`INSERT INTO notes (user_key, text, author, created_at) VALUES (?, ?, ?, ?)`,
 			user, "Cy waters the tomatoes at dawn.", ledger.NoteByModel, c.Now()).Error; err != nil {
@@ -166,6 +179,63 @@ func TestNotesReadOnceUntilTheyChange(t *testing.T) {
 			t.Fatalf("two changes by another replica: the notes were read %d times, want 2", n)
 		}
 	})
+}
+
+// While other early calls wait for their commits (a busy gateway), a
+// turn's version of its user's notes comes with its message's commit, in
+// the pipeline all of them share: no statement of its own. Its request
+// still waits for that version, so a note another replica forgot before
+// the commit is not in it.
+func TestEarlyCallsTakeTheNotesVersionFromTheirCommit(t *testing.T) {
+	db := openStore(t, store.DriverPostgres, postgresDSN(t))
+	c := newClock(t0)
+	rec := &recorder{}
+	m := newManager(t, db, rec, c, memoryPolicies(ResetPolicy{Mode: ResetNone}, MemorySettings{Enabled: true, InjectTokens: 400}))
+	key := "websocket:di"
+	user := MemoryUser(key, "di")
+	ctx := context.Background()
+	var kept []ledger.Note
+	for _, text := range []string{"Di rows on the river.", "Di's boat is called Heron."} {
+		n, err := m.Memory().Remember(ctx, NoteRequest{Channel: "websocket", User: user, Text: text, Author: ledger.NoteByUser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, n)
+	}
+	handle(t, m, msg(key, "how is the boat?"))
+	if mem := rec.last().MemoryText(); !strings.Contains(mem, "Heron") {
+		t.Fatalf("memory = %q", mem)
+	}
+	// Another early call waits (as at 50 clients, always one).
+	m.Memory().gated.Add(1)
+	defer m.Memory().gated.Add(-1)
+	ops := &opCounter{ops: map[string]int{}}
+	defer db.Observe(ops)()
+	if err := db.Gorm().Exec(`DELETE FROM notes WHERE id = ?`, kept[1].ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	before := rec.calls.Load()
+	handle(t, m, msg(key, "and the boat now?"))
+	got := ops.take()
+	if got["NotesVersion"] != 0 {
+		t.Fatalf("the version was read apart (%d statements): %v", got["NotesVersion"], got)
+	}
+	if got["Notes"] != 1 {
+		t.Fatalf("the notes changed on another replica, read %d times: %v", got["Notes"], got)
+	}
+	reqs := rec.since(int(before))
+	if len(reqs) == 0 {
+		t.Fatal("no request")
+	}
+	for _, req := range reqs {
+		if mem := req.MemoryText(); strings.Contains(mem, "Heron") || !strings.Contains(mem, "river") {
+			t.Fatalf("after another replica's forget, a request's memory = %q", mem)
+		}
+	}
+	handle(t, m, msg(key, "the river?"))
+	if got := ops.take(); got["NotesVersion"]+got["Notes"] != 0 {
+		t.Fatalf("the notes unchanged: %v", got)
+	}
 }
 
 // BenchmarkCachedNotesFor times a turn's ranking of its user's kept

@@ -259,6 +259,7 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 	}
 	rows := []ledger.BatchRow{ledger.RowOf(&um)}
 	var early *earlyCall
+	var gate *notesGate
 	if solo {
 		// Its own turn, this replica's before the commit lands: the agent
 		// call starts now, from the history before it (Manager.startEarly), on the
@@ -268,17 +269,27 @@ func (m *Manager) accept(ctx context.Context, t *Ticket) error {
 			return err
 		}
 		live := m.settings() // the turn's settings, as callFor takes them
-		early = m.startEarly(in, hc.conv.Channel, live.agent,
+		gate = m.memory.gate(in)
+		early = m.startEarly(in, hc.conv.Channel, live.agent, gate,
 			m.request(rows, historyFor(priorOf(hc.window, seqSet{um.Seq}, um.Seq), policy), in, live.instructions, model))
 	}
 	if early != nil {
 		ledger.ClaimAtStore(&um, m.routes.tracks(in.Channel))
 	}
 	batch := []ledger.Message{um}
+	app := ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now,
+		KeepActivity: in.Scheduled}
+	if early != nil && gate != nil {
+		// The commit reads the version of the user's notes the early
+		// call's request takes (notesGate).
+		app.NotesOf, app.NotesRead = gate.user, gate.open
+	}
 	endStore := m.tr.startSpan(ctx, "store")
-	err = m.store.Append(ctx, ledger.Append{Conv: &hc.conv, ExpectSeq: hc.conv.LastSeq, RequireActive: true, Messages: batch, At: now,
-		KeepActivity: in.Scheduled})
+	err = m.store.Append(ctx, app)
 	endStore(err)
+	if err == nil && early != nil && gate != nil {
+		gate.open(-1) // a store that read no version: it is read apart
+	}
 	if err != nil && early != nil {
 		// Not stored, not acknowledged: the call is dropped unseen.
 		early.abandon(err)

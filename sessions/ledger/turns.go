@@ -308,6 +308,15 @@ type Append struct {
 	Answers []int64
 	// Usage, when set, is tallied in the same transaction.
 	Usage *Usage
+	// NotesOf, when set on a store whose notes other processes write
+	// (PostgreSQL), asks for that user's count of notes' changes
+	// (NotesVersion.Changes), read in the same transaction after its
+	// writes: NotesRead gets it as soon as it is read — before the
+	// commit's outcome is known, which the append's return tells — and
+	// never when the store read none. It may be called more than once (a
+	// batch run again) and must not block.
+	NotesOf   string
+	NotesRead func(changes int64)
 }
 
 // Archived is a conversation a sweep archived.

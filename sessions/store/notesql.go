@@ -383,6 +383,17 @@ func (s *DB) NotesVersion(ctx context.Context, user string) (ledger.NotesVersion
 	})
 }
 
+// SharedNotes reports whether other processes write the notes too: on
+// PostgreSQL, a gateway's replicas.
+func (s *DB) SharedNotes() bool { return s.driver == DriverPostgres }
+
+// NotesVersionRead is the version of user's notes whose changes an
+// append's transaction read (ledger.Append.NotesOf): NotesVersion's,
+// without its read.
+func (s *DB) NotesVersionRead(user string, changes int64) ledger.NotesVersion {
+	return ledger.NotesVersion{Local: noteStripe(user).Load(), Changes: changes}
+}
+
 // versionReads reads note_versions for the turns that ask, in batches:
 // the users asking while a read is out are read together by the next
 // one. At 50 turns at once a statement each cost a PostgreSQL turn a

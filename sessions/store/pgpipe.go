@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,6 +136,7 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	if rows := ledger.UsageRows(usageOf(ops)); len(rows) > 0 {
 		b.Queue(pgTallyUsage, pgUsageArgs(rows)...)
 	}
+	queueNotesVersions(b, ops)
 	// The pipeline binds its arguments itself, past database/sql: made
 	// storable here, every statement's (storableValue).
 	for _, q := range b.QueuedQueries {
@@ -148,6 +150,49 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
 		return dc.(*storablePGConn).Conn.Conn().SendBatch(ctx, b).Close()
+	})
+}
+
+// pgNotesVersions reads the notes' versions of the users some appends of
+// a pipeline ask for (ledger.Append.NotesOf); a user without a row has
+// changed none, version 0, as NotesVersion reads it.
+const pgNotesVersions = `SELECT u, COALESCE(v.version, 0) FROM unnest($1::varchar[]) AS u
+	LEFT JOIN note_versions AS v ON v.user_key = u`
+
+// queueNotesVersions queues, last, the read of the notes' versions the
+// appends of ops ask for, and passes each its user's (NotesRead) as the
+// pipeline's results come: an early call's request takes its user's kept
+// notes by that version (sessions' notesGate), with no round trip of its
+// own.
+func queueNotesVersions(b *pgx.Batch, ops []*writeOp) {
+	var users []string
+	for _, op := range ops {
+		if u := op.app.NotesOf; u != "" && op.app.NotesRead != nil && !slices.Contains(users, u) {
+			users = append(users, u)
+		}
+	}
+	if len(users) == 0 {
+		return
+	}
+	b.Queue(pgNotesVersions, users).Query(func(rows pgx.Rows) error {
+		got := make(map[string]int64, len(users))
+		for rows.Next() {
+			var u string
+			var v int64
+			if err := rows.Scan(&u, &v); err != nil {
+				return err
+			}
+			got[u] = v
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if v, ok := got[op.app.NotesOf]; ok && op.app.NotesRead != nil {
+				op.app.NotesRead(v)
+			}
+		}
+		return nil
 	})
 }
 
