@@ -469,5 +469,17 @@ func (b *breakdownResult) print(w io.Writer) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "  (an append's time is its wait for a batch and the batch's commit; the rest is WebSocket, the manager, the agent and scheduling)")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "an append (means, ms)\tbefore the queue\tqueued behind a commit\tits batch built\tthe round trip\tuntil its writer runs\t")
+		for _, g := range []struct {
+			name string
+			p    appendParts
+		}{{"the message's, all", t.All.Message}, {"the reply's, all", t.All.Reply}, {"the message's, slowest 1 %", t.Slow.Message}, {"the reply's, slowest 1 %", t.Slow.Reply}} {
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", g.name, g.p.Before, g.p.Queue, g.p.Build, g.p.Round, g.p.After)
+		}
+		tw.Flush()
+		c := t.Commits
+		fmt.Fprintf(w, "  the commits with appends: %d, %.1f writes each; built in %.0f µs, round trip %.0f µs, their worker idle %.0f µs between two (means)\n",
+			c.Batches, c.WritesPerBatch, c.BuildMicros, c.RoundMicros, c.GapMicros)
 	}
 }

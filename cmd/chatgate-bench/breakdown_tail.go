@@ -12,6 +12,7 @@ import (
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"github.com/chatgate/chatgate/sessions/store"
 )
 
 // What 50 clients' turns waited for (-breakdown's second part): each
@@ -36,6 +37,33 @@ type tailResult struct {
 	// slowest 1 %.
 	All  tailGroup `json:"all"`
 	Slow tailGroup `json:"slowest_1pct"`
+	// Commits is what the group commits of the run were like.
+	Commits commitStats `json:"commits"`
+}
+
+// commitStats summarizes the store's group commits (store.CommitBatch)
+// of a run: how many, how many writes each, how long each took from its
+// worker's taking it to its outcome (building its statements, then the
+// round trip: on PostgreSQL the pipeline, server and fsync; on SQLite the
+// transaction), and how long the worker sat between one and the next.
+type commitStats struct {
+	Batches        int     `json:"batches"`
+	WritesPerBatch float64 `json:"writes_per_batch"`
+	BuildMicros    float64 `json:"build_us"`
+	RoundMicros    float64 `json:"round_trip_us"`
+	GapMicros      float64 `json:"gap_us"`
+}
+
+// appendParts splits an append's time (means, ms): before it was
+// queued (the store's own work), its wait in the queue for the commit in
+// flight, its batch's building and round trip, and after the outcome
+// until its writer ran again.
+type appendParts struct {
+	Before float64 `json:"before_queue_ms"`
+	Queue  float64 `json:"queue_ms"`
+	Build  float64 `json:"build_ms"`
+	Round  float64 `json:"round_trip_ms"`
+	After  float64 `json:"after_ms"`
 }
 
 // tailGroup is what a group of turns waited for, means (so that the
@@ -50,6 +78,9 @@ type tailGroup struct {
 	MessageAppend float64 `json:"message_append_ms"`
 	ReplyAppend   float64 `json:"reply_append_ms"`
 	Rest          float64 `json:"rest_ms"`
+	// Message and Reply split each append (appendParts).
+	Message appendParts `json:"message_append"`
+	Reply   appendParts `json:"reply_append"`
 	// WithGCPause is the share of the turns during which the collector
 	// stopped the world at least once; GCPauseMicros the pause time
 	// inside them, mean.
@@ -68,6 +99,83 @@ type appendClock struct {
 type appendSpan struct {
 	start, end time.Time
 	reply      bool
+}
+
+// commitLog keeps the store's group commits of a run
+// (store.DB.ObserveCommits) and finds an append's among them.
+type commitLog struct {
+	mu      sync.Mutex
+	batches []store.CommitBatch
+	// byKey: each session key's writes, as (batch, write) indexes.
+	byKey map[string][][2]int
+}
+
+func (l *commitLog) add(b store.CommitBatch) {
+	l.mu.Lock()
+	l.batches = append(l.batches, b)
+	l.mu.Unlock()
+}
+
+func (l *commitLog) index() {
+	l.byKey = map[string][][2]int{}
+	for i, b := range l.batches {
+		for j, w := range b.Writes {
+			if w.SessionKey != "" {
+				l.byKey[w.SessionKey] = append(l.byKey[w.SessionKey], [2]int{i, j})
+			}
+		}
+	}
+}
+
+// parts splits the append of key a timed (appendParts, in durations);
+// false when no write of key was queued within it.
+func (l *commitLog) parts(key string, a appendSpan) (before, queue, build, round, after time.Duration, ok bool) {
+	for _, ij := range l.byKey[key] {
+		b := l.batches[ij[0]]
+		q := b.Writes[ij[1]].Queued
+		if q.Before(a.start) || q.After(a.end) {
+			continue
+		}
+		sent := b.Sent
+		if sent.IsZero() {
+			sent = b.Start
+		}
+		return q.Sub(a.start), b.Start.Sub(q), sent.Sub(b.Start), b.End.Sub(sent), a.end.Sub(b.End), true
+	}
+	return 0, 0, 0, 0, 0, false
+}
+
+// stats summarizes the batches with at least one append.
+func (l *commitLog) stats() commitStats {
+	var s commitStats
+	var writes int
+	var build, round, gap time.Duration
+	var last time.Time
+	for _, b := range l.batches {
+		if len(b.Writes) == 0 || b.Writes[0].SessionKey == "" {
+			continue
+		}
+		s.Batches++
+		writes += len(b.Writes)
+		sent := b.Sent
+		if sent.IsZero() {
+			sent = b.Start
+		}
+		build += sent.Sub(b.Start)
+		round += b.End.Sub(sent)
+		if !last.IsZero() && b.Start.After(last) {
+			gap += b.Start.Sub(last)
+		}
+		last = b.End
+	}
+	if s.Batches > 0 {
+		n := float64(s.Batches)
+		s.WritesPerBatch = float64(writes) / n
+		s.BuildMicros = float64(build.Microseconds()) / n
+		s.RoundMicros = float64(round.Microseconds()) / n
+		s.GapMicros = float64(gap.Microseconds()) / n
+	}
+	return s
 }
 
 func (h *appendClock) Before(_ context.Context, c ledger.Call) error {
@@ -187,6 +295,9 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 	clock := &appendClock{started: map[uint64]time.Time{}, done: map[string][]appendSpan{}}
 	remove := db.Observe(clock)
 	defer remove()
+	commits := &commitLog{}
+	unobserve := db.ObserveCommits(commits.add)
+	defer unobserve()
 	url, stop, err := serveGateway(db, closeDB, false, agent.Echo{}, sessions.Policy{MaxHistory: 20})
 	if err != nil {
 		return nil, err
@@ -246,6 +357,10 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 	after := readMetrics()
 	close(stopPoll)
 	<-polled
+	unobserve()
+	commits.mu.Lock()
+	defer commits.mu.Unlock()
+	commits.index()
 
 	t := &tailResult{Clients: n, Turns: res.Turns, PerSecond: res.PerSecond, P50Millis: res.P50Millis, P99Millis: res.P99Millis}
 	if res.Turns == 0 {
@@ -266,6 +381,9 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 	type waited struct {
 		total, msg, reply, pause time.Duration
 		paused                   bool
+		// parts: the message's append's [0] and the reply's [1], each
+		// before, queue, build, round trip, after.
+		parts [2][5]time.Duration
 	}
 	clock.mu.Lock()
 	ws := make([]waited, len(turns))
@@ -275,10 +393,17 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 			if a.start.Before(tr.start) || a.end.After(tr.end) {
 				continue
 			}
+			k := 0
 			if a.reply {
 				w.reply += a.end.Sub(a.start)
+				k = 1
 			} else {
 				w.msg += a.end.Sub(a.start)
+			}
+			if before, queue, build, round, after, ok := commits.parts(tr.key, a); ok {
+				for i, d := range [5]time.Duration{before, queue, build, round, after} {
+					w.parts[k][i] += d
+				}
 			}
 		}
 		w.pause, w.paused = pauses.within(tr.start, tr.end)
@@ -302,6 +427,10 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 		out.MessageAppend = ms(func(w waited) time.Duration { return w.msg })
 		out.ReplyAppend = ms(func(w waited) time.Duration { return w.reply })
 		out.Rest = ms(func(w waited) time.Duration { return w.total - w.msg - w.reply })
+		part := func(k, i int) float64 { return ms(func(w waited) time.Duration { return w.parts[k][i] }) }
+		for k, p := range []*appendParts{&out.Message, &out.Reply} {
+			*p = appendParts{Before: part(k, 0), Queue: part(k, 1), Build: part(k, 2), Round: part(k, 3), After: part(k, 4)}
+		}
 		var paused int
 		var pause time.Duration
 		for _, w := range g {
@@ -314,6 +443,7 @@ func breakdownTail(ctx context.Context, o options, n int) (*tailResult, error) {
 		out.GCPauseMicros = float64(pause.Microseconds()) / float64(len(g))
 		return out
 	}
+	t.Commits = commits.stats()
 	t.All = group(ws)
 	t.Slow = group(ws[len(ws)-max(1, len(ws)/100):])
 	return t, nil

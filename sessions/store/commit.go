@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -50,6 +52,8 @@ type committer struct {
 	workers int // queue's
 	// afterCommit, when set, runs after each committed batch.
 	afterCommit func()
+	// observe, when set, is told of each batch (ObserveCommits).
+	observe atomic.Pointer[func(CommitBatch)]
 	// pipe, on PostgreSQL, commits a batch's appends as one pipelined
 	// transaction.
 	pipe *pgPipe
@@ -72,6 +76,8 @@ type writeOp struct {
 	conv *ledger.Conversation
 	err  error
 	done chan struct{} // buffered: the committer never waits on it
+	// queued is when the op was queued, kept while commits are observed.
+	queued time.Time
 }
 
 var writeOps = sync.Pool{New: func() any { return &writeOp{done: make(chan struct{}, 1)} }}
@@ -81,7 +87,7 @@ func newWriteOp() *writeOp { return writeOps.Get().(*writeOp) }
 // free puts op back once its writer is done with it; nobody else holds
 // it then (the committer let go of it when it signalled done).
 func (op *writeOp) free() {
-	op.fn, op.app, op.conv, op.err = nil, nil, nil, nil
+	op.fn, op.app, op.conv, op.err, op.queued = nil, nil, nil, nil, time.Time{}
 	writeOps.Put(op)
 }
 
@@ -138,6 +144,9 @@ func (c *committer) enqueue(ctx context.Context, op *writeOp) error {
 		op.free()
 		return ledger.ErrClosed
 	}
+	if c.observe.Load() != nil {
+		op.queued = time.Now()
+	}
 	queue := c.queue
 	if op.app != nil && c.appends != nil {
 		queue = c.appends
@@ -181,6 +190,11 @@ func (c *committer) run(queue chan *writeOp) {
 var errOpFailed = errors.New("a write in the batch failed")
 
 func (c *committer) commit(batch []*writeOp) {
+	var start time.Time
+	observe := c.observe.Load()
+	if observe != nil {
+		start = time.Now()
+	}
 	if c.pipe == nil {
 		c.commitTx(batch)
 	} else {
@@ -209,6 +223,9 @@ func (c *committer) commit(batch []*writeOp) {
 	}
 	if c.afterCommit != nil {
 		c.afterCommit()
+	}
+	if observe != nil {
+		(*observe)(c.observed(batch, start))
 	}
 	for _, op := range batch {
 		op.done <- struct{}{} // the op is its writer's again from here
@@ -351,4 +368,48 @@ func (c *committer) close() {
 	if c.stmts != nil {
 		c.stmts.close()
 	}
+}
+
+// CommitBatch is one group commit as ObserveCommits tells it: when its
+// worker took it from the queue (Start), had its statements ready and
+// sent them (Sent: PostgreSQL's appends' pipeline; zero elsewhere) and
+// had the outcome (End), and each write of it.
+type CommitBatch struct {
+	Start, Sent, End time.Time
+	Writes           []CommitWrite
+}
+
+// CommitWrite is one write of a batch: an append's session key ("" for
+// other writes) and when it was queued (zero when it was queued before
+// the observation began).
+type CommitWrite struct {
+	SessionKey string
+	Queued     time.Time
+}
+
+// observed is batch as CommitBatch, started at start.
+func (c *committer) observed(batch []*writeOp, start time.Time) CommitBatch {
+	b := CommitBatch{Start: start, End: time.Now(), Writes: make([]CommitWrite, len(batch))}
+	// On PostgreSQL the appends have their worker (batch[0] is one of
+	// them only there), the only one that sends pipelines.
+	if c.pipe != nil && len(batch) > 0 && batch[0].app != nil && c.pipe.sent.After(start) {
+		b.Sent = c.pipe.sent
+	}
+	for i, op := range batch {
+		b.Writes[i].Queued = op.queued
+		if op.app != nil && op.app.Conv != nil {
+			b.Writes[i].SessionKey = op.app.Conv.SessionKey
+		}
+	}
+	return b
+}
+
+// ObserveCommits has fn told of every group commit from now on, on the
+// committer's worker before the batch's writers return (so fn must be
+// quick), until remove is called. One observer at a time; it costs the
+// writes a clock reading each while it is set. For measurement: the
+// bench's breakdown of where an append waits.
+func (s *DB) ObserveCommits(fn func(CommitBatch)) (remove func()) {
+	s.commit.observe.Store(&fn)
+	return func() { s.commit.observe.CompareAndSwap(&fn, nil) }
 }

@@ -637,3 +637,70 @@ func openPostgres(t *testing.T, tracer pgx.QueryTracer) *DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// ObserveCommits tells each group commit with its writes: every append
+// once, with its session key and when it was queued, and its batch's
+// times in order (on PostgreSQL the pipeline's sending among them).
+func TestObserveCommitsTellsEveryAppend(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		const writers, each = 20, 5
+		convs := createConversations(t, db, writers, at, "")
+		var mu sync.Mutex
+		var batches []CommitBatch
+		remove := db.ObserveCommits(func(b CommitBatch) {
+			mu.Lock()
+			batches = append(batches, b)
+			mu.Unlock()
+		})
+		begin := time.Now()
+		var wg sync.WaitGroup
+		for _, c := range convs {
+			wg.Go(func() {
+				for seq := int64(1); seq <= each; seq++ {
+					err := db.Append(ctx, ledger.Append{Conv: c, ExpectSeq: seq - 1, At: at,
+						Messages: []ledger.Message{{ConversationID: c.ID, Seq: seq, Role: "user", Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		remove()
+		// Removed: a later commit is not told.
+		if err := db.Append(ctx, ledger.Append{Conv: convs[0], ExpectSeq: each, At: at,
+			Messages: []ledger.Message{{ConversationID: convs[0].ID, Seq: each + 1, Role: "user", Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		perKey := map[string]int{}
+		for _, b := range batches {
+			if b.Start.Before(begin) || b.End.Before(b.Start) {
+				t.Fatalf("batch times out of order: %+v", b)
+			}
+			if db.Driver() == DriverPostgres && (b.Sent.Before(b.Start) || b.End.Before(b.Sent)) {
+				t.Fatalf("pipeline sent outside its batch: start %v sent %v end %v", b.Start, b.Sent, b.End)
+			}
+			for _, w := range b.Writes {
+				if w.Queued.IsZero() || w.Queued.Before(begin) || w.Queued.After(b.Start) {
+					t.Fatalf("write queued at %v, batch started %v", w.Queued, b.Start)
+				}
+				perKey[w.SessionKey]++
+			}
+		}
+		if len(perKey) != writers {
+			t.Fatalf("%d session keys told, want %d: %v", len(perKey), writers, perKey)
+		}
+		for _, c := range convs {
+			if perKey[c.SessionKey] != each {
+				t.Fatalf("%s told %d times, want %d", c.SessionKey, perKey[c.SessionKey], each)
+			}
+		}
+		t.Logf("%d appends in %d batches", writers*each, len(batches))
+	})
+}

@@ -121,6 +121,9 @@ func pgArrayRows(cols ...string) string {
 type pgPipe struct {
 	db        *sql.DB
 	translate func(error) error
+	// sent is when the last pipeline was sent (its statements built and
+	// bound), for CommitBatch; only the appends' one worker writes it.
+	sent time.Time
 }
 
 // run commits ops in one pipelined implicit transaction. An error the
@@ -149,6 +152,7 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
+		p.sent = time.Now()
 		return dc.(*storablePGConn).Conn.Conn().SendBatch(ctx, b).Close()
 	})
 }
