@@ -267,6 +267,8 @@ type report struct {
 	Sweeps []sweepResult `json:"daily_sweep"`
 	Locks  locksResult   `json:"lock_cache"`
 	Goals  []goal        `json:"goals"`
+	// Tracked are figures reported with no target (trackedFigures).
+	Tracked []tracked `json:"tracked,omitempty"`
 }
 
 type loadResult struct {
@@ -305,6 +307,12 @@ type sweepResult struct {
 type locksResult struct {
 	HeapMiB10k float64 `json:"heap_mib_10k_keys"`
 	HeapMiB1M  float64 `json:"heap_mib_1m_keys"`
+}
+
+// tracked is a figure a run reports beside its goals, with no target.
+type tracked struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
 }
 
 type goal struct {
@@ -425,6 +433,14 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3g\t%v\n", g.Name, g.Target, g.Value, g.Met)
 	}
 	tw.Flush()
+	if len(r.Tracked) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\ntracked, no goal\tvalue")
+		for _, t := range r.Tracked {
+			fmt.Fprintf(tw, "%s\t%.3g\n", t.Name, t.Value)
+		}
+		tw.Flush()
+	}
 }
 
 // newTable is a table of right-aligned columns, as the run prints them.

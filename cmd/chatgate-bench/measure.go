@@ -89,7 +89,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		if err := measureSchedules(ctx, rep, drivers, o, step, progress); err != nil {
 			return nil, err
 		}
-		rep.Goals = goals(rep)
+		rep.Goals, rep.Tracked = goals(rep), trackedFigures(rep)
 		return rep, nil
 	}
 	if o.memoryOnly {
@@ -102,14 +102,14 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 			return nil, err
 		}
 		rep.Memory = m
-		rep.Goals = goals(rep)
+		rep.Goals, rep.Tracked = goals(rep), trackedFigures(rep)
 		return rep, nil
 	}
 	if o.firstDeltaOnly {
 		if err := firstDeltaRuns(); err != nil {
 			return nil, err
 		}
-		rep.Goals = goals(rep)
+		rep.Goals, rep.Tracked = goals(rep), trackedFigures(rep)
 		return rep, nil
 	}
 
@@ -167,7 +167,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	}
 
 	if o.turnsOnly {
-		rep.Goals = goals(rep)
+		rep.Goals, rep.Tracked = goals(rep), trackedFigures(rep)
 		return rep, nil
 	}
 	if o.dsn != "" {
@@ -231,7 +231,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 	}
 	step("lock cache memory")
 	rep.Locks = locksResult{HeapMiB10k: lockHeap(10_000), HeapMiB1M: lockHeap(1_000_000)}
-	rep.Goals = goals(rep)
+	rep.Goals, rep.Tracked = goals(rep), trackedFigures(rep)
 	return rep, nil
 }
 
@@ -420,6 +420,32 @@ func findLoad(ls []loadResult, clients int) *loadResult {
 	return nil
 }
 
+// trackedFigures are the figures a run reports beside its goals, with no
+// target: each store's CPU a turn at its largest load (the gateway and its
+// clients, and a local PostgreSQL server's) ÷ the CPU a bare echo's round
+// trip took at that load. (It was a goal on turns/s, ≥ 0.2 of the echo's
+// round trips; retired: a durable turn is two commits and three frames,
+// and no item of its profile is over 3 %. See docs/performance.md.)
+func trackedFigures(r *report) []tracked {
+	var out []tracked
+	for _, run := range []struct {
+		store string
+		rows  []loadResult
+	}{{r.Store, r.Gateway}, {store.DriverPostgres, r.Postgres}} {
+		if len(run.rows) == 0 {
+			continue
+		}
+		gw := run.rows[len(run.rows)-1]
+		echo := findLoad(r.Echo, gw.Clients)
+		if echo == nil || echo.CPUMicrosPerTurn <= 0 || gw.CPUMicrosPerTurn <= 0 {
+			continue
+		}
+		out = append(out, tracked{fmt.Sprintf("CPU a turn ÷ CPU an echo round trip, %d clients, %s", gw.Clients, run.store),
+			(gw.CPUMicrosPerTurn + gw.ServerCPUMicrosPerTurn) / echo.CPUMicrosPerTurn})
+	}
+	return out
+}
+
 func goals(r *report) []goal {
 	var out []goal
 	find := findLoad
@@ -438,11 +464,6 @@ func goals(r *report) []goal {
 		rows  []loadResult
 	}{{r.Store, r.Gateway}, {store.DriverPostgres, r.Postgres}}
 	for _, run := range runs {
-		gw, echo := last(run.rows), last(r.Echo)
-		if gw != nil && echo != nil && echo.PerSecond > 0 {
-			ratio := gw.PerSecond / echo.PerSecond
-			out = append(out, goal{fmt.Sprintf("turns/s at %d clients ÷ A (aim 0.25), %s", gw.Clients, run.store), "≥ 0.2", ratio, ratio >= 0.2})
-		}
 		if len(run.rows) > 0 {
 			// The 50-client row when there is one, else the middle load.
 			mid := find(run.rows, 50)
@@ -469,7 +490,7 @@ func goals(r *report) []goal {
 		out = append(out, goal{fmt.Sprintf("postgres p99 at %d clients (ms)", pg.Clients), "≤ 200", pg.P99Millis, pg.P99Millis <= 200 && pg.ErrorCount == 0})
 	}
 	if c := r.PostgresCost; c != nil {
-		out = append(out, goal{fmt.Sprintf("postgres transactions per turn, %d clients", c.Clients), "≤ 1.0", c.StatXactsPerTurn, c.StatXactsPerTurn <= 1})
+		out = append(out, goal{fmt.Sprintf("postgres transactions per turn, %d clients", c.Clients), "≤ 0.2", c.StatXactsPerTurn, c.StatXactsPerTurn <= 0.2})
 	}
 	var plain, before *ttfdResult
 	seen := map[string]bool{}
