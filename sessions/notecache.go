@@ -119,7 +119,17 @@ func (g *notesGate) open(changes int64) {
 // in parallel with the commit, and the first answer counts: a round trip
 // then costs no one else's turn, and the commit's may take longer (its
 // fsync). When others wait, their commits share one read per pipeline.
+//
+// Only a version that comes while the request waits counts: one the
+// commit read before (the rest of the request took longer — a picture
+// fetched, a tool server starting) may predate a forget since, so the
+// version is read now (-1).
 func (mem *Memory) wait(ctx context.Context, gate *notesGate) (int64, bool) {
+	select {
+	case <-gate.ready:
+		return -1, true
+	default:
+	}
 	if mem.gated.Add(1) == 1 {
 		go func() {
 			if v, err := mem.store.NotesVersion(ctx, gate.user); err == nil {

@@ -211,6 +211,19 @@ func TestEarlyCallsTakeTheNotesVersionFromTheirCommit(t *testing.T) {
 	defer m.Memory().gated.Add(-1)
 	ops := &opCounter{ops: map[string]int{}}
 	defer db.Observe(ops)()
+	// The message's commit starts once the turn's request waits for it
+	// (however late the goroutine preparing the request runs).
+	defer db.Observe(beforeAppend(func(a *ledger.Append) {
+		if len(a.Messages) != 1 || a.Messages[0].Content != "and the boat now?" {
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); m.Memory().gated.Load() < 2; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Error("the turn's request never waited for its commit")
+				return
+			}
+		}
+	}))()
 	if err := db.Gorm().Exec(`DELETE FROM notes WHERE id = ?`, kept[1].ID).Error; err != nil {
 		t.Fatal(err)
 	}
