@@ -585,20 +585,7 @@ func TestAppendsCommitOnePipelineAtATime(t *testing.T) {
 	const writers, each = 40, 10
 	convs := createConversations(t, db, writers, at, "")
 	trace.reset()
-	var wg sync.WaitGroup
-	for _, c := range convs {
-		wg.Go(func() {
-			for seq := int64(1); seq <= each; seq++ {
-				err := db.Append(ctx, ledger.Append{Conv: c, ExpectSeq: seq - 1, At: at,
-					Messages: []ledger.Message{{ConversationID: c.ID, Seq: seq, Role: "user", Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	appendAtOnce(t, db, convs, each, at)
 	if most := trace.most.Load(); most != 1 {
 		t.Errorf("%d pipelines were in flight at once, want 1", most)
 	}
@@ -656,20 +643,7 @@ func TestObserveCommitsTellsEveryAppend(t *testing.T) {
 			mu.Unlock()
 		})
 		begin := time.Now()
-		var wg sync.WaitGroup
-		for _, c := range convs {
-			wg.Go(func() {
-				for seq := int64(1); seq <= each; seq++ {
-					err := db.Append(ctx, ledger.Append{Conv: c, ExpectSeq: seq - 1, At: at,
-						Messages: []ledger.Message{{ConversationID: c.ID, Seq: seq, Role: "user", Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		appendAtOnce(t, db, convs, each, at)
 		remove()
 		// Removed: a later commit is not told.
 		if err := db.Append(ctx, ledger.Append{Conv: convs[0], ExpectSeq: each, At: at,
@@ -703,4 +677,24 @@ func TestObserveCommitsTellsEveryAppend(t *testing.T) {
 		}
 		t.Logf("%d appends in %d batches", writers*each, len(batches))
 	})
+}
+
+// appendAtOnce appends each messages to every one of convs, a writer per
+// conversation, all at once, and waits for them.
+func appendAtOnce(t *testing.T, db *DB, convs []*ledger.Conversation, each int64, at time.Time) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, c := range convs {
+		wg.Go(func() {
+			for seq := int64(1); seq <= each; seq++ {
+				err := db.Append(context.Background(), ledger.Append{Conv: c, ExpectSeq: seq - 1, At: at,
+					Messages: []ledger.Message{{ConversationID: c.ID, Seq: seq, Role: "user", Content: "hi", Status: ledger.MsgOK, CreatedAt: at}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
