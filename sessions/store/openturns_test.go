@@ -339,3 +339,47 @@ func TestOpenIndexAddedToEarlierDatabase(t *testing.T) {
 		}
 	})
 }
+
+// A turn claimed, answered and delivered between TurnAt's read of its
+// message and its read of the reply is told as it is then — tracked, with
+// its delivery's reference — not as the message was before its claim,
+// paired with the reply (a fire was once settled sent on such a read,
+// without the chat's reference).
+func TestTurnAtReadsTheMessageAgainOnceItFindsAReply(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		conv := createConversations(t, db, 1, at, "")[0]
+		pending := userRow(conv.ID, 1, 0, false, at)
+		pending.TurnState, pending.TurnOwner, pending.TurnAttempt = ledger.TurnPending, "", 0
+		if err := db.Append(ctx, ledger.Append{Conv: conv, ExpectSeq: 0, Messages: []ledger.Message{pending}, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		db.afterTurnRead = func() {
+			db.afterTurnRead = nil
+			b, err := db.ClaimBatch(ctx, ledger.Claim{ConversationID: conv.ID, Owner: "r1", Now: at, Limit: 10, Track: true})
+			if err != nil || b == nil {
+				t.Fatalf("claim: %+v, %v", b, err)
+			}
+			conv.LastSeq, conv.Epoch = b.LastSeq, b.Epoch
+			if err := db.Append(ctx, ledger.Append{Conv: conv, ExpectSeq: b.LastSeq, At: at, Answers: []int64{1},
+				Messages: []ledger.Message{replyRow(conv.ID, b.LastSeq+1, b.Lead(), at)}}); err != nil {
+				t.Fatalf("reply: %v", err)
+			}
+			if err := db.MarkDelivered(ctx, conv.ID, b.Lead(), "r1", b.Attempt, "tg-1", "", at); err != nil {
+				t.Fatalf("delivered: %v", err)
+			}
+		}
+		tr, err := db.TurnAt(ctx, conv.ID, 1)
+		if err != nil || tr == nil {
+			t.Fatalf("turn: %+v, %v", tr, err)
+		}
+		if db.afterTurnRead != nil {
+			t.Fatal("the turn was not claimed between TurnAt's reads")
+		}
+		if !tr.Track || tr.DeliveryRef != "tg-1" || tr.State != ledger.TurnDelivered || tr.ReplySeq != 2 {
+			t.Fatalf("a turn read across its claim, reply and delivery: %+v", tr)
+		}
+	})
+}

@@ -41,6 +41,9 @@ type DB struct {
 	// leases is the session leases and the leader role (PostgreSQL);
 	// nil on SQLite.
 	leases *leaser
+	// afterTurnRead, set only by this package's tests, runs in TurnAt
+	// between its read of the message and its read of the reply.
+	afterTurnRead func()
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int

@@ -107,6 +107,9 @@ func (s *DB) TurnAt(ctx context.Context, convID string, seq int64) (*ledger.Turn
 		if err != nil || m == nil || m.Role != "user" {
 			return nil, err
 		}
+		if s.afterTurnRead != nil {
+			s.afterTurnRead()
+		}
 		return s.withReply(ctx, ledger.TurnOf(m))
 	})
 }
