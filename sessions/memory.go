@@ -159,6 +159,10 @@ type Memory struct {
 	// gated counts the early calls waiting for their commit's version of
 	// the notes (notesGate.wait).
 	gated atomic.Int32
+	// waiting, set only by this package's tests while no turn runs, is
+	// called by each early call that starts waiting for its commit's
+	// version.
+	waiting func()
 }
 
 // NewMemory returns Memory over st, with a channel's policy from policy;

@@ -130,7 +130,11 @@ func (mem *Memory) wait(ctx context.Context, gate *notesGate) (int64, bool) {
 		return -1, true
 	default:
 	}
-	if mem.gated.Add(1) == 1 {
+	alone := mem.gated.Add(1) == 1
+	if mem.waiting != nil {
+		mem.waiting()
+	}
+	if alone {
 		go func() {
 			if v, err := mem.store.NotesVersion(ctx, gate.user); err == nil {
 				gate.open(v.Changes)

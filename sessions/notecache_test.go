@@ -213,15 +213,21 @@ func TestEarlyCallsTakeTheNotesVersionFromTheirCommit(t *testing.T) {
 	defer db.Observe(ops)()
 	// The message's commit starts once the turn's request waits for it
 	// (however late the goroutine preparing the request runs).
+	waiting := make(chan struct{}, 1)
+	m.Memory().waiting = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
 	defer db.Observe(beforeAppend(func(a *ledger.Append) {
 		if len(a.Messages) != 1 || a.Messages[0].Content != "and the boat now?" {
 			return
 		}
-		for deadline := time.Now().Add(10 * time.Second); m.Memory().gated.Load() < 2; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Error("the turn's request never waited for its commit")
-				return
-			}
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Error("the turn's request never waited for its commit")
 		}
 	}))()
 	if err := db.Gorm().Exec(`DELETE FROM notes WHERE id = ?`, kept[1].ID).Error; err != nil {

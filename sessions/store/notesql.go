@@ -460,12 +460,28 @@ func (r *versionReads) readBatch(batch map[string][]chan versionAnswer) (map[str
 	// of the one that started it.
 	ctx, cancel := context.WithTimeout(context.Background(), versionReadTimeout)
 	defer cancel()
-	rows, err := r.db.QueryContext(ctx, `SELECT user_key, version FROM note_versions WHERE user_key = ANY($1)`, users)
+	rows, err := r.db.QueryContext(ctx, pgNotesVersions, users)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	got := make(map[string]int64, len(users))
+	return scanNotesVersions(rows, len(users))
+}
+
+// pgNotesVersions reads the notes' versions of the users $1 names, for
+// a read apart (versionReads) and in an append's pipeline
+// (queueNotesVersions) alike. A user without a row has changed none:
+// version 0, which the map scanNotesVersions returns gives.
+const pgNotesVersions = `SELECT user_key, version FROM note_versions WHERE user_key = ANY($1)`
+
+// scanNotesVersions is pgNotesVersions's rows (database/sql's or pgx's)
+// as versions by user.
+func scanNotesVersions(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}, n int) (map[string]int64, error) {
+	got := make(map[string]int64, n)
 	for rows.Next() {
 		var u string
 		var v int64

@@ -157,12 +157,6 @@ func (p *pgPipe) run(ops []*writeOp) error {
 	})
 }
 
-// pgNotesVersions reads the notes' versions of the users some appends of
-// a pipeline ask for (ledger.Append.NotesOf); a user without a row has
-// changed none, version 0, as NotesVersion reads it.
-const pgNotesVersions = `SELECT u, COALESCE(v.version, 0) FROM unnest($1::varchar[]) AS u
-	LEFT JOIN note_versions AS v ON v.user_key = u`
-
 // queueNotesVersions queues, last, the read of the notes' versions the
 // appends of ops ask for, and passes each its user's (NotesRead) as the
 // pipeline's results come: an early call's request takes its user's kept
@@ -179,21 +173,13 @@ func queueNotesVersions(b *pgx.Batch, ops []*writeOp) {
 		return
 	}
 	b.Queue(pgNotesVersions, users).Query(func(rows pgx.Rows) error {
-		got := make(map[string]int64, len(users))
-		for rows.Next() {
-			var u string
-			var v int64
-			if err := rows.Scan(&u, &v); err != nil {
-				return err
-			}
-			got[u] = v
-		}
-		if err := rows.Err(); err != nil {
+		got, err := scanNotesVersions(rows, len(users))
+		if err != nil {
 			return err
 		}
 		for _, op := range ops {
-			if v, ok := got[op.app.NotesOf]; ok && op.app.NotesRead != nil {
-				op.app.NotesRead(v)
+			if op.app.NotesOf != "" && op.app.NotesRead != nil {
+				op.app.NotesRead(got[op.app.NotesOf])
 			}
 		}
 		return nil
