@@ -305,17 +305,21 @@ func (c *Conversations) ToolMediaInfo(ctx context.Context, id string) (*MediaFil
 	return &MediaFile{Media: toMedia([]ledger.ToolMedia{*r})[0], SessionKey: r.SessionKey}, nil
 }
 
-// ClaimMediaSend claims item id for a channel's send, before the send:
+// ClaimMediaSend claims item id for a channel's send, before the send,
+// by the delivery that names itself claim (a token of its own):
 // ledger.MediaClaimed and the claims made so far, or how the item stands
-// (delivered, cut off in an earlier send, gone). See ledger.ToolMedia.
-func (c *Conversations) ClaimMediaSend(ctx context.Context, id string) (ledger.MediaClaim, int, error) {
-	return c.store.ClaimMediaSend(ctx, id, c.now())
+// (delivered, cut off in an earlier send, gone). A delivery that claims
+// again, not knowing whether its claim landed, finds it its own. See
+// ledger.ToolMedia.
+func (c *Conversations) ClaimMediaSend(ctx context.Context, id, claim string) (ledger.MediaClaim, int, error) {
+	return c.store.ClaimMediaSend(ctx, id, claim, c.now())
 }
 
-// ReleaseMediaSend drops a claim whose send surely did not reach the
-// user: a later delivery sends the item.
-func (c *Conversations) ReleaseMediaSend(ctx context.Context, id string) error {
-	return c.store.ReleaseMediaSend(ctx, id)
+// ReleaseMediaSend drops the claim of the delivery named claim, whose
+// send surely did not reach the user (or was never made): a later
+// delivery sends the item. It is safe whether or not that claim landed.
+func (c *Conversations) ReleaseMediaSend(ctx context.Context, id, claim string) error {
+	return c.store.ReleaseMediaSend(ctx, id, claim)
 }
 
 // MarkMediaDelivered records that a channel sent item id (ref: what it

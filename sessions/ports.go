@@ -73,8 +73,8 @@ type ToolMediaLedger interface {
 	ToolMedia(ctx context.Context, id string) (*ledger.ToolMedia, error)
 	// ToolMediaInfo is ToolMedia without the bytes.
 	ToolMediaInfo(ctx context.Context, id string) (*ledger.ToolMedia, error)
-	ClaimMediaSend(ctx context.Context, id string, at time.Time) (ledger.MediaClaim, int, error)
-	ReleaseMediaSend(ctx context.Context, id string) error
+	ClaimMediaSend(ctx context.Context, id, claim string, at time.Time) (ledger.MediaClaim, int, error)
+	ReleaseMediaSend(ctx context.Context, id, claim string) error
 	MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error)
 }
 

@@ -263,7 +263,8 @@ type Bot struct {
 	warned        map[string]bool
 	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
-	albums        albums // albums being gathered (Bot.gather)
+	owed          owedMedia // writes of tools' files' sends, owed (toolmedia.go)
+	albums        albums    // albums being gathered (Bot.gather)
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup

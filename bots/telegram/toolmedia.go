@@ -21,10 +21,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
+	"github.com/google/uuid"
 
 	"github.com/chatgate/chatgate/sessions"
 	"github.com/chatgate/chatgate/sessions/ledger"
@@ -34,8 +36,8 @@ import (
 // claimed before each send, and marked delivered item by item.
 type MediaDeliveries interface {
 	ToolMedia(ctx context.Context, id string) (*sessions.MediaFile, error)
-	ClaimMediaSend(ctx context.Context, id string) (ledger.MediaClaim, int, error)
-	ReleaseMediaSend(ctx context.Context, id string) error
+	ClaimMediaSend(ctx context.Context, id, claim string) (ledger.MediaClaim, int, error)
+	ReleaseMediaSend(ctx context.Context, id, claim string) error
 	MarkMediaDelivered(ctx context.Context, id, ref string) error
 }
 
@@ -78,13 +80,16 @@ func uploadKind(m sessions.Media) string {
 // marked.
 //
 // Each item is sent at most once: it is claimed in the database before
-// its request goes, and marked delivered when Telegram took it. A claim
-// found standing by a delivery done again (the process died between
-// the request and the mark) or a request whose answer was lost is not
-// sent again: the item is marked unsure and the text says it may not
-// have arrived. A request Telegram surely did not take (it answered with
-// a failure, or was never reached) drops the claim, for the next
-// delivery, up to maxMediaClaims of them.
+// its request goes, by this delivery (a token of its own), and marked
+// delivered when Telegram took it. A claim found standing by a delivery
+// done again (the process died between the request and the mark) or a
+// request whose answer was lost is not sent again: the item is marked
+// unsure and the text says it may not have arrived. A request Telegram
+// surely did not take (it answered with a failure, or was never reached)
+// drops the claim, for the next delivery, up to maxMediaClaims of them;
+// so does a claim whose answer storage lost, which may have landed. A
+// release or a mark storage cannot take is owed (owedMedia): the item's
+// next delivery in this process makes it first.
 func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo int) ([]string, error) {
 	if r.MediaUnread {
 		// Marked delivered now, the reply would never bring them: the
@@ -95,6 +100,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx) // delivered even while stopping
+	claim := uuid.NewString()
 	var notes []string
 	byKind := map[string][]sessions.Media{}
 	for _, m := range r.Media {
@@ -113,7 +119,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 			if len(items)-n == 1 && n > 2 {
 				n-- // no album of one left behind
 			}
-			more, err := b.sendMediaBatch(ctx, &to, kind, items[:n], replyTo)
+			more, err := b.sendMediaBatch(ctx, &to, kind, items[:n], replyTo, claim)
 			notes = append(notes, more...)
 			if err != nil {
 				return notes, err
@@ -172,18 +178,25 @@ func markdownEscape(s string) string {
 	return out.String()
 }
 
-// sendMediaBatch claims items of one kind and sends those it claimed —
-// alone, or as an album — marking each delivered. An item Telegram
-// refuses for good is marked with the refusal and the user told, rather
-// than tried forever; an album refused is sent item by item, so that one
-// bad item does not take the others with it.
-func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
+// sendMediaBatch claims items of one kind for the delivery named claim
+// and sends those it claimed — alone, or as an album — marking each
+// delivered. An item Telegram refuses for good is marked with the
+// refusal and the user told, rather than tried forever; an album refused
+// is sent item by item, so that one bad item does not take the others
+// with it.
+func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int, claim string) ([]string, error) {
 	var notes []string
 	var claimed []sessions.Media
 	for _, m := range items {
-		state, claims, err := b.sess.Media.ClaimMediaSend(ctx, m.ID)
+		paid, err := b.payOwedMedia(ctx, m)
+		notes = append(notes, paid...)
 		if err != nil {
-			return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+			return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
+		}
+		state, claims, err := b.sess.Media.ClaimMediaSend(ctx, m.ID, claim)
+		if err != nil {
+			// Whether the claim landed is unknown; its send never went.
+			return notes, errors.Join(err, b.releaseMedia(ctx, claim, append(claimed, m)))
 		}
 		switch {
 		case state == ledger.MediaCut:
@@ -192,7 +205,7 @@ func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items 
 			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaUnsureRef+"cut off before its answer", sessions.MediaUnsure)
 			notes = append(notes, n...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+				return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
 			}
 		case state == ledger.MediaClaimed && claims > maxMediaClaims:
 			b.log.WarnContext(ctx, "telegram: a file from a tool was not taken in its deliveries; it is given up", slog.Int64("chat", to.chat),
@@ -200,26 +213,26 @@ func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items 
 			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaRefusedRef+"not taken in "+strconv.Itoa(maxMediaClaims)+" deliveries", sessions.MediaRefused)
 			notes = append(notes, n...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, claimed))
+				return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
 			}
 		case state == ledger.MediaClaimed:
 			claimed = append(claimed, m)
 		}
 	}
-	more, err := b.sendClaimed(ctx, to, kind, claimed, replyTo)
+	more, err := b.sendClaimed(ctx, to, kind, claimed, replyTo, claim)
 	return append(notes, more...), err
 }
 
-// sendClaimed sends items, each claimed by this delivery, and settles
-// each claim: marked delivered, refused or unsure, or released when
-// Telegram surely did not take them.
-func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
+// sendClaimed sends items, each claimed by the delivery named claim, and
+// settles each claim: marked delivered, refused or unsure, or released
+// when Telegram surely did not take them.
+func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int, claim string) ([]string, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
 	method, params, files, sent, err := b.mediaRequest(ctx, *to, kind, items, replyTo)
 	if err != nil || len(files) == 0 {
-		return nil, errors.Join(err, b.releaseMedia(ctx, items))
+		return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
 	}
 	ids, err := b.upload(ctx, method, params, files)
 	if err != nil && to.thread != 0 && topicGone(err) {
@@ -227,7 +240,7 @@ func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []s
 		// topic, as the text does.
 		*to = b.toGeneral(*to, "the files", err)
 		if method, params, files, sent, err = b.mediaRequest(ctx, *to, kind, items, replyTo); err != nil {
-			return nil, errors.Join(err, b.releaseMedia(ctx, items))
+			return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
 		}
 		ids, err = b.upload(ctx, method, params, files)
 	}
@@ -241,10 +254,10 @@ func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []s
 			slog.String("error", b.redact(err)))
 		var notes []string
 		for i, m := range sent {
-			more, err := b.sendClaimed(ctx, to, kind, []sessions.Media{m}, replyTo)
+			more, err := b.sendClaimed(ctx, to, kind, []sessions.Media{m}, replyTo, claim)
 			notes = append(notes, more...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, sent[i+1:]))
+				return notes, errors.Join(err, b.releaseMedia(ctx, claim, sent[i+1:]))
 			}
 		}
 		return notes, nil
@@ -257,7 +270,7 @@ func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []s
 			slog.String("method", method), slog.String("error", b.redact(err)))
 		return b.markMedia(ctx, sent, ledger.MediaUnsureRef+b.redact(err), sessions.MediaUnsure)
 	}
-	return nil, errors.Join(err, b.releaseMedia(ctx, items))
+	return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
 }
 
 // mediaRequest is the request that sends items of one kind to to: the
@@ -313,11 +326,16 @@ func (b *Bot) mediaRequest(ctx context.Context, to place, kind string, items []s
 
 // markMedia marks items delivered with ref; failure, when it is not "",
 // says they may not have reached the user, and the lines returned tell
-// them so.
+// them so. A mark storage does not take is owed, with those of the
+// items after it (writeMedia).
 func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failure string) ([]string, error) {
 	var notes []string
-	for _, m := range items {
-		if err := b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref); err != nil {
+	w := owedWrite{ref: ref, failure: failure}
+	for i, m := range items {
+		if err := b.writeMedia(ctx, m, w); err != nil {
+			for _, rest := range items[i+1:] {
+				b.owed.owe(rest.ID, w)
+			}
 			return notes, err
 		}
 		if failure != "" {
@@ -327,34 +345,118 @@ func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failur
 	return notes, nil
 }
 
-// releaseMedia drops this delivery's claims on items: Telegram surely
-// did not take them, and a later delivery sends them. A release is made
-// again while storage fails (a claim left standing would have the item
-// taken for one a crash cut, and never sent), up to releaseTries.
-func (b *Bot) releaseMedia(ctx context.Context, items []sessions.Media) error {
-	var errs []error
-	for _, m := range items {
-		var err error
-		for try := range releaseTries {
-			if err = b.sess.Media.ReleaseMediaSend(ctx, m.ID); err == nil {
-				break
+// releaseMedia drops the claims of the delivery named claim on items:
+// Telegram surely did not take them, and a later delivery sends them. A
+// release storage does not take is owed, with those of the items after
+// it (writeMedia): a claim left standing would have the item taken for
+// one a crash cut, and never sent.
+func (b *Bot) releaseMedia(ctx context.Context, claim string, items []sessions.Media) error {
+	w := owedWrite{claim: claim}
+	for i, m := range items {
+		if err := b.writeMedia(ctx, m, w); err != nil {
+			for _, rest := range items[i+1:] {
+				b.owed.owe(rest.ID, w)
 			}
-			if b.opts.Sleep(ctx, time.Duration(1<<try)*100*time.Millisecond) != nil {
-				break
-			}
+			return err
 		}
-		if err != nil {
-			b.log.WarnContext(ctx, "telegram: a file's claim could not be released; it is taken as cut off and not sent",
-				slog.String("media", m.ID), slog.String("error", err.Error()))
-		}
-		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// releaseTries bounds the releases of one claim (0.1 s doubling: about
-// 50 s in all).
-const releaseTries = 9
+// writeMedia makes w, a write of item m's send, again while storage
+// fails, up to mediaWriteTries; one it could not make is owed, and made
+// by the item's next delivery in this process (payOwedMedia).
+func (b *Bot) writeMedia(ctx context.Context, m sessions.Media, w owedWrite) error {
+	var err error
+	for try := range mediaWriteTries {
+		if err = b.applyMediaWrite(ctx, m.ID, w); err == nil {
+			return nil
+		}
+		if b.opts.Sleep(ctx, time.Duration(1<<try)*100*time.Millisecond) != nil {
+			break
+		}
+	}
+	b.owed.owe(m.ID, w)
+	b.log.WarnContext(ctx, "telegram: what became of a file's send could not be stored; its next delivery here stores it first",
+		slog.String("media", m.ID), slog.Bool("sent", w.ref != ""), slog.String("error", err.Error()))
+	return err
+}
+
+// mediaWriteTries bounds the tries of one write of an item's send (0.1 s
+// doubling: about 50 s in all).
+const mediaWriteTries = 9
+
+// applyMediaWrite makes w once.
+func (b *Bot) applyMediaWrite(ctx context.Context, id string, w owedWrite) error {
+	if w.ref != "" {
+		return b.sess.Media.MarkMediaDelivered(ctx, id, w.ref)
+	}
+	return b.sess.Media.ReleaseMediaSend(ctx, id, w.claim)
+}
+
+// payOwedMedia makes the write owed for item m, if there is one, before
+// the item is claimed again: its claim dropped, or its mark stored (the
+// claim then finds it delivered). It returns the line of a mark that
+// says the item may not have reached the user.
+func (b *Bot) payOwedMedia(ctx context.Context, m sessions.Media) ([]string, error) {
+	w, ok := b.owed.of(m.ID)
+	if !ok {
+		return nil, nil
+	}
+	if err := b.applyMediaWrite(ctx, m.ID, w); err != nil {
+		return nil, err
+	}
+	b.owed.paid(m.ID, w)
+	if w.failure != "" {
+		return []string{b.mediaNote(m, w.failure)}, nil
+	}
+	return nil, nil
+}
+
+// owedMedia are the writes of items' sends this process decided and
+// storage did not take in their tries: a claim to drop (its send surely
+// did not go, or never went) or a mark (Telegram took the item, or its
+// fate is settled). Without them, the claim left standing would have the
+// item's next delivery take it for one a crash cut off — never sent, or
+// said to be unsure though it arrived. A restart forgets them: the claim
+// stands, and the item is taken as cut off (docs/telegram.md).
+type owedMedia struct {
+	mu     sync.Mutex
+	writes map[string]owedWrite // by item id
+}
+
+// owedWrite is a release of the claim of the delivery named claim, or,
+// with ref, a mark (failure: why the item may not have reached the
+// user, or "").
+type owedWrite struct {
+	claim        string
+	ref, failure string
+}
+
+func (o *owedMedia) owe(id string, w owedWrite) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.writes == nil {
+		o.writes = map[string]owedWrite{}
+	}
+	o.writes[id] = w
+}
+
+func (o *owedMedia) of(id string) (owedWrite, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.writes[id]
+	return w, ok
+}
+
+// paid forgets the write owed for id, if it is still w.
+func (o *owedMedia) paid(id string, w owedWrite) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.writes[id] == w {
+		delete(o.writes, id)
+	}
+}
 
 // upload makes an upload request. A request Telegram surely did not take
 // is made again — a 429 after its retry_after, a 5xx or an unreachable

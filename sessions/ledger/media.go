@@ -38,6 +38,10 @@ type ToolMedia struct {
 	// delivered again means a send was cut off after it may have
 	// reached the user: it is not sent again (MediaCut).
 	SendingAt *time.Time
+	// SendClaim names the delivery whose claim stands (a token it chose),
+	// so that a delivery drops only its own claim (ReleaseMediaSend) —
+	// also one it made without learning that it had, its answer lost.
+	SendClaim string `gorm:"size:64;not null;default:''"`
 	// SendAttempts counts the claims.
 	SendAttempts int `gorm:"not null;default:0"`
 	CreatedAt    time.Time

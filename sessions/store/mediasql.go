@@ -17,7 +17,7 @@ import (
 
 // mediaMeta is every column of tool_media but the bytes.
 var mediaMeta = []string{"id", "conversation_id", "turn_seq", "tool_call_id", "idx", "session_key", "kind", "mime", "name", "size",
-	"delivered_at", "delivery_ref", "sending_at", "send_attempts", "created_at"}
+	"delivered_at", "delivery_ref", "sending_at", "send_claim", "send_attempts", "created_at"}
 
 // insertToolMedia inserts rows in tx; a row of a call and index stored
 // already is left as it is.
@@ -104,44 +104,51 @@ func (s *DB) MarkMediaDelivered(ctx context.Context, id, ref string, at time.Tim
 	})
 }
 
-// ClaimMediaSend claims item id for a send at at: MediaClaimed with the
-// claims made so far (this one counted), or how the item stands when it
-// cannot be claimed — delivered, cut off in an earlier send, or gone.
-// One claim wins however many channels or replicas try at once.
-func (s *DB) ClaimMediaSend(ctx context.Context, id string, at time.Time) (ledger.MediaClaim, int, error) {
-	type claim struct {
+// ClaimMediaSend claims item id for a send at at, by the delivery that
+// names itself claim: MediaClaimed with the claims made so far (this one
+// counted), or how the item stands when it cannot be claimed —
+// delivered, cut off in an earlier send, or gone. One claim wins however
+// many channels or replicas try at once. A claim made again by the same
+// delivery (its first answer lost) finds the item claimed by it:
+// MediaClaimed, counted once.
+func (s *DB) ClaimMediaSend(ctx context.Context, id, claim string, at time.Time) (ledger.MediaClaim, int, error) {
+	type outcome struct {
 		state    ledger.MediaClaim
 		attempts int
 	}
-	c, err := observe(ctx, s, ledger.Call{Op: "ClaimMediaSend"}, func() (claim, error) {
-		n, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = ?, send_attempts = send_attempts + 1
-			WHERE id = ? AND delivered_at IS NULL AND sending_at IS NULL`, at, id)
-		if err != nil {
-			return claim{}, fmt.Errorf("claim media %s: %w", id, err)
+	c, err := observe(ctx, s, ledger.Call{Op: "ClaimMediaSend"}, func() (outcome, error) {
+		if claim == "" {
+			return outcome{}, fmt.Errorf("claim media %s: no claim named", id)
+		}
+		if _, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = ?, send_claim = ?, send_attempts = send_attempts + 1
+			WHERE id = ? AND delivered_at IS NULL AND sending_at IS NULL`, at, claim, id); err != nil {
+			return outcome{}, fmt.Errorf("claim media %s: %w", id, err)
 		}
 		var row ledger.ToolMedia
-		err = s.read.WithContext(ctx).Select("delivered_at", "sending_at", "send_attempts").Where("id = ?", id).Take(&row).Error
+		err := s.read.WithContext(ctx).Select("delivered_at", "sending_at", "send_claim", "send_attempts").Where("id = ?", id).Take(&row).Error
 		switch {
 		case notFound(err):
-			return claim{state: ledger.MediaGone}, nil
+			return outcome{state: ledger.MediaGone}, nil
 		case err != nil:
-			return claim{}, fmt.Errorf("claim media %s: %w", id, err)
-		case n == 1:
-			return claim{state: ledger.MediaClaimed, attempts: row.SendAttempts}, nil
+			return outcome{}, fmt.Errorf("claim media %s: %w", id, err)
 		case row.DeliveredAt != nil:
-			return claim{state: ledger.MediaDelivered, attempts: row.SendAttempts}, nil
+			return outcome{state: ledger.MediaDelivered, attempts: row.SendAttempts}, nil
+		case row.SendingAt != nil && row.SendClaim == claim:
+			return outcome{state: ledger.MediaClaimed, attempts: row.SendAttempts}, nil
 		}
-		return claim{state: ledger.MediaCut, attempts: row.SendAttempts}, nil
+		return outcome{state: ledger.MediaCut, attempts: row.SendAttempts}, nil
 	})
 	return c.state, c.attempts, err
 }
 
-// ReleaseMediaSend drops the claim on item id: its send surely did not
-// reach the user (the Bot API answered with a failure, or was never
-// reached), so a later delivery sends it.
-func (s *DB) ReleaseMediaSend(ctx context.Context, id string) error {
+// ReleaseMediaSend drops the claim the delivery named claim made on item
+// id, if it stands: its send surely did not reach the user (the Bot API
+// answered with a failure, or was never reached), so a later delivery
+// sends it. Another delivery's claim is left as it is.
+func (s *DB) ReleaseMediaSend(ctx context.Context, id, claim string) error {
 	return observe0(ctx, s, ledger.Call{Op: "ReleaseMediaSend"}, func() error {
-		if _, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = NULL WHERE id = ? AND delivered_at IS NULL`, id); err != nil {
+		if _, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = NULL, send_claim = ''
+			WHERE id = ? AND send_claim = ? AND delivered_at IS NULL`, id, claim); err != nil {
 			return fmt.Errorf("release media %s: %w", id, err)
 		}
 		return nil
