@@ -7,7 +7,9 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -89,8 +91,15 @@ func (b *Bot) setErr(err error) {
 // no context: getUpdates and the start-up calls get the polling context,
 // so stopping (or losing the poller role) cancels a long poll or a hanging
 // start at once, while replies still go out during the drain.
+//
+// A request is bounded by its progress, not by its whole time: it fails
+// once nothing has moved for idle — no byte of its body taken, no answer,
+// no byte of the answer read. A 50 MiB file going up a slow link takes
+// as long as its bytes keep going, where one bound on the whole request
+// cut it off each try (and, after its body was written, left it unsure).
 type ctxClient struct {
 	client *http.Client
+	idle   time.Duration
 	mu     sync.Mutex
 	poll   context.Context
 }
@@ -108,21 +117,69 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 			break
 		}
 	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stalled := time.AfterFunc(c.idle, func() { cancel(fmt.Errorf("%w for %v", errStalled, c.idle)) })
+	end := func() {
+		stalled.Stop()
+		cancel(nil)
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &moving{ReadCloser: req.Body, stalled: stalled, idle: c.idle}
+	}
 	// Whether the request went out whole: a failure before that (a
 	// connection refused, reset or timed out while the body was being
 	// written) means the Bot API never had it to act on (notWritten).
 	var wrote atomic.Bool
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			wrote.Store(i.Err == nil)
+			stalled.Reset(c.idle) // the answer's wait starts
+		},
 	}))
 	resp, err := c.client.Do(req)
-	if err != nil && !wrote.Load() {
-		return nil, &notWritten{err: err}
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errStalled) && !errors.Is(err, errStalled) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		end()
+		if !wrote.Load() {
+			return nil, &notWritten{err: err}
+		}
+		return nil, err
 	}
-	if err == nil && resp.StatusCode >= 400 {
+	resp.Body = &moving{ReadCloser: resp.Body, stalled: stalled, idle: c.idle, end: end}
+	if resp.StatusCode >= 400 {
 		describeFailure(req, resp)
 	}
-	return resp, err
+	return resp, nil
+}
+
+// errStalled is a request that moved no byte for the client's idle time.
+var errStalled = errors.New("telegram: the request stalled")
+
+// moving is a request's or an answer's body whose every read moves the
+// request's stall timer on; closing an answer's ends the request.
+type moving struct {
+	io.ReadCloser
+	stalled *time.Timer
+	idle    time.Duration
+	end     func() // an answer's: stops the timer, frees the context
+}
+
+func (m *moving) Read(p []byte) (int, error) {
+	n, err := m.ReadCloser.Read(p)
+	if n > 0 {
+		m.stalled.Reset(m.idle)
+	}
+	return n, err
+}
+
+func (m *moving) Close() error {
+	err := m.ReadCloser.Close()
+	if m.end != nil {
+		m.end()
+	}
+	return err
 }
 
 // notWritten is the failure of a request that was never written whole:

@@ -324,7 +324,7 @@ func (b *Bot) download(ctx context.Context, fileID string, limit int64) ([]byte,
 	if err != nil {
 		return nil, errors.New(b.redact(err))
 	}
-	resp, err := b.opts.HTTPClient.Do(req)
+	resp, err := b.ctx.Do(req) // bounded by its progress, as every request
 	if err != nil {
 		return nil, errors.New(b.redact(err))
 	}

@@ -159,6 +159,11 @@ type Options struct {
 	GroupScope    string // user | chat
 	Logger        *slog.Logger
 	HTTPClient    *http.Client
+	// RequestIdle is how long a request to the Bot API may move no byte —
+	// of its body, of its answer, waiting for the answer — before it
+	// fails (default PollTimeout + 30 s). A request that keeps moving
+	// (a large file on a slow link) has no bound on its whole time.
+	RequestIdle time.Duration
 	// Sleep waits between retries and between a chat's previews; tests
 	// pass one that records instead.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -263,8 +268,7 @@ type Bot struct {
 	warned        map[string]bool
 	typers        map[place]*typer // chats (and topics) shown "typing…"
 	media         mediaState
-	owed          owedMedia // writes of tools' files' sends, owed (toolmedia.go)
-	albums        albums    // albums being gathered (Bot.gather)
+	albums        albums // albums being gathered (Bot.gather)
 	persistMu     sync.Mutex
 	offsetFailing atomic.Bool // the last store of the offset state failed
 	inflight      sync.WaitGroup
@@ -293,7 +297,7 @@ func New(sess Sessions, opts Options) (*Bot, error) {
 	opts = opts.withDefaults()
 	b := &Bot{
 		opts: opts, sess: sess, log: opts.Logger.With(slog.String("channel", Channel)),
-		ctx:       &ctxClient{client: opts.HTTPClient, poll: context.Background()},
+		ctx:       &ctxClient{client: opts.HTTPClient, idle: opts.RequestIdle, poll: context.Background()},
 		queue:     newKeyQueues(),
 		replies:   newKeyQueues(),
 		seen:      newRecentUpdates(4096),
@@ -351,8 +355,13 @@ func (o Options) withDefaults() Options {
 	if o.PollTimeout <= 0 {
 		o.PollTimeout = 30 * time.Second
 	}
+	if o.RequestIdle <= 0 {
+		o.RequestIdle = o.PollTimeout + 30*time.Second
+	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: o.PollTimeout + 30*time.Second}
+		// No bound on a request's whole time: ctxClient bounds each by
+		// its progress (RequestIdle).
+		o.HTTPClient = &http.Client{}
 	}
 	if o.Sleep == nil {
 		o.Sleep = sleep

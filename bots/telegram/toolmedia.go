@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -86,10 +85,12 @@ func uploadKind(m sessions.Media) string {
 // request whose answer was lost is not sent again: the item is marked
 // unsure and the text says it may not have arrived. A request Telegram
 // surely did not take (it answered with a failure, or was never reached)
-// drops the claim, for the next delivery, up to maxMediaClaims of them;
-// so does a claim whose answer storage lost, which may have landed. A
-// release or a mark storage cannot take is owed (owedMedia): the item's
-// next delivery in this process makes it first.
+// drops the claim, for the next delivery, up to maxMediaClaims of them.
+// Storage that fails meanwhile is waited out (mediaDelivery.stored): a
+// claim whose answer was lost is made again by the same delivery, which
+// finds it its own, and a read, a release or a mark is made again until
+// storage answers — so a database blip costs no file, and no claim is
+// left standing while the process lives.
 func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo int) ([]string, error) {
 	if r.MediaUnread {
 		// Marked delivered now, the reply would never bring them: the
@@ -100,7 +101,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx) // delivered even while stopping
-	claim := uuid.NewString()
+	d := &mediaDelivery{b: b, claim: uuid.NewString()}
 	var notes []string
 	byKind := map[string][]sessions.Media{}
 	for _, m := range r.Media {
@@ -119,7 +120,7 @@ func (b *Bot) sendMedia(ctx context.Context, to place, r sessions.Reply, replyTo
 			if len(items)-n == 1 && n > 2 {
 				n-- // no album of one left behind
 			}
-			more, err := b.sendMediaBatch(ctx, &to, kind, items[:n], replyTo, claim)
+			more, err := b.sendMediaBatch(ctx, d, &to, kind, items[:n], replyTo)
 			notes = append(notes, more...)
 			if err != nil {
 				return notes, err
@@ -178,75 +179,76 @@ func markdownEscape(s string) string {
 	return out.String()
 }
 
-// sendMediaBatch claims items of one kind for the delivery named claim
-// and sends those it claimed — alone, or as an album — marking each
-// delivered. An item Telegram refuses for good is marked with the
-// refusal and the user told, rather than tried forever; an album refused
-// is sent item by item, so that one bad item does not take the others
-// with it.
-func (b *Bot) sendMediaBatch(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int, claim string) ([]string, error) {
+// sendMediaBatch claims items of one kind for delivery d and sends those
+// it claimed — alone, or as an album — marking each delivered. An item
+// Telegram refuses for good is marked with the refusal and the user told,
+// rather than tried forever; an album refused is sent item by item, so
+// that one bad item does not take the others with it.
+func (b *Bot) sendMediaBatch(ctx context.Context, d *mediaDelivery, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
 	var notes []string
 	var claimed []sessions.Media
 	for _, m := range items {
-		paid, err := b.payOwedMedia(ctx, m)
-		notes = append(notes, paid...)
+		var state ledger.MediaClaim
+		var claims int
+		err := d.stored(ctx, "claim", m.ID, func() (err error) {
+			// Made again after a lost answer, the claim finds itself.
+			state, claims, err = b.sess.Media.ClaimMediaSend(ctx, m.ID, d.claim)
+			return err
+		})
 		if err != nil {
-			return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
-		}
-		state, claims, err := b.sess.Media.ClaimMediaSend(ctx, m.ID, claim)
-		if err != nil {
-			// Whether the claim landed is unknown; its send never went.
-			return notes, errors.Join(err, b.releaseMedia(ctx, claim, append(claimed, m)))
+			// Storage stayed away: whether this claim landed is not
+			// known, and it is left as it stands.
+			return notes, errors.Join(err, b.releaseMedia(ctx, d, claimed))
 		}
 		switch {
 		case state == ledger.MediaCut:
 			b.log.WarnContext(ctx, "telegram: a file from a tool was being sent when its delivery was cut off; it is not sent again",
 				slog.Int64("chat", to.chat), slog.String("media", m.ID))
-			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaUnsureRef+"cut off before its answer", sessions.MediaUnsure)
+			n, err := b.markMedia(ctx, d, []sessions.Media{m}, ledger.MediaUnsureRef+"cut off before its answer", sessions.MediaUnsure)
 			notes = append(notes, n...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
+				return notes, errors.Join(err, b.releaseMedia(ctx, d, claimed))
 			}
 		case state == ledger.MediaClaimed && claims > maxMediaClaims:
 			b.log.WarnContext(ctx, "telegram: a file from a tool was not taken in its deliveries; it is given up", slog.Int64("chat", to.chat),
 				slog.String("media", m.ID), slog.Int("deliveries", maxMediaClaims))
-			n, err := b.markMedia(ctx, []sessions.Media{m}, ledger.MediaRefusedRef+"not taken in "+strconv.Itoa(maxMediaClaims)+" deliveries", sessions.MediaRefused)
+			n, err := b.markMedia(ctx, d, []sessions.Media{m}, ledger.MediaRefusedRef+"not taken in "+strconv.Itoa(maxMediaClaims)+" deliveries", sessions.MediaRefused)
 			notes = append(notes, n...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, claim, claimed))
+				return notes, errors.Join(err, b.releaseMedia(ctx, d, claimed))
 			}
 		case state == ledger.MediaClaimed:
 			claimed = append(claimed, m)
 		}
 	}
-	more, err := b.sendClaimed(ctx, to, kind, claimed, replyTo, claim)
+	more, err := b.sendClaimed(ctx, d, to, kind, claimed, replyTo)
 	return append(notes, more...), err
 }
 
-// sendClaimed sends items, each claimed by the delivery named claim, and
-// settles each claim: marked delivered, refused or unsure, or released
-// when Telegram surely did not take them.
-func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []sessions.Media, replyTo int, claim string) ([]string, error) {
+// sendClaimed sends items, each claimed by delivery d, and settles each
+// claim: marked delivered, refused or unsure, or released when Telegram
+// surely did not take them.
+func (b *Bot) sendClaimed(ctx context.Context, d *mediaDelivery, to *place, kind string, items []sessions.Media, replyTo int) ([]string, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	method, params, files, sent, err := b.mediaRequest(ctx, *to, kind, items, replyTo)
+	method, params, files, sent, err := b.mediaRequest(ctx, d, *to, kind, items, replyTo)
 	if err != nil || len(files) == 0 {
-		return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
+		return nil, errors.Join(err, b.releaseMedia(ctx, d, items))
 	}
 	ids, err := b.upload(ctx, method, params, files)
 	if err != nil && to.thread != 0 && topicGone(err) {
 		// The topic was closed or deleted: the files go to the General
 		// topic, as the text does.
 		*to = b.toGeneral(*to, "the files", err)
-		if method, params, files, sent, err = b.mediaRequest(ctx, *to, kind, items, replyTo); err != nil {
-			return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
+		if method, params, files, sent, err = b.mediaRequest(ctx, d, *to, kind, items, replyTo); err != nil {
+			return nil, errors.Join(err, b.releaseMedia(ctx, d, items))
 		}
 		ids, err = b.upload(ctx, method, params, files)
 	}
 	switch {
 	case err == nil:
-		return b.markMedia(ctx, sent, strings.Join(ids, ","), "")
+		return b.markMedia(ctx, d, sent, strings.Join(ids, ","), "")
 	case errors.Is(err, sessions.ErrUndeliverable) && len(sent) > 1:
 		// One bad item refuses the whole album: each goes alone, so
 		// that only the bad one is refused.
@@ -254,34 +256,38 @@ func (b *Bot) sendClaimed(ctx context.Context, to *place, kind string, items []s
 			slog.String("error", b.redact(err)))
 		var notes []string
 		for i, m := range sent {
-			more, err := b.sendClaimed(ctx, to, kind, []sessions.Media{m}, replyTo, claim)
+			more, err := b.sendClaimed(ctx, d, to, kind, []sessions.Media{m}, replyTo)
 			notes = append(notes, more...)
 			if err != nil {
-				return notes, errors.Join(err, b.releaseMedia(ctx, claim, sent[i+1:]))
+				return notes, errors.Join(err, b.releaseMedia(ctx, d, sent[i+1:]))
 			}
 		}
 		return notes, nil
 	case errors.Is(err, sessions.ErrUndeliverable):
 		b.log.WarnContext(ctx, "telegram: a file from a tool was refused; it is not sent again", slog.Int64("chat", to.chat),
 			slog.String("method", method), slog.String("error", b.redact(err)))
-		return b.markMedia(ctx, sent, ledger.MediaRefusedRef+b.redact(err), sessions.MediaRefused)
+		return b.markMedia(ctx, d, sent, ledger.MediaRefusedRef+b.redact(err), sessions.MediaRefused)
 	case errors.Is(err, errMaybeSent):
 		b.log.WarnContext(ctx, "telegram: the answer to a file's send was lost; it is not sent again", slog.Int64("chat", to.chat),
 			slog.String("method", method), slog.String("error", b.redact(err)))
-		return b.markMedia(ctx, sent, ledger.MediaUnsureRef+b.redact(err), sessions.MediaUnsure)
+		return b.markMedia(ctx, d, sent, ledger.MediaUnsureRef+b.redact(err), sessions.MediaUnsure)
 	}
-	return nil, errors.Join(err, b.releaseMedia(ctx, claim, items))
+	return nil, errors.Join(err, b.releaseMedia(ctx, d, items))
 }
 
 // mediaRequest is the request that sends items of one kind to to: the
 // method, its parameters and files, and the items it carries (an item
 // purged meanwhile is left out, its claim gone with it).
-func (b *Bot) mediaRequest(ctx context.Context, to place, kind string, items []sessions.Media, replyTo int) (string, tgbotapi.Params, []tgbotapi.RequestFile, []sessions.Media, error) {
+func (b *Bot) mediaRequest(ctx context.Context, d *mediaDelivery, to place, kind string, items []sessions.Media, replyTo int) (string, tgbotapi.Params, []tgbotapi.RequestFile, []sessions.Media, error) {
 	var files []tgbotapi.RequestFile
 	var inputs []any
 	var sent []sessions.Media
 	for i, m := range items {
-		f, err := b.sess.Media.ToolMedia(ctx, m.ID)
+		var f *sessions.MediaFile
+		err := d.stored(ctx, "read", m.ID, func() (err error) {
+			f, err = b.sess.Media.ToolMedia(ctx, m.ID)
+			return err
+		})
 		if err != nil {
 			return "", nil, nil, nil, err
 		}
@@ -326,16 +332,11 @@ func (b *Bot) mediaRequest(ctx context.Context, to place, kind string, items []s
 
 // markMedia marks items delivered with ref; failure, when it is not "",
 // says they may not have reached the user, and the lines returned tell
-// them so. A mark storage does not take is owed, with those of the
-// items after it (writeMedia).
-func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failure string) ([]string, error) {
+// them so.
+func (b *Bot) markMedia(ctx context.Context, d *mediaDelivery, items []sessions.Media, ref, failure string) ([]string, error) {
 	var notes []string
-	w := owedWrite{ref: ref, failure: failure}
-	for i, m := range items {
-		if err := b.writeMedia(ctx, m, w); err != nil {
-			for _, rest := range items[i+1:] {
-				b.owed.owe(rest.ID, w)
-			}
+	for _, m := range items {
+		if err := d.stored(ctx, "mark", m.ID, func() error { return b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref) }); err != nil {
 			return notes, err
 		}
 		if failure != "" {
@@ -345,118 +346,61 @@ func (b *Bot) markMedia(ctx context.Context, items []sessions.Media, ref, failur
 	return notes, nil
 }
 
-// releaseMedia drops the claims of the delivery named claim on items:
-// Telegram surely did not take them, and a later delivery sends them. A
-// release storage does not take is owed, with those of the items after
-// it (writeMedia): a claim left standing would have the item taken for
-// one a crash cut, and never sent.
-func (b *Bot) releaseMedia(ctx context.Context, claim string, items []sessions.Media) error {
-	w := owedWrite{claim: claim}
-	for i, m := range items {
-		if err := b.writeMedia(ctx, m, w); err != nil {
-			for _, rest := range items[i+1:] {
-				b.owed.owe(rest.ID, w)
-			}
+// releaseMedia drops delivery d's claims on items: Telegram surely did
+// not take them (or they were never sent), and a later delivery sends
+// them.
+func (b *Bot) releaseMedia(ctx context.Context, d *mediaDelivery, items []sessions.Media) error {
+	var errs []error
+	for _, m := range items {
+		errs = append(errs, d.stored(ctx, "release", m.ID, func() error { return b.sess.Media.ReleaseMediaSend(ctx, m.ID, d.claim) }))
+	}
+	return errors.Join(errs...)
+}
+
+// mediaDelivery is one delivery's send of a reply's files: the token its
+// claims carry, and whether storage has stayed away past its waits.
+type mediaDelivery struct {
+	b     *Bot
+	claim string
+	away  bool
+}
+
+// stored makes call, a storage call of item id's send (what it is, for
+// the log), again while storage fails — 0.1 s apart, doubling up to 5 s
+// — until it answers or mediaStoreTries have failed: a claim whose fate is
+// unknown, or one left standing, would have the item's next delivery take
+// it for one a crash cut off, never sent. Once storage has stayed away
+// that long, the delivery's other calls are made once each: the delivery
+// fails, whatever claim stands is taken as cut off, and the turn's text
+// waits for a later delivery. A refusal for good is not made again.
+func (d *mediaDelivery) stored(ctx context.Context, what, id string, call func() error) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := call()
+		switch {
+		case err == nil:
+			return nil
+		case d.away || errors.Is(err, ledger.ErrRejected):
+			return err
+		case try == mediaStoreTries:
+			d.away = true
+			d.b.log.ErrorContext(ctx, "telegram: storage stayed away during a file's send; the file may be taken as cut off",
+				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
+			return err
+		case try == 1:
+			d.b.log.WarnContext(ctx, "telegram: storage failed during a file's send; waiting for it",
+				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
+		}
+		if d.b.opts.Sleep(ctx, wait) != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// writeMedia makes w, a write of item m's send, again while storage
-// fails, up to mediaWriteTries; one it could not make is owed, and made
-// by the item's next delivery in this process (payOwedMedia).
-func (b *Bot) writeMedia(ctx context.Context, m sessions.Media, w owedWrite) error {
-	var err error
-	for try := range mediaWriteTries {
-		if err = b.applyMediaWrite(ctx, m.ID, w); err == nil {
-			return nil
-		}
-		if b.opts.Sleep(ctx, time.Duration(1<<try)*100*time.Millisecond) != nil {
-			break
-		}
-	}
-	b.owed.owe(m.ID, w)
-	b.log.WarnContext(ctx, "telegram: what became of a file's send could not be stored; its next delivery here stores it first",
-		slog.String("media", m.ID), slog.Bool("sent", w.ref != ""), slog.String("error", err.Error()))
-	return err
-}
-
-// mediaWriteTries bounds the tries of one write of an item's send (0.1 s
-// doubling: about 50 s in all).
-const mediaWriteTries = 9
-
-// applyMediaWrite makes w once.
-func (b *Bot) applyMediaWrite(ctx context.Context, id string, w owedWrite) error {
-	if w.ref != "" {
-		return b.sess.Media.MarkMediaDelivered(ctx, id, w.ref)
-	}
-	return b.sess.Media.ReleaseMediaSend(ctx, id, w.claim)
-}
-
-// payOwedMedia makes the write owed for item m, if there is one, before
-// the item is claimed again: its claim dropped, or its mark stored (the
-// claim then finds it delivered). It returns the line of a mark that
-// says the item may not have reached the user.
-func (b *Bot) payOwedMedia(ctx context.Context, m sessions.Media) ([]string, error) {
-	w, ok := b.owed.of(m.ID)
-	if !ok {
-		return nil, nil
-	}
-	if err := b.applyMediaWrite(ctx, m.ID, w); err != nil {
-		return nil, err
-	}
-	b.owed.paid(m.ID, w)
-	if w.failure != "" {
-		return []string{b.mediaNote(m, w.failure)}, nil
-	}
-	return nil, nil
-}
-
-// owedMedia are the writes of items' sends this process decided and
-// storage did not take in their tries: a claim to drop (its send surely
-// did not go, or never went) or a mark (Telegram took the item, or its
-// fate is settled). Without them, the claim left standing would have the
-// item's next delivery take it for one a crash cut off — never sent, or
-// said to be unsure though it arrived. A restart forgets them: the claim
-// stands, and the item is taken as cut off (docs/telegram.md).
-type owedMedia struct {
-	mu     sync.Mutex
-	writes map[string]owedWrite // by item id
-}
-
-// owedWrite is a release of the claim of the delivery named claim, or,
-// with ref, a mark (failure: why the item may not have reached the
-// user, or "").
-type owedWrite struct {
-	claim        string
-	ref, failure string
-}
-
-func (o *owedMedia) owe(id string, w owedWrite) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.writes == nil {
-		o.writes = map[string]owedWrite{}
-	}
-	o.writes[id] = w
-}
-
-func (o *owedMedia) of(id string) (owedWrite, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	w, ok := o.writes[id]
-	return w, ok
-}
-
-// paid forgets the write owed for id, if it is still w.
-func (o *owedMedia) paid(id string, w owedWrite) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.writes[id] == w {
-		delete(o.writes, id)
+		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// mediaStoreTries bounds the tries of one storage call of a file's send:
+// about ten minutes at their pace.
+const mediaStoreTries = 128
 
 // upload makes an upload request. A request Telegram surely did not take
 // is made again — a 429 after its retry_after, a 5xx or an unreachable
