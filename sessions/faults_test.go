@@ -146,16 +146,13 @@ func visitFaults(t *testing.T, what string, run func(k int, mode faults.Mode) fa
 // healAfter ends fs's outage (from step k; none when k is 0) once it has
 // failed a few calls, or the run made fewer than k — whatever the
 // clients are doing — and closes the channel it returns then.
-func healAfter(fs *faults.Injector, k int) chan struct{} {
-	healed := make(chan struct{})
-	go func() {
-		defer close(healed)
-		if k > 0 {
-			fs.WaitFailures(3, 500*time.Millisecond)
-			fs.Heal()
-		}
-	}()
-	return healed
+func healAfter(fs *faults.Injector, k int) <-chan struct{} {
+	if k == 0 {
+		healed := make(chan struct{})
+		close(healed)
+		return healed
+	}
+	return fs.HealAfter(3, 500*time.Millisecond)
 }
 
 // runLog is a run's log, and what prints it when the test failed by

@@ -158,7 +158,7 @@ func runFireFaults(t *testing.T, open func() *store.DB, k int, mode faults.Mode)
 // healedOrNow waits for the outage's end on the first looks, so that a
 // run does not spend its looks while the outage lasts; later looks go on
 // at once.
-func healedOrNow(healed chan struct{}, look int) <-chan struct{} {
+func healedOrNow(healed <-chan struct{}, look int) <-chan struct{} {
 	if look < 3 {
 		return healed
 	}

@@ -125,6 +125,17 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 	}
 	if req.Body != nil && req.Body != http.NoBody {
 		req.Body = &moving{ReadCloser: req.Body, stalled: stalled, idle: c.idle}
+		if get := req.GetBody; get != nil {
+			// A body the transport sends again (a kept connection found
+			// closed) moves the timer as the first did.
+			req.GetBody = func() (io.ReadCloser, error) {
+				body, err := get()
+				if err != nil {
+					return nil, err
+				}
+				return &moving{ReadCloser: body, stalled: stalled, idle: c.idle}, nil
+			}
+		}
 	}
 	// Whether the request went out whole: a failure before that (a
 	// connection refused, reset or timed out while the body was being

@@ -136,14 +136,10 @@ func mediaFaultRun(t *testing.T, dsn string, k int, mode faults.Mode) faultRun {
 	}
 	h := start(t, api, t.TempDir(), s)
 	defer h.shutdown(5 * time.Second)
-	healed := make(chan struct{})
-	go func() {
-		defer close(healed)
-		if k > 0 {
-			fs.WaitFailures(3, 500*time.Millisecond)
-			fs.Heal()
-		}
-	}()
+	var healed <-chan struct{} = closed
+	if k > 0 {
+		healed = fs.HealAfter(3, 500*time.Millisecond)
+	}
 	label := fmt.Sprintf("outage from step %d (%s)", k, mode)
 	var msgs []int
 	for i, text := range []string{"draw it", "and again"} {
@@ -234,6 +230,13 @@ type faultRun struct {
 	steps  []string
 	struck string
 }
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // replyTexts are the texts sent in reply to message id.
 func replyTexts(api *telegramtest.Server, id int) []string {

@@ -170,6 +170,19 @@ func (f *Injector) WaitFailures(n int, d time.Duration) bool {
 	}
 }
 
+// HealAfter ends the outage once it has failed n calls, or d passed
+// without them, in the background; the channel it returns is closed
+// then.
+func (f *Injector) HealAfter(n int, d time.Duration) <-chan struct{} {
+	healed := make(chan struct{})
+	go func() {
+		defer close(healed)
+		f.WaitFailures(n, d)
+		f.Heal()
+	}()
+	return healed
+}
+
 // failedLocked is the channel the next failure closes; f.mu is held.
 func (f *Injector) failedLocked() chan struct{} {
 	if f.failed == nil {
