@@ -334,6 +334,7 @@ func (b *Bot) mediaRequest(ctx context.Context, d *mediaDelivery, to place, kind
 // says they may not have reached the user, and the lines returned tell
 // them so.
 func (b *Bot) markMedia(ctx context.Context, d *mediaDelivery, items []sessions.Media, ref, failure string) ([]string, error) {
+	ref = cut(ref, maxDeliveryRef)
 	var notes []string
 	for _, m := range items {
 		if err := d.stored(ctx, "mark", m.ID, func() error { return b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref) }); err != nil {
@@ -357,6 +358,10 @@ func (b *Bot) releaseMedia(ctx context.Context, d *mediaDelivery, items []sessio
 	return errors.Join(errs...)
 }
 
+// maxDeliveryRef is the most characters of a mark's ref stored
+// (tool_media.delivery_ref): a long error after "unsure: " is cut.
+const maxDeliveryRef = 255
+
 // mediaDelivery is one delivery's send of a reply's files: the token its
 // claims carry, and whether storage has stayed away past its waits.
 type mediaDelivery struct {
@@ -366,41 +371,49 @@ type mediaDelivery struct {
 }
 
 // stored makes call, a storage call of item id's send (what it is, for
-// the log), again while storage fails — 0.1 s apart, doubling up to 5 s
-// — until it answers or mediaStoreTries have failed: a claim whose fate is
-// unknown, or one left standing, would have the item's next delivery take
-// it for one a crash cut off, never sent. Once storage has stayed away
+// the log), again while storage fails — 0.1 s apart, doubling — until it
+// answers, for mediaStoreWait at most: a claim whose fate is unknown, or
+// one left standing, would have the item's next delivery take it for one
+// a crash cut off, never sent. The wait stays under the lease a replica
+// holds its turns by (ledger.LeaseTTL), so no other replica has taken
+// the turn over when the delivery goes on. Once storage has stayed away
 // that long, the delivery's other calls are made once each: the delivery
 // fails, whatever claim stands is taken as cut off, and the turn's text
-// waits for a later delivery. A refusal for good is not made again.
+// waits for a later delivery. A refusal for good, or a closed store, is
+// not made again.
 func (d *mediaDelivery) stored(ctx context.Context, what, id string, call func() error) error {
+	var since time.Time
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		err := call()
 		switch {
 		case err == nil:
 			return nil
-		case d.away || errors.Is(err, ledger.ErrRejected):
+		case d.away || errors.Is(err, ledger.ErrRejected) || errors.Is(err, ledger.ErrClosed):
 			return err
-		case try == mediaStoreTries:
+		case try == 1:
+			since = time.Now()
+			d.b.log.WarnContext(ctx, "telegram: storage failed during a file's send; waiting for it",
+				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
+		case try == mediaStoreTries || time.Since(since)+wait > mediaStoreWait:
 			d.away = true
 			d.b.log.ErrorContext(ctx, "telegram: storage stayed away during a file's send; the file may be taken as cut off",
 				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
 			return err
-		case try == 1:
-			d.b.log.WarnContext(ctx, "telegram: storage failed during a file's send; waiting for it",
-				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
 		}
 		if d.b.opts.Sleep(ctx, wait) != nil {
 			return err
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, 3200*time.Millisecond)
 	}
 }
 
-// mediaStoreTries bounds the tries of one storage call of a file's send:
-// about ten minutes at their pace.
-const mediaStoreTries = 128
+// How long one storage call of a file's send is waited out: 20 s, and at
+// most 12 tries (their waits come to 19 s).
+const (
+	mediaStoreWait  = 20 * time.Second
+	mediaStoreTries = 12
+)
 
 // upload makes an upload request. A request Telegram surely did not take
 // is made again — a 429 after its retry_after, a 5xx or an unreachable

@@ -120,17 +120,22 @@ func (s *DB) ClaimMediaSend(ctx context.Context, id, claim string, at time.Time)
 		if claim == "" {
 			return outcome{}, fmt.Errorf("claim media %s: no claim named", id)
 		}
-		if _, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = ?, send_claim = ?, send_attempts = send_attempts + 1
-			WHERE id = ? AND delivered_at IS NULL AND sending_at IS NULL`, at, claim, id); err != nil {
+		n, err := s.moveRows(ctx, `UPDATE tool_media SET sending_at = ?, send_claim = ?, send_attempts = send_attempts + 1
+			WHERE id = ? AND delivered_at IS NULL AND sending_at IS NULL`, at, claim, id)
+		if err != nil {
 			return outcome{}, fmt.Errorf("claim media %s: %w", id, err)
 		}
 		var row ledger.ToolMedia
-		err := s.read.WithContext(ctx).Select("delivered_at", "sending_at", "send_claim", "send_attempts").Where("id = ?", id).Take(&row).Error
+		err = s.read.WithContext(ctx).Select("delivered_at", "sending_at", "send_claim", "send_attempts").Where("id = ?", id).Take(&row).Error
 		switch {
 		case notFound(err):
 			return outcome{state: ledger.MediaGone}, nil
 		case err != nil:
 			return outcome{}, fmt.Errorf("claim media %s: %w", id, err)
+		case n == 1:
+			// Claimed now, whatever another delivery made of the item
+			// since (one that found this claim marks it cut off).
+			return outcome{state: ledger.MediaClaimed, attempts: row.SendAttempts}, nil
 		case row.DeliveredAt != nil:
 			return outcome{state: ledger.MediaDelivered, attempts: row.SendAttempts}, nil
 		case row.SendingAt != nil && row.SendClaim == claim:
