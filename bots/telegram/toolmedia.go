@@ -190,7 +190,7 @@ func (b *Bot) sendMediaBatch(ctx context.Context, d *mediaDelivery, to *place, k
 	for _, m := range items {
 		var state ledger.MediaClaim
 		var claims int
-		err := d.stored(ctx, "claim", m.ID, func() (err error) {
+		err := d.stored(ctx, "claim", m.ID, func(ctx context.Context) (err error) {
 			// Made again after a lost answer, the claim finds itself.
 			state, claims, err = b.sess.Media.ClaimMediaSend(ctx, m.ID, d.claim)
 			return err
@@ -284,7 +284,7 @@ func (b *Bot) mediaRequest(ctx context.Context, d *mediaDelivery, to place, kind
 	var sent []sessions.Media
 	for i, m := range items {
 		var f *sessions.MediaFile
-		err := d.stored(ctx, "read", m.ID, func() (err error) {
+		err := d.stored(ctx, "read", m.ID, func(ctx context.Context) (err error) {
 			f, err = b.sess.Media.ToolMedia(ctx, m.ID)
 			return err
 		})
@@ -337,7 +337,7 @@ func (b *Bot) markMedia(ctx context.Context, d *mediaDelivery, items []sessions.
 	ref = cut(ref, maxDeliveryRef)
 	var notes []string
 	for _, m := range items {
-		if err := d.stored(ctx, "mark", m.ID, func() error { return b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref) }); err != nil {
+		if err := d.stored(ctx, "mark", m.ID, func(ctx context.Context) error { return b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref) }); err != nil {
 			return notes, err
 		}
 		if failure != "" {
@@ -353,7 +353,7 @@ func (b *Bot) markMedia(ctx context.Context, d *mediaDelivery, items []sessions.
 func (b *Bot) releaseMedia(ctx context.Context, d *mediaDelivery, items []sessions.Media) error {
 	var errs []error
 	for _, m := range items {
-		errs = append(errs, d.stored(ctx, "release", m.ID, func() error { return b.sess.Media.ReleaseMediaSend(ctx, m.ID, d.claim) }))
+		errs = append(errs, d.stored(ctx, "release", m.ID, func(ctx context.Context) error { return b.sess.Media.ReleaseMediaSend(ctx, m.ID, d.claim) }))
 	}
 	return errors.Join(errs...)
 }
@@ -372,7 +372,8 @@ type mediaDelivery struct {
 
 // stored makes call, a storage call of item id's send (what it is, for
 // the log), again while storage fails — 0.1 s apart, doubling — until it
-// answers, for mediaStoreWait at most: a claim whose fate is unknown, or
+// answers, for mediaStoreWait from its first try at most, each try
+// ending by then: a claim whose fate is unknown, or
 // one left standing, would have the item's next delivery take it for one
 // a crash cut off, never sent. The wait stays under the lease a replica
 // holds its turns by (ledger.LeaseTTL), so no other replica has taken
@@ -381,25 +382,26 @@ type mediaDelivery struct {
 // fails, whatever claim stands is taken as cut off, and the turn's text
 // waits for a later delivery. A refusal for good, or a closed store, is
 // not made again.
-func (d *mediaDelivery) stored(ctx context.Context, what, id string, call func() error) error {
-	var since time.Time
+func (d *mediaDelivery) stored(ctx context.Context, what, id string, call func(ctx context.Context) error) error {
+	start := time.Now()
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
-		err := call()
+		cctx, cancel := context.WithDeadline(ctx, start.Add(mediaStoreWait)) // (a call made in time ends in time)
+		err := call(cctx)
+		cancel()
 		switch {
 		case err == nil:
 			return nil
 		case d.away || errors.Is(err, ledger.ErrRejected) || errors.Is(err, ledger.ErrClosed):
 			return err
-		case try == 1:
-			since = time.Now()
-			d.b.log.WarnContext(ctx, "telegram: storage failed during a file's send; waiting for it",
-				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
-		case try == mediaStoreTries || time.Since(since)+wait > mediaStoreWait:
+		case try == mediaStoreTries || time.Since(start)+wait >= mediaStoreWait:
 			d.away = true
 			d.b.log.ErrorContext(ctx, "telegram: storage stayed away during a file's send; the file may be taken as cut off",
 				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
 			return err
+		case try == 1:
+			d.b.log.WarnContext(ctx, "telegram: storage failed during a file's send; waiting for it",
+				slog.String("media", id), slog.String("call", what), slog.String("error", err.Error()))
 		}
 		if d.b.opts.Sleep(ctx, wait) != nil {
 			return err
@@ -408,10 +410,11 @@ func (d *mediaDelivery) stored(ctx context.Context, what, id string, call func()
 	}
 }
 
-// How long one storage call of a file's send is waited out: 20 s, and at
-// most 12 tries (their waits come to 19 s).
+// How long one storage call of a file's send is waited out, from its
+// first try: 15 s (a replica's lease lasts 30 s from its last heartbeat,
+// made every 10 s), and at most 12 tries.
 const (
-	mediaStoreWait  = 20 * time.Second
+	mediaStoreWait  = 15 * time.Second
 	mediaStoreTries = 12
 )
 

@@ -248,3 +248,72 @@ func replyTexts(api *telegramtest.Server, id int) []string {
 	}
 	return out
 }
+
+// Storage away past a file's wait, from its first claim: the delivery
+// makes the claim mediaStoreTries times and gives up, the text waits,
+// and once storage is back the next delivery settles the file by where
+// its claim stands — never reached the database (before): sent once, no
+// note; landed with its answers lost (after): taken as cut off, not sent,
+// and the text says it may not have arrived.
+func TestToolMediaStorageAwayPastTheWait(t *testing.T) {
+	for _, mode := range []faults.Mode{faults.Before, faults.After} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// Where the first claim comes: a clean run's steps.
+			clean := mediaFaultRun(t, "", 0, faults.Before)
+			k := slices.Index(clean.steps, "ClaimMediaSend") + 1
+			if k == 0 {
+				t.Fatalf("no claim in the clean run: %v", clean.steps)
+			}
+			clock := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			s := mediaSetup(t)
+			s.now = clock.Now
+			s.sleep = func(ctx context.Context, d time.Duration) error { return nil }
+			deliveries := make(chan string, 64)
+			s.sess = func(m *sessions.Manager) Sessions {
+				sess := SessionsOf(m)
+				sess.Deliveries = deliveryNotes{Manager: m, ch: deliveries}
+				return sess
+			}
+			var fs *faults.Injector
+			s.hook = func(db *store.DB) {
+				fs = faults.New(db)
+				fs.Outage(k, mode)
+			}
+			api := telegramtest.New(t)
+			api.FailBare("sendPhoto", http.StatusBadGateway, maxUploadAttempt) // as in the clean run
+			h := start(t, api, t.TempDir(), s)
+			msg := api.Push(telegramtest.DM(7, "draw it"))
+			select {
+			case <-deliveries: // the live delivery gave up
+			case <-time.After(30 * time.Second):
+				t.Fatal("the live delivery never ended")
+			}
+			if n := fs.Count("ClaimMediaSend"); n != mediaStoreTries {
+				t.Fatalf("the claim was made %d times, want %d", n, mediaStoreTries)
+			}
+			if n := len(api.Uploads()) + len(replyTexts(api, msg)); n != 0 {
+				t.Fatalf("%d sends while storage was away", n)
+			}
+			fs.Heal()
+			deadline := time.Now().Add(30 * time.Second)
+			for len(replyTexts(api, msg)) == 0 && time.Now().Before(deadline) {
+				clock.Advance(2 * time.Minute)
+				if _, _, err := h.mgr.Rescuer().Recover(context.Background(), time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				api.WaitSentWithin(1, 100*time.Millisecond)
+			}
+			replies := replyTexts(api, msg)
+			photos := uploadCount(api)["sendPhoto"]
+			const note = "(a picture may not have arrived: sending it was cut off.)"
+			switch {
+			case len(replies) != 1:
+				t.Fatalf("answers: %q, want one", replies)
+			case mode == faults.Before && (photos != 1 || strings.Contains(replies[0], note)):
+				t.Fatalf("claim never stored: %d photos sent, answer %q; want one photo, no note", photos, replies[0])
+			case mode == faults.After && (photos != 0 || !strings.HasSuffix(replies[0], note)):
+				t.Fatalf("claim stored, answers lost: %d photos sent, answer %q; want none, and the note", photos, replies[0])
+			}
+		})
+	}
+}
