@@ -112,12 +112,7 @@ func mediaFaultRun(t *testing.T, dsn string, k int, mode faults.Mode) faultRun {
 	// The first picture's first delivery: Telegram answers 502 to each
 	// of its requests, and took nothing.
 	api.FailBare("sendPhoto", http.StatusBadGateway, maxUploadAttempt)
-	deliveries := make(chan string, 64)
-	s.sess = func(m *sessions.Manager) Sessions {
-		sess := SessionsOf(m)
-		sess.Deliveries = deliveryNotes{Manager: m, ch: deliveries}
-		return sess
-	}
+	deliveries := notingDeliveries(&s)
 	var fs *faults.Injector
 	s.hook = func(db *store.DB) {
 		if dsn != "" {
@@ -231,6 +226,18 @@ type faultRun struct {
 	struck string
 }
 
+// notingDeliveries has s's bot tell each delivery it records on the
+// channel returned (room for 64).
+func notingDeliveries(s *setup) chan string {
+	deliveries := make(chan string, 64)
+	s.sess = func(m *sessions.Manager) Sessions {
+		sess := SessionsOf(m)
+		sess.Deliveries = deliveryNotes{Manager: m, ch: deliveries}
+		return sess
+	}
+	return deliveries
+}
+
 // closed is a channel closed from the start.
 var closed = func() chan struct{} {
 	c := make(chan struct{})
@@ -268,12 +275,7 @@ func TestToolMediaStorageAwayPastTheWait(t *testing.T) {
 			s := mediaSetup(t)
 			s.now = clock.Now
 			s.sleep = func(ctx context.Context, d time.Duration) error { return nil }
-			deliveries := make(chan string, 64)
-			s.sess = func(m *sessions.Manager) Sessions {
-				sess := SessionsOf(m)
-				sess.Deliveries = deliveryNotes{Manager: m, ch: deliveries}
-				return sess
-			}
+			deliveries := notingDeliveries(&s)
 			var fs *faults.Injector
 			s.hook = func(db *store.DB) {
 				fs = faults.New(db)
