@@ -334,7 +334,6 @@ func (b *Bot) mediaRequest(ctx context.Context, d *mediaDelivery, to place, kind
 // says they may not have reached the user, and the lines returned tell
 // them so.
 func (b *Bot) markMedia(ctx context.Context, d *mediaDelivery, items []sessions.Media, ref, failure string) ([]string, error) {
-	ref = cut(ref, maxDeliveryRef)
 	var notes []string
 	for _, m := range items {
 		if err := d.stored(ctx, "mark", m.ID, func(ctx context.Context) error { return b.sess.Media.MarkMediaDelivered(ctx, m.ID, ref) }); err != nil {
@@ -357,10 +356,6 @@ func (b *Bot) releaseMedia(ctx context.Context, d *mediaDelivery, items []sessio
 	}
 	return errors.Join(errs...)
 }
-
-// maxDeliveryRef is the most characters of a mark's ref stored
-// (tool_media.delivery_ref): a long error after "unsure: " is cut.
-const maxDeliveryRef = 255
 
 // mediaDelivery is one delivery's send of a reply's files: the token its
 // claims carry, and whether storage has stayed away past its waits.

@@ -31,7 +31,7 @@ type ToolMedia struct {
 	// DeliveredAt is when a channel that marks delivery (Telegram) sent
 	// it; DeliveryRef is what it sent (a message id).
 	DeliveredAt *time.Time
-	DeliveryRef string `gorm:"size:255;not null;default:''"`
+	DeliveryRef string `gorm:"size:255;not null;default:''"` // MaxDeliveryRef
 	// SendingAt is when a channel that marks delivery claimed it for a
 	// send (MediaClaimed), cleared when that send surely did not reach
 	// the user. A claim still standing, undelivered, when the item is
@@ -46,6 +46,11 @@ type ToolMedia struct {
 	SendAttempts int `gorm:"not null;default:0"`
 	CreatedAt    time.Time
 }
+
+// MaxDeliveryRef is the most characters ToolMedia.DeliveryRef holds (its
+// column's size): a longer ref — a long error after MediaUnsureRef — is
+// cut to it when stored.
+const MaxDeliveryRef = 255
 
 // How a channel's claim on an item for a send stands (ClaimMediaSend).
 type MediaClaim int

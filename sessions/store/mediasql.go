@@ -93,9 +93,13 @@ func (s *DB) ToolMediaInfo(ctx context.Context, id string) (*ledger.ToolMedia, e
 }
 
 // MarkMediaDelivered records that a channel sent the item id (ref: what
-// it sent); false when it was marked already.
+// it sent, cut to ledger.MaxDeliveryRef); false when it was marked
+// already.
 func (s *DB) MarkMediaDelivered(ctx context.Context, id, ref string, at time.Time) (bool, error) {
 	return observe(ctx, s, ledger.Call{Op: "MarkMediaDelivered"}, func() (bool, error) {
+		if r := []rune(ref); len(r) > ledger.MaxDeliveryRef {
+			ref = string(r[:ledger.MaxDeliveryRef])
+		}
 		n, err := s.moveRows(ctx, `UPDATE tool_media SET delivered_at = ?, delivery_ref = ? WHERE id = ? AND delivered_at IS NULL`, at, ref, id)
 		if err != nil {
 			return false, fmt.Errorf("mark media %s delivered: %w", id, err)

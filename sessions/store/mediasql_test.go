@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,32 @@ func TestMediaClaimIsItsDeliverysOwn(t *testing.T) {
 		claim("b", ledger.MediaDelivered, 2)
 		if _, _, err := db.ClaimMediaSend(ctx, item.ID, "", at); err == nil {
 			t.Fatal("a claim that names no delivery was taken")
+		}
+	})
+}
+
+// A mark's ref longer than its column (a long error after "unsure: ")
+// is stored cut to it, not refused — PostgreSQL refuses text over a
+// varchar's size for good.
+func TestMediaMarkWithALongRefIsCut(t *testing.T) {
+	drivers(t, func(t *testing.T, open func() *DB) {
+		db := open()
+		ctx := context.Background()
+		item := ledger.ToolMedia{ID: "9a7f0e1c-0000-4000-8000-000000000002", ConversationID: "c1", TurnSeq: 1, ToolCallID: 1,
+			Kind: "image", Mime: "image/png", Data: []byte("png")}
+		if err := insertToolMedia(db.Gorm(), []ledger.ToolMedia{item}); err != nil {
+			t.Fatal(err)
+		}
+		ref := ledger.MediaUnsureRef + strings.Repeat("é", 2*ledger.MaxDeliveryRef)
+		if ok, err := db.MarkMediaDelivered(ctx, item.ID, ref, time.Now()); err != nil || !ok {
+			t.Fatalf("mark with a long ref: %v, %v", ok, err)
+		}
+		got, err := db.ToolMediaInfo(ctx, item.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := string([]rune(ref)[:ledger.MaxDeliveryRef]); got.DeliveryRef != want {
+			t.Fatalf("ref stored: %d characters, want the first %d", len([]rune(got.DeliveryRef)), ledger.MaxDeliveryRef)
 		}
 	})
 }
