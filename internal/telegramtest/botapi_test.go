@@ -3,6 +3,9 @@ package telegramtest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -394,5 +397,37 @@ func TestPrivateChatRules(t *testing.T) {
 	sends(8)
 	if got := len(a.Messages()); got != 5 {
 		t.Fatalf("%d messages taken, want 5: %+v", got, a.Messages())
+	}
+}
+
+// A request whose body is cut off (the client cancelled it or died while
+// it went up) is not acted on, as the Bot API never had it whole, and is
+// no fault of the client's form: both a url-encoded and a multipart body.
+func TestACutBodyIsNotActedOn(t *testing.T) {
+	a := New(t)
+	srv := httptest.NewUnstartedServer(a)
+	closed := make(chan struct{}, 2)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct{ contentType, body string }{
+		{"application/x-www-form-urlencoded", "chat_id=7&text=hel"},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"chat_id\"\r\n\r\n7\r\n--b\r\nContent-Disposition: form-data; name=\"text\"\r\n\r\nhel"},
+	} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /bot%s/sendMessage HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s",
+			Token, tc.contentType, len(tc.body)+100, tc.body)
+		conn.Close()
+		<-closed // the server is done with the cut request
+	}
+	if calls := a.Calls("sendMessage"); len(calls) != 0 {
+		t.Fatalf("a cut request was acted on: %+v", calls)
 	}
 }

@@ -9,6 +9,9 @@ import (
 
 	"github.com/chatgate/chatgate/agent"
 	"github.com/chatgate/chatgate/sessions/ledger"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 // Indexes earlier versions kept — on archived_at, one per sweep, one of
@@ -92,4 +95,64 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 		ids[i] = c.ID
 	}
 	return ids
+}
+
+// Replicas starting together migrate one at a time: an Open waits while
+// another holds its schema's migration lock, and goes on once it is let
+// go. The lock is the schema's: a deployment in another schema of the
+// same database migrates meanwhile. Replicas opening at once all open.
+func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
+	held, other := postgresDSN(t), postgresDSN(t)
+	holder, err := gorm.Open(postgres.Open(held), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if db, err := holder.DB(); err == nil {
+			db.Close()
+		}
+	})
+	ctx := context.Background()
+	conn, err := holder.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := conn.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	var key int32
+	if err := pinned.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+
+	opened := make(chan error, 3)
+	for range 3 {
+		go func() {
+			db, err := Open(ctx, DriverPostgres, held, OpenOptions{Logger: quiet})
+			if err == nil {
+				db.Close()
+			}
+			opened <- err
+		}()
+	}
+	// Another schema of the same database is not held up.
+	openStore(t, DriverPostgres, other)
+	select {
+	case err := <-opened:
+		t.Fatalf("an open went on while its schema's migration lock was held: %v", err)
+	default:
+	}
+	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-opened; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

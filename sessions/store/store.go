@@ -258,11 +258,17 @@ func (s *DB) migrate(ctx context.Context) error {
 	// session advisory lock on one pinned connection while migrating. It
 	// is tried, not waited for in one statement: each try is a request
 	// bounded like any other, while the wait for another replica's
-	// migration is bounded only by ctx (Open's caller).
+	// migration is bounded only by ctx (Open's caller). The lock is the
+	// schema's: deployments sharing a database in schemas of their own
+	// do not wait for each other's migrations.
 	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
+		var key int32
+		if err := tx.Raw("SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key).Error; err != nil {
+			return err
+		}
 		for {
 			var got bool
-			if err := tx.Raw("SELECT pg_try_advisory_lock(hashtext('chatgate:migrate'))").Scan(&got).Error; err != nil {
+			if err := tx.Raw("SELECT pg_try_advisory_lock(?)", key).Scan(&got).Error; err != nil {
 				return err
 			}
 			if got {
@@ -274,7 +280,7 @@ func (s *DB) migrate(ctx context.Context) error {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		defer tx.Exec("SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))")
+		defer tx.Exec("SELECT pg_advisory_unlock(?)", key)
 		if err := migrateModels(tx); err != nil {
 			return err
 		}
