@@ -102,6 +102,10 @@ type ctxClient struct {
 	idle   time.Duration
 	mu     sync.Mutex
 	poll   context.Context
+	// now and after are the stall watch's clock (nil: time.Now and
+	// time.After); the tests move a fake one.
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
 }
 
 // startCalls are the calls that end when polling stops.
@@ -118,22 +122,22 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 		}
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
-	stalled := time.AfterFunc(c.idle, func() { cancel(fmt.Errorf("%w for %v", errStalled, c.idle)) })
+	w := c.watch(cancel)
 	end := func() {
-		stalled.Stop()
+		w.stop()
 		cancel(nil)
 	}
 	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = &moving{ReadCloser: req.Body, stalled: stalled, idle: c.idle}
+		req.Body = &moving{ReadCloser: req.Body, w: w}
 		if get := req.GetBody; get != nil {
 			// A body the transport sends again (a kept connection found
-			// closed) moves the timer as the first did.
+			// closed) moves the watch as the first did.
 			req.GetBody = func() (io.ReadCloser, error) {
 				body, err := get()
 				if err != nil {
 					return nil, err
 				}
-				return &moving{ReadCloser: body, stalled: stalled, idle: c.idle}, nil
+				return &moving{ReadCloser: body, w: w}, nil
 			}
 		}
 	}
@@ -144,7 +148,7 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
 			wrote.Store(i.Err == nil)
-			stalled.Reset(c.idle) // the answer's wait starts
+			w.moved() // the answer's wait starts
 		},
 	}))
 	resp, err := c.client.Do(req)
@@ -158,7 +162,7 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	resp.Body = &moving{ReadCloser: resp.Body, stalled: stalled, idle: c.idle, end: end}
+	resp.Body = &moving{ReadCloser: resp.Body, w: w, end: end}
 	if resp.StatusCode >= 400 {
 		describeFailure(req, resp)
 	}
@@ -168,19 +172,65 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 // errStalled is a request that moved no byte for the client's idle time.
 var errStalled = errors.New("telegram: the request stalled")
 
+// stallWatch cancels a request once it has moved no byte for the
+// client's idle time. A move only notes its time; the watch, waking at
+// the latest move's bound, looks again and waits out what is left.
+type stallWatch struct {
+	now  func() time.Time
+	base time.Time    // the request's start (monotonic on the real clock)
+	last atomic.Int64 // the latest move, as a time.Duration since base
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *ctxClient) watch(cancel context.CancelCauseFunc) *stallWatch {
+	now, after := c.now, c.after
+	if now == nil {
+		now = time.Now
+	}
+	if after == nil {
+		after = time.After
+	}
+	w := &stallWatch{now: now, base: now(), done: make(chan struct{})}
+	go func() {
+		for {
+			// The time first, then the latest move: a move noted between
+			// the two only lengthens the wait, never cuts it short.
+			elapsed := now().Sub(w.base)
+			left := time.Duration(w.last.Load()) + c.idle - elapsed
+			if left <= 0 {
+				cancel(fmt.Errorf("%w for %v", errStalled, c.idle))
+				return
+			}
+			select {
+			case <-after(left):
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// moved notes a move of the request: a byte of its body or its answer
+// taken, or its body written whole.
+func (w *stallWatch) moved() { w.last.Store(int64(w.now().Sub(w.base))) }
+
+// stop ends the watch: the request is over.
+func (w *stallWatch) stop() { w.once.Do(func() { close(w.done) }) }
+
 // moving is a request's or an answer's body whose every read moves the
-// request's stall timer on; closing an answer's ends the request.
+// request's stall watch; closing an answer's ends the request.
 type moving struct {
 	io.ReadCloser
-	stalled *time.Timer
-	idle    time.Duration
-	end     func() // an answer's: stops the timer, frees the context
+	w   *stallWatch
+	end func() // an answer's: stops the watch, frees the context
 }
 
 func (m *moving) Read(p []byte) (int, error) {
 	n, err := m.ReadCloser.Read(p)
 	if n > 0 {
-		m.stalled.Reset(m.idle)
+		m.w.moved()
 	}
 	return n, err
 }

@@ -7,21 +7,27 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"testing"
 	"time"
+
+	"github.com/chatgate/chatgate/internal/clocktest"
 )
 
 // A request to the Bot API is bounded by its progress: one whose bytes
 // keep moving takes as long as they take, longer than the bound many
 // times over; one that stalls fails after the bound — before its body
 // was written whole (the Bot API cannot have acted on it: notWritten),
-// or waiting for its answer, or in the middle of its answer.
+// or waiting for its answer, or in the middle of its answer. The watch
+// runs on a fake clock: the test moves it between the bytes.
 func TestRequestsAreBoundedByTheirProgress(t *testing.T) {
-	const idle = 400 * time.Millisecond
-	answerHeld := make(chan struct{})
+	const idle = time.Minute
+	clock := clocktest.New(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
+	held := make(chan struct{})
+	next := make(chan struct{}, 16) // the reader of a trickle asks for its next bytes
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/stall" {
-			<-answerHeld // reads nothing: the client's writes fill the connection and stop
+			<-held // reads nothing: the client's writes fill the connection and stop
 			return
 		}
 		got, err := io.ReadAll(r.Body)
@@ -32,38 +38,95 @@ func TestRequestsAreBoundedByTheirProgress(t *testing.T) {
 		case "/upload":
 			w.Write(got) // the body, as taken
 		case "/hold":
-			<-answerHeld
+			<-held
 		case "/trickle", "/trickle-stop":
-			// The answer's bytes, a few at a time, a quarter of the bound
-			// apart; /trickle-stop stops half way and holds the rest.
+			// The answer's bytes, two at a time, each when the reader has
+			// the ones before; /trickle-stop stops half way and holds the
+			// rest.
 			for i := range 8 {
+				if i > 0 {
+					select {
+					case <-next:
+					case <-held:
+						return
+					}
+				}
 				if i == 4 && r.URL.Path == "/trickle-stop" {
-					<-answerHeld
+					<-held
+					return
 				}
 				w.Write([]byte("ab"))
 				w.(http.Flusher).Flush()
-				time.Sleep(idle / 4)
 			}
 		}
 	}))
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(answerHeld) }) // (before the server closes: cleanups run last first)
-	c := &ctxClient{client: &http.Client{}, idle: idle, poll: context.Background()}
+	t.Cleanup(func() { close(held) }) // (before the server closes: cleanups run last first)
+	c := &ctxClient{client: &http.Client{}, idle: idle, poll: context.Background(), now: clock.Now, after: clock.After}
+	// wrote is told when a request's body has gone out whole: the
+	// client's own note of it is made first (its trace hooks run first).
+	wrote := make(chan struct{}, 1)
 	post := func(path string, body io.Reader) (*http.Response, error) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+path, body)
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			WroteRequest: func(i httptrace.WroteRequestInfo) {
+				if i.Err == nil {
+					wrote <- struct{}{}
+				}
+			},
+		})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path, body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.Do(req)
 	}
+	// stallOut moves the clock a bound at a time, each time the watch
+	// has looked at it again, until done is closed.
+	stallOut := func(done <-chan struct{}) {
+		for range 1000 {
+			_, newer := clock.Made()
+			select {
+			case <-done:
+				return
+			default:
+			}
+			clock.Advance(idle)
+			select {
+			case <-done:
+				return
+			case <-newer:
+			case <-time.After(time.Minute): // a hang guard, in real time
+				t.Fatal("a request that moved nothing for a bound neither ended nor waited again")
+			}
+		}
+		t.Fatal("a request that moved nothing for a thousand bounds did not end")
+	}
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	postStalling := func(path string, body io.Reader, before func()) result {
+		var r result
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.resp, r.err = post(path, body)
+		}()
+		if before != nil {
+			before()
+		}
+		stallOut(done)
+		return r
+	}
 
-	// An upload that moves a chunk every quarter of the bound, for three
+	// An upload that moves a chunk every half of the bound, for six
 	// bounds and more.
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 13)
-	resp, err := post("/upload", &paced{data: payload, chunk: 16, gap: idle / 4})
+	resp, err := post("/upload", &paced{data: payload, chunk: 16, step: func() { clock.Advance(idle / 2) }})
 	if err != nil {
 		t.Fatalf("a slow upload that kept moving failed: %v", err)
 	}
+	<-wrote
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || !bytes.Equal(got, payload) {
@@ -72,38 +135,68 @@ func TestRequestsAreBoundedByTheirProgress(t *testing.T) {
 
 	// An upload the other end stops taking, half way: never written
 	// whole. (32 MiB: more than the connection holds in flight.)
-	_, err = post("/stall", bytes.NewReader(make([]byte, 32<<20)))
+	r := postStalling("/stall", bytes.NewReader(make([]byte, 32<<20)), nil)
 	var nw *notWritten
-	if !errors.As(err, &nw) || !errors.Is(err, errStalled) {
-		t.Fatalf("a stalled upload: %v, want it not written, stalled", err)
+	if !errors.As(r.err, &nw) || !errors.Is(r.err, errStalled) {
+		t.Fatalf("a stalled upload: %v, want it not written, stalled", r.err)
 	}
 
 	// A request written whole whose answer never comes: it may have been
 	// acted on, so it is not taken for unwritten.
-	_, err = post("/hold", bytes.NewReader([]byte("chat_id=7")))
-	if errors.As(err, &nw) || !errors.Is(err, errStalled) {
-		t.Fatalf("an answer that never came: %v, want a stall after the request was written", err)
+	r = postStalling("/hold", bytes.NewReader([]byte("chat_id=7")), func() { <-wrote })
+	if errors.As(r.err, &nw) || !errors.Is(r.err, errStalled) {
+		t.Fatalf("an answer that never came: %v, want a stall after the request was written", r.err)
 	}
 
-	// An answer that trickles in for twice the bound is read whole; one
-	// that stops half way fails in its reading.
+	// readChunks reads an answer until it has want bytes, moving the
+	// clock half a bound after each read and asking for more.
+	readChunks := func(body io.Reader, want int) string {
+		var got []byte
+		buf := make([]byte, 64)
+		for len(got) < want {
+			n, err := body.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil && (err != io.EOF || len(got) < want) {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			if n > 0 && len(got)%2 == 0 {
+				clock.Advance(idle / 2)
+				next <- struct{}{}
+			}
+		}
+		return string(got)
+	}
+
+	// An answer that trickles in for four bounds is read whole; one that
+	// stops half way fails in its reading.
 	resp, err = post("/trickle", bytes.NewReader(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || string(got) != "abababababababab" {
-		t.Fatalf("a trickling answer: %q, %v", got, err)
+	<-wrote
+	if got := readChunks(resp.Body, 16); got != "abababababababab" {
+		t.Fatalf("a trickling answer: %q", got)
 	}
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("after a trickling answer: %q, %v", rest, err)
+	}
+	resp.Body.Close()
 	resp, err = post("/trickle-stop", bytes.NewReader(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = io.ReadAll(resp.Body)
+	<-wrote
+	first := readChunks(resp.Body, 8)
+	var rest []byte
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rest, err = io.ReadAll(resp.Body)
+	}()
+	stallOut(done)
 	resp.Body.Close()
-	if err == nil || string(got) != "abababab" {
-		t.Fatalf("an answer that stopped half way: %q, %v; want its first half and a failure", got, err)
+	if first != "abababab" || len(rest) != 0 || !errors.Is(err, errStalled) {
+		t.Fatalf("an answer that stopped half way: %q then %q, %v; want its first half and a stall", first, rest, err)
 	}
 }
 
@@ -116,11 +209,12 @@ func TestDefaultRequestBoundFollowsThePoll(t *testing.T) {
 	}
 }
 
-// paced reads data chunk bytes at a time, gap apart.
+// paced reads data chunk bytes at a time, calling step before each chunk
+// after the first.
 type paced struct {
 	data  []byte
 	chunk int
-	gap   time.Duration
+	step  func()
 	off   int
 }
 
@@ -129,7 +223,7 @@ func (p *paced) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if p.off > 0 {
-		time.Sleep(p.gap)
+		p.step()
 	}
 	n := copy(b, p.data[p.off:min(p.off+p.chunk, len(p.data))])
 	p.off += n

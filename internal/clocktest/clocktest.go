@@ -66,6 +66,17 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// Made is how many timers After has made so far, and a channel closed
+// when it makes the next: what waits on the clock has looked at it again.
+func (c *Clock) Made() (int, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.newer == nil {
+		c.newer = make(chan struct{})
+	}
+	return c.made, c.newer
+}
+
 // WaitTimers waits until After has made n timers in all — the code under
 // test is waiting on the clock — and reports false if that takes longer
 // than within (real time: a hang guard).
