@@ -71,16 +71,16 @@ func budgets(p config.Policy) sessions.BudgetPolicy {
 	return bp
 }
 
+// openStore opens the store: reaching the database is bounded by
+// storage.timeout, its migration by ctx alone (a stop signal, for serve).
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*store.DB, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
 	return store.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, store.OpenOptions{Logger: log, Timeout: cfg.Storage.Timeout.D()})
 }
 
 // openStorage opens the store; it is closed when serve returns (again,
 // after the shutdown's flush).
 func (s *server) openStorage(ctx context.Context) error {
-	db, err := openStore(ctx, s.cfg, s.log)
+	db, err := openStore(s.stopCtx, s.cfg, s.log) // a stop signal ends a long migration
 	if err != nil {
 		return fmt.Errorf("%s: storage: %w", s.cfg.File, err)
 	}

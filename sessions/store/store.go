@@ -142,11 +142,21 @@ func Open(ctx context.Context, driver, dsn string, opts OpenOptions) (*DB, error
 	default:
 		return nil, fmt.Errorf("unknown storage driver %q (want sqlite or postgres)", driver)
 	}
-	if err := s.ping(ctx); err != nil {
+	// Reaching the database is bounded like a request; the migration
+	// after it only by ctx: an upgrade's on a large database may rightly
+	// take minutes, and cutting it short would fail every start after.
+	reach := opts.Timeout
+	if reach <= 0 {
+		reach = DefaultTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, reach)
+	err := s.ping(pctx)
+	cancel()
+	if err != nil {
 		s.closeDBs(leasePool)
 		return nil, err
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, opts.Logger); err != nil {
 		s.closeDBs(leasePool)
 		return nil, fmt.Errorf("migrate %s schema: %w", driver, err)
 	}
@@ -249,8 +259,14 @@ func redactErr(err error, dsn string) error {
 	return err
 }
 
-func (s *DB) migrate(ctx context.Context) error {
+func (s *DB) migrate(ctx context.Context, log *slog.Logger) error {
 	ctx = maintenance(ctx) // bounded by ctx (Open's caller), not by the timeout
+	start := time.Now()
+	defer func() {
+		if took := time.Since(start); took >= slowMigration {
+			log.Info("storage: schema migrated", slog.Duration("took", took))
+		}
+	}()
 	if s.driver != DriverPostgres {
 		return migrateModels(s.write.WithContext(ctx))
 	}
@@ -266,6 +282,7 @@ func (s *DB) migrate(ctx context.Context) error {
 		if err := tx.Raw("SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key).Error; err != nil {
 			return err
 		}
+		waited := false
 		for {
 			var got bool
 			if err := tx.Raw("SELECT pg_try_advisory_lock(?)", key).Scan(&got).Error; err != nil {
@@ -273,6 +290,10 @@ func (s *DB) migrate(ctx context.Context) error {
 			}
 			if got {
 				break
+			}
+			if !waited {
+				waited = true
+				log.Info("storage: another gateway is migrating the schema; waiting for it")
 			}
 			select {
 			case <-ctx.Done():
@@ -288,6 +309,10 @@ func (s *DB) migrate(ctx context.Context) error {
 		return tx.Exec(pgExpectFunc).Error
 	})
 }
+
+// slowMigration is how long a migration takes before its end is logged:
+// an operator watching a slow start sees what it was doing.
+const slowMigration = 2 * time.Second
 
 // droppedIndexes are indexes earlier versions created that chatgate no
 // longer keeps, by table.

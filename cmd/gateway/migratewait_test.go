@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/chatgate/chatgate/internal/pgtest"
+)
+
+// A gateway started while another holds its schema's migration lock says
+// it waits, and waits — past its storage.timeout, which bounds reaching
+// the database, not the migration — then serves once the lock is let go.
+// A stop signal ends the wait: the gateway exits without serving.
+func TestStartWaitsForAnotherGatewaysMigration(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	holder, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := holder.DB()
+	t.Cleanup(func() { sqlDB.Close() })
+	ctx := context.Background()
+	pinned, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	var key int32
+	if err := pinned.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 200 * time.Millisecond
+	start := func() (*process, string) {
+		addr := freeAddr(t)
+		p := startGateway(t, t.TempDir(), fmt.Sprintf("gateway:\n  listen: %s\nstorage:\n  driver: postgres\n  dsn: %q\n  timeout: %s\n", addr, dsn, timeout))
+		eventually(t, "the gateway says it waits for the migration", func() bool {
+			return strings.Contains(p.stderr.String(), "another gateway is migrating the schema; waiting for it")
+		})
+		return p, addr
+	}
+
+	stopped, addr := start()
+	stopped.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-stopped.exited:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatalf("a gateway waiting for a migration did not stop on SIGTERM:\n%s", stopped.stderr.String())
+	}
+	if !strings.Contains(stopped.stderr.String(), "storage: migrate postgres schema: context canceled") {
+		t.Fatalf("a stop while waiting:\n%s", stopped.stderr.String())
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("a gateway stopped while waiting for the migration served")
+	}
+
+	p, addr := start()
+	// Five times storage.timeout: the wait is bounded by nothing but a
+	// stop, so a migration taking this long (an upgrade's, on a large
+	// database) is not cut short.
+	time.Sleep(5 * timeout)
+	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, "http://"+addr)
+	stopGateway(t, p)
+}
