@@ -29,19 +29,22 @@ func cannotMessage(err error) bool {
 // logged as error="". The answer then gets "<method>: HTTP <status> with
 // no description", and the status as its error_code if it had none; an
 // answer with a description is left as it is.
-func describeFailure(req *http.Request, resp *http.Response) {
+//
+// An answer whose body could not be read whole (cut off, or stalled) is
+// its reading's error.
+func describeFailure(req *http.Request, resp *http.Response) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
-		return // the library meets the same short body and says so
+		return fmt.Errorf("%s: HTTP %s, its answer not read whole: %w", path.Base(req.URL.Path), resp.Status, err)
 	}
 	var answer map[string]any
 	if json.Unmarshal(body, &answer) != nil || answer == nil {
 		answer = map[string]any{"ok": false} // not a Bot API answer
 	}
 	if d, _ := answer["description"].(string); d != "" {
-		return
+		return nil
 	}
 	answer["ok"] = false
 	answer["description"] = fmt.Sprintf("%s: HTTP %s with no description", path.Base(req.URL.Path), resp.Status)
@@ -52,4 +55,5 @@ func describeFailure(req *http.Request, resp *http.Response) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header.Del("Content-Length")
+	return nil
 }

@@ -164,7 +164,14 @@ func (c *ctxClient) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &moving{ReadCloser: resp.Body, w: w, end: end}
 	if resp.StatusCode >= 400 {
-		describeFailure(req, resp)
+		if err := describeFailure(req, resp); err != nil {
+			if resp.StatusCode < 500 {
+				// A 4xx status is the Bot API refusing the request: it
+				// did not act on it, whatever its answer went on to say.
+				return nil, &notWritten{err: err}
+			}
+			return nil, err
+		}
 	}
 	return resp, nil
 }
@@ -243,8 +250,9 @@ func (m *moving) Close() error {
 	return err
 }
 
-// notWritten is the failure of a request that was never written whole:
-// the Bot API cannot have acted on it.
+// notWritten is the failure of a request the Bot API cannot have acted
+// on: it was never written whole, or it was refused (a 4xx status) and
+// the refusal's answer was not read whole.
 type notWritten struct{ err error }
 
 func (e *notWritten) Error() string { return e.err.Error() }

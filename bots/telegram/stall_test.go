@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,19 @@ func TestRequestsAreBoundedByTheirProgress(t *testing.T) {
 			return
 		}
 		switch r.URL.Path {
+		case "/refused-cut", "/failed-cut":
+			// An error status whose answer is cut off part way.
+			status := "400 Bad Request"
+			if r.URL.Path == "/failed-cut" {
+				status = "502 Bad Gateway"
+			}
+			conn, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(buf, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"ok\":false,", status)
+			buf.Flush()
+			conn.Close()
 		case "/upload":
 			w.Write(got) // the body, as taken
 		case "/hold":
@@ -147,6 +161,17 @@ func TestRequestsAreBoundedByTheirProgress(t *testing.T) {
 	if errors.As(r.err, &nw) || !errors.Is(r.err, errStalled) {
 		t.Fatalf("an answer that never came: %v, want a stall after the request was written", r.err)
 	}
+
+	// A refusal (4xx) whose answer is cut off was still a refusal: not
+	// acted on. A server's failure (5xx) cut off may have been anything.
+	if _, err := post("/refused-cut", bytes.NewReader([]byte("chat_id=7"))); !errors.As(err, &nw) {
+		t.Fatalf("a 400 cut off: %v, want it taken as not acted on", err)
+	}
+	<-wrote
+	if _, err := post("/failed-cut", bytes.NewReader([]byte("chat_id=7"))); err == nil || errors.As(err, &nw) {
+		t.Fatalf("a 502 cut off: %v, want a failure that may have been acted on", err)
+	}
+	<-wrote
 
 	// readChunks reads an answer until it has want bytes, moving the
 	// clock half a bound after each read and asking for more.
