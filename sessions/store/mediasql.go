@@ -129,6 +129,9 @@ func (s *DB) ClaimMediaSend(ctx context.Context, id, claim string, at time.Time)
 		if err != nil {
 			return outcome{}, fmt.Errorf("claim media %s: %w", id, err)
 		}
+		if s.afterMediaClaim != nil {
+			s.afterMediaClaim()
+		}
 		var row ledger.ToolMedia
 		err = s.read.WithContext(ctx).Select("delivered_at", "sending_at", "send_claim", "send_attempts").Where("id = ?", id).Take(&row).Error
 		switch {

@@ -44,6 +44,9 @@ type DB struct {
 	// afterTurnRead, set only by this package's tests, runs in TurnAt
 	// between its read of the message and its read of the reply.
 	afterTurnRead func()
+	// afterMediaClaim, set only by this package's tests, runs in
+	// ClaimMediaSend between its update and its read of the item.
+	afterMediaClaim func()
 	// chunk is how many conversations one sweep or purge transaction
 	// handles (defaultChunk; tests make it small).
 	chunk int
