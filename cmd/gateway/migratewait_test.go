@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/chatgate/chatgate/internal/pgtest"
 )
@@ -22,25 +17,7 @@ import (
 // A stop signal ends the wait: the gateway exits without serving.
 func TestStartWaitsForAnotherGatewaysMigration(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	holder, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB, _ := holder.DB()
-	t.Cleanup(func() { sqlDB.Close() })
-	ctx := context.Background()
-	pinned, err := sqlDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pinned.Close()
-	var key int32
-	if err := pinned.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-		t.Fatal(err)
-	}
+	release := pgtest.HoldMigration(t, dsn)
 	const timeout = 200 * time.Millisecond
 	start := func() (*process, string) {
 		addr := freeAddr(t)
@@ -70,9 +47,7 @@ func TestStartWaitsForAnotherGatewaysMigration(t *testing.T) {
 	// stop, so a migration taking this long (an upgrade's, on a large
 	// database) is not cut short.
 	time.Sleep(5 * timeout)
-	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	waitHealthy(t, "http://"+addr)
 	stopGateway(t, p)
 }

@@ -4,11 +4,15 @@
 package pgtest
 
 import (
+	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -49,4 +53,36 @@ func DSN(t testing.TB) string {
 		return base + sep + "search_path=" + schema
 	}
 	return base + " search_path=" + schema
+}
+
+// HoldMigration takes the migration lock of dsn's schema, as a replica
+// migrating it holds it (sessions/store: an advisory lock keyed by the
+// schema), on a connection of its own; release lets it go. The lock is
+// let go when the test ends in any case.
+func HoldMigration(t testing.TB, dsn string) (release func()) {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var key int32
+	if err := conn.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -3,15 +3,15 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chatgate/chatgate/agent"
+	"github.com/chatgate/chatgate/internal/pgtest"
 	"github.com/chatgate/chatgate/sessions/ledger"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
 
 // Indexes earlier versions kept — on archived_at, one per sweep, one of
@@ -103,42 +103,25 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 // same database migrates meanwhile. Replicas opening at once all open.
 func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 	held, other := postgresDSN(t), postgresDSN(t)
-	holder, err := gorm.Open(postgres.Open(held), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if db, err := holder.DB(); err == nil {
-			db.Close()
-		}
-	})
+	release := pgtest.HoldMigration(t, held)
 	ctx := context.Background()
-	conn, err := holder.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinned, err := conn.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pinned.Close()
-	var key int32
-	if err := pinned.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-		t.Fatal(err)
-	}
 
 	opened := make(chan error, 3)
+	waiting := make(chan string, 3)
 	for range 3 {
 		go func() {
-			db, err := Open(ctx, DriverPostgres, held, OpenOptions{Logger: quiet})
+			log := slog.New(slog.NewTextHandler(lineWriter(waiting), nil))
+			db, err := Open(ctx, DriverPostgres, held, OpenOptions{Logger: log})
 			if err == nil {
 				db.Close()
 			}
 			opened <- err
 		}()
+	}
+	for range 3 {
+		if line := <-waiting; !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
+			t.Fatalf("an open said %q", line)
+		}
 	}
 	// Another schema of the same database is not held up.
 	openStore(t, DriverPostgres, other)
@@ -147,12 +130,22 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 		t.Fatalf("an open went on while its schema's migration lock was held: %v", err)
 	default:
 	}
-	if _, err := pinned.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range 3 {
 		if err := <-opened; err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// lineWriter sends each write (a log line) to its channel while there
+// is room, and drops it after.
+type lineWriter chan<- string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	select {
+	case w <- string(p):
+	default:
+	}
+	return len(p), nil
 }
