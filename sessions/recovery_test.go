@@ -136,6 +136,11 @@ func TestExclusiveRunsOnceAcrossProcesses(t *testing.T) {
 	if err != nil || ran {
 		t.Fatalf("second process ran = %v (%v) while the first held the lock", ran, err)
 	}
+	// A deployment in another schema of the same database runs its own.
+	other := openStore(t, store.DriverPostgres, postgresDSN(t))
+	if ran, err := other.Exclusive(context.Background(), "sweep", func() error { return nil }); err != nil || !ran {
+		t.Fatalf("another schema's sweep ran = %v (%v) while this schema's held its lock", ran, err)
+	}
 	close(leave)
 	if !<-done {
 		t.Fatal("first process did not run")

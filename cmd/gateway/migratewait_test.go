@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -14,7 +16,8 @@ import (
 // A gateway started while another holds its schema's migration lock says
 // it waits, and waits — past its storage.timeout, which bounds reaching
 // the database, not the migration — then serves once the lock is let go.
-// A stop signal ends the wait: the gateway exits without serving.
+// A stop signal ends the wait: the gateway exits without serving. A
+// command (sessions list) says it waits too.
 func TestStartWaitsForAnotherGatewaysMigration(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	release := pgtest.HoldMigration(t, dsn)
@@ -40,6 +43,20 @@ func TestStartWaitsForAnotherGatewaysMigration(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("a gateway stopped while waiting for the migration served")
+	}
+
+	// A command meanwhile says that it waits, and ends when interrupted.
+	path := writeConfig(t, fmt.Sprintf("storage:\n  driver: postgres\n  dsn: %q\n", dsn))
+	cmdCtx, interrupt := context.WithCancel(context.Background())
+	var cmdErr syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- run(cmdCtx, []string{"sessions", "list", "-c", path}, io.Discard, &cmdErr) }()
+	eventually(t, "the command says it waits for the migration", func() bool {
+		return strings.Contains(cmdErr.String(), "another gateway is migrating the schema; waiting for it")
+	})
+	interrupt()
+	if c := <-code; c == 0 {
+		t.Fatalf("an interrupted command exited 0:\n%s", cmdErr.String())
 	}
 
 	p, addr := start()

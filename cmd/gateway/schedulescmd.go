@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -58,7 +57,7 @@ func schedulesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "gateway schedules: -last wants 0 to 100, -limit 1 to 1000")
 		return 2
 	}
-	db, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	db, err := openStore(ctx, cfg, commandLog(stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
 		return 1

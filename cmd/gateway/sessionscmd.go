@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -31,7 +30,7 @@ func sessionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if cfg == nil {
 		return code
 	}
-	db, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	db, err := openStore(ctx, cfg, commandLog(stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
 		return 1

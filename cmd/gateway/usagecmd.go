@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +55,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 
-	db, err := openStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	db, err := openStore(ctx, cfg, commandLog(stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: storage: %v\n", cfg.File, err)
 		return 1

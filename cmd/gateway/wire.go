@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,6 +76,20 @@ func budgets(p config.Policy) sessions.BudgetPolicy {
 // storage.timeout, its migration by ctx alone (a stop signal, for serve).
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*store.DB, error) {
 	return store.Open(ctx, cfg.Storage.Driver, cfg.Storage.DSN, store.OpenOptions{Logger: log, Timeout: cfg.Storage.Timeout.D()})
+}
+
+// commandLog is the store's log for a command other than serve: what
+// it says on opening (a wait for another gateway's migration) goes to
+// stderr, plainly, so that a command that waits does not wait silently.
+func commandLog(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == slog.LevelKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }
 
 // openStorage opens the store; it is closed when serve returns (again,

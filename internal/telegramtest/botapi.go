@@ -18,7 +18,6 @@ package telegramtest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -139,12 +138,14 @@ func (a *Server) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
 		return
 	}
+	body := &cutBody{ReadCloser: r.Body}
+	r.Body = body
 	if err := parseRequest(r); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
+		if body.cut != nil {
 			// The client went away while its body was going up (a
 			// cancelled call, a killed process): like the Bot API, the
 			// fake never had the request whole and does not act on it.
-			return
+			panic(http.ErrAbortHandler)
 		}
 		a.t.Errorf("bad form: %v", err)
 	}
@@ -681,4 +682,20 @@ func (a *Server) waitUntil(cond func() bool, within time.Duration) bool {
 		a.cond.Wait()
 	}
 	return true
+}
+
+// cutBody is a request's body that notes whether its reading failed: the
+// connection ended before the body did. A body read whole but malformed
+// (a multipart form without its closing boundary) reads to io.EOF.
+type cutBody struct {
+	io.ReadCloser
+	cut error
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.cut = err
+	}
+	return n, err
 }

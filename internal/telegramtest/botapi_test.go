@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
@@ -404,7 +405,8 @@ func TestPrivateChatRules(t *testing.T) {
 // it went up) is not acted on, as the Bot API never had it whole, and is
 // no fault of the client's form: both a url-encoded and a multipart body.
 func TestACutBodyIsNotActedOn(t *testing.T) {
-	a := New(t)
+	rec := &errorsOf{TB: t}
+	a := New(rec)
 	srv := httptest.NewUnstartedServer(a)
 	closed := make(chan struct{}, 2)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -427,7 +429,40 @@ func TestACutBodyIsNotActedOn(t *testing.T) {
 		conn.Close()
 		<-closed // the server is done with the cut request
 	}
-	if calls := a.Calls("sendMessage"); len(calls) != 0 {
-		t.Fatalf("a cut request was acted on: %+v", calls)
+	if calls := a.Calls("sendMessage"); len(calls) != 0 || len(rec.errors()) != 0 {
+		t.Fatalf("a cut request was acted on: %+v, or taken for a bad form: %q", calls, rec.errors())
 	}
+	// A multipart body sent whole but without its closing boundary is
+	// the client's fault, and said to be.
+	body := "--b\r\nContent-Disposition: form-data; name=\"chat_id\"\r\n\r\n7\r\n"
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/bot"+Token+"/sendMessage", strings.NewReader(body))
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if errs := rec.errors(); len(errs) != 1 || !strings.Contains(errs[0], "bad form") {
+		t.Fatalf("a malformed whole body: %q, want it said to be a bad form", errs)
+	}
+}
+
+// errorsOf keeps the errors a test double reports instead of failing
+// the test with them.
+type errorsOf struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (e *errorsOf) Errorf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+func (e *errorsOf) errors() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.errs)
 }

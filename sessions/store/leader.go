@@ -63,7 +63,9 @@ func (s *DB) Exclusive(ctx context.Context, name string, fn func() error) (bool,
 	ran := false
 	err := s.write.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var got bool
-		if err := tx.Raw("SELECT pg_try_advisory_xact_lock(hashtext(?))", "chatgate:"+name).Scan(&got).Error; err != nil {
+		// The schema's lock: deployments in other schemas of the same
+		// database run their own.
+		if err := tx.Raw("SELECT pg_try_advisory_xact_lock(hashtext('chatgate:' || coalesce(current_schema(), '') || ':' || ?))", name).Scan(&got).Error; err != nil {
 			return err
 		}
 		if !got {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -101,6 +102,8 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 // another holds its schema's migration lock, and goes on once it is let
 // go. The lock is the schema's: a deployment in another schema of the
 // same database migrates meanwhile. Replicas opening at once all open.
+// An earlier version's migration, under its database-wide key, is waited
+// for (an upgrade's replicas may start beside one of those).
 func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 	held, other := postgresDSN(t), postgresDSN(t)
 	release := pgtest.HoldMigration(t, held)
@@ -135,6 +138,39 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 		if err := <-opened; err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// An earlier version migrating holds the database-wide key alone: an
+	// open of any schema waits for it.
+	legacy, err := sql.Open("pgx", held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer legacy.Close()
+	conn, err := legacy.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext('chatgate:migrate'))"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		log := slog.New(slog.NewTextHandler(lineWriter(waiting), nil))
+		db, err := Open(ctx, DriverPostgres, other, OpenOptions{Logger: log})
+		if err == nil {
+			db.Close()
+		}
+		opened <- err
+	}()
+	if line := <-waiting; !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
+		t.Fatalf("an open during an earlier version's migration said %q", line)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-opened; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -59,6 +59,16 @@ func maintenance(ctx context.Context) context.Context {
 	return context.WithValue(ctx, maintenanceKey{}, true)
 }
 
+type unboundedKey struct{}
+
+// unbounded marks the requests made with ctx as bounded by ctx alone:
+// the schema migration's, which runs before anything else and ends with
+// its caller's ctx (a stop signal). A connection whose server is gone is
+// still ended by its TCP keepalives.
+func unbounded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unboundedKey{}, true)
+}
+
 // deadlines bounds each request pgx traces; requests already bounded
 // more tightly by their caller keep their own deadline.
 type deadlines struct{ d time.Duration }
@@ -66,6 +76,9 @@ type deadlines struct{ d time.Duration }
 type cancelKey struct{}
 
 func (t deadlines) start(ctx context.Context) context.Context {
+	if ctx.Value(unboundedKey{}) != nil {
+		return ctx
+	}
 	d := t.d
 	if ctx.Value(maintenanceKey{}) != nil {
 		d *= maintenanceFactor

@@ -263,58 +263,78 @@ func redactErr(err error, dsn string) error {
 }
 
 func (s *DB) migrate(ctx context.Context, log *slog.Logger) error {
-	ctx = maintenance(ctx) // bounded by ctx (Open's caller), not by the timeout
-	start := time.Now()
-	defer func() {
-		if took := time.Since(start); took >= slowMigration {
-			log.Info("storage: schema migrated", slog.Duration("took", took))
-		}
-	}()
+	// Bounded by ctx (Open's caller: a stop signal) alone, not a request
+	// at a time: one statement of an upgrade's (an index over a large
+	// table) may rightly take longer than any bound that suits a turn.
+	ctx = unbounded(ctx)
 	if s.driver != DriverPostgres {
-		return migrateModels(s.write.WithContext(ctx))
+		return timedMigration(log, func() error { return migrateModels(s.write.WithContext(ctx)) })
 	}
 	// Replicas starting together must not migrate concurrently: hold a
 	// session advisory lock on one pinned connection while migrating. It
-	// is tried, not waited for in one statement: each try is a request
-	// bounded like any other, while the wait for another replica's
-	// migration is bounded only by ctx (Open's caller). The lock is the
-	// schema's: deployments sharing a database in schemas of their own
-	// do not wait for each other's migrations.
+	// is tried, not waited for in one statement, so that the wait says
+	// so and ends with ctx. The lock is the schema's: deployments sharing
+	// a database in schemas of their own do not wait for each other's
+	// migrations. The database-wide key earlier versions lock alone is
+	// held shared as well, so that one of those starting during an
+	// upgrade waits for this migration, and this one for its.
 	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
 		var key int32
 		if err := tx.Raw("SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key).Error; err != nil {
 			return err
 		}
 		waited := false
-		for {
-			var got bool
-			if err := tx.Raw("SELECT pg_try_advisory_lock(?)", key).Scan(&got).Error; err != nil {
-				return err
-			}
-			if got {
-				break
-			}
-			if !waited {
-				waited = true
-				log.Info("storage: another gateway is migrating the schema; waiting for it")
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
+		take := func(try string, args ...any) error {
+			for {
+				var got bool
+				if err := tx.Raw(try, args...).Scan(&got).Error; err != nil {
+					return err
+				}
+				if got {
+					return nil
+				}
+				if !waited {
+					waited = true
+					log.Info("storage: another gateway is migrating the schema; waiting for it")
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(20 * time.Millisecond):
+				}
 			}
 		}
-		defer tx.Exec("SELECT pg_advisory_unlock(?)", key)
-		if err := migrateModels(tx); err != nil {
+		if err := take("SELECT pg_try_advisory_lock_shared(hashtext('chatgate:migrate'))"); err != nil {
 			return err
 		}
-		// The guard of pgPipe's appends.
-		return tx.Exec(pgExpectFunc).Error
+		defer tx.Exec("SELECT pg_advisory_unlock_shared(hashtext('chatgate:migrate'))")
+		if err := take("SELECT pg_try_advisory_lock(?)", key); err != nil {
+			return err
+		}
+		defer tx.Exec("SELECT pg_advisory_unlock(?)", key)
+		return timedMigration(log, func() error {
+			if err := migrateModels(tx); err != nil {
+				return err
+			}
+			// The guard of pgPipe's appends.
+			return tx.Exec(pgExpectFunc).Error
+		})
 	})
 }
 
-// slowMigration is how long a migration takes before its end is logged:
-// an operator watching a slow start sees what it was doing.
+// timedMigration runs a migration and, when it took long, logs that it
+// is done: an operator watching a slow start sees what it was doing.
+func timedMigration(log *slog.Logger, migrate func() error) error {
+	start := time.Now()
+	err := migrate()
+	if took := time.Since(start); err == nil && took >= slowMigration {
+		log.Info("storage: schema migrated", slog.Duration("took", took))
+	}
+	return err
+}
+
+// slowMigration is how long a migration takes before its end is logged
+// (timedMigration).
 const slowMigration = 2 * time.Second
 
 // droppedIndexes are indexes earlier versions created that chatgate no
