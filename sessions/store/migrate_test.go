@@ -122,7 +122,7 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 		}()
 	}
 	for range 3 {
-		if line := <-waiting; !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
+		if line := within(t, waiting); !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
 			t.Fatalf("an open said %q", line)
 		}
 	}
@@ -135,7 +135,7 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 	}
 	release()
 	for range 3 {
-		if err := <-opened; err != nil {
+		if err := within(t, opened); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,13 +163,13 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 		}
 		opened <- err
 	}()
-	if line := <-waiting; !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
+	if line := within(t, waiting); !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
 		t.Fatalf("an open during an earlier version's migration said %q", line)
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-opened; err != nil {
+	if err := within(t, opened); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -184,4 +184,17 @@ func (w lineWriter) Write(p []byte) (int, error) {
 	default:
 	}
 	return len(p), nil
+}
+
+// within is what c gives next, or the test's failure after a minute (a
+// hang guard, in real time).
+func within[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatal("nothing came in a minute")
+		panic("unreachable")
+	}
 }
