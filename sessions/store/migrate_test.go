@@ -111,15 +111,20 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 
 	opened := make(chan error, 3)
 	waiting := make(chan string, 3)
-	for range 3 {
+	// openAside opens dsn in a goroutine of its own, its log lines to
+	// waiting and its outcome to opened.
+	openAside := func(dsn string) {
 		go func() {
 			log := slog.New(slog.NewTextHandler(lineWriter(waiting), nil))
-			db, err := Open(ctx, DriverPostgres, held, OpenOptions{Logger: log})
+			db, err := Open(ctx, DriverPostgres, dsn, OpenOptions{Logger: log})
 			if err == nil {
 				db.Close()
 			}
 			opened <- err
 		}()
+	}
+	for range 3 {
+		openAside(held)
 	}
 	for range 3 {
 		if line := within(t, waiting); !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
@@ -155,14 +160,7 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext('chatgate:migrate'))"); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		log := slog.New(slog.NewTextHandler(lineWriter(waiting), nil))
-		db, err := Open(ctx, DriverPostgres, other, OpenOptions{Logger: log})
-		if err == nil {
-			db.Close()
-		}
-		opened <- err
-	}()
+	openAside(other)
 	if line := within(t, waiting); !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
 		t.Fatalf("an open during an earlier version's migration said %q", line)
 	}
