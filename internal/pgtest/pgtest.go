@@ -55,11 +55,11 @@ func DSN(t testing.TB) string {
 	return base + " search_path=" + schema
 }
 
-// HoldMigration takes the migration lock of dsn's schema, as a replica
-// migrating it holds it (sessions/store: an advisory lock keyed by the
-// schema), on a connection of its own; release lets it go. The lock is
-// let go when the test ends in any case.
-func HoldMigration(t testing.TB, dsn string) (release func()) {
+// HoldMigration takes the migration lock of dsn's schema, whose key
+// keyQuery reads (store.MigrationLockKeyQuery), as a replica migrating
+// it holds it, on a connection of its own; release lets it go. The lock
+// is let go when the test ends in any case.
+func HoldMigration(t testing.TB, dsn, keyQuery string) (release func()) {
 	t.Helper()
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
@@ -73,7 +73,7 @@ func HoldMigration(t testing.TB, dsn string) (release func()) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	var key int32
-	if err := conn.QueryRowContext(ctx, "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key); err != nil {
+	if err := conn.QueryRowContext(ctx, keyQuery).Scan(&key); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {

@@ -19,7 +19,6 @@ package telegramtest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -443,56 +442,6 @@ func (a *Server) allowedLocked(u map[string]any) bool {
 	return false
 }
 
-// DM is a private-chat message from user.
-func DM(user int64, text string) map[string]any {
-	m := map[string]any{
-		"from": map[string]any{"id": user, "is_bot": false, "first_name": "U"},
-		"chat": map[string]any{"id": user, "type": "private"},
-		"text": text,
-	}
-	if strings.HasPrefix(text, "/") {
-		cmd, _, _ := strings.Cut(text, " ")
-		m["entities"] = []map[string]any{{"type": "bot_command", "offset": 0, "length": len(cmd)}}
-	}
-	return m
-}
-
-// Group is a group message; a mention of the bot gets its entity.
-func Group(chat, user int64, text string) map[string]any {
-	m := DM(user, text)
-	m["chat"] = map[string]any{"id": chat, "type": "supergroup", "title": "G"}
-	if i := strings.Index(text, "@"+BotName); i >= 0 && !strings.HasPrefix(text, "/") {
-		m["entities"] = []map[string]any{{"type": "mention", "offset": len([]rune(text[:i])), "length": len(BotName) + 1}}
-	}
-	return m
-}
-
-// Topic is a message from user in topic thread of forum supergroup chat; a
-// mention of the bot gets its entity, as in Group.
-func Topic(chat, user int64, thread int, text string) map[string]any {
-	m := ForumGeneral(chat, user, text)
-	m["message_thread_id"] = thread
-	m["is_topic_message"] = true
-	return m
-}
-
-// ForumGeneral is a message from user in the General topic of forum
-// supergroup chat, which Telegram sends without a message_thread_id.
-func ForumGeneral(chat, user int64, text string) map[string]any {
-	m := Group(chat, user, text)
-	m["chat"].(map[string]any)["is_forum"] = true
-	return m
-}
-
-// PrivateTopic is a message from user in topic thread of their private
-// chat with the bot (Bot API 9.x topics in private chats).
-func PrivateTopic(user int64, thread int, text string) map[string]any {
-	m := DM(user, text)
-	m["message_thread_id"] = thread
-	m["is_topic_message"] = true
-	return m
-}
-
 // Messages returns what the bot sent so far.
 func (a *Server) Messages() []Sent {
 	a.mu.Lock()
@@ -584,15 +533,6 @@ func (a *Server) Calls(method string) []Call {
 // client when a newer one ended them: two pollers at once.
 func (a *Server) Conflicts() int { a.mu.Lock(); defer a.mu.Unlock(); return a.conflicts }
 
-// WaitPolling waits until n getUpdates requests have come and the latest
-// is waiting for updates, bounded.
-func (a *Server) WaitPolling(t testing.TB, n int) {
-	t.Helper()
-	a.waitFor(t, func() bool { return a.polls >= n && a.waiting != nil }, func() string {
-		return fmt.Sprintf("%d getUpdates requests, want %d with the latest waiting (one waiting: %v)", a.polls, n, a.waiting != nil)
-	})
-}
-
 // EndPoll ends the waiting getUpdates, if any, at once with no updates —
 // a long poll that comes back empty before its timeout, as Telegram's
 // does now and then.
@@ -608,94 +548,5 @@ func (a *Server) EndPoll() {
 // Pending counts updates not yet confirmed.
 func (a *Server) Pending() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.updates) }
 
-// WaitPending waits until at most n updates are left unconfirmed (or
-// dropped, being of a kind the bot did not ask for), bounded.
-func (a *Server) WaitPending(t testing.TB, n int) {
-	t.Helper()
-	a.waitFor(t, func() bool { return len(a.updates) <= n }, func() string {
-		return fmt.Sprintf("%d updates pending, want at most %d", len(a.updates), n)
-	})
-}
-
-// WaitSent waits until n messages have been sent, bounded.
-func (a *Server) WaitSent(t testing.TB, n int) []Sent {
-	t.Helper()
-	a.waitFor(t, func() bool { return len(a.sent) >= n }, func() string {
-		return fmt.Sprintf("%d messages sent, want %d; the last: %+v", len(a.sent), n, a.sent[max(len(a.sent)-5, 0):])
-	})
-	return a.Messages()
-}
-
-// WaitSentWithin waits until n messages were sent, at most within, and
-// reports whether they were (for a caller that fails with more to say).
-func (a *Server) WaitSentWithin(n int, within time.Duration) bool {
-	return a.waitUntil(func() bool { return len(a.sent) >= n }, within)
-}
-
-// WaitConfirmed waits until the bot asked getUpdates with an offset above
-// updateID: it has confirmed that update (and every one before it).
-func (a *Server) WaitConfirmed(t testing.TB, updateID int) {
-	t.Helper()
-	a.waitFor(t, func() bool {
-		for _, c := range a.calls {
-			if n, _ := strconv.Atoi(c.Params.Get("offset")); c.Method == "getUpdates" && n > updateID {
-				return true
-			}
-		}
-		return false
-	}, func() string { return fmt.Sprintf("update %d never confirmed", updateID) })
-}
-
 // LastUpdateID is the id of the newest update pushed.
 func (a *Server) LastUpdateID() int { a.mu.Lock(); defer a.mu.Unlock(); return a.nextID - 1 }
-
-// waitFor waits, under the lock, until cond holds; every request and every
-// sent message wakes it. It fails the test after 20 s.
-func (a *Server) waitFor(t testing.TB, cond func() bool, why func() string) {
-	t.Helper()
-	if !a.waitUntil(cond, 20*time.Second) {
-		a.mu.Lock()
-		msg := why()
-		a.mu.Unlock()
-		t.Fatal(msg)
-	}
-}
-
-// waitUntil waits, under the lock, until cond holds or within has passed,
-// and reports whether it held; every request, every sent message and Poke
-// wake it.
-func (a *Server) waitUntil(cond func() bool, within time.Duration) bool {
-	expired := false
-	timer := time.AfterFunc(within, func() {
-		a.mu.Lock()
-		expired = true
-		a.cond.Broadcast()
-		a.mu.Unlock()
-	})
-	defer timer.Stop()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for !cond() {
-		if expired {
-			return false
-		}
-		a.cond.Wait()
-	}
-	return true
-}
-
-// cutBody is a request's body that notes whether its reading failed: the
-// connection ended before the body did. A body read whole but malformed
-// (a multipart form without its closing boundary) reads to io.EOF.
-type cutBody struct {
-	io.ReadCloser
-	cut error
-}
-
-func (b *cutBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		b.cut = err
-	}
-	return n, err
-}

@@ -358,3 +358,19 @@ func parseRequest(r *http.Request) error {
 	}
 	return r.ParseForm()
 }
+
+// cutBody is a request's body that notes whether its reading failed: the
+// connection ended before the body did. A body read whole but malformed
+// (a multipart form without its closing boundary) reads to io.EOF.
+type cutBody struct {
+	io.ReadCloser
+	cut error
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.cut = err
+	}
+	return n, err
+}

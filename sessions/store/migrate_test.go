@@ -106,7 +106,7 @@ func seedConversations(t *testing.T, db *DB, prefix string, n int, at time.Time)
 // for (an upgrade's replicas may start beside one of those).
 func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 	held, other := postgresDSN(t), postgresDSN(t)
-	release := pgtest.HoldMigration(t, held)
+	release := pgtest.HoldMigration(t, held, MigrationLockKeyQuery)
 	ctx := context.Background()
 
 	opened := make(chan error, 3)
@@ -157,14 +157,14 @@ func TestMigrationsWaitOnlyForTheirSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext('chatgate:migrate'))"); err != nil {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", legacyMigrationKey); err != nil {
 		t.Fatal(err)
 	}
 	openAside(other)
 	if line := within(t, waiting); !strings.Contains(line, "another gateway is migrating the schema; waiting for it") {
 		t.Fatalf("an open during an earlier version's migration said %q", line)
 	}
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext('chatgate:migrate'))"); err != nil {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext($1))", legacyMigrationKey); err != nil {
 		t.Fatal(err)
 	}
 	if err := within(t, opened); err != nil {

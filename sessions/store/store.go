@@ -280,7 +280,7 @@ func (s *DB) migrate(ctx context.Context, log *slog.Logger) error {
 	// upgrade waits for this migration, and this one for its.
 	return s.write.WithContext(ctx).Connection(func(tx *gorm.DB) error {
 		var key int32
-		if err := tx.Raw("SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))").Scan(&key).Error; err != nil {
+		if err := tx.Raw(MigrationLockKeyQuery).Scan(&key).Error; err != nil {
 			return err
 		}
 		waited := false
@@ -304,10 +304,10 @@ func (s *DB) migrate(ctx context.Context, log *slog.Logger) error {
 				}
 			}
 		}
-		if err := take("SELECT pg_try_advisory_lock_shared(hashtext('chatgate:migrate'))"); err != nil {
+		if err := take("SELECT pg_try_advisory_lock_shared(hashtext(?))", legacyMigrationKey); err != nil {
 			return err
 		}
-		defer tx.Exec("SELECT pg_advisory_unlock_shared(hashtext('chatgate:migrate'))")
+		defer tx.Exec("SELECT pg_advisory_unlock_shared(hashtext(?))", legacyMigrationKey)
 		if err := take("SELECT pg_try_advisory_lock(?)", key); err != nil {
 			return err
 		}
@@ -321,6 +321,15 @@ func (s *DB) migrate(ctx context.Context, log *slog.Logger) error {
 		})
 	})
 }
+
+// MigrationLockKeyQuery reads the key of the advisory lock a replica
+// holds while it migrates its schema (PostgreSQL): the schema's, so that
+// deployments in other schemas of one database do not wait on it.
+const MigrationLockKeyQuery = "SELECT hashtext('chatgate:migrate:' || coalesce(current_schema(), ''))"
+
+// legacyMigrationKey is what earlier versions lock, database-wide, while
+// they migrate; hashed by hashtext.
+const legacyMigrationKey = "chatgate:migrate"
 
 // timedMigration runs a migration and, when it took long, logs that it
 // is done: an operator watching a slow start sees what it was doing.
